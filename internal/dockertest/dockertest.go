@@ -1,0 +1,110 @@
+// Package dockertest gives tests the real local Docker engine and a small image
+// to run in it. No registry is reachable on the machines Podium is built on, so
+// the image is built locally FROM scratch with Debian's busybox-static binary.
+// Production code never imports this package.
+package dockertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+)
+
+// Image is the test image's reference: busybox's applets on PATH, sh as CMD.
+const Image = "podium-test/busybox:latest"
+
+// BusyboxPath is where Debian's busybox-static installs its binary.
+const BusyboxPath = "/bin/busybox"
+
+var (
+	once     sync.Once
+	buildErr error
+)
+
+// Client connects to the local engine, negotiating the API version so Debian's
+// Docker 20.10 (API 1.41) works with the v28 client. A missing engine fails the
+// test with how to get one.
+func Client(t testing.TB) *client.Client {
+	t.Helper()
+	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatalf("dockertest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("dockertest: no Docker engine answers (%v): install and start one with "+
+			"`apt-get install docker.io && dockerd &` (.ci/run does this)", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// EnsureImage builds the test image once per test binary and returns its name.
+func EnsureImage(t testing.TB) string {
+	t.Helper()
+	Client(t)
+	once.Do(func() { buildErr = Build(context.Background(), Image) })
+	if buildErr != nil {
+		t.Fatalf("dockertest: %v", buildErr)
+	}
+	return Image
+}
+
+// Build builds a busybox image named tag from nothing but the local busybox
+// binary. The demo uses it too.
+func Build(ctx context.Context, tag string) error {
+	bb, err := os.ReadFile(BusyboxPath)
+	if err != nil {
+		return fmt.Errorf("read %s (install Debian's busybox-static): %w", BusyboxPath, err)
+	}
+	dir, err := os.MkdirTemp("", "podium-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
+		return err
+	}
+	dockerfile := "FROM scratch\nCOPY busybox /bin/busybox\n" +
+		"RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n" +
+		"ENV PATH=/bin\nCMD [\"sh\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "-t", tag, dir)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("docker build %s: %v\n%s", tag, err, out.String())
+	}
+	return nil
+}
+
+// LabelKey is the Docker label every Podium object carries.
+const LabelKey = "podium.task"
+
+// AssertNothingLeft fails the test if any container, network or volume labelled
+// by Podium is still in the engine.
+func AssertNothingLeft(t testing.TB, c *client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	f := filters.NewArgs(filters.Arg("label", LabelKey))
+	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range cs {
+		t.Errorf("container %s (%v) labelled by Podium is still there", ct.ID[:12], ct.Names)
+	}
+}
