@@ -47,6 +47,11 @@ create table podium.nodes (
     -- replica that lost the node cannot write for it.
     session_replica    text,
     session_epoch      bigint not null default 0,
+    session_started_at timestamptz,
+    -- takeover_requested_at is set by a replica that got a stream for the node
+    -- while another replica still holds its lease: the holder ends its older
+    -- session and lets go, so the newest stream wins wherever it landed.
+    takeover_requested_at timestamptz,
     last_assigned_at   timestamptz,
     enrolled_at        timestamptz not null default now()
 );
@@ -65,6 +70,10 @@ create table podium.tasks (
     attempt             integer not null default 0,
     priority            integer not null default 0,
     labels              text[] not null default '{}',
+    -- cpu and memory_mb are what the task and its sidecars take out of a node's
+    -- budget, kept beside the spec so placement can sum them in SQL.
+    cpu                 double precision not null default 0,
+    memory_mb           bigint not null default 0,
     max_attempts        integer not null default 1 check (max_attempts >= 1),
     retry_on_node_loss  boolean not null default false,
     requested_by        text not null default '',

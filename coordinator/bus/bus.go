@@ -1,0 +1,119 @@
+// Package bus is the doorbell between coordinator replicas: Postgres
+// LISTEN/NOTIFY, through pgxlisten. A notification only says "look" — the
+// tables hold the truth — so when the listening connection drops and comes
+// back, every subscriber of a channel is rung once to re-read what it may
+// have missed. A lost notification costs latency, never correctness.
+package bus
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgxlisten"
+)
+
+// Bus fans notifications out to in-process subscribers.
+type Bus struct {
+	url  string
+	log  *slog.Logger
+	mu   sync.Mutex
+	subs map[string]map[string]map[*sub]struct{} // channel → key → subscribers
+	l    pgxlisten.Listener
+}
+
+type sub struct{ ch chan struct{} }
+
+// New makes a bus listening on the given channels. The listening connection is
+// a direct one: behind PgBouncer in transaction mode LISTEN does not work.
+func New(databaseURL string, log *slog.Logger, channels ...string) *Bus {
+	b := &Bus{url: databaseURL, log: log, subs: map[string]map[string]map[*sub]struct{}{}}
+	b.l = pgxlisten.Listener{
+		Connect:        func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, databaseURL) },
+		LogError:       func(_ context.Context, err error) { log.Warn("bus: listener", "err", err) },
+		ReconnectDelay: time.Second,
+	}
+	for _, c := range channels {
+		b.subs[c] = map[string]map[*sub]struct{}{}
+		b.l.Handle(c, handler{b: b})
+	}
+	return b
+}
+
+type handler struct{ b *Bus }
+
+func (h handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	h.b.ring(n.Channel, n.Payload)
+	return nil
+}
+
+// HandleBacklog runs on every (re)connect: whatever was notified while the
+// connection was down is lost, so every subscriber of the channel re-reads.
+func (h handler) HandleBacklog(_ context.Context, channel string, _ *pgx.Conn) error {
+	h.b.ringAll(channel)
+	return nil
+}
+
+// Run listens until ctx is cancelled, reconnecting after failures.
+func (b *Bus) Run(ctx context.Context) error {
+	err := b.l.Listen(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Subscribe returns a channel that receives a value (coalesced: at most one
+// pending) whenever channel is notified with payload key, or with any payload
+// when key is "". cancel stops the subscription.
+func (b *Bus) Subscribe(channel, key string) (<-chan struct{}, func()) {
+	s := &sub{ch: make(chan struct{}, 1)}
+	b.mu.Lock()
+	byKey, ok := b.subs[channel]
+	if !ok {
+		b.mu.Unlock()
+		panic("bus: subscribe to unregistered channel " + channel)
+	}
+	if byKey[key] == nil {
+		byKey[key] = map[*sub]struct{}{}
+	}
+	byKey[key][s] = struct{}{}
+	b.mu.Unlock()
+	return s.ch, func() {
+		b.mu.Lock()
+		delete(byKey[key], s)
+		if len(byKey[key]) == 0 {
+			delete(byKey, key)
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *Bus) ring(channel, payload string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, key := range []string{payload, ""} {
+		for s := range b.subs[channel][key] {
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (b *Bus) ringAll(channel string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, set := range b.subs[channel] {
+		for s := range set {
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

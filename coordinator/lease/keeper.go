@@ -1,0 +1,84 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Keeper keeps a replica's lease connection open, opening a new one after the
+// old one is lost. Whatever held locks on the old one (node sessions, the
+// leader loop) watches that lease's Lost and starts over on the new one.
+type Keeper struct {
+	url string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	cur   *Lease
+	ready chan struct{} // closed while cur is usable
+}
+
+// NewKeeper returns a keeper; Run opens the connections.
+func NewKeeper(url string, log *slog.Logger) *Keeper {
+	return &Keeper{url: url, log: log, ready: make(chan struct{})}
+}
+
+// Run keeps a lease open until ctx ends, then closes it (releasing every lock).
+func (k *Keeper) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		l, err := Open(ctx, k.url, k.log)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			k.log.Warn("lease: cannot open the lease connection; retrying", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		k.mu.Lock()
+		k.cur = l
+		close(k.ready)
+		k.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			l.Close()
+			return
+		case <-l.Lost():
+			l.Close()
+			k.mu.Lock()
+			k.cur = nil
+			k.ready = make(chan struct{})
+			k.mu.Unlock()
+		}
+	}
+}
+
+// Current returns the live lease, waiting for one while there is none.
+func (k *Keeper) Current(ctx context.Context) (*Lease, error) {
+	for {
+		k.mu.Lock()
+		cur, ready := k.cur, k.ready
+		k.mu.Unlock()
+		if cur != nil {
+			select {
+			case <-cur.Lost():
+			default:
+				return cur, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ready:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

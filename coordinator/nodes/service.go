@@ -1,0 +1,194 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/store"
+)
+
+// CancelReasonNotOurs is what a node is told when it reports a task the control
+// plane no longer holds on it. It is explicit so that an operator reading the
+// node's log knows why a container they can see was torn down.
+const CancelReasonNotOurs = "reconciliation: the control plane no longer holds this task on this node"
+
+var (
+	// ErrSessionClosed is returned when a message is sent to a session that ended.
+	ErrSessionClosed = errors.New("nodes: session closed")
+)
+
+// Config tunes the node service. Zero values take the protocol's defaults.
+type Config struct {
+	// Replica is this coordinator replica's id, recorded on the node's row.
+	Replica string
+	// HelloTimeout is how long a new stream may take to say Hello (5 s).
+	HelloTimeout time.Duration
+	// HeartbeatInterval is what nodes are told to heartbeat at (10 s).
+	HeartbeatInterval time.Duration
+	// FlushInterval is how often buffered heartbeats are written (1 s).
+	FlushInterval time.Duration
+	// TakeoverWait is how long a new stream waits for another replica to let go
+	// of the node (10 s).
+	TakeoverWait time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = 5 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.TakeoverWait == 0 {
+		c.TakeoverWait = 10 * time.Second
+	}
+}
+
+// Service implements podium.v1.NodeService.
+type Service struct {
+	cfg    Config
+	store  *store.Store
+	bus    *bus.Bus
+	leases *lease.Keeper
+	log    *slog.Logger
+	reg    *Registry
+
+	hbMu  sync.Mutex
+	beats map[string]store.Heartbeat
+}
+
+// NewService returns the node service with an empty registry.
+func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Service {
+	cfg.defaults()
+	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
+		beats: map[string]store.Heartbeat{}}
+}
+
+// Registry is this replica's live sessions.
+func (s *Service) Registry() *Registry { return s.reg }
+
+// Run does the service's background work until ctx ends: flushing heartbeats,
+// answering other replicas' takeover requests and ending every session when the
+// lease connection is lost.
+func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.flushLoop(ctx) }()
+	go func() { defer wg.Done(); s.takeoverLoop(ctx) }()
+	wg.Wait()
+}
+
+// takeoverLoop ends a session here when a stream for the same node has landed
+// on another replica: the newest stream wins, wherever it is.
+func (s *Service) takeoverLoop(ctx context.Context) {
+	ch, cancel := s.bus.Subscribe(store.ChannelTakeover, "")
+	defer cancel()
+	// Whatever the doorbell says, the stored rows decide: a session here whose
+	// epoch is no longer the node's, or that a newer stream asked for, is stale.
+	// The tick catches a doorbell missed while the listener reconnected.
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-time.After(2 * time.Second):
+		}
+		s.closeStaleSessions(ctx)
+	}
+}
+
+func (s *Service) closeStaleSessions(ctx context.Context) {
+	s.reg.mu.Lock()
+	all := make([]*Session, 0, len(s.reg.sessions))
+	for _, sess := range s.reg.sessions {
+		all = append(all, sess)
+	}
+	s.reg.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	ids, epochs := make([]string, len(all)), make([]int64, len(all))
+	for i, sess := range all {
+		ids[i], epochs[i] = sess.NodeID, sess.Epoch
+	}
+	wanted, err := s.store.TakeoverRequests(ctx, ids, epochs)
+	if err != nil {
+		s.log.Warn("nodes: read takeover requests", "err", err)
+		return
+	}
+	for _, sess := range all {
+		if wanted[sess.NodeID] {
+			s.log.Info("node's stream moved to another replica; ending the session here", "node", sess.NodeID)
+			sess.Close()
+		}
+	}
+}
+
+func (s *Service) flushLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.FlushInterval)
+	defer t.Stop()
+	touch := time.NewTicker(10 * time.Second)
+	defer touch.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.flush(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+			s.flush(ctx)
+		case <-touch.C:
+			if err := s.store.TouchReplica(ctx, s.cfg.Replica); err != nil {
+				s.log.Warn("nodes: touch replica row", "err", err)
+			}
+		}
+	}
+}
+
+func (s *Service) flush(ctx context.Context) {
+	s.hbMu.Lock()
+	if len(s.beats) == 0 {
+		s.hbMu.Unlock()
+		return
+	}
+	batch := make([]store.Heartbeat, 0, len(s.beats))
+	for _, b := range s.beats {
+		batch = append(batch, b)
+	}
+	s.beats = map[string]store.Heartbeat{}
+	s.hbMu.Unlock()
+	if _, err := s.store.FlushHeartbeats(ctx, batch); err != nil {
+		s.log.Warn("nodes: heartbeat flush failed; they will be written with the next one", "err", err, "nodes", len(batch))
+		s.hbMu.Lock()
+		for _, b := range batch {
+			if _, newer := s.beats[b.NodeID]; !newer {
+				s.beats[b.NodeID] = b
+			}
+		}
+		s.hbMu.Unlock()
+	}
+}
+
+func (s *Service) recordHeartbeat(b store.Heartbeat) {
+	s.hbMu.Lock()
+	s.beats[b.NodeID] = b
+	s.hbMu.Unlock()
+}
+
+func joinNonEmpty(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "; ")
+}

@@ -1,0 +1,430 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// Stream is the steady-state node stream. The first message must be a Hello
+// with a valid node key within the hello timeout. Then the replica takes the
+// node's lease (asking whichever replica holds it to let go), reconciles what
+// the node reports against what the tables say, and from there the node
+// heartbeats and pushes events while the replica pushes commands and acks.
+func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) error {
+	hello, err := s.receiveHello(ctx, stream)
+	if err != nil {
+		return err
+	}
+	node, err := s.authenticate(ctx, hello.GetNodeId(), hello.GetNodeKey())
+	if err != nil {
+		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
+		return err
+	}
+	l, err := s.takeLease(ctx, node.ID)
+	if err != nil {
+		return err
+	}
+	key := lease.NodeKey(node.ID)
+	defer func() { _ = l.Unlock(context.WithoutCancel(ctx), key) }()
+
+	capa := hello.GetCapacity()
+	node, err = s.store.StartSession(ctx, store.SessionStart{
+		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
+		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
+	})
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
+	}
+	sess := newSession(node.ID, node.SessionEpoch)
+	defer close(sess.ended)
+	defer func() {
+		if err := s.store.EndSession(context.WithoutCancel(ctx), node.ID, sess.Epoch); err != nil {
+			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
+		}
+	}()
+
+	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
+	}
+	replicas, err := s.store.ReplicaAddresses(ctx, time.Minute)
+	if err != nil {
+		s.log.Warn("nodes: list replicas", "err", err)
+	}
+	ack.Replicas = replicas
+	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: ack}}); err != nil {
+		return err
+	}
+	for _, c := range cancels {
+		if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: c}}); err != nil {
+			return err
+		}
+	}
+	s.reg.put(sess)
+	defer s.reg.remove(sess)
+	defer sess.Close()
+	s.log.Info("node connected", "node", node.ID, "epoch", sess.Epoch, "hostname", hello.GetHostname(),
+		"running", len(hello.GetRunning()))
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { errc <- s.sendLoop(sctx, stream, sess) }()
+	go func() { errc <- s.commandLoop(sctx, sess) }()
+	go func() { errc <- s.receiveLoop(sctx, stream, sess) }()
+	select {
+	case err = <-errc:
+	case <-sess.Done():
+		err = nil
+	case <-l.Lost():
+		err = connect.NewError(connect.CodeUnavailable, errors.New("this coordinator replica lost its lease on Postgres; reconnect"))
+	case <-ctx.Done():
+	}
+	cancel()
+	sess.Close()
+	s.log.Info("node disconnected", "node", node.ID, "epoch", sess.Epoch, "err", err)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (s *Service) receiveHello(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) (*podiumv1.Hello, error) {
+	type result struct {
+		msg *podiumv1.StreamRequest
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		m, err := stream.Receive()
+		got <- result{m, err}
+	}()
+	t := time.NewTimer(s.cfg.HelloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return nil, r.err
+		}
+		h := r.msg.GetHello()
+		if h == nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message on a node stream must be a Hello"))
+		}
+		if h.GetNodeId() == "" || h.GetNodeKey() == "" {
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: node_id and node_key are required"))
+		}
+		return h, nil
+	case <-t.C:
+		s.log.Warn("node stream closed: no Hello in time", "peer", stream.Peer().Addr, "timeout", s.cfg.HelloTimeout)
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no Hello within %s", s.cfg.HelloTimeout))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// takeLease takes the node's advisory lock on this replica's lease connection.
+// A session for the node on this replica is ended first; one on another replica
+// is asked, through the table and a doorbell, to end.
+func (s *Service) takeLease(ctx context.Context, nodeID string) (*lease.Lease, error) {
+	if old, ok := s.reg.Get(nodeID); ok {
+		old.Close()
+		select {
+		case <-old.ended:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	deadline := time.Now().Add(s.cfg.TakeoverWait)
+	asked := false
+	for {
+		l, err := s.leases.Current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := l.TryLock(ctx, lease.NodeKey(nodeID))
+		if err == nil && ok {
+			return l, nil
+		}
+		if err != nil && !errors.Is(err, lease.ErrLost) {
+			return nil, connect.NewError(connect.CodeUnavailable, err)
+		}
+		if !asked {
+			if err := s.store.RequestTakeover(ctx, nodeID); err != nil {
+				return nil, connect.NewError(connect.CodeUnavailable, err)
+			}
+			_ = s.store.Notify(ctx, store.ChannelTakeover, nodeID)
+			asked = true
+		}
+		if time.Now().After(deadline) {
+			return nil, connect.NewError(connect.CodeUnavailable,
+				fmt.Errorf("node %s is still held by another coordinator replica; retry", nodeID))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reconcile compares what the node reports with what the tables say. A task the
+// node has and the control plane still holds on it is adopted from the stored
+// high-water mark; one the control plane no longer holds there is cancelled with
+// a reason; one the control plane holds but the node did not report was either
+// never received (still scheduled: delivered again) or went down with the
+// node's previous life (node-loss policy).
+func (s *Service) reconcile(ctx context.Context, node store.Node, running []*podiumv1.RunningTask) (*podiumv1.HelloAck, []*podiumv1.Cancel, error) {
+	ack := &podiumv1.HelloAck{
+		NodeId: node.ID, Replica: s.cfg.Replica, HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
+		Labels: node.Labels, Draining: node.Draining, MaxTasksOverride: node.MaxTasksOverride,
+	}
+	var cancels []*podiumv1.Cancel
+	reported := map[string]int32{}
+	for _, r := range running {
+		reported[r.GetTaskId()] = r.GetAttempt()
+		acked, held, err := s.store.AckedSeq(ctx, node.ID, r.GetTaskId(), r.GetAttempt())
+		if err != nil {
+			return nil, nil, err
+		}
+		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked})
+		if !held {
+			s.log.Warn("node reports a task the control plane no longer holds there; cancelling it",
+				"node", node.ID, "task", r.GetTaskId(), "attempt", r.GetAttempt())
+			cancels = append(cancels, &podiumv1.Cancel{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Reason: CancelReasonNotOurs})
+		}
+	}
+	var lost []string
+	err := s.store.Tx(ctx, func(tx pgx.Tx) error {
+		lost = nil
+		held, err := store.TasksOnNode(ctx, tx, node.ID)
+		if err != nil {
+			return err
+		}
+		for _, t := range held {
+			if a, ok := reported[t.ID]; ok && a == t.Attempt {
+				continue
+			}
+			if t.State == store.Scheduled {
+				if _, err := tx.Exec(ctx, `update podium.node_commands set delivered_at = null
+					where node_id = $1 and task_id = $2 and attempt = $3 and kind = 'assign'`, node.ID, t.ID, t.Attempt); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := store.LoseTask(ctx, tx, t, fmt.Sprintf("node %s came back without the task", node.ID)); err != nil {
+				return err
+			}
+			lost = append(lost, t.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range lost {
+		s.log.Warn("task lost with its node's previous run", "node", node.ID, "task", id)
+		_ = s.store.Notify(ctx, store.ChannelTaskEvents, id)
+	}
+	if len(lost) > 0 {
+		_ = s.store.Notify(ctx, store.ChannelSubmit, "")
+	}
+	return ack, cancels, nil
+}
+
+// sendLoop is the only writer of the stream: Connect streams are not safe for
+// concurrent sends.
+func (s *Service) sendLoop(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse], sess *Session) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sess.done:
+			return nil
+		case m := <-sess.out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// commandLoop delivers the node's stored commands: on its doorbell, and every
+// few seconds in case a doorbell was missed.
+func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
+	bell, unsubscribe := s.bus.Subscribe(store.ChannelNodeCommands, sess.NodeID)
+	defer unsubscribe()
+	for {
+		if err := s.deliverPending(ctx, sess); err != nil {
+			if errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, ErrSessionClosed) {
+				sess.Close()
+				return nil
+			}
+			s.log.Warn("nodes: deliver commands", "node", sess.NodeID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sess.done:
+			return nil
+		case <-bell:
+		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+func (s *Service) deliverPending(ctx context.Context, sess *Session) error {
+	cmds, err := s.store.PendingCommands(ctx, sess.NodeID)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		msg, err := s.commandMessage(ctx, sess, c)
+		if err != nil {
+			return err
+		}
+		if msg != nil {
+			if err := sess.send(msg); err != nil {
+				return err
+			}
+		}
+		ok, err := s.store.MarkDelivered(ctx, c.ID, sess.NodeID, sess.Epoch)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrStaleEpoch
+		}
+	}
+	return nil
+}
+
+func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Command) (*podiumv1.StreamResponse, error) {
+	t, err := s.store.GetTask(ctx, c.TaskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	onNode := t.NodeID != nil && *t.NodeID == sess.NodeID && t.Attempt == c.Attempt
+	switch c.Kind {
+	case "assign":
+		if !onNode || t.State != store.Scheduled {
+			return nil, nil // revoked or moved on before delivery
+		}
+		a := &podiumv1.Assign{TaskId: t.ID, Attempt: t.Attempt, Spec: t.Spec}
+		s.log.Info("assigning task", "node", sess.NodeID, "assign", a)
+		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: a}}, nil
+	case "cancel":
+		if !onNode || store.Terminal(t.State) {
+			return nil, nil
+		}
+		grace := t.Spec.GetCancelGraceSeconds()
+		if grace <= 0 {
+			grace = 30
+		}
+		s.log.Info("cancelling task", "node", sess.NodeID, "task", t.ID, "reason", c.Reason)
+		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
+			TaskId: t.ID, Attempt: t.Attempt, Reason: c.Reason, GraceSeconds: grace}}}, nil
+	}
+	return nil, fmt.Errorf("unknown command kind %q", c.Kind)
+}
+
+func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse], sess *Session) error {
+	for {
+		m, err := stream.Receive()
+		if err != nil {
+			return err
+		}
+		switch body := m.GetMsg().(type) {
+		case *podiumv1.StreamRequest_Heartbeat:
+			c := body.Heartbeat.GetCapacity()
+			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
+				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks()})
+		case *podiumv1.StreamRequest_Events:
+			if err := s.ingest(ctx, sess, body.Events.GetEvents()); err != nil {
+				return err
+			}
+		case *podiumv1.StreamRequest_Hello:
+			return connect.NewError(connect.CodeInvalidArgument, errors.New("hello may only be the first message of a stream"))
+		}
+	}
+}
+
+type attemptKey struct {
+	task    string
+	attempt int32
+}
+
+// ingest stores a batch, acks each attempt's high-water mark and rings one
+// doorbell per task after the commit.
+func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.TaskEvent) error {
+	groups := map[attemptKey][]*podiumv1.TaskEvent{}
+	var order []attemptKey
+	for _, ev := range events {
+		k := attemptKey{ev.GetTaskId(), ev.GetAttempt()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], ev)
+	}
+	schedule := false
+	for _, k := range order {
+		res, err := s.store.IngestEvents(ctx, sess.NodeID, sess.Epoch, k.task, k.attempt, groups[k])
+		switch {
+		case errors.Is(err, store.ErrStaleEpoch):
+			return connect.NewError(connect.CodeAborted, errors.New("this session was replaced by a newer stream for the node"))
+		case errors.Is(err, store.ErrNotHeld):
+			// The node keeps producing events for a task it should not have: drop
+			// them (ack everything) and tell it to stop the task.
+			var top uint64
+			for _, ev := range groups[k] {
+				top = max(top, ev.GetSeq())
+			}
+			s.log.Warn("events for a task the node does not hold; telling it to stop", "node", sess.NodeID, "task", k.task, "attempt", k.attempt)
+			if err := sess.send(ackMsg(k, top)); err != nil {
+				return err
+			}
+			terminal := slices.ContainsFunc(groups[k], func(ev *podiumv1.TaskEvent) bool {
+				return ev.GetStatus() != nil && store.Terminal(store.StateName(ev.GetStatus().GetState()))
+			})
+			if !terminal {
+				if err := sess.send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
+					TaskId: k.task, Attempt: k.attempt, Reason: CancelReasonNotOurs}}}); err != nil {
+					return err
+				}
+			}
+			continue
+		case err != nil:
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store events: %w", err))
+		}
+		if err := sess.send(ackMsg(k, res.Acked)); err != nil {
+			return err
+		}
+		if res.Stored > 0 {
+			_ = s.store.Notify(ctx, store.ChannelTaskEvents, k.task)
+		}
+		if res.Terminal != "" || res.Requeued {
+			schedule = true
+		}
+	}
+	if schedule {
+		// A slot came free or a task went back to the queue.
+		_ = s.store.Notify(ctx, store.ChannelSubmit, "")
+	}
+	return nil
+}
+
+func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: k.task, Attempt: k.attempt, AckedSeq: seq}}}
+}

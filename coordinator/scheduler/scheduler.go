@@ -1,0 +1,132 @@
+// Package scheduler places queued tasks on nodes. Exactly one replica
+// schedules at a time — the holder of the leader advisory lock — so placement
+// decisions never race each other; the others stand by and take over within a
+// second or two of the leader's lease going away.
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/store"
+)
+
+// Config tunes the scheduler. Zero values take the defaults.
+type Config struct {
+	// Tick is how often a pass runs with no doorbell (500 ms).
+	Tick time.Duration
+	// Batch is how many queued tasks one pass claims (256).
+	Batch int
+	// LeaderRetry is how often a standby tries for the leader lock (1 s).
+	LeaderRetry time.Duration
+}
+
+// Scheduler runs dispatch passes while it leads.
+type Scheduler struct {
+	cfg    Config
+	store  *store.Store
+	bus    *bus.Bus
+	leases *lease.Keeper
+	log    *slog.Logger
+	// OnLeader, if set, is called with true when this replica becomes leader and
+	// false when it stops being one. Other leader-only loops hang off it.
+	OnLeader func(ctx context.Context)
+}
+
+// New returns a scheduler.
+func New(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Scheduler {
+	if cfg.Tick == 0 {
+		cfg.Tick = 500 * time.Millisecond
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 256
+	}
+	if cfg.LeaderRetry == 0 {
+		cfg.LeaderRetry = time.Second
+	}
+	return &Scheduler{cfg: cfg, store: st, bus: b, leases: leases, log: log}
+}
+
+// Run competes for leadership until ctx ends, scheduling while it leads.
+func (s *Scheduler) Run(ctx context.Context) {
+	for {
+		l, err := s.leases.Current(ctx)
+		if err != nil {
+			return
+		}
+		ok, err := l.TryLock(ctx, lease.LeaderKey)
+		if err == nil && ok {
+			s.lead(ctx, l)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.LeaderRetry):
+		}
+	}
+}
+
+// lead runs passes until the lease is lost or ctx ends.
+func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
+	s.log.Info("this replica is now the leader: scheduling")
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	if s.OnLeader != nil {
+		go s.OnLeader(lctx)
+	}
+	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
+	defer unsubscribe()
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := s.Pass(lctx); err != nil && lctx.Err() == nil {
+			s.log.Warn("scheduler: pass failed; retrying", "err", err)
+		}
+		select {
+		case <-lctx.Done():
+			s.log.Info("this replica is no longer the leader")
+			_ = l.Unlock(context.WithoutCancel(ctx), lease.LeaderKey)
+			return
+		case <-bell:
+		case <-t.C:
+		}
+	}
+}
+
+// Pass runs dispatch passes until the queue has nothing more to place, and
+// rings each node that was given work.
+func (s *Scheduler) Pass(ctx context.Context) error {
+	for {
+		placed, err := s.store.DispatchPass(ctx, s.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		notified := map[string]bool{}
+		for _, p := range placed {
+			s.log.Debug("task placed", "task", p.TaskID, "node", p.NodeID, "attempt", p.Attempt)
+			_ = s.store.Notify(ctx, store.ChannelTaskEvents, p.TaskID)
+			if !notified[p.NodeID] {
+				notified[p.NodeID] = true
+				if err := s.store.Notify(ctx, store.ChannelNodeCommands, p.NodeID); err != nil {
+					s.log.Warn("scheduler: ring node (it will poll)", "node", p.NodeID, "err", err)
+				}
+			}
+		}
+		if len(placed) < s.cfg.Batch {
+			return nil
+		}
+	}
+}

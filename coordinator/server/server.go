@@ -1,0 +1,246 @@
+// Package server wires a coordinator replica together: the HTTP listener
+// (HTTP/1.1 and HTTP/2 cleartext), authentication, the three Connect services,
+// health endpoints and the background loops, and shuts them down in the right
+// order.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/admin"
+	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/schema"
+)
+
+// Config is a replica's configuration.
+type Config struct {
+	DatabaseURL string
+	// Listen is the address to serve on; loopback unless AllowNonLoopback.
+	Listen string
+	// AllowNonLoopback permits a non-loopback Listen in the local transport
+	// (in a container, where the port is published deliberately).
+	AllowNonLoopback bool
+	// Token is the bearer token API callers must present.
+	Token string
+	// Advertise is the URL nodes are told to reach this replica at; defaults to
+	// http://<Listen>.
+	Advertise string
+	// ReplicaID names this replica; a fresh id by default.
+	ReplicaID string
+	Nodes     nodes.Config
+	Scheduler scheduler.Config
+	Logger    *slog.Logger
+}
+
+// Server is one running coordinator replica.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *store.Store
+	bus      *bus.Bus
+	leases   *lease.Keeper
+	nodes    *nodes.Service
+	sched    *scheduler.Scheduler
+	http     *http.Server
+	listener net.Listener
+}
+
+// New connects to Postgres, applies migrations and builds the replica. Nothing
+// is served until Run.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("no API token: set PODIUM_TOKEN (or --token) to a secret that CLI users will present")
+	}
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:7070"
+	}
+	if err := checkListen(cfg.Listen, cfg.AllowNonLoopback); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = ids.New("replica")
+	}
+	log = log.With("replica", cfg.ReplicaID)
+	if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = "http://" + ln.Addr().String()
+	}
+	s := &Server{cfg: cfg, log: log, store: st, listener: ln}
+	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover)
+	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
+	cfg.Nodes.Replica = cfg.ReplicaID
+	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
+	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
+
+	mux := http.NewServeMux()
+	auth := connect.WithInterceptors(tokenAuth{token: cfg.Token})
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes))
+	mux.Handle(podiumv1connect.NewTaskServiceHandler(tasks.NewService(st, s.bus, log), auth))
+	mux.Handle(podiumv1connect.NewAdminServiceHandler(admin.NewService(st, log), auth))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.http = &http.Server{Handler: mux, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	return s, nil
+}
+
+// Migrate applies the schema on a direct connection.
+func Migrate(ctx context.Context, url string, log *slog.Logger) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres to migrate: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	applied, err := schema.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		log.Info("schema migrated", "applied", applied)
+	}
+	return nil
+}
+
+func checkListen(addr string, allow bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", addr, err)
+	}
+	if allow {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("listen address %q is not loopback: the local transport serves plain HTTP with a bearer token, "+
+			"so it stays on this machine unless you pass --allow-non-loopback (for example inside a container)", addr)
+	}
+	return nil
+}
+
+// Addr is the address the replica listens on.
+func (s *Server) Addr() string { return s.listener.Addr().String() }
+
+// URL is the replica's base URL.
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// ReplicaID is this replica's id.
+func (s *Server) ReplicaID() string { return s.cfg.ReplicaID }
+
+// Store is the replica's store (for tests and tools in this module).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Nodes is the replica's node service.
+func (s *Server) Nodes() *nodes.Service { return s.nodes }
+
+// Leases is the replica's lease keeper.
+func (s *Server) Leases() *lease.Keeper { return s.leases }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Pool.Ping(ctx); err != nil {
+		http.Error(w, "not ready: Postgres does not answer: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// Run serves until ctx ends, then shuts down: sessions first, so node stream
+// handlers return before the HTTP server waits on them, then the server, then
+// the background loops and the lease (releasing every lock).
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.store.RegisterReplica(ctx, s.cfg.ReplicaID, s.cfg.Advertise); err != nil {
+		return err
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(bg) }()
+	}
+	start(func(c context.Context) { _ = s.bus.Run(c) })
+	start(s.leases.Run)
+	start(s.nodes.Run)
+	start(s.sched.Run)
+	// A lost lease ends every session at once: this replica can no longer prove
+	// it holds any node.
+	start(func(c context.Context) {
+		for {
+			l, err := s.leases.Current(c)
+			if err != nil {
+				return
+			}
+			select {
+			case <-c.Done():
+				return
+			case <-l.Lost():
+				s.nodes.Registry().CloseAll()
+			}
+		}
+	})
+
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.listener) }()
+	s.log.Info("coordinator serving", "addr", s.Addr(), "advertise", s.cfg.Advertise)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.log.Info("coordinator shutting down")
+	s.nodes.Registry().CloseAll()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := s.http.Shutdown(sctx); serr != nil {
+		s.log.Warn("http shutdown", "err", serr)
+		_ = s.http.Close()
+	}
+	stopBG()
+	wg.Wait()
+	s.store.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

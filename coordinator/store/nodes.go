@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Node is a row of podium.nodes plus what is derived from the tasks table.
+type Node struct {
+	ID               string
+	KeyHash          []byte
+	Hostname         string
+	AgentVersion     string
+	Labels           []string
+	Draining         bool
+	MaxTasksOverride int32
+	CPUCores         float64
+	MemoryMB         int64
+	DiskFreeMB       int64
+	MaxTasks         int32
+	Status           string
+	LastHeartbeatAt  *time.Time
+	SessionReplica   *string
+	SessionEpoch     int64
+	LastAssignedAt   *time.Time
+	EnrolledAt       time.Time
+	RunningTasks     int32
+}
+
+// SlotLimit is how many tasks the node may run at once: the operator's override
+// when there is one, else the node's own number.
+func (n Node) SlotLimit() int32 {
+	if n.MaxTasksOverride > 0 {
+		return n.MaxTasksOverride
+	}
+	return n.MaxTasks
+}
+
+// FreeSlots is what is left of the slot limit, never negative.
+func (n Node) FreeSlots() int32 {
+	free := n.SlotLimit() - n.RunningTasks
+	if free < 0 || n.Draining {
+		return 0
+	}
+	return free
+}
+
+const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.draining,
+	n.max_tasks_override, n.cpu_cores, n.memory_mb, n.disk_free_mb, n.max_tasks, n.status,
+	n.last_heartbeat_at, n.session_replica, n.session_epoch, n.last_assigned_at, n.enrolled_at,
+	(select count(*) from podium.tasks t where t.node_id = n.id
+	   and t.state in ('scheduled', 'provisioning', 'running'))::int`
+
+func scanNode(row pgx.Row) (Node, error) {
+	var n Node
+	err := row.Scan(&n.ID, &n.KeyHash, &n.Hostname, &n.AgentVersion, &n.Labels, &n.Draining,
+		&n.MaxTasksOverride, &n.CPUCores, &n.MemoryMB, &n.DiskFreeMB, &n.MaxTasks, &n.Status,
+		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
+		&n.RunningTasks)
+	return n, err
+}
+
+// GetNode reads one node.
+func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
+	n, err := scanNode(s.Pool.QueryRow(ctx, "select "+nodeColumns+" from podium.nodes n where n.id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return n, ErrNotFound
+	}
+	return n, err
+}
+
+// ListNodes reads every node, oldest enrollment first.
+func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.Pool.Query(ctx, "select "+nodeColumns+" from podium.nodes n order by n.enrolled_at, n.id")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
+}
+
+// SessionStart is what a node's Hello writes.
+type SessionStart struct {
+	NodeID       string
+	Replica      string
+	Hostname     string
+	AgentVersion string
+	CPUCores     float64
+	MemoryMB     int64
+	DiskFreeMB   int64
+	MaxTasks     int32
+}
+
+// StartSession records that replica now holds the node's stream and returns the
+// node row with its new epoch. The caller must already hold the node's lease.
+func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error) {
+	var epoch int64
+	err := s.Pool.QueryRow(ctx, `update podium.nodes set
+			session_replica = $2, session_epoch = session_epoch + 1, status = 'online',
+			session_started_at = clock_timestamp(),
+			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
+			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8
+		where id = $1 returning session_epoch`,
+		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
+	).Scan(&epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Node{}, ErrNotFound
+	}
+	if err != nil {
+		return Node{}, err
+	}
+	return s.GetNode(ctx, in.NodeID)
+}
+
+// EndSession clears the node's session if it is still the one with this epoch,
+// and marks it unreachable: a node whose stream ended cannot be told anything
+// until it comes back.
+func (s *Store) EndSession(ctx context.Context, nodeID string, epoch int64) error {
+	_, err := s.Pool.Exec(ctx, `update podium.nodes set session_replica = null, status = 'unreachable'
+		where id = $1 and session_epoch = $2`, nodeID, epoch)
+	return err
+}
+
+// Heartbeat is one node's latest heartbeat, buffered until the next flush.
+type Heartbeat struct {
+	NodeID     string
+	Epoch      int64
+	At         time.Time
+	CPUCores   float64
+	MemoryMB   int64
+	DiskFreeMB int64
+	MaxTasks   int32
+}
+
+// FlushHeartbeats writes a whole flush of heartbeats in one statement. Only rows
+// whose epoch still matches are written, so a replica that lost a node cannot
+// move its clock. synchronous_commit is off for this transaction alone: losing
+// the last second of heartbeats in a crash is harmless, and waiting for the WAL
+// flush on every beat of ten thousand nodes is not.
+func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, error) {
+	if len(beats) == 0 {
+		return 0, nil
+	}
+	n := len(beats)
+	ids, epochs, ats := make([]string, n), make([]int64, n), make([]time.Time, n)
+	cpus, mems, disks, maxes := make([]float64, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	for i, b := range beats {
+		ids[i], epochs[i], ats[i] = b.NodeID, b.Epoch, b.At
+		cpus[i], mems[i], disks[i], maxes[i] = b.CPUCores, b.MemoryMB, b.DiskFreeMB, b.MaxTasks
+	}
+	var written int64
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "set local synchronous_commit = off"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `update podium.nodes n set
+				last_heartbeat_at = h.at, status = 'online', cpu_cores = h.cpu, memory_mb = h.mem,
+				disk_free_mb = h.disk, max_tasks = h.maxt
+			from unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::float8[], $5::bigint[], $6::bigint[], $7::int[])
+				as h(id, epoch, at, cpu, mem, disk, maxt)
+			where n.id = h.id and n.session_epoch = h.epoch`,
+			ids, epochs, ats, cpus, mems, disks, maxes)
+		written = tag.RowsAffected()
+		return err
+	})
+	return written, err
+}
+
+// CheckEpoch fails with ErrStaleEpoch unless the node's session is still epoch.
+func checkEpoch(ctx context.Context, q querier, nodeID string, epoch int64) error {
+	var cur int64
+	err := q.QueryRow(ctx, "select session_epoch from podium.nodes where id = $1", nodeID).Scan(&cur)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if cur != epoch {
+		return ErrStaleEpoch
+	}
+	return nil
+}
+
+// RegisterReplica records a replica and the address nodes can reach it on.
+func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {
+	_, err := s.Pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
+		on conflict (id) do update set address = excluded.address, seen_at = now()`, id, address)
+	return err
+}
+
+// TouchReplica tells the others this replica is still alive.
+func (s *Store) TouchReplica(ctx context.Context, id string) error {
+	_, err := s.Pool.Exec(ctx, "update podium.replicas set seen_at = now() where id = $1", id)
+	return err
+}
+
+// ReplicaAddresses lists the advertised addresses of replicas seen recently.
+func (s *Store) ReplicaAddresses(ctx context.Context, within time.Duration) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select distinct address from podium.replicas
+		where address <> '' and seen_at > now() - make_interval(secs => $1) order by address`, within.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// RequestTakeover records that a replica has a newer stream for the node.
+func (s *Store) RequestTakeover(ctx context.Context, nodeID string) error {
+	_, err := s.Pool.Exec(ctx, "update podium.nodes set takeover_requested_at = clock_timestamp() where id = $1", nodeID)
+	return err
+}
+
+// TakeoverRequests reports which of a replica's sessions (node id and the epoch
+// it holds) are stale: the node has a newer session, or a newer stream asked
+// for it after the session started.
+func (s *Store) TakeoverRequests(ctx context.Context, nodeIDs []string, epochs []int64) (map[string]bool, error) {
+	rows, err := s.Pool.Query(ctx, `select n.id from podium.nodes n
+		join unnest($1::text[], $2::bigint[]) as h(id, epoch) on h.id = n.id
+		where n.session_epoch <> h.epoch or n.takeover_requested_at > n.session_started_at`, nodeIDs, epochs)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, err
+}

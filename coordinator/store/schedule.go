@@ -1,0 +1,326 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Candidate is a node the scheduler may place work on, as the tables see it.
+// The scheduler works on its own copy for a pass, charging each placement
+// against it so one pass never over-commits a node.
+type Candidate struct {
+	ID             string
+	Labels         []string
+	Draining       bool
+	SlotLimit      int32
+	Running        int32
+	CPUCores       float64 // 0: unmeasured, no constraint
+	MemoryMB       int64   // 0: unmeasured, no constraint
+	CommittedCPU   float64
+	CommittedMemMB int64
+	LastAssignedAt time.Time // zero when never
+}
+
+// FreeSlots is what is left of the slot limit.
+func (c *Candidate) FreeSlots() int32 {
+	if c.Draining || c.Running >= c.SlotLimit {
+		return 0
+	}
+	return c.SlotLimit - c.Running
+}
+
+// Need is what a task asks of a node.
+type Need struct {
+	Labels   []string
+	CPU      float64
+	MemoryMB int64
+}
+
+func (c *Candidate) hasLabels(want []string) bool {
+	for _, l := range want {
+		if !slices.Contains(c.Labels, l) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Candidate) fits(n Need) bool {
+	if c.CPUCores > 0 && n.CPU > 0 && c.CPUCores-c.CommittedCPU < n.CPU-1e-9 {
+		return false
+	}
+	if c.MemoryMB > 0 && n.MemoryMB > 0 && c.MemoryMB-c.CommittedMemMB < n.MemoryMB {
+		return false
+	}
+	return true
+}
+
+// Place picks a node for a task: among the connected, undrained nodes that carry
+// every label the task needs, have the CPU and memory for it and a free slot, the
+// one with the most free slots; ties go to the node assigned longest ago, then
+// the lowest id. When none fits it returns -1 and the reason, checked in an
+// order that names the first thing a user has to fix.
+func Place(n Need, cands []*Candidate) (int, string) {
+	if len(cands) == 0 {
+		return -1, "no node is connected"
+	}
+	var labelled, undrained, roomy []int
+	for i, c := range cands {
+		if c.hasLabels(n.Labels) {
+			labelled = append(labelled, i)
+		}
+	}
+	if len(labelled) == 0 {
+		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
+	}
+	for _, i := range labelled {
+		if !cands[i].Draining {
+			undrained = append(undrained, i)
+		}
+	}
+	if len(undrained) == 0 {
+		return -1, "every node with the labels the task needs is draining"
+	}
+	for _, i := range undrained {
+		if cands[i].fits(n) {
+			roomy = append(roomy, i)
+		}
+	}
+	if len(roomy) == 0 {
+		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
+	}
+	best := -1
+	for _, i := range roomy {
+		c := cands[i]
+		if c.FreeSlots() == 0 {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := cands[best]
+		switch {
+		case c.FreeSlots() != b.FreeSlots():
+			if c.FreeSlots() > b.FreeSlots() {
+				best = i
+			}
+		case !c.LastAssignedAt.Equal(b.LastAssignedAt):
+			if c.LastAssignedAt.Before(b.LastAssignedAt) {
+				best = i
+			}
+		case c.ID < b.ID:
+			best = i
+		}
+	}
+	if best < 0 {
+		return -1, "every node that could run the task is busy: it waits for a free slot"
+	}
+	return best, ""
+}
+
+// Placement is one task given to one node.
+type Placement struct {
+	TaskID  string
+	NodeID  string
+	Attempt int32
+}
+
+// candidates reads the connected nodes with what they are already committed to.
+func candidates(ctx context.Context, q querier) ([]*Candidate, error) {
+	rows, err := q.Query(ctx, `select n.id, n.labels, n.draining,
+			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
+			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
+			coalesce(n.last_assigned_at, 'epoch'::timestamptz)
+		from podium.nodes n
+		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem
+		           from podium.tasks where state in ('scheduled', 'provisioning', 'running')
+		           group by node_id) t on t.node_id = n.id
+		where n.session_replica is not null and n.status = 'online'
+		order by n.id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Candidate, error) {
+		c := &Candidate{}
+		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
+			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt)
+		return c, err
+	})
+}
+
+// DispatchPass claims up to batch queued tasks (highest priority, then oldest)
+// with FOR UPDATE SKIP LOCKED, places each it can, and records why the others
+// wait. It returns the placements so the caller can ring each node's doorbell
+// after the commit.
+func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error) {
+	var placed []Placement
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		placed = nil
+		cands, err := candidates(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason from podium.tasks
+			where state = 'queued' order by priority desc, created_at, id
+			for update skip locked limit $1`, batch)
+		if err != nil {
+			return err
+		}
+		type queued struct {
+			id      string
+			need    Need
+			attempt int32
+			reason  string
+		}
+		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
+			var q queued
+			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.attempt, &q.reason)
+			return q, err
+		})
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, q := range qs {
+			i, why := Place(q.need, cands)
+			if i < 0 {
+				if why != q.reason {
+					if _, err := tx.Exec(ctx, "update podium.tasks set reason = $2 where id = $1", q.id, why); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			c := cands[i]
+			attempt := q.attempt + 1
+			if _, err := tx.Exec(ctx, `update podium.tasks set state = 'scheduled', node_id = $2, attempt = $3,
+					scheduled_at = now(), reason = '' where id = $1`, q.id, c.ID, attempt); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `insert into podium.attempts (task_id, attempt, node_id) values ($1, $2, $3)`,
+				q.id, attempt, c.ID); err != nil {
+				return err
+			}
+			if err := InsertCommand(ctx, tx, Command{NodeID: c.ID, Kind: "assign", TaskID: q.id, Attempt: attempt}); err != nil {
+				return err
+			}
+			if err := appendStatus(ctx, tx, q.id, attempt, Scheduled, "assigned to "+c.ID, nil, 0); err != nil {
+				return err
+			}
+			c.Running++
+			c.CommittedCPU += q.need.CPU
+			c.CommittedMemMB += q.need.MemoryMB
+			c.LastAssignedAt = now
+			placed = append(placed, Placement{TaskID: q.id, NodeID: c.ID, Attempt: attempt})
+		}
+		seen := map[string]bool{}
+		for _, p := range placed {
+			if seen[p.NodeID] {
+				continue
+			}
+			seen[p.NodeID] = true
+			if _, err := tx.Exec(ctx, "update podium.nodes set last_assigned_at = now() where id = $1", p.NodeID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return placed, err
+}
+
+// CancelOutcome says what a cancel did.
+type CancelOutcome struct {
+	Task Task
+	// NotifyNode is the node that was sent a cancel command, "" if none.
+	NotifyNode string
+}
+
+// CancelTask cancels a task. A queued task ends cancelled at once, without
+// running. A task held by a node gets a cancel command; it ends when the node
+// reports it stopped. A finished task is left as it is.
+func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcome, error) {
+	var out CancelOutcome
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		out = CancelOutcome{}
+		t, err := scanTask(tx.QueryRow(ctx, "select "+taskColumns+" from podium.tasks where id = $1 for update", id))
+		if err != nil {
+			if err == pgx.ErrNoRows {
+				return ErrNotFound
+			}
+			return err
+		}
+		switch {
+		case t.State == Queued:
+			r := "cancelled before it ran: " + reason
+			if _, err := TransitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Cancelled, Reason: &r}); err != nil {
+				return err
+			}
+			if err := appendStatus(ctx, tx, id, t.Attempt, Cancelled, r, nil, 0); err != nil {
+				return err
+			}
+		case slices.Contains(Active, t.State) && t.NodeID != nil:
+			if t.CancelRequestedAt == nil {
+				if _, err := tx.Exec(ctx, "update podium.tasks set cancel_requested_at = now() where id = $1", id); err != nil {
+					return err
+				}
+			}
+			if err := InsertCommand(ctx, tx, Command{NodeID: *t.NodeID, Kind: "cancel", TaskID: id, Attempt: t.Attempt, Reason: reason}); err != nil {
+				return err
+			}
+			if err := AppendNote(ctx, tx, id, t.Attempt, "cancel requested: "+reason); err != nil {
+				return err
+			}
+			out.NotifyNode = *t.NodeID
+		}
+		out.Task, err = getTask(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// LoseTask applies the node-loss policy to a task its node no longer has: a new
+// attempt when the spec allows re-running it and attempts remain, otherwise
+// lost. It first writes a note into the task's own log so the user reading it
+// learns what happened. A task that has meanwhile left its active states is
+// left alone.
+func LoseTask(ctx context.Context, tx pgx.Tx, t Task, why string) (requeued bool, err error) {
+	if !t.RetryOnNodeLoss || t.Attempt >= t.MaxAttempts {
+		reason := why
+		if t.RetryOnNodeLoss {
+			reason += fmt.Sprintf("; not retried: all %d attempts used", t.MaxAttempts)
+		}
+		moved, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Lost, Attempt: t.Attempt, Reason: &reason})
+		if err != nil || !moved {
+			return false, err
+		}
+		if err := AppendNote(ctx, tx, t.ID, t.Attempt, "node lost: "+why); err != nil {
+			return false, err
+		}
+		return false, appendStatus(ctx, tx, t.ID, t.Attempt, Lost, reason, nil, 0)
+	}
+	reason := why + "; requeued"
+	moved, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Queued, Attempt: t.Attempt, Reason: &reason})
+	if err != nil || !moved {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", t.ID, t.Attempt); err != nil {
+		return false, err
+	}
+	return true, AppendNote(ctx, tx, t.ID, t.Attempt, fmt.Sprintf("node lost: %s; requeued for attempt %d of %d", why, t.Attempt+1, t.MaxAttempts))
+}
+
+// TasksOnNode lists the tasks the control plane holds on a node.
+func TasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) {
+	rows, err := q.Query(ctx, "select "+taskColumns+` from podium.tasks
+		where node_id = $1 and state in ('scheduled', 'provisioning', 'running') order by id`, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+}

@@ -1,0 +1,75 @@
+// Package store is the coordinator's only door to Postgres. Every table Podium
+// keeps is read and written here, so the rules that make several replicas safe
+// (one transition function with an explicit allowed-from set, idempotent event
+// ingest, epoch-checked writes for a node) live in one place.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Sentinel errors callers branch on.
+var (
+	ErrNotFound     = errors.New("store: not found")
+	ErrTokenUnknown = errors.New("enrollment token is not known: create one with `podium token create`")
+	ErrTokenUsed    = errors.New("enrollment token was already used: tokens are single use, create a new one with `podium token create`")
+	ErrTokenExpired = errors.New("enrollment token has expired: create a new one with `podium token create`")
+	// ErrStaleEpoch means a replica tried to write for a node whose stream has
+	// since moved to a newer session; the write was not made.
+	ErrStaleEpoch = errors.New("store: the node's session has moved on (stale epoch)")
+)
+
+// Store wraps the connection pool.
+type Store struct {
+	Pool *pgxpool.Pool
+}
+
+// Open connects to Postgres and checks that it answers.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", redactURL(cfg.ConnConfig), err)
+	}
+	return &Store{Pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.Pool.Close() }
+
+func redactURL(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Tx runs fn in a transaction, committing when it returns nil.
+func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.Pool, fn)
+}
+
+// Notify rings a doorbell. It is deliberately its own statement, outside any
+// transaction that did the work: Postgres serialises notifying commits on one
+// cluster-wide lock, so hot paths commit first and ring after.
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	_, err := s.Pool.Exec(ctx, "select pg_notify($1, $2)", channel, payload)
+	return err
+}

@@ -1,0 +1,296 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// Task states as stored. They match podiumv1.TaskState one for one.
+const (
+	Queued       = "queued"
+	Scheduled    = "scheduled"
+	Provisioning = "provisioning"
+	Running      = "running"
+	Succeeded    = "succeeded"
+	Failed       = "failed"
+	Cancelled    = "cancelled"
+	Lost         = "lost"
+)
+
+// Active are the states in which a task is held by a node.
+var Active = []string{Scheduled, Provisioning, Running}
+
+// Terminal reports whether a state is one no event may leave.
+func Terminal(state string) bool {
+	switch state {
+	case Succeeded, Failed, Cancelled, Lost:
+		return true
+	}
+	return false
+}
+
+var stateToProto = map[string]podiumv1.TaskState{
+	Queued: podiumv1.TaskState_TASK_STATE_QUEUED, Scheduled: podiumv1.TaskState_TASK_STATE_SCHEDULED,
+	Provisioning: podiumv1.TaskState_TASK_STATE_PROVISIONING, Running: podiumv1.TaskState_TASK_STATE_RUNNING,
+	Succeeded: podiumv1.TaskState_TASK_STATE_SUCCEEDED, Failed: podiumv1.TaskState_TASK_STATE_FAILED,
+	Cancelled: podiumv1.TaskState_TASK_STATE_CANCELLED, Lost: podiumv1.TaskState_TASK_STATE_LOST,
+}
+
+// StateProto converts a stored state to the API's enum.
+func StateProto(s string) podiumv1.TaskState { return stateToProto[s] }
+
+// StateName converts the API's enum to a stored state, "" for unspecified.
+func StateName(s podiumv1.TaskState) string {
+	for k, v := range stateToProto {
+		if v == s {
+			return k
+		}
+	}
+	return ""
+}
+
+// Task is a row of podium.tasks.
+type Task struct {
+	ID                string
+	Spec              *podiumv1.TaskSpec
+	State             string
+	Reason            string
+	ExitCode          *int32
+	Signal            int32
+	NodeID            *string
+	Attempt           int32
+	Priority          int32
+	MaxAttempts       int32
+	RetryOnNodeLoss   bool
+	RequestedBy       string
+	CreatedAt         time.Time
+	ScheduledAt       *time.Time
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+	CancelRequestedAt *time.Time
+	LastSeq           int64
+}
+
+// Proto renders the row for the API.
+func (t Task) Proto() *podiumv1.Task {
+	p := &podiumv1.Task{
+		Id: t.ID, Spec: t.Spec, State: StateProto(t.State), Reason: t.Reason, ExitCode: t.ExitCode,
+		Signal: t.Signal, Attempt: t.Attempt, CreatedAt: timestamppb.New(t.CreatedAt),
+		RequestedBy: t.RequestedBy, LastSeq: uint64(t.LastSeq),
+	}
+	if t.NodeID != nil {
+		p.NodeId = *t.NodeID
+	}
+	if t.StartedAt != nil {
+		p.StartedAt = timestamppb.New(*t.StartedAt)
+	}
+	if t.FinishedAt != nil {
+		p.FinishedAt = timestamppb.New(*t.FinishedAt)
+	}
+	return p
+}
+
+const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
+	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
+	finished_at, cancel_requested_at, last_seq`
+
+func scanTask(row pgx.Row) (Task, error) {
+	var t Task
+	var spec []byte
+	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
+		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
+		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq)
+	if err != nil {
+		return t, err
+	}
+	t.Spec = &podiumv1.TaskSpec{}
+	if err := protojson.Unmarshal(spec, t.Spec); err != nil {
+		return t, fmt.Errorf("task %s: stored spec does not parse: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// InsertTask stores a new queued task. The spec must already be valid.
+func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSpec, requestedBy string) (Task, error) {
+	js, err := protojson.Marshal(spec)
+	if err != nil {
+		return Task{}, err
+	}
+	labels := spec.GetLabels()
+	if labels == nil {
+		labels = []string{}
+	}
+	maxAttempts := spec.GetMaxAttempts()
+	if maxAttempts < 1 {
+		maxAttempts = 1
+	}
+	res := spec.GetResources()
+	return scanTask(s.Pool.QueryRow(ctx, `insert into podium.tasks
+		(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning `+taskColumns,
+		id, js, spec.GetPriority(), labels, res.GetCpu(), res.GetMemoryMb(), maxAttempts,
+		spec.GetRetryOnNodeLoss(), requestedBy))
+}
+
+// GetTask reads one task.
+func (s *Store) GetTask(ctx context.Context, id string) (Task, error) {
+	return getTask(ctx, s.Pool, id)
+}
+
+func getTask(ctx context.Context, q querier, id string) (Task, error) {
+	t, err := scanTask(q.QueryRow(ctx, "select "+taskColumns+" from podium.tasks where id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	return t, err
+}
+
+// ListTasks lists tasks newest first, optionally only in some states.
+func (s *Store) ListTasks(ctx context.Context, states []string, limit int) ([]Task, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.Pool.Query(ctx, "select "+taskColumns+` from podium.tasks
+		where cardinality($1::text[]) = 0 or state = any($1)
+		order by created_at desc, id desc limit $2`, states, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+}
+
+// Transition is one allowed move of a task's state.
+type Transition struct {
+	TaskID string
+	// From is every state the task may be in for the move to happen. A task in
+	// any other state is left alone: the move is a rejected no-op, not an error,
+	// because late and replayed events are routine.
+	From []string
+	To   string
+	// Attempt, when non-zero, also requires the task to be on that attempt, so an
+	// event from an attempt that was already given up cannot move the next one.
+	Attempt  int32
+	Reason   *string
+	ExitCode *int32
+	Signal   int32
+}
+
+// TransitionTask is the one function through which a task changes state. It
+// reports whether the move was made.
+func TransitionTask(ctx context.Context, q querier, tr Transition) (bool, error) {
+	if len(tr.From) == 0 {
+		return false, errors.New("store: a transition needs an explicit from set")
+	}
+	tag, err := q.Exec(ctx, `update podium.tasks set
+			state = $3,
+			reason = coalesce($5, reason),
+			exit_code = coalesce($6, exit_code),
+			signal = case when $7 <> 0 then $7 else signal end,
+			started_at = case when $3 = 'running' then coalesce(started_at, now()) else started_at end,
+			finished_at = case when $3 in ('succeeded', 'failed', 'cancelled', 'lost') then now() else finished_at end,
+			node_id = case when $3 = 'queued' then null else node_id end
+		where id = $1 and state = any($2) and ($4 = 0 or attempt = $4)`,
+		tr.TaskID, tr.From, tr.To, tr.Attempt, tr.Reason, tr.ExitCode, tr.Signal)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Transition runs TransitionTask on its own.
+func (s *Store) Transition(ctx context.Context, tr Transition) (bool, error) {
+	return TransitionTask(ctx, s.Pool, tr)
+}
+
+// nextSeqs reserves n positions in a task's log. The row lock it takes is what
+// orders concurrent writers of one task's log by commit.
+func nextSeqs(ctx context.Context, q querier, taskID string, n int) (first int64, err error) {
+	var last int64
+	err = q.QueryRow(ctx, "update podium.tasks set last_seq = last_seq + $2 where id = $1 returning last_seq",
+		taskID, n).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrNotFound
+	}
+	return last - int64(n) + 1, err
+}
+
+// AppendNote writes one of Podium's own lines into a task's log.
+func AppendNote(ctx context.Context, q querier, taskID string, attempt int32, text string) error {
+	seq, err := nextSeqs(ctx, q, taskID, 1)
+	if err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `insert into podium.task_events (task_id, seq, attempt, kind, text)
+		values ($1, $2, $3, 'note', $4)`, taskID, seq, attempt, text)
+	return err
+}
+
+// AppendNote is the store-level form of the package function.
+func (s *Store) AppendNote(ctx context.Context, taskID string, attempt int32, text string) error {
+	return s.Tx(ctx, func(tx pgx.Tx) error { return AppendNote(ctx, tx, taskID, attempt, text) })
+}
+
+func appendStatus(ctx context.Context, q querier, taskID string, attempt int32, state, reason string, exit *int32, signal int32) error {
+	seq, err := nextSeqs(ctx, q, taskID, 1)
+	if err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `insert into podium.task_events (task_id, seq, attempt, kind, state, reason, exit_code, signal)
+		values ($1, $2, $3, 'status', $4, $5, $6, $7)`, taskID, seq, attempt, state, reason, exit, signal)
+	return err
+}
+
+// StoredEvent is an event with its position in the task's log.
+type StoredEvent struct {
+	Seq   int64
+	Event *podiumv1.TaskEvent
+}
+
+// ReadEvents returns up to limit events after position after.
+func (s *Store) ReadEvents(ctx context.Context, taskID string, after int64, limit int) ([]StoredEvent, error) {
+	rows, err := s.Pool.Query(ctx, `select seq, attempt, coalesce(node_seq, 0), at, kind,
+			coalesce(log_offset, 0), data, coalesce(state, ''), coalesce(reason, ''), exit_code,
+			coalesce(signal, 0), coalesce(text, '')
+		from podium.task_events where task_id = $1 and seq > $2 order by seq limit $3`, taskID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredEvent, error) {
+		var (
+			se                        StoredEvent
+			attempt, signal           int32
+			nodeSeq, offset           int64
+			at                        time.Time
+			kind, state, reason, text string
+			data                      []byte
+			exit                      *int32
+		)
+		if err := r.Scan(&se.Seq, &attempt, &nodeSeq, &at, &kind, &offset, &data, &state, &reason, &exit, &signal, &text); err != nil {
+			return se, err
+		}
+		ev := &podiumv1.TaskEvent{TaskId: taskID, Seq: uint64(nodeSeq), Attempt: attempt, Time: timestamppb.New(at)}
+		switch kind {
+		case "stdout", "stderr":
+			stream := podiumv1.LogStream_LOG_STREAM_STDOUT
+			if kind == "stderr" {
+				stream = podiumv1.LogStream_LOG_STREAM_STDERR
+			}
+			ev.Body = &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Stream: stream, Offset: uint64(offset), Data: data}}
+		case "status":
+			ev.Body = &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
+				State: StateProto(state), Reason: reason, ExitCode: exit, Signal: signal}}
+		default:
+			ev.Body = &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}
+		}
+		se.Event = ev
+		return se, nil
+	})
+}

@@ -1,0 +1,176 @@
+// Package tasks serves podium.v1.TaskService: submitting, reading, cancelling
+// and following tasks. It writes nothing a node must see directly: a submit is a
+// row and a doorbell for the scheduler, a cancel a row and a doorbell for the
+// replica holding the node's stream.
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/taskspec"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// Service implements podium.v1.TaskService.
+type Service struct {
+	store *store.Store
+	bus   *bus.Bus
+	log   *slog.Logger
+}
+
+// NewService returns the task service.
+func NewService(st *store.Store, b *bus.Bus, log *slog.Logger) *Service {
+	return &Service{store: st, bus: b, log: log}
+}
+
+// CallerKey is the context key under which the server puts who is calling.
+type CallerKey struct{}
+
+// Submit validates a spec, stores the task queued and wakes the scheduler.
+// A spec that is not valid is refused with the field named and nothing stored.
+func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.SubmitRequest]) (*connect.Response[podiumv1.SubmitResponse], error) {
+	spec := req.Msg.GetSpec()
+	if spec == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("spec: required"))
+	}
+	if err := taskspec.Validate(spec); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	who, _ := ctx.Value(CallerKey{}).(string)
+	t, err := s.store.InsertTask(ctx, ids.New("task"), spec, who)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the task: %w", err))
+	}
+	if err := s.store.Notify(ctx, store.ChannelSubmit, t.ID); err != nil {
+		s.log.Warn("tasks: ring the scheduler (it will find the task on its next tick)", "err", err)
+	}
+	s.log.Info("task submitted", "task", t.ID, "spec", spec, "by", who)
+	return connect.NewResponse(&podiumv1.SubmitResponse{Task: t.Proto()}), nil
+}
+
+// Get returns one task.
+func (s *Service) Get(ctx context.Context, req *connect.Request[podiumv1.GetRequest]) (*connect.Response[podiumv1.GetResponse], error) {
+	t, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.GetResponse{Task: t.Proto()}), nil
+}
+
+func (s *Service) get(ctx context.Context, id string) (store.Task, error) {
+	if !ids.Valid("task", id) {
+		return store.Task{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("id: %q is not a task id (they look like task_01J…)", id))
+	}
+	t, err := s.store.GetTask(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, connect.NewError(connect.CodeNotFound, fmt.Errorf("no task %s", id))
+	}
+	if err != nil {
+		return t, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return t, nil
+}
+
+// List returns tasks newest first.
+func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRequest]) (*connect.Response[podiumv1.ListResponse], error) {
+	var states []string
+	for _, st := range req.Msg.GetStates() {
+		name := store.StateName(st)
+		if name == "" {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("states: %v is not a task state", st))
+		}
+		states = append(states, name)
+	}
+	limit := int(req.Msg.GetLimit())
+	if limit < 0 || limit > 10000 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("limit: want 0 (default 100) to 10000"))
+	}
+	ts, err := s.store.ListTasks(ctx, states, limit)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	out := &podiumv1.ListResponse{}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, t.Proto())
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Cancel cancels a task. It does not wait for the node: a running task ends
+// cancelled once its node has stopped it (SIGTERM, the grace period, SIGKILL).
+func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.CancelRequest]) (*connect.Response[podiumv1.CancelResponse], error) {
+	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+		return nil, err
+	}
+	reason := req.Msg.GetReason()
+	if reason == "" {
+		reason = "cancelled by request"
+		if who, _ := ctx.Value(CallerKey{}).(string); who != "" {
+			reason = "cancelled by " + who
+		}
+	}
+	out, err := s.store.CancelTask(ctx, req.Msg.GetId(), reason)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if out.NotifyNode != "" {
+		_ = s.store.Notify(ctx, store.ChannelNodeCommands, out.NotifyNode)
+	}
+	_ = s.store.Notify(ctx, store.ChannelTaskEvents, out.Task.ID)
+	return connect.NewResponse(&podiumv1.CancelResponse{Task: out.Task.Proto()}), nil
+}
+
+// Events streams a task's log from after_seq. With follow it stays open until
+// the task has ended and every event up to its end was sent; the last message
+// carries the task. It waits on the task's doorbell, with a slow poll as the
+// safety net for a doorbell missed while the listener reconnected.
+func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.EventsRequest], stream *connect.ServerStream[podiumv1.EventsResponse]) error {
+	id := req.Msg.GetId()
+	if _, err := s.get(ctx, id); err != nil {
+		return err
+	}
+	bell, unsubscribe := s.bus.Subscribe(store.ChannelTaskEvents, id)
+	defer unsubscribe()
+	after := int64(req.Msg.GetAfterSeq())
+	for {
+		// Read the task before its events: if it was terminal then, every event
+		// up to its last_seq is already committed.
+		t, err := s.store.GetTask(ctx, id)
+		if err != nil {
+			return connect.NewError(connect.CodeUnavailable, err)
+		}
+		for {
+			evs, err := s.store.ReadEvents(ctx, id, after, 500)
+			if err != nil {
+				return connect.NewError(connect.CodeUnavailable, err)
+			}
+			for _, e := range evs {
+				if err := stream.Send(&podiumv1.EventsResponse{Seq: uint64(e.Seq), Event: e.Event}); err != nil {
+					return err
+				}
+				after = e.Seq
+			}
+			if len(evs) < 500 {
+				break
+			}
+		}
+		if !req.Msg.GetFollow() || (store.Terminal(t.State) && after >= t.LastSeq) {
+			return stream.Send(&podiumv1.EventsResponse{Task: t.Proto()})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-bell:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}

@@ -1,0 +1,127 @@
+// Package coordtest starts real coordinator replicas for tests, on a real
+// Postgres from pgtest, and gives tests Connect clients for them. Production
+// code never imports it.
+package coordtest
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// Token is the API token test replicas accept.
+const Token = "test-token"
+
+// Replica is a running coordinator replica.
+type Replica struct {
+	*server.Server
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Stop shuts the replica down gracefully and waits for it.
+func (r *Replica) Stop() {
+	r.cancel()
+	<-r.done
+}
+
+// Options tune a test replica.
+type Options struct {
+	Nodes nodes.Config
+}
+
+// Start runs a replica on the database until the test ends.
+func Start(t testing.TB, databaseURL string, opts Options) *Replica {
+	t.Helper()
+	level := slog.LevelWarn
+	if os.Getenv("PODIUM_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{
+		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes,
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("coordtest: start replica: %v", err)
+	}
+	r := &Replica{Server: srv, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		if err := srv.Run(ctx); err != nil {
+			t.Errorf("coordtest: replica stopped: %v", err)
+		}
+	}()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// New starts a replica on a fresh database.
+func New(t testing.TB) (*Replica, pgtest.Database) {
+	db := pgtest.NewDatabase(t)
+	return Start(t, db.URL, Options{}), db
+}
+
+// HTTPClient speaks HTTP/2 without TLS, which bidirectional streams need.
+func HTTPClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, spec)
+		c.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return c
+	}
+}
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Tasks is a TaskService client with the test token.
+func (r *Replica) Tasks() podiumv1connect.TaskServiceClient {
+	return podiumv1connect.NewTaskServiceClient(HTTPClient(), r.URL(), connect.WithInterceptors(bearer(Token)))
+}
+
+// Admin is an AdminService client with the test token.
+func (r *Replica) Admin() podiumv1connect.AdminServiceClient {
+	return podiumv1connect.NewAdminServiceClient(HTTPClient(), r.URL(), connect.WithInterceptors(bearer(Token)))
+}
+
+// NodeClient is a NodeService client.
+func (r *Replica) NodeClient() podiumv1connect.NodeServiceClient {
+	return podiumv1connect.NewNodeServiceClient(HTTPClient(), r.URL())
+}
+
+// Eventually polls cond until it is true or the wait runs out.
+func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %s", wait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

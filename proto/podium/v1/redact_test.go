@@ -1,0 +1,30 @@
+package podiumv1
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestAssignIsLoggedWithoutSecrets(t *testing.T) {
+	a := &Assign{TaskId: "task_1", Attempt: 2, Spec: &TaskSpec{
+		Image: "alpine:3", Env: map[string]string{"API_TOKEN": "s3cr3t-value"},
+	}}
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+	} {
+		var buf bytes.Buffer
+		log := slog.New(h(&buf))
+		log.Info("assign", "assign", a)
+		log.Info("spec", "spec", a.Spec)
+		out := buf.String()
+		if strings.Contains(out, "s3cr3t-value") {
+			t.Fatalf("a secret reached the log: %s", out)
+		}
+		if !strings.Contains(out, "API_TOKEN") || !strings.Contains(out, "task_1") {
+			t.Fatalf("the redacted log lost what an operator needs: %s", out)
+		}
+	}
+}
