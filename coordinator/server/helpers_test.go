@@ -20,8 +20,10 @@ func (h hdr) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		return next(ctx, req)
 	}
 }
-func (h hdr) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc   { return n }
-func (h hdr) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc { return n }
+func (h hdr) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc { return n }
+func (h hdr) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return n
+}
 
 func podiumv1connectTasksWithToken(r *coordtest.Replica, token string) podiumv1connect.TaskServiceClient {
 	return podiumv1connect.NewTaskServiceClient(coordtest.HTTPClient(), r.URL(), connect.WithInterceptors(hdr(token)))
