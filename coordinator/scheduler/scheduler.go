@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/bus"
@@ -31,8 +32,8 @@ type Scheduler struct {
 	bus    *bus.Bus
 	leases *lease.Keeper
 	log    *slog.Logger
-	// OnLeader, if set, is called with true when this replica becomes leader and
-	// false when it stops being one. Other leader-only loops hang off it.
+	// OnLeader, if set, runs in its own goroutine while this replica leads; its
+	// context ends when leadership does. The watchdog hangs off it.
 	OnLeader func(ctx context.Context)
 }
 
@@ -84,8 +85,11 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 		case <-lctx.Done():
 		}
 	}()
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs after cancel: leader-only loops end with leadership
 	if s.OnLeader != nil {
-		go s.OnLeader(lctx)
+		wg.Add(1)
+		go func() { defer wg.Done(); s.OnLeader(lctx) }()
 	}
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
 	defer unsubscribe()

@@ -45,6 +45,7 @@ type Config struct {
 	// ReplicaID names this replica; a fresh id by default.
 	ReplicaID string
 	Nodes     nodes.Config
+	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
 	Logger    *slog.Logger
 }
@@ -106,6 +107,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Nodes.Replica = cfg.ReplicaID
 	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
 	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
+	s.sched.OnLeader = func(ctx context.Context) { s.nodes.RunWatchdog(ctx, cfg.Watchdog) }
 
 	mux := http.NewServeMux()
 	auth := connect.WithInterceptors(tokenAuth{token: cfg.Token})

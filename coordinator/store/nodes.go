@@ -115,10 +115,11 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 }
 
 // EndSession clears the node's session if it is still the one with this epoch,
-// and marks it unreachable: a node whose stream ended cannot be told anything
-// until it comes back.
+// and marks it unreachable (an offline node stays offline): a node whose stream
+// ended cannot be told anything until it comes back.
 func (s *Store) EndSession(ctx context.Context, nodeID string, epoch int64) error {
-	_, err := s.Pool.Exec(ctx, `update podium.nodes set session_replica = null, status = 'unreachable'
+	_, err := s.Pool.Exec(ctx, `update podium.nodes set session_replica = null,
+			status = case when status = 'offline' then 'offline' else 'unreachable' end
 		where id = $1 and session_epoch = $2`, nodeID, epoch)
 	return err
 }

@@ -37,7 +37,8 @@ func (r *Replica) Stop() {
 
 // Options tune a test replica.
 type Options struct {
-	Nodes nodes.Config
+	Nodes    nodes.Config
+	Watchdog nodes.Watchdog
 }
 
 // Start runs a replica on the database until the test ends.
@@ -50,7 +51,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{
-		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes,
+		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog,
 	})
 	if err != nil {
 		cancel()

@@ -1,0 +1,75 @@
+package nodes
+
+import (
+	"context"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/store"
+)
+
+// Watchdog is how node health is decided.
+type Watchdog struct {
+	// Interval is how often health is swept (5 s).
+	Interval time.Duration
+	// UnreachableAfter is how long without a heartbeat before a node is
+	// unreachable (30 s). Its tasks keep running: a node that cannot talk has not
+	// necessarily stopped working, and a brief network loss should cost nothing.
+	UnreachableAfter time.Duration
+	// OfflineAfter is how long without a heartbeat before a node is offline and
+	// its tasks go through the node-loss policy (120 s).
+	OfflineAfter time.Duration
+}
+
+func (w *Watchdog) defaults() {
+	if w.Interval == 0 {
+		w.Interval = 5 * time.Second
+	}
+	if w.UnreachableAfter == 0 {
+		w.UnreachableAfter = 30 * time.Second
+	}
+	if w.OfflineAfter == 0 {
+		w.OfflineAfter = 120 * time.Second
+	}
+}
+
+// RunWatchdog sweeps node health until ctx ends. Only the leader runs it.
+//
+// It is driven by the stored heartbeat, not by the sessions: a session ending
+// already marks its node unreachable, but a node whose TCP connection is wedged
+// open keeps a session it is not using, and only the heartbeat clock notices.
+func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) {
+	w.defaults()
+	start := time.Now()
+	t := time.NewTicker(w.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changes, err := s.store.SweepHealth(ctx, w.UnreachableAfter, w.OfflineAfter, start)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("watchdog: sweep failed", "err", err)
+			}
+			continue
+		}
+		for _, c := range changes {
+			s.log.Warn("node health changed", "node", c.NodeID, "from", c.From, "to", c.To)
+		}
+		lost, err := s.store.LoseTasksOfOfflineNodes(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("watchdog: node-loss policy failed", "err", err)
+			}
+			continue
+		}
+		for _, id := range lost {
+			_ = s.store.Notify(ctx, store.ChannelTaskEvents, id)
+		}
+		if len(lost) > 0 {
+			_ = s.store.Notify(ctx, store.ChannelSubmit, "")
+		}
+	}
+}
