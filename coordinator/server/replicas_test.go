@@ -1,0 +1,296 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/coordtest"
+	"github.com/podiumhq/podium/internal/pgtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+func assignOf(t *testing.T, n *simNode) *podiumv1.Assign {
+	t.Helper()
+	for {
+		m, err := n.stream.Receive()
+		if err != nil {
+			t.Fatalf("waiting for an assignment: %v", err)
+		}
+		if a := m.GetAssign(); a != nil {
+			return a
+		}
+	}
+}
+
+func submit(t *testing.T, ctx context.Context, r *coordtest.Replica, spec *podiumv1.TaskSpec) string {
+	t.Helper()
+	res, err := r.Tasks().Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.Task.Id
+}
+
+// A node connected to replica B receives a task submitted through replica A:
+// the command is a row, and B delivers it when the doorbell rings.
+func TestTaskSubmittedOnOneReplicaReachesNodeOnAnother(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	a := coordtest.Start(t, db.URL, coordtest.Options{})
+	b := coordtest.Start(t, db.URL, coordtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, key := enroll(t, a)
+	node, ack := connectNode(t, ctx, b, id, key)
+	if ack.Replica != b.ReplicaID() {
+		t.Fatalf("HelloAck names replica %q, want %q", ack.Replica, b.ReplicaID())
+	}
+	if len(ack.Replicas) != 2 {
+		t.Fatalf("HelloAck lists replicas %v, want both", ack.Replicas)
+	}
+	taskID := submit(t, ctx, a, &podiumv1.TaskSpec{Image: "busybox"})
+	if got := assignOf(t, node); got.TaskId != taskID {
+		t.Fatalf("node got %s, want %s", got.TaskId, taskID)
+	}
+}
+
+// When replica B loses its lease connection it ends its sessions at once; the
+// node reconnects to A and carries on, nothing is lost or stored twice, and B
+// can no longer write for the node.
+func TestReplicaLosingItsLeaseHandsNodesOver(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	a := coordtest.Start(t, db.URL, coordtest.Options{})
+	b := coordtest.Start(t, db.URL, coordtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, key := enroll(t, a)
+	node, _ := connectNode(t, ctx, b, id, key)
+	taskID := submit(t, ctx, a, &podiumv1.TaskSpec{Image: "busybox"})
+	as := assignOf(t, node)
+	node.send(t, status(taskID, as.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil),
+		logEv(taskID, as.Attempt, 2, 0, podiumv1.LogStream_LOG_STREAM_STDOUT, "one\n"))
+	oldEpoch := sessionEpoch(t, ctx, db.URL, id)
+
+	// Kill B's lease connection from the database side.
+	l, err := b.Leases().Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killBackend(t, ctx, db.URL, l.PID())
+	// B's stream to the node ends.
+	for {
+		if _, err := node.stream.Receive(); err != nil {
+			break
+		}
+	}
+	// The node reconnects to A and reports the task it still runs.
+	st := a.NodeClient().Stream(ctx)
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
+		NodeId: id, NodeKey: key, Running: []*podiumv1.RunningTask{{TaskId: taskID, Attempt: as.Attempt, LastSeq: 3}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopt := m.GetHelloAck().GetAdopt()
+	if len(adopt) != 1 || !adopt[0].Keep || adopt[0].AckedSeq != 2 {
+		t.Fatalf("adopt = %v, want the task kept from seq 2", adopt)
+	}
+	node2 := &simNode{id: id, key: key, stream: st}
+	zero := int32(0)
+	// The node re-sends what was not acked (seq 2 may or may not have been) and finishes.
+	node2.send(t, logEv(taskID, as.Attempt, 2, 0, podiumv1.LogStream_LOG_STREAM_STDOUT, "one\n"),
+		logEv(taskID, as.Attempt, 3, 4, podiumv1.LogStream_LOG_STREAM_STDOUT, "two\n"),
+		status(taskID, as.Attempt, 4, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
+	coordtest.Eventually(t, 10*time.Second, "the task to succeed", func() bool {
+		res, err := a.Tasks().Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: taskID}))
+		return err == nil && res.Msg.Task.State == podiumv1.TaskState_TASK_STATE_SUCCEEDED
+	})
+	if out := stdoutOf(t, ctx, a, taskID); out != "one\ntwo\n" {
+		t.Fatalf("stored stdout %q, want each line once", out)
+	}
+	// B, with the epoch it had, can write nothing for the node any more.
+	_, err = b.Store().IngestEvents(ctx, id, oldEpoch, taskID, as.Attempt,
+		[]*podiumv1.TaskEvent{logEv(taskID, as.Attempt, 5, 8, podiumv1.LogStream_LOG_STREAM_STDOUT, "stale\n")})
+	if !errors.Is(err, store.ErrStaleEpoch) {
+		t.Fatalf("a write with the lost epoch: got %v, want ErrStaleEpoch", err)
+	}
+	if out := stdoutOf(t, ctx, a, taskID); out != "one\ntwo\n" {
+		t.Fatalf("stored stdout %q after the stale write", out)
+	}
+}
+
+// A second stream for the same node replaces the first, whichever replica
+// either lands on.
+func TestNewStreamReplacesOldAcrossReplicas(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	a := coordtest.Start(t, db.URL, coordtest.Options{})
+	b := coordtest.Start(t, db.URL, coordtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, key := enroll(t, a)
+	first, _ := connectNode(t, ctx, a, id, key)
+	_, ack := connectNode(t, ctx, b, id, key)
+	if ack.Replica != b.ReplicaID() {
+		t.Fatalf("second stream held by %s", ack.Replica)
+	}
+	if _, err := first.stream.Receive(); err == nil {
+		t.Fatal("the first stream is still open after a newer one connected")
+	}
+	_, ack = connectNode(t, ctx, b, id, key) // and on the same replica
+	if ack.Replica != b.ReplicaID() {
+		t.Fatalf("third stream held by %s", ack.Replica)
+	}
+}
+
+func TestNoHelloInTimeIsClosed(t *testing.T) {
+	r, _ := coordtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := r.NodeClient().Stream(ctx)
+	// Open the stream with a heartbeat, which is not a Hello: refused at once.
+	_ = st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Heartbeat{Heartbeat: &podiumv1.Heartbeat{}}})
+	if _, err := st.Receive(); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a stream opening with a heartbeat: got %v, want InvalidArgument", err)
+	}
+	// Open a stream and say nothing: closed after the hello timeout.
+	st2 := r.NodeClient().Stream(ctx)
+	if err := st2.Send(nil); err != nil { // sends the headers only
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := st2.Receive()
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Fatalf("a silent stream: got %v, want DeadlineExceeded", err)
+	}
+	if time.Since(start) > 15*time.Second {
+		t.Fatalf("a silent stream was held for %s", time.Since(start))
+	}
+}
+
+// Two concurrent enrolls with one token: exactly one wins. Used, expired and
+// unknown tokens are refused with distinct messages; no node key is stored.
+func TestEnrollmentTokens(t *testing.T) {
+	r, db := coordtest.New(t)
+	ctx := context.Background()
+	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: []string{"gpu"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]error, 8)
+	keys := make([]string, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: tok.Msg.Token, Labels: []string{"ssd"}}))
+			results[i] = err
+			if err == nil {
+				keys[i] = res.Msg.NodeKey
+				if len(res.Msg.Labels) != 2 {
+					t.Errorf("labels %v, want the union of the token's and the node's", res.Msg.Labels)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	var key string
+	for i, err := range results {
+		if err == nil {
+			wins++
+			key = keys[i]
+		} else if connect.CodeOf(err) != connect.CodeUnauthenticated || !contains(err.Error(), "already used") {
+			t.Errorf("a losing enroll: %v, want Unauthenticated 'already used'", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d enrolls won with one token, want exactly 1", wins)
+	}
+	_, err = r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: "podium_et_nope"}))
+	if connect.CodeOf(err) != connect.CodeUnauthenticated || !contains(err.Error(), "not known") {
+		t.Fatalf("unknown token: %v", err)
+	}
+	tok2, _ := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{TtlSeconds: 1}))
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "update podium.enrollment_tokens set expires_at = now() - interval '1 second' where used_at is null"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: tok2.Msg.Token}))
+	if connect.CodeOf(err) != connect.CodeUnauthenticated || !contains(err.Error(), "expired") {
+		t.Fatalf("expired token: %v", err)
+	}
+	var nodes int
+	_ = conn.QueryRow(ctx, "select count(*) from podium.nodes").Scan(&nodes)
+	if nodes != 1 {
+		t.Fatalf("%d nodes exist, want 1", nodes)
+	}
+	// Neither the key nor the token appears anywhere in the database.
+	for _, secret := range []string{key, tok.Msg.Token, tok2.Msg.Token} {
+		var hits int
+		err := conn.QueryRow(ctx, `select count(*) from (
+			select to_jsonb(n)::text as row from podium.nodes n
+			union all select to_jsonb(e)::text from podium.enrollment_tokens e) r
+			where r.row like '%' || $1 || '%'`, secret).Scan(&hits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hits != 0 {
+			t.Fatalf("a secret was stored in clear")
+		}
+	}
+}
+
+func sessionEpoch(t *testing.T, ctx context.Context, url, nodeID string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var e int64
+	if err := conn.QueryRow(ctx, "select session_epoch from podium.nodes where id = $1", nodeID).Scan(&e); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func killBackend(t *testing.T, ctx context.Context, url string, pid uint32) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, "select pg_terminate_backend($1)", int(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminate backend %d: %v %v", pid, ok, err)
+	}
+}
+
+func stdoutOf(t *testing.T, ctx context.Context, r *coordtest.Replica, id string) string {
+	t.Helper()
+	ev, err := r.Tasks().Events(ctx, connect.NewRequest(&podiumv1.EventsRequest{Id: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for ev.Receive() {
+		if l := ev.Msg().GetEvent().GetLog(); l != nil && l.Stream == podiumv1.LogStream_LOG_STREAM_STDOUT {
+			out += string(l.Data)
+		}
+	}
+	return out
+}
