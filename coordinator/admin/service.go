@@ -65,26 +65,111 @@ func (s *Service) ListNodes(ctx context.Context, _ *connect.Request[podiumv1.Lis
 	}
 	out := &podiumv1.ListNodesResponse{}
 	for _, n := range ns {
-		p := &podiumv1.Node{
-			Id: n.ID, Hostname: n.Hostname, Labels: n.Labels, Draining: n.Draining,
-			Capacity:     &podiumv1.Capacity{CpuCores: n.CPUCores, MemoryMb: n.MemoryMB, DiskFreeMb: n.DiskFreeMB, MaxTasks: n.SlotLimit()},
-			RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
-		}
-		switch n.Status {
-		case "online":
-			p.Status = podiumv1.NodeStatus_NODE_STATUS_ONLINE
-		case "unreachable":
-			p.Status = podiumv1.NodeStatus_NODE_STATUS_UNREACHABLE
-		default:
-			p.Status = podiumv1.NodeStatus_NODE_STATUS_OFFLINE
-		}
-		if n.LastHeartbeatAt != nil {
-			p.LastHeartbeatAt = timestamppb.New(*n.LastHeartbeatAt)
-		}
-		if n.SessionReplica != nil {
-			p.Replica = *n.SessionReplica
-		}
-		out.Nodes = append(out.Nodes, p)
+		out.Nodes = append(out.Nodes, nodeProto(n))
 	}
 	return connect.NewResponse(out), nil
+}
+
+func (s *Service) nodeError(err error, nodeID string) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s (see `podium nodes`)", nodeID))
+	case errors.Is(err, store.ErrNodeBusy):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("node %s cannot be removed: %w", nodeID, err))
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+func (s *Service) change(ctx context.Context, nodeID string, c store.NodeChange) (*podiumv1.Node, error) {
+	if nodeID == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("node_id: required"))
+	}
+	n, err := s.store.ChangeNode(ctx, nodeID, c)
+	if err != nil {
+		return nil, s.nodeError(err, nodeID)
+	}
+	// The live half: whichever replica holds the node's stream pushes it now.
+	_ = s.store.Notify(ctx, store.ChannelNodeCommands, nodeID)
+	// A drain, a cut or a label change can leave queued tasks with nowhere to go,
+	// and an undrain or a raise can give them somewhere.
+	_ = s.store.Notify(ctx, store.ChannelSubmit, "")
+	return nodeProto(n), nil
+}
+
+// DrainNode stops giving a node work, or starts again. Its running tasks
+// finish. The flag is stored on the node's row, so a node that is offline now
+// obeys it when it comes back.
+func (s *Service) DrainNode(ctx context.Context, req *connect.Request[podiumv1.DrainNodeRequest]) (*connect.Response[podiumv1.DrainNodeResponse], error) {
+	d := req.Msg.GetDraining()
+	n, err := s.change(ctx, req.Msg.GetNodeId(), store.NodeChange{Draining: &d})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("node drain changed", "node", n.Id, "draining", d)
+	return connect.NewResponse(&podiumv1.DrainNodeResponse{Node: n}), nil
+}
+
+// SetNodeSlots overrides how many tasks a node may run at once; 0 goes back to
+// the node's own number.
+func (s *Service) SetNodeSlots(ctx context.Context, req *connect.Request[podiumv1.SetNodeSlotsRequest]) (*connect.Response[podiumv1.SetNodeSlotsResponse], error) {
+	m := req.Msg.GetMaxTasks()
+	if m < 0 || m > 10000 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("max_tasks: want 0 (the node's own number) to 10000"))
+	}
+	n, err := s.change(ctx, req.Msg.GetNodeId(), store.NodeChange{MaxTasksOverride: &m})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.SetNodeSlotsResponse{Node: n}), nil
+}
+
+// SetNodeLabels adds and removes a node's labels.
+func (s *Service) SetNodeLabels(ctx context.Context, req *connect.Request[podiumv1.SetNodeLabelsRequest]) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
+	for _, l := range append(append([]string{}, req.Msg.GetAdd()...), req.Msg.GetRemove()...) {
+		if p := taskspec.LabelProblem(l); p != "" {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("label %q: %s", l, p))
+		}
+	}
+	if len(req.Msg.GetAdd()) == 0 && len(req.Msg.GetRemove()) == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("nothing to change: give labels to add or remove"))
+	}
+	n, err := s.change(ctx, req.Msg.GetNodeId(), store.NodeChange{AddLabels: req.Msg.GetAdd(), RemoveLabels: req.Msg.GetRemove()})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.SetNodeLabelsResponse{Node: n}), nil
+}
+
+// RemoveNode forgets a node that is drained or gone and holds no tasks.
+func (s *Service) RemoveNode(ctx context.Context, req *connect.Request[podiumv1.RemoveNodeRequest]) (*connect.Response[podiumv1.RemoveNodeResponse], error) {
+	id := req.Msg.GetNodeId()
+	if err := s.store.RemoveNode(ctx, id); err != nil {
+		return nil, s.nodeError(err, id)
+	}
+	_ = s.store.Notify(ctx, store.ChannelTakeover, id) // its session, if any, ends
+	s.log.Info("node removed", "node", id)
+	return connect.NewResponse(&podiumv1.RemoveNodeResponse{}), nil
+}
+
+func nodeProto(n store.Node) *podiumv1.Node {
+	p := &podiumv1.Node{
+		Id: n.ID, Hostname: n.Hostname, Labels: n.Labels, Draining: n.Draining,
+		Capacity:     &podiumv1.Capacity{CpuCores: n.CPUCores, MemoryMb: n.MemoryMB, DiskFreeMb: n.DiskFreeMB, MaxTasks: n.SlotLimit()},
+		RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
+	}
+	switch n.Status {
+	case "online":
+		p.Status = podiumv1.NodeStatus_NODE_STATUS_ONLINE
+	case "unreachable":
+		p.Status = podiumv1.NodeStatus_NODE_STATUS_UNREACHABLE
+	default:
+		p.Status = podiumv1.NodeStatus_NODE_STATUS_OFFLINE
+	}
+	if n.LastHeartbeatAt != nil {
+		p.LastHeartbeatAt = timestamppb.New(*n.LastHeartbeatAt)
+	}
+	if n.SessionReplica != nil {
+		p.Replica = *n.SessionReplica
+	}
+	return p
 }

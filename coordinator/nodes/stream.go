@@ -309,6 +309,16 @@ func (s *Service) deliverPending(ctx context.Context, sess *Session) error {
 }
 
 func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Command) (*podiumv1.StreamResponse, error) {
+	if c.Kind == "config" {
+		n, err := s.store.GetNode(ctx, sess.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("pushing node settings", "node", sess.NodeID, "draining", n.Draining,
+			"max_tasks_override", n.MaxTasksOverride, "labels", n.Labels)
+		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Config{Config: &podiumv1.NodeConfig{
+			Draining: n.Draining, MaxTasksOverride: n.MaxTasksOverride, Labels: n.Labels}}}, nil
+	}
 	t, err := s.store.GetTask(ctx, c.TaskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -336,6 +346,12 @@ func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Com
 		s.log.Info("cancelling task", "node", sess.NodeID, "task", t.ID, "reason", c.Reason)
 		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
 			TaskId: t.ID, Attempt: t.Attempt, Reason: c.Reason, GraceSeconds: grace}}}, nil
+	case "inject":
+		if !onNode || store.Terminal(t.State) {
+			return nil, nil // the task ended before its message could be delivered
+		}
+		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
+			TaskId: t.ID, Attempt: t.Attempt, MessageId: c.ID, Text: c.Text}}}, nil
 	}
 	return nil, fmt.Errorf("unknown command kind %q", c.Kind)
 }

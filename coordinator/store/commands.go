@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,22 +24,31 @@ const (
 type Command struct {
 	ID      int64
 	NodeID  string
-	Kind    string // "assign" or "cancel"
+	Kind    string // "assign", "cancel", "config" or "inject"
 	TaskID  string
 	Attempt int32
 	Reason  string
+	Text    string
 }
 
 // InsertCommand queues a command for a node.
 func InsertCommand(ctx context.Context, q querier, c Command) error {
-	_, err := q.Exec(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason)
-		values ($1, $2, $3, $4, $5)`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason)
+	_, err := q.Exec(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason, text)
+		values ($1, $2, $3, $4, $5, $6)`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason, c.Text)
 	return err
+}
+
+// InsertCommandID queues a command and returns its id.
+func InsertCommandID(ctx context.Context, q querier, c Command) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason, text)
+		values ($1, $2, $3, $4, $5, $6) returning id`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason, c.Text).Scan(&id)
+	return id, err
 }
 
 // PendingCommands lists a node's undelivered commands in the order they were made.
 func (s *Store) PendingCommands(ctx context.Context, nodeID string) ([]Command, error) {
-	rows, err := s.Pool.Query(ctx, `select id, node_id, kind, task_id, attempt, reason
+	rows, err := s.Pool.Query(ctx, `select id, node_id, kind, task_id, attempt, reason, text
 		from podium.node_commands where node_id = $1 and delivered_at is null order by id`, nodeID)
 	if err != nil {
 		return nil, err
@@ -52,4 +64,34 @@ func (s *Store) MarkDelivered(ctx context.Context, id int64, nodeID string, epoc
 		where id = $1 and delivered_at is null
 		  and exists (select 1 from podium.nodes where id = $2 and session_epoch = $3)`, id, nodeID, epoch)
 	return tag.RowsAffected() == 1, err
+}
+
+// ErrNotRunning means a task is not held by a node, so nothing can reach it.
+var ErrNotRunning = errors.New("store: the task is not on a node")
+
+// InjectMessage queues a person's message for a task's inbox on the node that
+// holds it and returns the message's id and that node.
+func (s *Store) InjectMessage(ctx context.Context, taskID, text string) (id int64, nodeID string, err error) {
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		var state string
+		var node *string
+		var attempt int32
+		err := tx.QueryRow(ctx, "select state, node_id, attempt from podium.tasks where id = $1 for share", taskID).Scan(&state, &node, &attempt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if node == nil || !slices.Contains(Active, state) {
+			return fmt.Errorf("%w (it is %s)", ErrNotRunning, state)
+		}
+		nodeID = *node
+		id, err = InsertCommandID(ctx, tx, Command{NodeID: nodeID, Kind: "inject", TaskID: taskID, Attempt: attempt, Text: text})
+		if err != nil {
+			return err
+		}
+		return AppendNote(ctx, tx, taskID, attempt, fmt.Sprintf("message %d sent to the task's inbox", id))
+	})
+	return id, nodeID, err
 }

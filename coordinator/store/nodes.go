@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -215,12 +216,12 @@ func (s *Store) RequestTakeover(ctx context.Context, nodeID string) error {
 }
 
 // TakeoverRequests reports which of a replica's sessions (node id and the epoch
-// it holds) are stale: the node has a newer session, or a newer stream asked
-// for it after the session started.
+// it holds) are stale: the node has a newer session, a newer stream asked for
+// it after the session started, or it was removed.
 func (s *Store) TakeoverRequests(ctx context.Context, nodeIDs []string, epochs []int64) (map[string]bool, error) {
-	rows, err := s.Pool.Query(ctx, `select n.id from podium.nodes n
-		join unnest($1::text[], $2::bigint[]) as h(id, epoch) on h.id = n.id
-		where n.session_epoch <> h.epoch or n.takeover_requested_at > n.session_started_at`, nodeIDs, epochs)
+	rows, err := s.Pool.Query(ctx, `select h.id from unnest($1::text[], $2::bigint[]) as h(id, epoch)
+		left join podium.nodes n on n.id = h.id
+		where n.id is null or n.session_epoch <> h.epoch or n.takeover_requested_at > n.session_started_at`, nodeIDs, epochs)
 	if err != nil {
 		return nil, err
 	}
@@ -230,4 +231,74 @@ func (s *Store) TakeoverRequests(ctx context.Context, nodeIDs []string, epochs [
 		out[id] = true
 	}
 	return out, err
+}
+
+// NodeChange is an operator's change to a node's durable settings. Nil fields
+// are left as they are.
+type NodeChange struct {
+	Draining         *bool
+	MaxTasksOverride *int32
+	AddLabels        []string
+	RemoveLabels     []string
+}
+
+// ChangeNode writes the durable half of an operator's change and queues a
+// config command, so a connected node gets the live half from whichever replica
+// holds it. It returns the node as it now is.
+func (s *Store) ChangeNode(ctx context.Context, nodeID string, c NodeChange) (Node, error) {
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update podium.nodes set
+				draining = coalesce($2, draining),
+				max_tasks_override = coalesce($3, max_tasks_override),
+				labels = array(select distinct l from unnest(labels || $4::text[]) as l
+				               where l <> all($5::text[]) order by l)
+			where id = $1`, nodeID, c.Draining, c.MaxTasksOverride, nonNil(c.AddLabels), nonNil(c.RemoveLabels))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return InsertCommand(ctx, tx, Command{NodeID: nodeID, Kind: "config"})
+	})
+	if err != nil {
+		return Node{}, err
+	}
+	return s.GetNode(ctx, nodeID)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// ErrNodeBusy means a node cannot be removed yet.
+var ErrNodeBusy = errors.New("store: node is in use")
+
+// RemoveNode forgets a node, refusing while it is online and not drained or
+// still holds tasks: removing it then would strand work the control plane
+// could no longer account for.
+func (s *Store) RemoveNode(ctx context.Context, nodeID string) error {
+	return s.Tx(ctx, func(tx pgx.Tx) error {
+		n, err := scanNode(tx.QueryRow(ctx, "select "+nodeColumns+" from podium.nodes n where n.id = $1 for update", nodeID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if n.RunningTasks > 0 {
+			return fmt.Errorf("%w: it holds %d task(s); drain it and wait for them to finish, or cancel them", ErrNodeBusy, n.RunningTasks)
+		}
+		if n.Status == "online" && !n.Draining {
+			return fmt.Errorf("%w: it is online and not drained; run `podium node drain %s` first, or stop its agent", ErrNodeBusy, nodeID)
+		}
+		if _, err := tx.Exec(ctx, "delete from podium.node_commands where node_id = $1", nodeID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "delete from podium.nodes where id = $1", nodeID)
+		return err
+	})
 }

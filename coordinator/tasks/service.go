@@ -174,3 +174,32 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 		}
 	}
 }
+
+// MaxMessageBytes bounds one message sent to a task's inbox.
+const MaxMessageBytes = 64 << 10
+
+// Send puts a person's message in a running task's inbox. It does not wait for
+// the task to read it: the node writes it to the inbox, and whatever in the task
+// is blocked on a read gets it, in order, once.
+func (s *Service) Send(ctx context.Context, req *connect.Request[podiumv1.SendRequest]) (*connect.Response[podiumv1.SendResponse], error) {
+	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+		return nil, err
+	}
+	text := req.Msg.GetText()
+	if text == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("text: required: say what to send"))
+	}
+	if len(text) > MaxMessageBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("text: %d bytes is more than %d; send a file as an artifact instead", len(text), MaxMessageBytes))
+	}
+	id, nodeID, err := s.store.InjectMessage(ctx, req.Msg.GetId(), text)
+	switch {
+	case errors.Is(err, store.ErrNotRunning):
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("task %s cannot take messages: %w", req.Msg.GetId(), err))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	_ = s.store.Notify(ctx, store.ChannelNodeCommands, nodeID)
+	_ = s.store.Notify(ctx, store.ChannelTaskEvents, req.Msg.GetId())
+	return connect.NewResponse(&podiumv1.SendResponse{MessageId: id}), nil
+}

@@ -131,10 +131,13 @@ create table podium.task_events (
 create table podium.node_commands (
     id           bigserial primary key,
     node_id      text not null,
-    kind         text not null check (kind in ('assign', 'cancel')),
-    task_id      text not null,
-    attempt      integer not null,
+    kind         text not null check (kind in ('assign', 'cancel', 'config', 'inject')),
+    -- task_id and attempt are empty for a config command, which is about the node.
+    task_id      text not null default '',
+    attempt      integer not null default 0,
     reason       text not null default '',
+    -- text is an inject's message.
+    text         text not null default '',
     created_at   timestamptz not null default now(),
     delivered_at timestamptz
 );

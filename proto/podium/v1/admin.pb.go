@@ -394,6 +394,384 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 	return nil
 }
 
+type DrainNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// draining false undrains.
+	Draining      bool `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+type DrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type SetNodeSlotsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// max_tasks 0 goes back to the node's own number.
+	MaxTasks      int32 `protobuf:"varint,2,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeSlotsRequest) Reset() {
+	*x = SetNodeSlotsRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeSlotsRequest) ProtoMessage() {}
+
+func (x *SetNodeSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeSlotsRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetNodeSlotsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeSlotsRequest) GetMaxTasks() int32 {
+	if x != nil {
+		return x.MaxTasks
+	}
+	return 0
+}
+
+type SetNodeSlotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeSlotsResponse) Reset() {
+	*x = SetNodeSlotsResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeSlotsResponse) ProtoMessage() {}
+
+func (x *SetNodeSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeSlotsResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetNodeSlotsResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type SetNodeLabelsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Add           []string               `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeLabelsRequest) Reset() {
+	*x = SetNodeLabelsRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeLabelsRequest) ProtoMessage() {}
+
+func (x *SetNodeLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeLabelsRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetNodeLabelsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeLabelsRequest) GetAdd() []string {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *SetNodeLabelsRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type SetNodeLabelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeLabelsResponse) Reset() {
+	*x = SetNodeLabelsResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeLabelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeLabelsResponse) ProtoMessage() {}
+
+func (x *SetNodeLabelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeLabelsResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeLabelsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetNodeLabelsResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -425,16 +803,40 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"enrolledAt\"\x12\n" +
 	"\x10ListNodesRequest\":\n" +
 	"\x11ListNodesResponse\x12%\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes*w\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"8\n" +
+	"\x11DrainNodeResponse\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\x0f.podium.v1.NodeR\x04node\"K\n" +
+	"\x13SetNodeSlotsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tmax_tasks\x18\x02 \x01(\x05R\bmaxTasks\";\n" +
+	"\x14SetNodeSlotsResponse\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\x0f.podium.v1.NodeR\x04node\"Y\n" +
+	"\x14SetNodeLabelsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03add\x18\x02 \x03(\tR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\"<\n" +
+	"\x15SetNodeLabelsResponse\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\x0f.podium.v1.NodeR\x04node\",\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
+	"\x12RemoveNodeResponse*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATUS_ONLINE\x10\x01\x12\x1b\n" +
 	"\x17NODE_STATUS_UNREACHABLE\x10\x02\x12\x17\n" +
-	"\x13NODE_STATUS_OFFLINE\x10\x032\xc6\x01\n" +
+	"\x13NODE_STATUS_OFFLINE\x10\x032\x86\x04\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
-	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
+	"\tDrainNode\x12\x1b.podium.v1.DrainNodeRequest\x1a\x1c.podium.v1.DrainNodeResponse\"\x00\x12Q\n" +
+	"\fSetNodeSlots\x12\x1e.podium.v1.SetNodeSlotsRequest\x1a\x1f.podium.v1.SetNodeSlotsResponse\"\x00\x12T\n" +
+	"\rSetNodeLabels\x12\x1f.podium.v1.SetNodeLabelsRequest\x1a .podium.v1.SetNodeLabelsResponse\"\x00\x12K\n" +
+	"\n" +
+	"RemoveNode\x12\x1c.podium.v1.RemoveNodeRequest\x1a\x1d.podium.v1.RemoveNodeResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -449,7 +851,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(*CreateEnrollmentTokenRequest)(nil),  // 1: podium.v1.CreateEnrollmentTokenRequest
@@ -457,25 +859,44 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*Node)(nil),                          // 3: podium.v1.Node
 	(*ListNodesRequest)(nil),              // 4: podium.v1.ListNodesRequest
 	(*ListNodesResponse)(nil),             // 5: podium.v1.ListNodesResponse
-	(*timestamppb.Timestamp)(nil),         // 6: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 7: podium.v1.Capacity
+	(*DrainNodeRequest)(nil),              // 6: podium.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 7: podium.v1.DrainNodeResponse
+	(*SetNodeSlotsRequest)(nil),           // 8: podium.v1.SetNodeSlotsRequest
+	(*SetNodeSlotsResponse)(nil),          // 9: podium.v1.SetNodeSlotsResponse
+	(*SetNodeLabelsRequest)(nil),          // 10: podium.v1.SetNodeLabelsRequest
+	(*SetNodeLabelsResponse)(nil),         // 11: podium.v1.SetNodeLabelsResponse
+	(*RemoveNodeRequest)(nil),             // 12: podium.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),            // 13: podium.v1.RemoveNodeResponse
+	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 15: podium.v1.Capacity
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	6, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0, // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	7, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	6, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	6, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	3, // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
-	1, // 6: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	4, // 7: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	2, // 8: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	5, // 9: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	14, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
+	15, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	14, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	14, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	3,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
+	3,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
+	3,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
+	3,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
+	1,  // 9: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	4,  // 10: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	6,  // 11: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	8,  // 12: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	10, // 13: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	12, // 14: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	2,  // 15: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	5,  // 16: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	7,  // 17: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	9,  // 18: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	11, // 19: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	13, // 20: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -490,7 +911,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -939,6 +939,140 @@ func (x *Ack) GetAckedSeq() uint64 {
 	return 0
 }
 
+// NodeConfig is the live half of an operator's change to a node: the node row
+// already holds it (the durable half), and this pushes it to a connected node
+// at once. It always carries all three settings.
+type NodeConfig struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Draining bool                   `protobuf:"varint,1,opt,name=draining,proto3" json:"draining,omitempty"`
+	// max_tasks_override is 0 when the node's own max_tasks applies.
+	MaxTasksOverride int32    `protobuf:"varint,2,opt,name=max_tasks_override,json=maxTasksOverride,proto3" json:"max_tasks_override,omitempty"`
+	Labels           []string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *NodeConfig) Reset() {
+	*x = NodeConfig{}
+	mi := &file_podium_v1_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeConfig) ProtoMessage() {}
+
+func (x *NodeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
+func (*NodeConfig) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NodeConfig) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *NodeConfig) GetMaxTasksOverride() int32 {
+	if x != nil {
+		return x.MaxTasksOverride
+	}
+	return 0
+}
+
+func (x *NodeConfig) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+// Inject delivers one message from a person into a running task's inbox.
+type Inject struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// message_id orders the messages of a task and lets the node drop a repeat.
+	MessageId     int64  `protobuf:"varint,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	Text          string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Inject) Reset() {
+	*x = Inject{}
+	mi := &file_podium_v1_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Inject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Inject) ProtoMessage() {}
+
+func (x *Inject) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Inject.ProtoReflect.Descriptor instead.
+func (*Inject) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Inject) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Inject) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Inject) GetMessageId() int64 {
+	if x != nil {
+		return x.MessageId
+	}
+	return 0
+}
+
+func (x *Inject) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 type StreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -947,6 +1081,8 @@ type StreamResponse struct {
 	//	*StreamResponse_Assign
 	//	*StreamResponse_Cancel
 	//	*StreamResponse_Ack
+	//	*StreamResponse_Config
+	//	*StreamResponse_Inject
 	Msg           isStreamResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -954,7 +1090,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1102,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1115,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1025,6 +1161,24 @@ func (x *StreamResponse) GetAck() *Ack {
 	return nil
 }
 
+func (x *StreamResponse) GetConfig() *NodeConfig {
+	if x != nil {
+		if x, ok := x.Msg.(*StreamResponse_Config); ok {
+			return x.Config
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetInject() *Inject {
+	if x != nil {
+		if x, ok := x.Msg.(*StreamResponse_Inject); ok {
+			return x.Inject
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Msg interface {
 	isStreamResponse_Msg()
 }
@@ -1045,6 +1199,14 @@ type StreamResponse_Ack struct {
 	Ack *Ack `protobuf:"bytes,4,opt,name=ack,proto3,oneof"`
 }
 
+type StreamResponse_Config struct {
+	Config *NodeConfig `protobuf:"bytes,5,opt,name=config,proto3,oneof"`
+}
+
+type StreamResponse_Inject struct {
+	Inject *Inject `protobuf:"bytes,6,opt,name=inject,proto3,oneof"`
+}
+
 func (*StreamResponse_HelloAck) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Assign) isStreamResponse_Msg() {}
@@ -1052,6 +1214,10 @@ func (*StreamResponse_Assign) isStreamResponse_Msg() {}
 func (*StreamResponse_Cancel) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Ack) isStreamResponse_Msg() {}
+
+func (*StreamResponse_Config) isStreamResponse_Msg() {}
+
+func (*StreamResponse_Inject) isStreamResponse_Msg() {}
 
 type ArtifactMeta struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1066,7 +1232,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1244,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1257,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1142,7 +1308,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1320,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1333,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1223,7 +1389,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1401,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1414,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1349,12 +1515,25 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x03Ack\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\tacked_seq\x18\x03 \x01(\x04R\backedSeq\"\xc9\x01\n" +
+	"\tacked_seq\x18\x03 \x01(\x04R\backedSeq\"n\n" +
+	"\n" +
+	"NodeConfig\x12\x1a\n" +
+	"\bdraining\x18\x01 \x01(\bR\bdraining\x12,\n" +
+	"\x12max_tasks_override\x18\x02 \x01(\x05R\x10maxTasksOverride\x12\x16\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"n\n" +
+	"\x06Inject\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\x03R\tmessageId\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\"\xa7\x02\n" +
 	"\x0eStreamResponse\x122\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x13.podium.v1.HelloAckH\x00R\bhelloAck\x12+\n" +
 	"\x06assign\x18\x02 \x01(\v2\x11.podium.v1.AssignH\x00R\x06assign\x12+\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x11.podium.v1.CancelH\x00R\x06cancel\x12\"\n" +
-	"\x03ack\x18\x04 \x01(\v2\x0e.podium.v1.AckH\x00R\x03ackB\x05\n" +
+	"\x03ack\x18\x04 \x01(\v2\x0e.podium.v1.AckH\x00R\x03ack\x12/\n" +
+	"\x06config\x18\x05 \x01(\v2\x15.podium.v1.NodeConfigH\x00R\x06config\x12+\n" +
+	"\x06inject\x18\x06 \x01(\v2\x11.podium.v1.InjectH\x00R\x06injectB\x05\n" +
 	"\x03msg\"\x89\x01\n" +
 	"\fArtifactMeta\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
@@ -1390,7 +1569,7 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
 	(*EnrollRequest)(nil),          // 1: podium.v1.EnrollRequest
@@ -1405,41 +1584,45 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*Assign)(nil),                 // 10: podium.v1.Assign
 	(*Cancel)(nil),                 // 11: podium.v1.Cancel
 	(*Ack)(nil),                    // 12: podium.v1.Ack
-	(*StreamResponse)(nil),         // 13: podium.v1.StreamResponse
-	(*ArtifactMeta)(nil),           // 14: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 15: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 16: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 17: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 18: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*NodeConfig)(nil),             // 13: podium.v1.NodeConfig
+	(*Inject)(nil),                 // 14: podium.v1.Inject
+	(*StreamResponse)(nil),         // 15: podium.v1.StreamResponse
+	(*ArtifactMeta)(nil),           // 16: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 17: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 18: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 19: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 20: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	0,  // 0: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
 	3,  // 1: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
 	5,  // 2: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
 	0,  // 3: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	17, // 4: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	19, // 4: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
 	4,  // 5: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
 	7,  // 6: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
 	8,  // 7: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	18, // 8: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	20, // 8: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
 	6,  // 9: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
 	10, // 10: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
 	11, // 11: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
 	12, // 12: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	14, // 13: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	19, // 14: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	9,  // 16: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	15, // 17: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	2,  // 18: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	13, // 19: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	16, // 20: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 13: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	14, // 14: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	16, // 15: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	21, // 16: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 17: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	9,  // 18: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	17, // 19: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	2,  // 20: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	15, // 21: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	18, // 22: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -1453,13 +1636,15 @@ func file_podium_v1_node_proto_init() {
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[13].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[15].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
 		(*StreamResponse_Ack)(nil),
+		(*StreamResponse_Config)(nil),
+		(*StreamResponse_Inject)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[15].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[17].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -1469,7 +1654,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

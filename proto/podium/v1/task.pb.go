@@ -1283,6 +1283,102 @@ func (x *EventsResponse) GetTask() *Task {
 	return nil
 }
 
+type SendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendRequest) Reset() {
+	*x = SendRequest{}
+	mi := &file_podium_v1_task_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendRequest) ProtoMessage() {}
+
+func (x *SendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
+func (*SendRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SendRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SendRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type SendResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageId     int64                  `protobuf:"varint,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendResponse) Reset() {
+	*x = SendResponse{}
+	mi := &file_podium_v1_task_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendResponse) ProtoMessage() {}
+
+func (x *SendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
+func (*SendResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SendResponse) GetMessageId() int64 {
+	if x != nil {
+		return x.MessageId
+	}
+	return 0
+}
+
 var File_podium_v1_task_proto protoreflect.FileDescriptor
 
 const file_podium_v1_task_proto_rawDesc = "" +
@@ -1378,7 +1474,13 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0eEventsResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12*\n" +
 	"\x05event\x18\x02 \x01(\v2\x14.podium.v1.TaskEventR\x05event\x12#\n" +
-	"\x04task\x18\x03 \x01(\v2\x0f.podium.v1.TaskR\x04task*\xed\x01\n" +
+	"\x04task\x18\x03 \x01(\v2\x0f.podium.v1.TaskR\x04task\"1\n" +
+	"\vSendRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"-\n" +
+	"\fSendResponse\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\x03R\tmessageId*\xed\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TASK_STATE_QUEUED\x10\x01\x12\x18\n" +
@@ -1392,13 +1494,14 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x022\xc5\x02\n" +
+	"\x11LOG_STREAM_STDERR\x10\x022\x80\x03\n" +
 	"\vTaskService\x12?\n" +
 	"\x06Submit\x12\x18.podium.v1.SubmitRequest\x1a\x19.podium.v1.SubmitResponse\"\x00\x126\n" +
 	"\x03Get\x12\x15.podium.v1.GetRequest\x1a\x16.podium.v1.GetResponse\"\x00\x129\n" +
 	"\x04List\x12\x16.podium.v1.ListRequest\x1a\x17.podium.v1.ListResponse\"\x00\x12?\n" +
 	"\x06Cancel\x12\x18.podium.v1.CancelRequest\x1a\x19.podium.v1.CancelResponse\"\x00\x12A\n" +
-	"\x06Events\x12\x18.podium.v1.EventsRequest\x1a\x19.podium.v1.EventsResponse\"\x000\x01B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\x06Events\x12\x18.podium.v1.EventsRequest\x1a\x19.podium.v1.EventsResponse\"\x000\x01\x129\n" +
+	"\x04Send\x12\x16.podium.v1.SendRequest\x1a\x17.podium.v1.SendResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_task_proto_rawDescOnce sync.Once
@@ -1413,7 +1516,7 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: podium.v1.TaskState
 	(LogStream)(0),                // 1: podium.v1.LogStream
@@ -1434,20 +1537,22 @@ var file_podium_v1_task_proto_goTypes = []any{
 	(*CancelResponse)(nil),        // 16: podium.v1.CancelResponse
 	(*EventsRequest)(nil),         // 17: podium.v1.EventsRequest
 	(*EventsResponse)(nil),        // 18: podium.v1.EventsResponse
-	nil,                           // 19: podium.v1.TaskSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*SendRequest)(nil),           // 19: podium.v1.SendRequest
+	(*SendResponse)(nil),          // 20: podium.v1.SendResponse
+	nil,                           // 21: podium.v1.TaskSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	19, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	21, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
 	3,  // 2: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
 	0,  // 3: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	20, // 4: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	20, // 5: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	20, // 6: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	22, // 4: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	22, // 5: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	22, // 6: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 7: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
 	0,  // 8: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	20, // 9: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	22, // 9: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
 	5,  // 10: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
 	6,  // 11: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
 	7,  // 12: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
@@ -1464,13 +1569,15 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	13, // 23: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
 	15, // 24: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
 	17, // 25: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	10, // 26: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	12, // 27: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	14, // 28: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	16, // 29: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	18, // 30: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	26, // [26:31] is the sub-list for method output_type
-	21, // [21:26] is the sub-list for method input_type
+	19, // 26: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	10, // 27: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	12, // 28: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	14, // 29: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	16, // 30: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	18, // 31: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	20, // 32: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -1494,7 +1601,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,12 +38,29 @@ const (
 	AdminServiceCreateEnrollmentTokenProcedure = "/podium.v1.AdminService/CreateEnrollmentToken"
 	// AdminServiceListNodesProcedure is the fully-qualified name of the AdminService's ListNodes RPC.
 	AdminServiceListNodesProcedure = "/podium.v1.AdminService/ListNodes"
+	// AdminServiceDrainNodeProcedure is the fully-qualified name of the AdminService's DrainNode RPC.
+	AdminServiceDrainNodeProcedure = "/podium.v1.AdminService/DrainNode"
+	// AdminServiceSetNodeSlotsProcedure is the fully-qualified name of the AdminService's SetNodeSlots
+	// RPC.
+	AdminServiceSetNodeSlotsProcedure = "/podium.v1.AdminService/SetNodeSlots"
+	// AdminServiceSetNodeLabelsProcedure is the fully-qualified name of the AdminService's
+	// SetNodeLabels RPC.
+	AdminServiceSetNodeLabelsProcedure = "/podium.v1.AdminService/SetNodeLabels"
+	// AdminServiceRemoveNodeProcedure is the fully-qualified name of the AdminService's RemoveNode RPC.
+	AdminServiceRemoveNodeProcedure = "/podium.v1.AdminService/RemoveNode"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
 type AdminServiceClient interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
+	// DrainNode stops (or resumes) giving the node work; running tasks finish.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	SetNodeSlots(context.Context, *connect.Request[v1.SetNodeSlotsRequest]) (*connect.Response[v1.SetNodeSlotsResponse], error)
+	SetNodeLabels(context.Context, *connect.Request[v1.SetNodeLabelsRequest]) (*connect.Response[v1.SetNodeLabelsResponse], error)
+	// RemoveNode forgets a node. It is refused while the node is online and not
+	// drained, or holds tasks.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -69,6 +86,30 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListNodes")),
 			connect.WithClientOptions(opts...),
 		),
+		drainNode: connect.NewClient[v1.DrainNodeRequest, v1.DrainNodeResponse](
+			httpClient,
+			baseURL+AdminServiceDrainNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
+			connect.WithClientOptions(opts...),
+		),
+		setNodeSlots: connect.NewClient[v1.SetNodeSlotsRequest, v1.SetNodeSlotsResponse](
+			httpClient,
+			baseURL+AdminServiceSetNodeSlotsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetNodeSlots")),
+			connect.WithClientOptions(opts...),
+		),
+		setNodeLabels: connect.NewClient[v1.SetNodeLabelsRequest, v1.SetNodeLabelsResponse](
+			httpClient,
+			baseURL+AdminServiceSetNodeLabelsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetNodeLabels")),
+			connect.WithClientOptions(opts...),
+		),
+		removeNode: connect.NewClient[v1.RemoveNodeRequest, v1.RemoveNodeResponse](
+			httpClient,
+			baseURL+AdminServiceRemoveNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -76,6 +117,10 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type adminServiceClient struct {
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	listNodes             *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	drainNode             *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	setNodeSlots          *connect.Client[v1.SetNodeSlotsRequest, v1.SetNodeSlotsResponse]
+	setNodeLabels         *connect.Client[v1.SetNodeLabelsRequest, v1.SetNodeLabelsResponse]
+	removeNode            *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -88,10 +133,37 @@ func (c *adminServiceClient) ListNodes(ctx context.Context, req *connect.Request
 	return c.listNodes.CallUnary(ctx, req)
 }
 
+// DrainNode calls podium.v1.AdminService.DrainNode.
+func (c *adminServiceClient) DrainNode(ctx context.Context, req *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return c.drainNode.CallUnary(ctx, req)
+}
+
+// SetNodeSlots calls podium.v1.AdminService.SetNodeSlots.
+func (c *adminServiceClient) SetNodeSlots(ctx context.Context, req *connect.Request[v1.SetNodeSlotsRequest]) (*connect.Response[v1.SetNodeSlotsResponse], error) {
+	return c.setNodeSlots.CallUnary(ctx, req)
+}
+
+// SetNodeLabels calls podium.v1.AdminService.SetNodeLabels.
+func (c *adminServiceClient) SetNodeLabels(ctx context.Context, req *connect.Request[v1.SetNodeLabelsRequest]) (*connect.Response[v1.SetNodeLabelsResponse], error) {
+	return c.setNodeLabels.CallUnary(ctx, req)
+}
+
+// RemoveNode calls podium.v1.AdminService.RemoveNode.
+func (c *adminServiceClient) RemoveNode(ctx context.Context, req *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return c.removeNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
+	// DrainNode stops (or resumes) giving the node work; running tasks finish.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	SetNodeSlots(context.Context, *connect.Request[v1.SetNodeSlotsRequest]) (*connect.Response[v1.SetNodeSlotsResponse], error)
+	SetNodeLabels(context.Context, *connect.Request[v1.SetNodeLabelsRequest]) (*connect.Response[v1.SetNodeLabelsResponse], error)
+	// RemoveNode forgets a node. It is refused while the node is online and not
+	// drained, or holds tasks.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -113,12 +185,44 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListNodes")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceDrainNodeHandler := connect.NewUnaryHandler(
+		AdminServiceDrainNodeProcedure,
+		svc.DrainNode,
+		connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetNodeSlotsHandler := connect.NewUnaryHandler(
+		AdminServiceSetNodeSlotsProcedure,
+		svc.SetNodeSlots,
+		connect.WithSchema(adminServiceMethods.ByName("SetNodeSlots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetNodeLabelsHandler := connect.NewUnaryHandler(
+		AdminServiceSetNodeLabelsProcedure,
+		svc.SetNodeLabels,
+		connect.WithSchema(adminServiceMethods.ByName("SetNodeLabels")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRemoveNodeHandler := connect.NewUnaryHandler(
+		AdminServiceRemoveNodeProcedure,
+		svc.RemoveNode,
+		connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
 			adminServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
 		case AdminServiceListNodesProcedure:
 			adminServiceListNodesHandler.ServeHTTP(w, r)
+		case AdminServiceDrainNodeProcedure:
+			adminServiceDrainNodeHandler.ServeHTTP(w, r)
+		case AdminServiceSetNodeSlotsProcedure:
+			adminServiceSetNodeSlotsHandler.ServeHTTP(w, r)
+		case AdminServiceSetNodeLabelsProcedure:
+			adminServiceSetNodeLabelsHandler.ServeHTTP(w, r)
+		case AdminServiceRemoveNodeProcedure:
+			adminServiceRemoveNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -134,4 +238,20 @@ func (UnimplementedAdminServiceHandler) CreateEnrollmentToken(context.Context, *
 
 func (UnimplementedAdminServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListNodes is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.DrainNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetNodeSlots(context.Context, *connect.Request[v1.SetNodeSlotsRequest]) (*connect.Response[v1.SetNodeSlotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetNodeSlots is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetNodeLabels(context.Context, *connect.Request[v1.SetNodeLabelsRequest]) (*connect.Response[v1.SetNodeLabelsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetNodeLabels is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveNode is not implemented"))
 }

@@ -43,6 +43,8 @@ const (
 	TaskServiceCancelProcedure = "/podium.v1.TaskService/Cancel"
 	// TaskServiceEventsProcedure is the fully-qualified name of the TaskService's Events RPC.
 	TaskServiceEventsProcedure = "/podium.v1.TaskService/Events"
+	// TaskServiceSendProcedure is the fully-qualified name of the TaskService's Send RPC.
+	TaskServiceSendProcedure = "/podium.v1.TaskService/Send"
 )
 
 // TaskServiceClient is a client for the podium.v1.TaskService service.
@@ -52,6 +54,9 @@ type TaskServiceClient interface {
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.ServerStreamForClient[v1.EventsResponse], error)
+	// Send puts a message in a running task's inbox. It does not wait for the
+	// task to read it.
+	Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error)
 }
 
 // NewTaskServiceClient constructs a client for the podium.v1.TaskService service. By default, it
@@ -95,6 +100,12 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("Events")),
 			connect.WithClientOptions(opts...),
 		),
+		send: connect.NewClient[v1.SendRequest, v1.SendResponse](
+			httpClient,
+			baseURL+TaskServiceSendProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("Send")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -105,6 +116,7 @@ type taskServiceClient struct {
 	list   *connect.Client[v1.ListRequest, v1.ListResponse]
 	cancel *connect.Client[v1.CancelRequest, v1.CancelResponse]
 	events *connect.Client[v1.EventsRequest, v1.EventsResponse]
+	send   *connect.Client[v1.SendRequest, v1.SendResponse]
 }
 
 // Submit calls podium.v1.TaskService.Submit.
@@ -132,6 +144,11 @@ func (c *taskServiceClient) Events(ctx context.Context, req *connect.Request[v1.
 	return c.events.CallServerStream(ctx, req)
 }
 
+// Send calls podium.v1.TaskService.Send.
+func (c *taskServiceClient) Send(ctx context.Context, req *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error) {
+	return c.send.CallUnary(ctx, req)
+}
+
 // TaskServiceHandler is an implementation of the podium.v1.TaskService service.
 type TaskServiceHandler interface {
 	Submit(context.Context, *connect.Request[v1.SubmitRequest]) (*connect.Response[v1.SubmitResponse], error)
@@ -139,6 +156,9 @@ type TaskServiceHandler interface {
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	Events(context.Context, *connect.Request[v1.EventsRequest], *connect.ServerStream[v1.EventsResponse]) error
+	// Send puts a message in a running task's inbox. It does not wait for the
+	// task to read it.
+	Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error)
 }
 
 // NewTaskServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -178,6 +198,12 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("Events")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceSendHandler := connect.NewUnaryHandler(
+		TaskServiceSendProcedure,
+		svc.Send,
+		connect.WithSchema(taskServiceMethods.ByName("Send")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.TaskService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskServiceSubmitProcedure:
@@ -190,6 +216,8 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceCancelHandler.ServeHTTP(w, r)
 		case TaskServiceEventsProcedure:
 			taskServiceEventsHandler.ServeHTTP(w, r)
+		case TaskServiceSendProcedure:
+			taskServiceSendHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -217,4 +245,8 @@ func (UnimplementedTaskServiceHandler) Cancel(context.Context, *connect.Request[
 
 func (UnimplementedTaskServiceHandler) Events(context.Context, *connect.Request[v1.EventsRequest], *connect.ServerStream[v1.EventsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.Events is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.Send is not implemented"))
 }
