@@ -85,6 +85,10 @@ func TestSubmitAssignEventsFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	taskID := sub.Msg.Task.Id
+	list, err := r.Tasks().List(ctx, connect.NewRequest(&podiumv1.ListRequest{}))
+	if err != nil || len(list.Msg.Tasks) != 1 || list.Msg.Tasks[0].Id != taskID {
+		t.Fatalf("List with no filter: %v, %v; want the submitted task", list, err)
+	}
 	m, err := node.stream.Receive()
 	if err != nil {
 		t.Fatal(err)

@@ -159,7 +159,7 @@ func (s *Store) ListTasks(ctx context.Context, states []string, limit int) ([]Ta
 		limit = 100
 	}
 	rows, err := s.Pool.Query(ctx, "select "+taskColumns+` from podium.tasks
-		where cardinality($1::text[]) = 0 or state = any($1)
+		where coalesce(cardinality($1::text[]), 0) = 0 or state = any($1)
 		order by created_at desc, id desc limit $2`, states, limit)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// callTimeout bounds every unary call. A coordinator that has not answered a
+// Get in 30 s is not going to; the user is better served by an error than by
+// a prompt that hangs.
+const callTimeout = 30 * time.Second
+
+// client is one coordinator, reached through one HTTP client.
+type client struct {
+	// server is the URL as the user should see it in messages.
+	server string
+	// hasToken says whether a token is sent, to word a refusal.
+	hasToken bool
+	tasks    podiumv1connect.TaskServiceClient
+	admin    podiumv1connect.AdminServiceClient
+}
+
+// newClient builds the clients for server, sending token (if any) on every
+// request. It does not contact the coordinator: the first call does.
+func newClient(server, token string) (*client, error) {
+	u, err := parseServer(server)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &bearer{token: token, next: newTransport(u.Scheme)}}
+	base := u.String()
+	return &client{
+		server:   base,
+		hasToken: token != "",
+		tasks:    podiumv1connect.NewTaskServiceClient(hc, base),
+		admin:    podiumv1connect.NewAdminServiceClient(hc, base),
+	}, nil
+}
+
+// parseServer accepts a URL, or a bare host:port meaning http://host:port,
+// since the coordinator usually sits on a tailnet or loopback without TLS.
+func parseServer(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, usageErrorf("--server is empty: give the coordinator's URL, e.g. %s", defaultServer)
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, usageErrorf("--server %q is not a coordinator URL: want http://HOST:PORT or https://HOST, e.g. %s", s, defaultServer)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	return u, nil
+}
+
+// newTransport speaks HTTP/2 without TLS (prior knowledge, "h2c") to http://
+// servers, and HTTP/1.1 or HTTP/2 by negotiation to https:// ones. h2c is what
+// the coordinator serves inside the tailnet, where WireGuard already encrypts,
+// and one multiplexed connection carries both a followed event stream and the
+// Cancel sent on Ctrl-C.
+//
+// Dead connections must be noticed: "podium run" may follow a task for hours,
+// and a coordinator whose machine vanished sends no FIN. HTTP/2 pings and TCP
+// keepalives turn that silence into an error within about half a minute, and
+// the follower then reconnects (possibly to another replica).
+func newTransport(scheme string) *http.Transport {
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     15 * time.Second,
+			Interval: 5 * time.Second,
+			Count:    3,
+		},
+	}
+	t := &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 20 * time.Second,
+			PingTimeout:     10 * time.Second,
+		},
+		Protocols: new(http.Protocols),
+	}
+	if scheme == "http" {
+		// Only unencrypted HTTP/2: with HTTP/1 also allowed, net/http would
+		// pick HTTP/1 for http:// URLs. No proxy either: an HTTP/1 forward
+		// proxy cannot carry h2c.
+		t.Protocols.SetUnencryptedHTTP2(true)
+	} else {
+		t.Protocols.SetHTTP1(true)
+		t.Protocols.SetHTTP2(true)
+		t.Proxy = http.ProxyFromEnvironment
+	}
+	return t
+}
+
+// bearer adds "Authorization: Bearer <token>" to every request. A transport
+// rather than a connect interceptor, because it covers unary and streaming
+// calls alike with no per-kind code.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token == "" {
+		return b.next.RoundTrip(r)
+	}
+	// A RoundTripper must not modify the request it is given.
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// usageError is a mistake in how podium was invoked. It is told apart from
+// other failures only for its exit code (see main.go).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// describe turns an error from a call to the coordinator into a sentence that
+// says what happened and what to do. notFound is the sentence for
+// connect.CodeNotFound, which only the caller can word ("no task task_…").
+func (c *client) describe(err error, notFound string) string {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return fmt.Sprintf("cannot reach the coordinator at %s: %v (is podium-coordinator running? set --server or PODIUM_SERVER)", c.server, opErr)
+	}
+	if strings.Contains(err.Error(), "looked like an HTTP/1.1 header") {
+		// net/http has no typed error for this: an http:// server that
+		// answered HTTP/2 prior knowledge with HTTP/1.1.
+		return fmt.Sprintf("the server at %s speaks only HTTP/1.1, not HTTP/2 without TLS: is it a podium-coordinator? (set --server or PODIUM_SERVER)", c.server)
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	msg := ce.Message()
+	switch ce.Code() {
+	case connect.CodeUnauthenticated:
+		what := "refused the token"
+		if !c.hasToken {
+			what = "wants a token and none was given"
+		}
+		if strings.Contains(msg, "PODIUM_TOKEN") {
+			return fmt.Sprintf("the coordinator at %s %s: %s", c.server, what, msg)
+		}
+		return fmt.Sprintf("the coordinator at %s %s (%s): set PODIUM_TOKEN or --token to its token", c.server, what, msg)
+	case connect.CodePermissionDenied:
+		return fmt.Sprintf("the coordinator at %s does not allow this: %s", c.server, msg)
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeOutOfRange:
+		return msg
+	case connect.CodeNotFound:
+		if notFound != "" {
+			return notFound
+		}
+		return msg
+	case connect.CodeUnimplemented:
+		return fmt.Sprintf("the server at %s does not serve this call (%s): is it a podium-coordinator, and as new as this podium?", c.server, msg)
+	case connect.CodeDeadlineExceeded:
+		return fmt.Sprintf("the coordinator at %s did not answer in time: %s", c.server, msg)
+	case connect.CodeCanceled:
+		return "interrupted"
+	case connect.CodeUnavailable:
+		return fmt.Sprintf("the coordinator at %s is unavailable: %s (retry shortly; check that it is running and reachable)", c.server, msg)
+	}
+	return fmt.Sprintf("the coordinator at %s: %v", c.server, err)
+}
+
+// isDefinitive reports whether err is an answer that asking again cannot
+// change: a follower gives up on these and retries everything else, because a
+// broken connection or a restarting coordinator shows up as many codes
+// (Unavailable, Unknown, Internal) depending on where it broke.
+func isDefinitive(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists,
+		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeFailedPrecondition,
+		connect.CodeUnimplemented, connect.CodeOutOfRange:
+		return true
+	}
+	return false
+}
+
+// unary runs f with the per-call deadline.
+func unary[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// dial builds the client for the global flags. A bad --server is a usage
+// error of cmd; ok is false once it has been reported.
+func (c *cli) dial(cmd *command) (cl *client, code int, ok bool) {
+	cl, err := newClient(c.server, c.token)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium %s: %v\n", cmd.name, err)
+		return nil, cmd.usageExit, false
+	}
+	return cl, 0, true
+}
+
+// failed reports an error from a call to the coordinator and returns the exit
+// code for it.
+func (c *cli) failed(cl *client, err error, notFound string) int {
+	fmt.Fprintf(c.stderr, "podium: %s\n", cl.describe(err, notFound))
+	return exitPodium
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+)
+
+var logsCommand = &command{
+	name:     "logs",
+	synopsis: "[-f] [--quiet] ID",
+	summary:  "Print a task's output: its stdout on stdout, its stderr on stderr.",
+	detail: `
+Prints the output stored for the task, byte for byte, with podium's notes and
+state changes as "→ " lines on stderr (--quiet leaves them out). With -f it
+keeps printing until the task ends, reconnecting if the coordinator restarts.
+
+logs exits 0 once it has printed the output, whatever the task's own exit code:
+it reports on itself, not on the task (podium task get shows the task's code).`,
+	usageExit: exitUsage,
+	run:       runLogs,
+}
+
+func runLogs(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	var follow, quiet bool
+	fs.BoolVar(&follow, "f", false, "follow: keep printing until the task ends")
+	fs.BoolVar(&follow, "follow", false, "same as -f")
+	fs.BoolVar(&quiet, "quiet", false, "leave out podium's \"→\" lines")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	p := newPrinter(c.stdout, c.stderr, quiet)
+	f := &follower{
+		api: cl.tasks, id: id, p: p, follow: follow,
+		minBackoff: c.minBackoff, maxBackoff: c.maxBackoff,
+		describe: func(err error) string { return cl.describe(err, "") },
+	}
+	final, err := f.run(ctx)
+	if err != nil {
+		p.fail("%s", cl.describe(err, fmt.Sprintf("no task %s", id)))
+		return exitPodium
+	}
+	if final != nil {
+		p.final(final)
+	}
+	return exitOK
+}

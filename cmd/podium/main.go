@@ -1,0 +1,373 @@
+// Command podium is the command-line client of Podium: it submits tasks to a
+// podium-coordinator, follows their output and exits with the task's own exit
+// code, so that "podium run" can stand in for "docker run" in a script.
+//
+// # Exit codes
+//
+// podium run follows docker run's contract, because scripts written for one
+// should keep working with the other:
+//
+//	N        the task's container exited with status N (0 included)
+//	128+N    the task's process was killed by signal N (137 for SIGKILL)
+//	130      the task was cancelled, or podium run was interrupted (SIGINT or
+//	         SIGTERM: podium asks the coordinator to cancel the task, waits for
+//	         it to end, and exits 130)
+//	125      podium itself failed, not the task: bad flags or spec (nothing is
+//	         sent), the coordinator could not be reached or refused the
+//	         request, the task could not run at all (e.g. its image is
+//	         missing: failed without an exit code), or the task was lost with
+//	         its node
+//
+// Every other command exits 0 on success, 125 when the coordinator could not
+// be reached or refused the request, and 2 on a usage error (unknown command
+// or flag, missing argument), the convention of the flag package and most Unix
+// tools. run uses 125 for usage errors too, so that 1-124 always come from the
+// task. "podium logs" exits 0 once it has printed the output, whatever the
+// task's exit code was: it reports on the command, not on the task (use
+// "podium task get" or "podium run" for the task's code).
+//
+// # Output
+//
+// The task's stdout and stderr are written to podium's stdout and stderr byte
+// for byte, as each chunk arrives. Podium's own progress lines ("→ task …
+// submitted", "→ running on node_…", "→ failed: exit code 3") go to stderr
+// only, so "podium run … > out" captures exactly the task's stdout; --quiet
+// leaves them out so that stderr is exactly the task's too. Errors of podium
+// itself are lines starting with "podium: " on stderr.
+//
+// # Connection
+//
+// --server (or PODIUM_SERVER, default http://127.0.0.1:7070) names the
+// coordinator; http:// URLs are spoken to with HTTP/2 without TLS, as the
+// coordinator serves inside a tailnet. --token (or PODIUM_TOKEN) is sent as
+// "Authorization: Bearer <token>" on every request. Both may be given before
+// or after the command name.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const defaultServer = "http://127.0.0.1:7070"
+
+// Exit codes shared by every command; run's task-derived codes are in run.go.
+const (
+	exitOK      = 0
+	exitUsage   = 2
+	exitPodium  = 125
+	exitCancel  = 130
+	signalShift = 128
+)
+
+// version is set at build time with -ldflags "-X main.version=1.2.3".
+var version = "dev"
+
+func main() {
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(c.main(context.Background(), os.Args[1:]))
+}
+
+// cli carries what a command may touch of the outside world, so that tests can
+// run the real command functions against buffers and a fake environment.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// signals, when set, replaces the process's SIGINT and SIGTERM for run.
+	signals <-chan os.Signal
+	// minBackoff and maxBackoff bound the wait between reconnects of an event
+	// stream; zero means the defaults (250 ms doubling to 5 s).
+	minBackoff, maxBackoff time.Duration
+
+	server, token string
+}
+
+// command is one subcommand. Commands in a group ("task get") have a name of
+// two words; the dispatcher matches the longest name first.
+type command struct {
+	name     string
+	synopsis string
+	summary  string
+	detail   string
+	// usageExit is the exit code for a usage error: run keeps 1-124 for the task.
+	usageExit int
+	// argsEndFlags makes the first argument end the flags, as run needs: what
+	// follows is the task's command line, flags and all.
+	argsEndFlags bool
+	run          func(ctx context.Context, c *cli, cmd *command, args []string) int
+}
+
+// commands is the command table, in the order "podium --help" lists it. It is
+// filled in init to break the reference cycle through the help command.
+var commands []*command
+
+func init() {
+	commands = []*command{
+		runCommand,
+		logsCommand,
+		tasksCommand,
+		taskGetCommand,
+		taskCancelCommand,
+		nodesCommand,
+		tokenCreateCommand,
+		versionCommand,
+		helpCommand,
+	}
+}
+
+func (c *cli) main(ctx context.Context, args []string) int {
+	c.server = c.getenv("PODIUM_SERVER")
+	if c.server == "" {
+		c.server = defaultServer
+	}
+	c.token = c.getenv("PODIUM_TOKEN")
+
+	fs := flag.NewFlagSet("podium", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.addGlobalFlags(fs)
+	showVersion := fs.Bool("version", false, "print podium's version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.printTopHelp(c.stdout)
+			return exitOK
+		}
+		fmt.Fprintf(c.stderr, "podium: %v\n\n", err)
+		c.printTopHelp(c.stderr)
+		return exitUsage
+	}
+	if *showVersion {
+		return versionCommand.run(ctx, c, versionCommand, nil)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		c.printTopHelp(c.stderr)
+		return exitUsage
+	}
+	cmd, n := lookup(rest)
+	if cmd == nil {
+		c.unknownCommand(rest)
+		return exitUsage
+	}
+	return cmd.run(ctx, c, cmd, rest[n:])
+}
+
+// lookup finds the command named by the first one or two words of args and
+// returns how many words it used.
+func lookup(args []string) (*command, int) {
+	if len(args) >= 2 {
+		for _, cmd := range commands {
+			if cmd.name == args[0]+" "+args[1] {
+				return cmd, 2
+			}
+		}
+	}
+	for _, cmd := range commands {
+		if cmd.name == args[0] {
+			return cmd, 1
+		}
+	}
+	return nil, 0
+}
+
+func (c *cli) unknownCommand(args []string) {
+	var group []string
+	for _, cmd := range commands {
+		if strings.HasPrefix(cmd.name, args[0]+" ") {
+			group = append(group, cmd.name)
+		}
+	}
+	if len(group) == 0 {
+		fmt.Fprintf(c.stderr, "podium: unknown command %q\n\n", args[0])
+		c.printTopHelp(c.stderr)
+		return
+	}
+	if len(args) == 1 {
+		fmt.Fprintf(c.stderr, "podium %s: which one? %s\n", args[0], strings.Join(group, ", "))
+	} else {
+		fmt.Fprintf(c.stderr, "podium %s: unknown command %q: want one of %s\n", args[0], args[1], strings.Join(group, ", "))
+	}
+	fmt.Fprintf(c.stderr, "Run 'podium help %s' for its usage.\n", group[0])
+}
+
+// addGlobalFlags registers --server and --token on fs. Every command's flag
+// set has them too, so they work on either side of the command name.
+func (c *cli) addGlobalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.server, "server", c.server, "the coordinator's `URL` (env PODIUM_SERVER)")
+	fs.Var(secret{&c.token}, "token", "bearer `TOKEN` sent on every request (env PODIUM_TOKEN)")
+}
+
+// secret is a string flag whose value is never printed, so that "--help" does
+// not show PODIUM_TOKEN as a default to whoever is looking at the screen.
+type secret struct{ p *string }
+
+func (s secret) String() string { return "" }
+
+func (s secret) Set(v string) error {
+	*s.p = v
+	return nil
+}
+
+// parseFlags parses a command's flags (plus the global ones) and returns its
+// positional arguments. Commands other than run accept flags after their
+// arguments too ("podium logs ID -f"), as people type them; run stops at its
+// first argument, which starts the task's command line. When done is true the
+// command must return code: help was asked for, or the flags were wrong and
+// the usage has been printed on stderr.
+func (c *cli) parseFlags(cmd *command, fs *flag.FlagSet, args []string) (rest []string, done bool, code int) {
+	fs.SetOutput(io.Discard)
+	c.addGlobalFlags(fs)
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			printCommandHelp(c.stdout, cmd, fs)
+			return nil, true, exitOK
+		}
+		if err != nil {
+			return nil, true, c.usageFailure(cmd, fs, err)
+		}
+		left := fs.Args()
+		if cmd.argsEndFlags || len(left) == 0 {
+			return append(rest, left...), false, 0
+		}
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), false, 0
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
+}
+
+// usageFailure reports a usage error for cmd and returns its exit code.
+func (c *cli) usageFailure(cmd *command, fs *flag.FlagSet, err error) int {
+	fmt.Fprintf(c.stderr, "podium %s: %v\n\n", cmd.name, err)
+	printCommandHelp(c.stderr, cmd, fs)
+	return cmd.usageExit
+}
+
+func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: podium %s %s\n\n%s\n", cmd.name, cmd.synopsis, cmd.summary)
+	if cmd.detail != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.detail))
+	}
+	if fs != nil {
+		fmt.Fprintf(w, "\nFlags:\n")
+		printFlags(w, fs)
+	}
+}
+
+// printFlags is flag.PrintDefaults with the "--name" spelling the rest of the
+// help uses (the flag package accepts one dash or two).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		name := "-" + f.Name
+		if len(f.Name) > 1 {
+			name = "--" + f.Name
+		}
+		if arg != "" {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			usage += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
+	})
+	tw.Flush()
+}
+
+func (c *cli) printTopHelp(w io.Writer) {
+	fmt.Fprintf(w, "podium runs containerised tasks on machines you own.\n\n")
+	fmt.Fprintf(w, "Usage: podium [--server URL] [--token TOKEN] COMMAND [flags] [args]\n\nCommands:\n")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, cmd := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", cmd.name, cmd.summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, `
+Global flags (before or after the command):
+  --server URL    the coordinator (env PODIUM_SERVER, default %s)
+  --token TOKEN   sent as a bearer token on every request (env PODIUM_TOKEN)
+
+Exit codes: podium run exits with the task's exit code, 128+N if it was killed
+by signal N, 130 if it was cancelled or interrupted, and 125 if podium failed
+or the task could not run. Other commands exit 0, 125 when podium failed, and
+2 on a usage error.
+
+Run 'podium help COMMAND' for a command's flags.
+`, defaultServer)
+}
+
+var helpCommand = &command{
+	name:      "help",
+	synopsis:  "[COMMAND]",
+	summary:   "Show help for podium or for one command.",
+	usageExit: exitUsage,
+	run: func(ctx context.Context, c *cli, self *command, args []string) int {
+		if len(args) == 0 || args[0] == "help" && len(args) == 1 {
+			c.printTopHelp(c.stdout)
+			return exitOK
+		}
+		cmd, n := lookup(args)
+		if cmd == nil {
+			c.unknownCommand(args)
+			return exitUsage
+		}
+		if cmd == self {
+			c.printTopHelp(c.stdout)
+			return exitOK
+		}
+		// Every command prints its own help, flags included, on --help.
+		return cmd.run(ctx, c, cmd, append([]string{"--help"}, args[n:]...))
+	},
+}
+
+var versionCommand = &command{
+	name:      "version",
+	synopsis:  "",
+	summary:   "Print podium's version.",
+	usageExit: exitUsage,
+	run: func(_ context.Context, c *cli, cmd *command, args []string) int {
+		fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+		rest, done, code := c.parseFlags(cmd, fs, args)
+		if done {
+			return code
+		}
+		if len(rest) > 0 {
+			return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
+		}
+		fmt.Fprintf(c.stdout, "podium %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
+	},
+}
+
+// buildVersion prefers the version stamped by the release build, then the
+// module version, then the VCS revision the binary was built from.
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return version + "-" + s.Value[:12]
+		}
+	}
+	return version
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+func TestDispatch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   string // substring
+		stderr   string // substring
+		noStdout bool
+	}{
+		{"top help", []string{"--help"}, 0, "Usage: podium", "", false},
+		{"top help, short", []string{"-h"}, 0, "Commands:", "", false},
+		{"help command", []string{"help"}, 0, "token create", "", false},
+		{"help run", []string{"help", "run"}, 0, "Usage: podium run", "", false},
+		{"help task get", []string{"help", "task", "get"}, 0, "Usage: podium task get", "", false},
+		{"help token create", []string{"help", "token", "create"}, 0, "--ttl DURATION", "", false},
+		{"help unknown", []string{"help", "frobnicate"}, 2, "", `unknown command "frobnicate"`, true},
+		{"no command", nil, 2, "", "Usage: podium", true},
+		{"unknown command", []string{"frobnicate"}, 2, "", `podium: unknown command "frobnicate"`, true},
+		{"group without subcommand", []string{"task"}, 2, "", "task get, task cancel", true},
+		{"group with unknown subcommand", []string{"task", "delete", "x"}, 2, "", `unknown command "delete"`, true},
+		{"unknown global flag", []string{"--frob", "tasks"}, 2, "", "flag provided but not defined: -frob", true},
+		{"unknown command flag", []string{"tasks", "--frob"}, 2, "", "Usage: podium tasks", true},
+		{"logs without id", []string{"logs"}, 2, "", "want exactly one task ID", true},
+		{"task get with two ids", []string{"task", "get", "a", "b"}, 2, "", "want exactly one task ID", true},
+		{"tasks with an argument", []string{"tasks", "x"}, 2, "", `unexpected argument "x"`, true},
+		{"bad state", []string{"tasks", "--state", "sleeping"}, 2, "", `--state "sleeping": want one of queued, scheduled`, true},
+		{"bad limit", []string{"tasks", "--limit", "-1"}, 2, "", "--limit -1", true},
+		{"token with bad ttl", []string{"token", "create", "--ttl", "10"}, 2, "", "--ttl \"10\" has no unit", true},
+		{"token with bad label", []string{"token", "create", "--label", "a b"}, 2, "", "--label: label \"a b\"", true},
+		{"bad server for tasks", []string{"--server", "http://", "tasks"}, 2, "", "is not a coordinator URL", true},
+		{"version", []string{"version"}, 0, "podium ", "", false},
+		{"--version", []string{"--version"}, 0, "podium ", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t)
+			cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+			code := cli.run(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("podium %v exited %d, want %d; stderr:\n%s", tc.args, code, tc.code, cli.errOut)
+			}
+			if !strings.Contains(cli.out.String(), tc.stdout) {
+				t.Errorf("stdout should contain %q:\n%s", tc.stdout, cli.out)
+			}
+			if !strings.Contains(cli.errOut.String(), tc.stderr) {
+				t.Errorf("stderr should contain %q:\n%s", tc.stderr, cli.errOut)
+			}
+			if tc.noStdout && cli.out.String() != "" {
+				t.Errorf("stdout should be empty on a usage error, got:\n%s", cli.out)
+			}
+			if code != 0 && len(f.recorded()) != 0 {
+				t.Errorf("a usage error sent %v", f.paths())
+			}
+		})
+	}
+}
+
+func TestGlobalFlagsAfterTheCommandAndFromTheEnvironment(t *testing.T) {
+	f := newFake(t)
+	// The environment names a dead server and token; flags after the
+	// command override both.
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": closedURL(t), "PODIUM_TOKEN": "env-token"})
+	if code := cli.run(t, "tasks", "--server", f.url(), "--token", "flag-token"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if r := f.recorded(); len(r) != 1 || r[0].auth != "Bearer flag-token" {
+		t.Errorf("requests = %+v, want one with the flag's token", r)
+	}
+
+	// A bare host:port means http://host:port; the environment's token is used.
+	cli = newTestCLI(map[string]string{"PODIUM_TOKEN": "env-token"})
+	if code := cli.run(t, "--server", strings.TrimPrefix(f.url(), "http://"), "nodes"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if r := f.recorded(); r[len(r)-1].auth != "Bearer env-token" {
+		t.Errorf("last request auth = %q, want the environment's token", r[len(r)-1].auth)
+	}
+
+	// No token: no Authorization header at all.
+	cli = newTestCLI(nil)
+	if code := cli.run(t, "--server", f.url(), "nodes"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if r := f.recorded(); r[len(r)-1].auth != "" {
+		t.Errorf("sent Authorization %q without a token", r[len(r)-1].auth)
+	}
+}
+
+func TestEveryCommandReportsAnUnreachableCoordinator(t *testing.T) {
+	url := closedURL(t)
+	for _, args := range [][]string{
+		{"run", "--image", "alpine:3"},
+		{"logs", "task_01X"},
+		{"logs", "-f", "task_01X"},
+		{"tasks"},
+		{"task", "get", "task_01X"},
+		{"task", "cancel", "task_01X"},
+		{"nodes"},
+		{"token", "create"},
+	} {
+		cli := newTestCLI(map[string]string{"PODIUM_SERVER": url})
+		code := cli.run(t, args...)
+		if code != exitPodium {
+			t.Errorf("podium %v exited %d, want 125", args, code)
+		}
+		want := "podium: cannot reach the coordinator at " + url + ": "
+		if !strings.HasPrefix(cli.errOut.String(), want) || !strings.Contains(cli.errOut.String(), "set --server or PODIUM_SERVER") {
+			t.Errorf("podium %v: stderr:\n%s\nwant it to start with %q", args, cli.errOut, want)
+		}
+	}
+}
+
+func TestLogs(t *testing.T) {
+	f := newFake(t)
+	f.task.State = podiumv1.TaskState_TASK_STATE_FAILED
+	f.task.ExitCode = i32(3)
+	f.events = []*podiumv1.TaskEvent{
+		stdoutEv("out\x00bin"), stderrEv("err\n"), statusEv(podiumv1.TaskState_TASK_STATE_FAILED, "", i32(3), 0),
+	}
+	var follows []bool
+	f.eventsFn = func(ctx context.Context, call int, req *connect.Request[podiumv1.EventsRequest], s *connect.ServerStream[podiumv1.EventsResponse]) error {
+		follows = append(follows, req.Msg.GetFollow())
+		if err := f.sendLog(s, req.Msg.GetAfterSeq(), len(f.events)); err != nil {
+			return err
+		}
+		return s.Send(&podiumv1.EventsResponse{Task: f.currentTask()})
+	}
+	for _, args := range [][]string{{"logs", "task_01TEST"}, {"logs", "task_01TEST", "-f"}} {
+		cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+		// logs reports on itself: 0 although the task exited 3.
+		if code := cli.run(t, args...); code != 0 {
+			t.Errorf("podium %v exited %d, want 0; stderr:\n%s", args, code, cli.errOut)
+		}
+		if cli.out.String() != "out\x00bin" {
+			t.Errorf("podium %v: stdout = %q", args, cli.out)
+		}
+		if want := "err\n→ failed: exit code 3\n"; cli.errOut.String() != want {
+			t.Errorf("podium %v: stderr = %q, want %q", args, cli.errOut, want)
+		}
+	}
+	if fmt.Sprint(follows) != "[false true]" {
+		t.Errorf("follow of the Events calls = %v, want [false true]", follows)
+	}
+
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "logs", "--quiet", "task_01TEST"); code != 0 || cli.errOut.String() != "err\n" {
+		t.Errorf("logs --quiet: exit %d, stderr %q, want only the task's stderr", code, cli.errOut)
+	}
+}
+
+func TestLogsOfAnUnknownTask(t *testing.T) {
+	f := newFake(t)
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "logs", "task_01NOPE"); code != exitPodium {
+		t.Errorf("exit %d, want 125", code)
+	}
+	if cli.errOut.String() != "podium: no task task_01NOPE\n" {
+		t.Errorf("stderr = %q", cli.errOut)
+	}
+}
+
+func TestLogsGivesUpWhenCatchingUpKeepsFailing(t *testing.T) {
+	f := newFake(t)
+	f.eventsFn = func(ctx context.Context, call int, req *connect.Request[podiumv1.EventsRequest], s *connect.ServerStream[podiumv1.EventsResponse]) error {
+		if call == 1 {
+			// Reached once, then broken for good.
+			if err := s.Send(&podiumv1.EventsResponse{Seq: 1, Event: stdoutEv("a")}); err != nil {
+				return err
+			}
+		}
+		return connect.NewError(connect.CodeUnavailable, errors.New("db down"))
+	}
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "logs", "task_01TEST"); code != exitPodium {
+		t.Errorf("exit %d, want 125", code)
+	}
+	// The first call reached the coordinator, so it is retried; after
+	// maxCatchUpFailures failures in a row, logs gives up.
+	if len(f.afters) != maxCatchUpFailures {
+		t.Errorf("%d Events calls, want %d", len(f.afters), maxCatchUpFailures)
+	}
+	if !strings.Contains(cli.errOut.String(), "db down") {
+		t.Errorf("stderr:\n%s", cli.errOut)
+	}
+}
+
+func sampleTasks(now time.Time) []*podiumv1.Task {
+	return []*podiumv1.Task{
+		{
+			Id: "task_01B", State: podiumv1.TaskState_TASK_STATE_RUNNING, NodeId: "node_A", Attempt: 1,
+			Spec:      &podiumv1.TaskSpec{Image: "alpine:3", Command: []string{"sh", "-c", "echo 'hi'; exit 3"}, Env: map[string]string{"SECRET": "hunter2", "A": "1"}, Labels: []string{"linux"}, TimeoutSeconds: 600, Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 64}},
+			CreatedAt: timestamppb.New(now.Add(-90 * time.Second)), StartedAt: timestamppb.New(now.Add(-80 * time.Second)),
+		},
+		{
+			Id: "task_01A", State: podiumv1.TaskState_TASK_STATE_QUEUED, Reason: "no node has\nthe label gpu",
+			Spec:      &podiumv1.TaskSpec{Image: "busybox"},
+			CreatedAt: timestamppb.New(now.Add(-3 * time.Hour)),
+		},
+	}
+}
+
+func TestTasks(t *testing.T) {
+	f := newFake(t)
+	f.tasks = sampleTasks(time.Now())
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "tasks", "--state", "running,queued", "--state", "running", "--limit", "5"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	lines := strings.Split(strings.TrimRight(cli.out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and two rows:\n%s", cli.out)
+	}
+	for i, want := range [][]string{
+		{"ID", "STATE", "IMAGE", "NODE", "AGE", "REASON"},
+		{"task_01B", "running", "alpine:3", "node_A", "1m", "-"},
+		{"task_01A", "queued", "busybox", "-", "3h", "no", "node", "has", "the", "label", "gpu"},
+	} {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("line %d = %q, want fields %q", i, lines[i], want)
+		}
+	}
+	if got := fmt.Sprint(f.listReq.GetStates(), f.listReq.GetLimit()); got != "[TASK_STATE_RUNNING TASK_STATE_QUEUED] 5" {
+		t.Errorf("List request = %s", got)
+	}
+
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "tasks", "--json"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(cli.out.String()), &got); err != nil {
+		t.Fatalf("--json output is not a JSON array: %v\n%s", err, cli.out)
+	}
+	if len(got) != 2 || got[0]["id"] != "task_01B" || got[0]["node_id"] != "node_A" || got[0]["state"] != "TASK_STATE_RUNNING" {
+		t.Errorf("--json = %v", got)
+	}
+
+	// No tasks: an empty array, not null.
+	f.tasks = nil
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "tasks", "--json"); code != 0 || cli.out.String() != "[]\n" {
+		t.Errorf("exit %d, stdout %q, want []", code, cli.out)
+	}
+}
+
+func TestTaskGet(t *testing.T) {
+	f := newFake(t)
+	f.task = sampleTasks(time.Now())[0]
+	f.task.Id = "task_01TEST"
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "get", "task_01TEST"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	out := cli.out.String()
+	for _, want := range []string{
+		"id:", "task_01TEST", "state:", "running", "node:", "node_A", "image:", "alpine:3",
+		`command:`, `sh -c 'echo '\''hi'\''; exit 3'`, "env:", "A, SECRET (values not shown)",
+		"timeout:", "10m0s", "resources:", "cpu 0.5, memory 64 MiB", "(1m ago)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("task get should show %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("task get shows an env value:\n%s", out)
+	}
+
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "get", "--json", "task_01TEST"); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(cli.out.String()), &obj); err != nil || obj["id"] != "task_01TEST" {
+		t.Errorf("--json = %v (%v):\n%s", obj, err, cli.out)
+	}
+
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "get", "task_01NOPE"); code != exitPodium || cli.errOut.String() != "podium: no task task_01NOPE\n" {
+		t.Errorf("unknown task: exit %d, stderr %q", code, cli.errOut)
+	}
+}
+
+func TestTaskCancel(t *testing.T) {
+	f := newFake(t)
+	f.task.State = podiumv1.TaskState_TASK_STATE_RUNNING
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "cancel", "task_01TEST", "--reason", "wrong input"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if len(f.cancels) != 1 || f.cancels[0].GetReason() != "wrong input" {
+		t.Errorf("Cancel requests = %v", f.cancels)
+	}
+	if !strings.Contains(cli.out.String(), "task task_01TEST is being cancelled") {
+		t.Errorf("stdout = %q", cli.out)
+	}
+
+	f.task.State = podiumv1.TaskState_TASK_STATE_SUCCEEDED
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "cancel", "task_01TEST"); code != 0 || !strings.Contains(cli.out.String(), "had already ended (succeeded)") {
+		t.Errorf("exit %d, stdout %q", code, cli.out)
+	}
+	if f.cancels[1].GetReason() == "" {
+		t.Errorf("cancel without --reason sent no reason")
+	}
+}
+
+func TestNodes(t *testing.T) {
+	f := newFake(t)
+	now := time.Now()
+	f.nodes = []*podiumv1.Node{
+		{Id: "node_A", Hostname: "box1", Status: podiumv1.NodeStatus_NODE_STATUS_ONLINE, Labels: []string{"linux", "gpu=a100"},
+			RunningTasks: 2, FreeSlots: 6, LastHeartbeatAt: timestamppb.New(now.Add(-5 * time.Second))},
+		{Id: "node_B", Hostname: "box2", Status: podiumv1.NodeStatus_NODE_STATUS_OFFLINE, Draining: true},
+	}
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "nodes"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	lines := strings.Split(strings.TrimRight(cli.out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and two rows:\n%s", cli.out)
+	}
+	for i, want := range []string{
+		"ID HOSTNAME STATUS LABELS RUNNING FREE SLOTS LAST HEARTBEAT",
+		"node_A box1 online linux,gpu=a100 2 6 5s ago",
+		"node_B box2 offline,draining - 0 0 never",
+	} {
+		if got := strings.Join(strings.Fields(lines[i]), " "); got != want {
+			t.Errorf("line %d = %q, want %q", i, got, want)
+		}
+	}
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "nodes", "--json"); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(cli.out.String()), &got); err != nil || len(got) != 2 || got[0]["free_slots"] != float64(6) {
+		t.Errorf("--json = %v (%v)", got, err)
+	}
+}
+
+func TestTokenCreate(t *testing.T) {
+	f := newFake(t)
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "token", "create", "--label", "linux", "--label", "gpu=a100", "--ttl", "30m"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	// Only the token on stdout, so that T=$(podium token create) works.
+	if cli.out.String() != "tok_secret\n" {
+		t.Errorf("stdout = %q, want only the token", cli.out)
+	}
+	if got := fmt.Sprint(f.tokenReq.GetLabels(), f.tokenReq.GetTtlSeconds()); got != "[linux gpu=a100] 1800" {
+		t.Errorf("request = %s", got)
+	}
+	if !strings.Contains(cli.errOut.String(), "linux, gpu=a100") {
+		t.Errorf("stderr should tell the labels:\n%s", cli.errOut)
+	}
+}
+
+func TestHTTP1OnlyServer(t *testing.T) {
+	// A server that does not speak HTTP/2 without TLS is not a coordinator;
+	// say so rather than show an HTTP/2 framing error.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	cli := newTestCLI(nil)
+	if code := cli.run(t, "--server", srv.URL, "tasks"); code != exitPodium {
+		t.Errorf("exit %d, want 125", code)
+	}
+	if !strings.Contains(cli.errOut.String(), "speaks only HTTP/1.1") {
+		t.Errorf("stderr:\n%s", cli.errOut)
+	}
+}

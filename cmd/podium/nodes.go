@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+var nodesCommand = &command{
+	name:     "nodes",
+	synopsis: "[--json]",
+	summary:  "List the nodes of the fleet and their health.",
+	detail: `
+STATUS is what the coordinator's watchdog decided from the node's last
+heartbeat (online, unreachable, offline), with "draining" added for a node
+that takes no new work. FREE SLOTS is how many more tasks it would accept now.`,
+	usageExit: exitUsage,
+	run:       runNodes,
+}
+
+func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListNodesResponse], error) {
+		return cl.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	if *asJSON {
+		return writeJSONList(c, resp.Msg.GetNodes())
+	}
+	writeNodeTable(c.stdout, resp.Msg.GetNodes(), time.Now())
+	return exitOK
+}
+
+func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tLABELS\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
+	for _, n := range nodes {
+		status := strings.ToLower(strings.TrimPrefix(n.GetStatus().String(), "NODE_STATUS_"))
+		if n.GetDraining() {
+			status += ",draining"
+		}
+		heartbeat := "never"
+		if n.GetLastHeartbeatAt() != nil {
+			heartbeat = age(n.GetLastHeartbeatAt(), now) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+			n.GetId(), dash(n.GetHostname()), status, dash(strings.Join(n.GetLabels(), ",")),
+			n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/internal/taskspec"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+var runCommand = &command{
+	name:     "run",
+	synopsis: "[flags] [--] [CMD [ARG...]]",
+	summary:  "Run a task, print its output, and exit with its exit code.",
+	detail: `
+Submits a task to the coordinator and follows it until it ends: the task's
+stdout and stderr are copied to podium's byte for byte, podium's own progress
+goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoint
+and command; put "--" before it when it has flags of its own.
+
+Flags override the fields of --spec: --image, --timeout and --priority replace
+theirs, --env sets one variable each (replacing the file's value for that
+key), --label adds to the file's labels, and CMD replaces its command.
+
+The spec is checked before anything is sent; a bad one exits 125.
+On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
+it ending, and exits 130; a second Ctrl-C stops waiting.
+
+Exit code: the task's own; 128+N if killed by signal N; 130 if cancelled or
+interrupted; 125 if podium failed or the task could not run (e.g. its image
+is missing) or was lost with its node.
+
+Example:
+  podium run --image alpine:3 -- sh -c 'echo hi; exit 3'`,
+	usageExit:    exitPodium,
+	argsEndFlags: true,
+	run:          runRun,
+}
+
+// runOptions are run's flags, kept apart from the flag set so that spec
+// building can be tested without parsing.
+type runOptions struct {
+	image    string
+	specFile string
+	timeout  string
+	priority int
+	env      stringList
+	labels   stringList
+	detach   bool
+	quiet    bool
+	command  []string
+	// set holds the names of the flags given on the command line: only those
+	// override the spec file (an absent --priority must not reset the file's
+	// priority to 0).
+	set map[string]bool
+}
+
+func newRunFlags(fs *flag.FlagSet) *runOptions {
+	o := &runOptions{}
+	fs.StringVar(&o.image, "image", "", "the container `IMAGE` to run, e.g. alpine:3")
+	fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
+	fs.Var(&o.labels, "label", "run only on a node with the `LABEL`, key or key=value (repeatable)")
+	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
+	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
+	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
+	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
+	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
+	return o
+}
+
+func runRun(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	o := newRunFlags(fs)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	o.command = rest
+	o.set = setFlags(fs)
+	spec, err := o.buildSpec(c.stdin)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium: %v\n", err)
+		return exitPodium
+	}
+	cl, err := newClient(c.server, c.token)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium: %v\n", err)
+		return exitPodium
+	}
+	return c.runTask(ctx, cl, spec, o)
+}
+
+// buildSpec reads --spec (if given), applies the flags over it and validates
+// the result, so that a bad task is refused before anything is sent.
+func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
+	spec := &podiumv1.TaskSpec{}
+	if o.specFile != "" {
+		var err error
+		if spec, err = readSpec(o.specFile, stdin); err != nil {
+			return nil, err
+		}
+	}
+	if o.set["image"] {
+		spec.Image = o.image
+	}
+	for _, e := range o.env {
+		k, v, err := taskspec.ParseEnv(e)
+		if err != nil {
+			return nil, err
+		}
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env[k] = v
+	}
+	for _, l := range o.labels {
+		if problem := taskspec.LabelProblem(l); problem != "" {
+			return nil, fmt.Errorf("--label: %s", problem)
+		}
+		if !slices.Contains(spec.Labels, l) {
+			spec.Labels = append(spec.Labels, l)
+		}
+	}
+	if o.set["timeout"] {
+		secs, err := taskspec.ParseSeconds(o.timeout)
+		if err != nil {
+			return nil, fmt.Errorf("--timeout %v", err)
+		}
+		spec.TimeoutSeconds = secs
+	}
+	if o.set["priority"] {
+		if o.priority < math.MinInt32 || o.priority > math.MaxInt32 {
+			return nil, fmt.Errorf("--priority %d is out of range: give a number between %d and %d", o.priority, math.MinInt32, math.MaxInt32)
+		}
+		spec.Priority = int32(o.priority)
+	}
+	if len(o.command) > 0 {
+		spec.Command = o.command
+	}
+	if err := taskspec.Validate(spec); err != nil {
+		var fe *taskspec.FieldError
+		if errors.As(err, &fe) && fe.Field == "spec.image" && spec.Image == "" {
+			return nil, fmt.Errorf("%w (give --image IMAGE, or image: in the --spec file)", err)
+		}
+		return nil, err
+	}
+	return spec, nil
+}
+
+func readSpec(name string, stdin io.Reader) (*podiumv1.TaskSpec, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--spec: %w", err)
+		}
+		defer f.Close()
+		r = f
+	} else {
+		name = "standard input"
+	}
+	spec, err := taskspec.Parse(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return spec, nil
+}
+
+// errStopped is the cause of run's context when a second signal says to stop
+// waiting for the task to end.
+var errStopped = errors.New("stopped by a second interrupt")
+
+// runTask submits spec and, unless detached, follows the task to its end and
+// returns the exit code it maps to.
+func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, o *runOptions) int {
+	p := newPrinter(c.stdout, c.stderr, o.quiet)
+
+	// Signals are caught before Submit: a Ctrl-C while the request is in
+	// flight must not leave a task running that nobody is watching.
+	sigs := c.signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	interrupted := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-ctx.Done():
+			return
+		}
+		close(interrupted)
+		select {
+		case <-sigs:
+			stop(errStopped)
+		case <-ctx.Done():
+		}
+	}()
+	stopped := func() bool { return errors.Is(context.Cause(ctx), errStopped) }
+
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SubmitResponse], error) {
+		return cl.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
+	})
+	if err != nil {
+		if stopped() {
+			p.fail("interrupted while submitting; the task may have been created (see podium tasks)")
+			return exitCancel
+		}
+		p.fail("%s", cl.describe(err, ""))
+		return exitPodium
+	}
+	id := resp.Msg.GetTask().GetId()
+	if id == "" {
+		p.fail("the coordinator at %s accepted the task but returned no id: is it a podium-coordinator?", cl.server)
+		return exitPodium
+	}
+	if o.detach {
+		select {
+		case <-interrupted:
+			cl.cancelOnce(ctx, p, id)
+			return exitCancel
+		default:
+		}
+		fmt.Fprintln(c.stdout, id)
+		return exitOK
+	}
+	p.notef("task %s submitted", id)
+	p.node = func(ctx context.Context) (string, int32) {
+		r, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
+			return cl.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
+		})
+		if err != nil {
+			return "", -1
+		}
+		return r.Msg.GetTask().GetNodeId(), r.Msg.GetTask().GetAttempt()
+	}
+
+	followCtx, endFollow := context.WithCancel(ctx)
+	defer endFollow()
+	go func() {
+		select {
+		case <-interrupted:
+			c.cancelUntilDone(followCtx, cl, p, id)
+		case <-followCtx.Done():
+		}
+	}()
+
+	f := &follower{
+		api: cl.tasks, id: id, p: p, follow: true, reached: true,
+		minBackoff: c.minBackoff, maxBackoff: c.maxBackoff,
+		describe: func(err error) string { return cl.describe(err, "") },
+	}
+	final, err := f.run(followCtx)
+	if stopped() {
+		p.fail("stopped following task %s; the coordinator was asked to cancel it (see podium task get %s)", id, id)
+		return exitCancel
+	}
+	if err != nil {
+		p.fail("following task %s: %s", id, cl.describe(err, fmt.Sprintf("no task %s: the coordinator no longer knows it", id)))
+		p.fail("the task may still be running: see podium logs -f %s, or stop it with podium task cancel %s", id, id)
+		return exitPodium
+	}
+	p.final(final)
+	select {
+	case <-interrupted:
+		return exitCancel
+	default:
+	}
+	code := exitCode(final)
+	if code == exitPodium && o.quiet {
+		p.fail("task %s %s", id, statusLine(final.GetState(), final.GetReason(), final.ExitCode, final.GetSignal(), ""))
+	}
+	return code
+}
+
+// cancelReason is what the task's log shows as why it was cancelled.
+const cancelReason = "podium run was interrupted"
+
+// cancelUntilDone asks the coordinator to cancel the task, retrying through
+// the same outages the follower rides out, until it has answered or ctx ends.
+func (c *cli) cancelUntilDone(ctx context.Context, cl *client, p *printer, id string) {
+	p.notef("cancelling task %s (press Ctrl-C again to stop waiting)", id)
+	backoff := max(c.minBackoff, 250*time.Millisecond)
+	for {
+		_, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
+			return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
+		})
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if isDefinitive(err) {
+			p.fail("could not cancel task %s: %s", id, cl.describe(err, fmt.Sprintf("no task %s", id)))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// cancelOnce cancels a task that was detached while being interrupted.
+func (cl *client) cancelOnce(ctx context.Context, p *printer, id string) {
+	_, err := unary(context.WithoutCancel(ctx), func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
+		return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
+	})
+	if err != nil {
+		p.fail("interrupted, but could not cancel task %s: %s", id, cl.describe(err, ""))
+		return
+	}
+	p.notef("task %s cancelled", id)
+}
+
+// exitCode maps a task that has ended to run's exit code (see main.go).
+//
+// A failed task with a signal exits 128+N, like a shell; with an exit code,
+// that code. A failed task with neither never ran (its image could not be
+// pulled, its node refused it), and one that "failed" with exit code 0 was
+// failed by Podium after the process succeeded: both are Podium's failures,
+// 125, so a script never mistakes them for the task's own answer. Lost is
+// 125 too: the task did nothing wrong, its machine went away.
+func exitCode(t *podiumv1.Task) int {
+	switch t.GetState() {
+	case podiumv1.TaskState_TASK_STATE_SUCCEEDED:
+		return exitOK
+	case podiumv1.TaskState_TASK_STATE_CANCELLED:
+		return exitCancel
+	case podiumv1.TaskState_TASK_STATE_FAILED:
+		if s := t.GetSignal(); s > 0 && s < signalShift {
+			return signalShift + int(s)
+		}
+		if t.ExitCode != nil && *t.ExitCode > 0 && *t.ExitCode <= 255 {
+			return int(*t.ExitCode)
+		}
+		return exitPodium
+	}
+	return exitPodium
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// setFlags returns the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+var tasksCommand = &command{
+	name:     "tasks",
+	synopsis: "[--json] [--state STATE]... [--limit N]",
+	summary:  "List tasks, newest first.",
+	detail: `
+Prints a table of ID, STATE, IMAGE, NODE, AGE and REASON, or with --json one
+JSON array of the tasks as the API returns them (field names as in the .proto
+files, e.g. "exit_code", so jq filters match the API docs).`,
+	usageExit: exitUsage,
+	run:       runTasks,
+}
+
+func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
+	var stateFlags stringList
+	fs.Var(&stateFlags, "state", "only tasks in this `STATE`: "+strings.Join(stateNames(), ", ")+" (repeatable, or comma-separated)")
+	limit := fs.Int("limit", 0, "list at most `N` tasks (0: the coordinator's default, 100)")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
+	}
+	states, err := parseStates(stateFlags)
+	if err != nil {
+		return c.usageFailure(cmd, fs, err)
+	}
+	if *limit < 0 || *limit > math.MaxInt32 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("--limit %d: give 0 (the default) or a positive number", *limit))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListResponse], error) {
+		return cl.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit)}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	tasks := resp.Msg.GetTasks()
+	if *asJSON {
+		return writeJSONList(c, tasks)
+	}
+	writeTaskTable(c.stdout, tasks, time.Now())
+	return exitOK
+}
+
+func writeTaskTable(w io.Writer, tasks []*podiumv1.Task, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tNODE\tAGE\tREASON")
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n",
+			t.GetId(), stateName(t.GetState()), dash(t.GetSpec().GetImage()), dash(t.GetNodeId()),
+			age(t.GetCreatedAt(), now), dash(oneLine(t.GetReason(), 60)))
+	}
+	tw.Flush()
+}
+
+func stateNames() []string {
+	var names []string
+	for s := podiumv1.TaskState_TASK_STATE_QUEUED; s <= podiumv1.TaskState_TASK_STATE_LOST; s++ {
+		names = append(names, stateName(s))
+	}
+	return names
+}
+
+// parseStates reads --state values, each one name or a comma-separated list.
+func parseStates(values []string) ([]podiumv1.TaskState, error) {
+	var states []podiumv1.TaskState
+	for _, v := range values {
+		for name := range strings.SplitSeq(v, ",") {
+			name = strings.TrimSpace(name)
+			n, ok := podiumv1.TaskState_value["TASK_STATE_"+strings.ToUpper(name)]
+			if !ok || n == 0 {
+				return nil, fmt.Errorf("--state %q: want one of %s", name, strings.Join(stateNames(), ", "))
+			}
+			if s := podiumv1.TaskState(n); !slices.Contains(states, s) {
+				states = append(states, s)
+			}
+		}
+	}
+	return states, nil
+}
+
+var taskGetCommand = &command{
+	name:      "task get",
+	synopsis:  "[--json] ID",
+	summary:   "Show one task.",
+	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it.`,
+	usageExit: exitUsage,
+	run:       runTaskGet,
+}
+
+func runTaskGet(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the task as JSON")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
+		return cl.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
+	})
+	if err != nil {
+		return c.failed(cl, err, fmt.Sprintf("no task %s", id))
+	}
+	if *asJSON {
+		return c.writeJSON(resp.Msg.GetTask())
+	}
+	writeTask(c.stdout, resp.Msg.GetTask(), time.Now())
+	return exitOK
+}
+
+// writeTask prints a task as "key: value" lines, leaving out what is unset.
+func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	line := func(key, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", key, value)
+		}
+	}
+	s := t.GetSpec()
+	line("id", t.GetId())
+	line("state", stateName(t.GetState()))
+	line("reason", t.GetReason())
+	if t.ExitCode != nil {
+		line("exit code", fmt.Sprint(*t.ExitCode))
+	}
+	if t.GetSignal() != 0 {
+		line("signal", signalName(t.GetSignal()))
+	}
+	line("node", t.GetNodeId())
+	if t.GetAttempt() != 0 {
+		line("attempt", fmt.Sprint(t.GetAttempt()))
+	}
+	line("image", s.GetImage())
+	line("command", shellJoin(s.GetCommand()))
+	if len(s.GetEnv()) > 0 {
+		keys := make([]string, 0, len(s.GetEnv()))
+		for k := range s.GetEnv() {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		line("env", strings.Join(keys, ", ")+" (values not shown)")
+	}
+	line("working dir", s.GetWorkingDir())
+	line("labels", strings.Join(s.GetLabels(), ", "))
+	line("resources", resourcesText(s.GetResources()))
+	line("timeout", secondsText(s.GetTimeoutSeconds()))
+	if s.GetPriority() != 0 {
+		line("priority", fmt.Sprint(s.GetPriority()))
+	}
+	if s.GetMaxAttempts() != 0 {
+		line("max attempts", fmt.Sprint(s.GetMaxAttempts()))
+	}
+	if s.GetRetryOnNodeLoss() {
+		line("retry on node loss", "yes")
+	}
+	line("cancel grace", secondsText(s.GetCancelGraceSeconds()))
+	line("requested by", t.GetRequestedBy())
+	line("created", timeText(t.GetCreatedAt(), now))
+	line("started", timeText(t.GetStartedAt(), now))
+	line("finished", timeText(t.GetFinishedAt(), now))
+	tw.Flush()
+}
+
+func resourcesText(r *podiumv1.Resources) string {
+	var parts []string
+	if r.GetCpu() != 0 {
+		parts = append(parts, fmt.Sprintf("cpu %g", r.GetCpu()))
+	}
+	if r.GetMemoryMb() != 0 {
+		parts = append(parts, fmt.Sprintf("memory %d MiB", r.GetMemoryMb()))
+	}
+	if r.GetPids() != 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", r.GetPids()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func secondsText(s int64) string {
+	if s == 0 {
+		return ""
+	}
+	return (time.Duration(s) * time.Second).String()
+}
+
+var taskCancelCommand = &command{
+	name:      "task cancel",
+	synopsis:  "[--reason TEXT] ID",
+	summary:   "Cancel a task: SIGTERM, then SIGKILL after its grace period.",
+	usageExit: exitUsage,
+	run:       runTaskCancel,
+}
+
+func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	reason := fs.String("reason", "", "`TEXT` saying why, shown in the task's log and state (default: cancelled from the podium CLI)")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	if *reason == "" {
+		*reason = "cancelled from the podium CLI"
+	}
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
+		return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: *reason}))
+	})
+	if err != nil {
+		return c.failed(cl, err, fmt.Sprintf("no task %s", id))
+	}
+	t := resp.Msg.GetTask()
+	switch st := t.GetState(); {
+	case st == podiumv1.TaskState_TASK_STATE_CANCELLED:
+		fmt.Fprintf(c.stdout, "task %s cancelled\n", id)
+	case terminal(st):
+		fmt.Fprintf(c.stdout, "task %s had already ended (%s); nothing to cancel\n", id, stateName(st))
+	default:
+		fmt.Fprintf(c.stdout, "task %s is being cancelled (follow it with: podium logs -f %s)\n", id, id)
+	}
+	return exitOK
+}
+
+// jsonOptions names fields as the .proto files do ("exit_code"), the names
+// the API docs and the spec file use.
+var jsonOptions = protojson.MarshalOptions{UseProtoNames: true}
+
+// writeJSON prints one message as a JSON object.
+func (c *cli) writeJSON(m proto.Message) int {
+	b, err := jsonOptions.Marshal(m)
+	return c.emitJSON(b, err)
+}
+
+// writeJSONList prints messages as one JSON array ("[]" when there are none,
+// never null, so that jq filters need no special case).
+func writeJSONList[T proto.Message](c *cli, items []T) int {
+	var raw bytes.Buffer
+	raw.WriteByte('[')
+	for i, m := range items {
+		if i > 0 {
+			raw.WriteByte(',')
+		}
+		b, err := jsonOptions.Marshal(m)
+		if err != nil {
+			return c.emitJSON(nil, err)
+		}
+		raw.Write(b)
+	}
+	raw.WriteByte(']')
+	return c.emitJSON(raw.Bytes(), nil)
+}
+
+func (c *cli) emitJSON(raw []byte, err error) int {
+	var out bytes.Buffer
+	if err == nil {
+		// protojson's spacing is deliberately unstable; Indent fixes it.
+		err = json.Indent(&out, raw, "", "  ")
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium: encode JSON: %v\n", err)
+		return exitPodium
+	}
+	out.WriteByte('\n')
+	if _, err := c.stdout.Write(out.Bytes()); err != nil {
+		fmt.Fprintf(c.stderr, "podium: write: %v\n", err)
+		return exitPodium
+	}
+	return exitOK
+}
+
+// age is how long ago ts was, in the one unit that matters: 45s, 3m, 2h, 5d.
+func age(ts *timestamppb.Timestamp, now time.Time) string {
+	if ts == nil {
+		return "-"
+	}
+	d := max(now.Sub(ts.AsTime()), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+func timeText(ts *timestamppb.Timestamp, now time.Time) string {
+	if ts == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s ago)", ts.AsTime().Local().Format(time.RFC3339), age(ts, now))
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table row on one line and within n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// shellJoin shows a command the way a shell would take it back.
+func shellJoin(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			quoted[i] = a
+		} else {
+			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(quoted, " ")
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/internal/taskspec"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+var tokenCreateCommand = &command{
+	name:     "token create",
+	synopsis: "[--label L]... [--ttl DURATION]",
+	summary:  "Create a single-use enrollment token for a new node.",
+	detail: `
+Prints only the token on stdout, so that T=$(podium token create) works; the
+expiry goes to stderr. The token enrolls one node, once, before it expires;
+the coordinator keeps only its SHA-256, so it cannot be shown again. Nodes
+enrolled with it carry the given labels.`,
+	usageExit: exitUsage,
+	run:       runTokenCreate,
+}
+
+func runTokenCreate(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	var labels stringList
+	fs.Var(&labels, "label", "give the enrolled node the `LABEL`, key or key=value (repeatable)")
+	ttl := fs.String("ttl", "", "keep the token usable for `DURATION`, e.g. 30m (default: the coordinator's, 1h)")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
+	}
+	for _, l := range labels {
+		if problem := taskspec.LabelProblem(l); problem != "" {
+			return c.usageFailure(cmd, fs, fmt.Errorf("--label: %s", problem))
+		}
+	}
+	var ttlSeconds int64
+	if *ttl != "" {
+		var err error
+		if ttlSeconds, err = taskspec.ParseSeconds(*ttl); err != nil {
+			return c.usageFailure(cmd, fs, fmt.Errorf("--ttl %v", err))
+		}
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {
+		return cl.admin.CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels, TtlSeconds: ttlSeconds}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	m := resp.Msg
+	if m.GetToken() == "" {
+		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server)
+		return exitPodium
+	}
+	fmt.Fprintln(c.stdout, m.GetToken())
+	if exp := m.GetExpiresAt(); exp != nil {
+		fmt.Fprintf(c.stderr, "→ expires at %s (in %s); it enrolls one node, once\n",
+			exp.AsTime().Local().Format(time.RFC3339), time.Until(exp.AsTime()).Round(time.Second))
+	}
+	if len(m.GetLabels()) > 0 {
+		fmt.Fprintf(c.stderr, "→ the node gets the labels %s\n", strings.Join(m.GetLabels(), ", "))
+	}
+	return exitOK
+}
