@@ -42,6 +42,12 @@ func Hash(secret string) []byte {
 // Enroll exchanges a single-use enrollment token for a node identity. The node
 // key is returned exactly once; only its SHA-256 reaches Postgres.
 func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.EnrollRequest]) (*connect.Response[podiumv1.EnrollResponse], error) {
+	peer := req.Peer().Addr
+	if !s.enrollLimit.allowed(peer) {
+		s.log.Warn("enrollment refused: too many failed attempts", "peer", peer)
+		return nil, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("too many failed enrollment attempts from %s; wait a minute and check the token", host(peer)))
+	}
 	token := strings.TrimSpace(req.Msg.GetToken())
 	if token == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("token: required: pass the enrollment token from `podium token create`"))
@@ -59,7 +65,8 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 	})
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenUsed), errors.Is(err, store.ErrTokenExpired):
-		s.log.Warn("enrollment refused", "peer", req.Peer().Addr, "why", err)
+		s.enrollLimit.failed(peer)
+		s.log.Warn("enrollment refused", "peer", peer, "why", err)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	case err != nil:
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("enroll: %w", err))

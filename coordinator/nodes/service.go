@@ -36,6 +36,10 @@ type Config struct {
 	// TakeoverWait is how long a new stream waits for another replica to let go
 	// of the node (10 s).
 	TakeoverWait time.Duration
+	// EnrollFailures is how many failed enrollments one address may make in a
+	// burst (20); one more is allowed every EnrollRefill (30 s).
+	EnrollFailures int
+	EnrollRefill   time.Duration
 }
 
 func (c *Config) defaults() {
@@ -51,6 +55,12 @@ func (c *Config) defaults() {
 	if c.TakeoverWait == 0 {
 		c.TakeoverWait = 10 * time.Second
 	}
+	if c.EnrollFailures == 0 {
+		c.EnrollFailures = 20
+	}
+	if c.EnrollRefill == 0 {
+		c.EnrollRefill = 30 * time.Second
+	}
 }
 
 // Service implements podium.v1.NodeService.
@@ -64,13 +74,15 @@ type Service struct {
 
 	hbMu  sync.Mutex
 	beats map[string]store.Heartbeat
+
+	enrollLimit *enrollLimiter
 }
 
 // NewService returns the node service with an empty registry.
 func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Service {
 	cfg.defaults()
 	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
-		beats: map[string]store.Heartbeat{}}
+		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures)}
 }
 
 // Registry is this replica's live sessions.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/bus"
@@ -32,6 +33,7 @@ type Scheduler struct {
 	bus    *bus.Bus
 	leases *lease.Keeper
 	log    *slog.Logger
+	leading atomic.Bool
 	// OnLeader, if set, runs in its own goroutine while this replica leads; its
 	// context ends when leadership does. The watchdog hangs off it.
 	OnLeader func(ctx context.Context)
@@ -76,6 +78,8 @@ func (s *Scheduler) Run(ctx context.Context) {
 // lead runs passes until the lease is lost or ctx ends.
 func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 	s.log.Info("this replica is now the leader: scheduling")
+	s.leading.Store(true)
+	defer s.leading.Store(false)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -134,3 +138,6 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		}
 	}
 }
+
+// Leading reports whether this replica currently holds the leader lease.
+func (s *Scheduler) Leading() bool { return s.leading.Load() }

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/coordtest"
 	"github.com/podiumhq/podium/internal/pgtest"
@@ -293,4 +294,36 @@ func stdoutOf(t *testing.T, ctx context.Context, r *coordtest.Replica, id string
 		}
 	}
 	return out
+}
+
+// Failed enrollments are limited per address; a good token still works for
+// another address... and for this one once the bucket refills.
+func TestEnrollFailuresAreRateLimited(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{Nodes: nodes.Config{EnrollFailures: 3, EnrollRefill: time.Hour}})
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: "podium_et_guess"}))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Fatalf("attempt %d: %v, want Unauthenticated", i, err)
+		}
+	}
+	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: tok.Msg.Token}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !contains(err.Error(), "too many") {
+		t.Fatalf("after the limit: %v, want ResourceExhausted", err)
+	}
+	var n int
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_ = conn.QueryRow(ctx, "select count(*) from podium.enrollment_tokens where used_at is not null").Scan(&n)
+	if n != 0 {
+		t.Fatalf("a refused enrollment spent the token")
+	}
 }

@@ -175,6 +175,9 @@ func (s *Server) Store() *store.Store { return s.store }
 // Nodes is the replica's node service.
 func (s *Server) Nodes() *nodes.Service { return s.nodes }
 
+// Leading reports whether this replica is the scheduling and watchdog leader.
+func (s *Server) Leading() bool { return s.sched.Leading() }
+
 // Leases is the replica's lease keeper.
 func (s *Server) Leases() *lease.Keeper { return s.leases }
 
