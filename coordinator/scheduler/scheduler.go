@@ -28,11 +28,11 @@ type Config struct {
 
 // Scheduler runs dispatch passes while it leads.
 type Scheduler struct {
-	cfg    Config
-	store  *store.Store
-	bus    *bus.Bus
-	leases *lease.Keeper
-	log    *slog.Logger
+	cfg     Config
+	store   *store.Store
+	bus     *bus.Bus
+	leases  *lease.Keeper
+	log     *slog.Logger
 	leading atomic.Bool
 	// OnLeader, if set, runs in its own goroutine while this replica leads; its
 	// context ends when leadership does. The watchdog hangs off it.
