@@ -16,11 +16,46 @@ import (
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
+// TaskCost is what one task takes out of a node's budget: its own limits plus
+// every sidecar's, because a task's sidecars run on the same machine.
+type TaskCost struct {
+	CPU      float64
+	MemoryMB int64
+}
+
+// Snapshot is what a live session knows of its node, as a value: a reader can
+// work on its copy without holding the session's lock or racing the node's
+// next heartbeat.
+type Snapshot struct {
+	NodeID       string
+	Labels       []string
+	FreeSlots    int32
+	RunningTasks int32
+	LastSeen     time.Time
+	Draining     bool
+	Capacity     *podiumv1.Capacity
+	// FreeCPU and FreeMemoryMB are the capacity the node advertised minus what it
+	// is committed to. Zero capacity means "unmeasured" and is no constraint, so
+	// these are zero then too.
+	FreeCPU        float64
+	FreeMemoryMB   int64
+	LastAssignedAt time.Time
+}
+
 // Session is one live node stream on this replica.
 type Session struct {
 	NodeID  string
 	Epoch   int64
 	Started time.Time
+
+	mu               sync.Mutex
+	labels           []string
+	draining         bool
+	maxTasksOverride int32
+	capacity         *podiumv1.Capacity
+	lastSeen         time.Time
+	lastAssignedAt   time.Time
+	tasks            map[string]TaskCost // task id → what it is charged
 
 	out       chan *podiumv1.StreamResponse
 	done      chan struct{}
@@ -33,6 +68,7 @@ type Session struct {
 func newSession(nodeID string, epoch int64) *Session {
 	return &Session{
 		NodeID: nodeID, Epoch: epoch, Started: time.Now(),
+		tasks: map[string]TaskCost{}, lastSeen: time.Now(),
 		out:   make(chan *podiumv1.StreamResponse, 256),
 		done:  make(chan struct{}),
 		ended: make(chan struct{}),
@@ -57,6 +93,73 @@ func (s *Session) send(m *podiumv1.StreamResponse) error {
 		s.Close()
 		return ErrSessionClosed
 	}
+}
+
+// Snapshot returns the session's state as a value.
+func (s *Session) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{
+		NodeID: s.NodeID, Labels: append([]string(nil), s.labels...), RunningTasks: int32(len(s.tasks)),
+		LastSeen: s.lastSeen, Draining: s.draining, LastAssignedAt: s.lastAssignedAt,
+	}
+	if s.capacity != nil {
+		snap.Capacity = &podiumv1.Capacity{CpuCores: s.capacity.CpuCores, MemoryMb: s.capacity.MemoryMb,
+			DiskFreeMb: s.capacity.DiskFreeMb, MaxTasks: s.capacity.MaxTasks}
+	}
+	limit := snap.Capacity.GetMaxTasks()
+	if s.maxTasksOverride > 0 {
+		limit = s.maxTasksOverride
+	}
+	if !s.draining && limit > snap.RunningTasks {
+		snap.FreeSlots = limit - snap.RunningTasks
+	}
+	var cpu float64
+	var mem int64
+	for _, c := range s.tasks {
+		cpu += c.CPU
+		mem += c.MemoryMB
+	}
+	if c := snap.Capacity.GetCpuCores(); c > 0 {
+		snap.FreeCPU = max(c-cpu, 0)
+	}
+	if m := snap.Capacity.GetMemoryMb(); m > 0 {
+		snap.FreeMemoryMB = max(m-mem, 0)
+	}
+	return snap
+}
+
+func (s *Session) configure(labels []string, draining bool, override int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.labels, s.draining, s.maxTasksOverride = labels, draining, override
+}
+
+func (s *Session) seen(c *podiumv1.Capacity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastSeen = time.Now()
+	if c != nil {
+		s.capacity = c
+	}
+}
+
+// charge books a task's cost against the session at once, so whoever reads the
+// snapshot next sees the capacity gone rather than waiting for a heartbeat.
+func (s *Session) charge(taskID string, c TaskCost) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tasks[taskID] = c
+	s.lastAssignedAt = time.Now()
+}
+
+// release gives a task's cost back and reports whether the session held it.
+func (s *Session) release(taskID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.tasks[taskID]
+	delete(s.tasks, taskID)
+	return ok
 }
 
 // Registry holds this replica's live sessions.
@@ -109,5 +212,80 @@ func (r *Registry) CloseAll() {
 	r.mu.Unlock()
 	for _, s := range all {
 		s.Close()
+	}
+}
+
+// Snapshot returns every session's state.
+func (r *Registry) Snapshot() []Snapshot {
+	r.mu.Lock()
+	all := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	out := make([]Snapshot, len(all))
+	for i, s := range all {
+		out[i] = s.Snapshot()
+	}
+	return out
+}
+
+// SnapshotOf returns one node's state, if this replica holds its stream.
+func (r *Registry) SnapshotOf(nodeID string) (Snapshot, bool) {
+	s, ok := r.Get(nodeID)
+	if !ok {
+		return Snapshot{}, false
+	}
+	return s.Snapshot(), true
+}
+
+// Drain marks a node's live session draining (or not) and reports whether this
+// replica holds one. The stored column is the durable half; this is the live one.
+func (r *Registry) Drain(nodeID string, draining bool) bool {
+	s, ok := r.Get(nodeID)
+	if ok {
+		s.mu.Lock()
+		s.draining = draining
+		s.mu.Unlock()
+	}
+	return ok
+}
+
+// SetLabels replaces a node's live labels and reports whether this replica
+// holds its session. A node that is not connected needs nothing: its next
+// stream reads the labels off its row.
+func (r *Registry) SetLabels(nodeID string, labels []string) bool {
+	s, ok := r.Get(nodeID)
+	if ok {
+		s.mu.Lock()
+		s.labels = append([]string(nil), labels...)
+		s.mu.Unlock()
+	}
+	return ok
+}
+
+// Release gives back the slot and resources whichever session holds taskID
+// booked for it: on a terminal event, a revoked assignment or a write-off. A
+// task no session holds is a no-op; replayed terminal events are routine.
+func (r *Registry) Release(taskID string) {
+	r.mu.Lock()
+	all := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	for _, s := range all {
+		if s.release(taskID) {
+			return
+		}
+	}
+}
+
+// Forget drops a task from a node's session without crediting anything back to
+// the scheduler's view: it is what reconciliation does with a task the control
+// plane no longer holds on that node.
+func (r *Registry) Forget(nodeID, taskID string) {
+	if s, ok := r.Get(nodeID); ok {
+		s.release(taskID)
 	}
 }

@@ -46,6 +46,8 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
+	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
+	sess.seen(capa)
 	defer close(sess.ended)
 	defer func() {
 		if err := s.store.EndSession(context.WithoutCancel(ctx), node.ID, sess.Epoch); err != nil {
@@ -68,6 +70,13 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	for _, c := range cancels {
 		if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: c}}); err != nil {
 			return err
+		}
+	}
+	for _, a := range ack.Adopt {
+		if a.Keep {
+			sess.charge(a.TaskId, s.costOf(ctx, a.TaskId))
+		} else {
+			s.reg.Forget(node.ID, a.TaskId)
 		}
 	}
 	s.reg.put(sess)
@@ -316,6 +325,7 @@ func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Com
 		}
 		s.log.Info("pushing node settings", "node", sess.NodeID, "draining", n.Draining,
 			"max_tasks_override", n.MaxTasksOverride, "labels", n.Labels)
+		sess.configure(n.Labels, n.Draining, n.MaxTasksOverride)
 		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Config{Config: &podiumv1.NodeConfig{
 			Draining: n.Draining, MaxTasksOverride: n.MaxTasksOverride, Labels: n.Labels}}}, nil
 	}
@@ -334,6 +344,7 @@ func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Com
 		}
 		a := &podiumv1.Assign{TaskId: t.ID, Attempt: t.Attempt, Spec: t.Spec}
 		s.log.Info("assigning task", "node", sess.NodeID, "assign", a)
+		sess.charge(t.ID, costOfSpec(t.Spec))
 		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: a}}, nil
 	case "cancel":
 		if !onNode || store.Terminal(t.State) {
@@ -365,6 +376,7 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 		switch body := m.GetMsg().(type) {
 		case *podiumv1.StreamRequest_Heartbeat:
 			c := body.Heartbeat.GetCapacity()
+			sess.seen(c)
 			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
 				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks()})
 		case *podiumv1.StreamRequest_Events:
@@ -431,6 +443,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 			_ = s.store.Notify(ctx, store.ChannelTaskEvents, k.task)
 		}
 		if res.Terminal != "" || res.Requeued {
+			s.reg.Release(k.task)
 			schedule = true
 		}
 	}
@@ -443,4 +456,17 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 
 func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: k.task, Attempt: k.attempt, AckedSeq: seq}}}
+}
+
+// costOfSpec is what a task takes out of a node's budget.
+func costOfSpec(spec *podiumv1.TaskSpec) TaskCost {
+	return TaskCost{CPU: spec.GetResources().GetCpu(), MemoryMB: spec.GetResources().GetMemoryMb()}
+}
+
+func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {
+	t, err := s.store.GetTask(ctx, taskID)
+	if err != nil {
+		return TaskCost{}
+	}
+	return costOfSpec(t.Spec)
 }

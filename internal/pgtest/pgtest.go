@@ -82,7 +82,32 @@ func lookupUnprivileged() (uint32, uint32) {
 	return 65534, 65534
 }
 
-func start() (stop func(), err error) {
+// Cluster is a throwaway Postgres cluster listening on a unix socket in a
+// temporary directory, with a database "podium_template" that has Podium's
+// schema. Benchmarks start one with StartCluster; tests use Main.
+type Cluster struct {
+	SocketDir string
+	stop      func()
+}
+
+// URL is the connection string for a database of the cluster.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&sslmode=disable", db, c.SocketDir)
+}
+
+// Stop shuts the cluster down and removes its files.
+func (c *Cluster) Stop() { c.stop() }
+
+// StartCluster starts a cluster; settings are extra "name=value" server settings.
+func StartCluster(settings ...string) (*Cluster, error) {
+	stop, err := start(settings...)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{SocketDir: socketDir, stop: stop}, nil
+}
+
+func start(settings ...string) (stop func(), err error) {
 	if _, err := os.Stat(filepath.Join(binDir(), "initdb")); err != nil {
 		return nil, fmt.Errorf("no Postgres binaries in %s: install them with `apt-get install postgresql-15` (or set PODIUM_PG_BIN)", binDir())
 	}
@@ -107,9 +132,13 @@ func start() (stop func(), err error) {
 		cleanup()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	srv := asPostgres("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=",
+	args := []string{"-D", data, "-k", dir, "-c", "listen_addresses=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=128MB")
+		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	srv := asPostgres("postgres", args...)
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		cleanup()
