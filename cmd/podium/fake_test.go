@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,11 @@ type fake struct {
 	listReq  *podiumv1.ListRequest
 	tokenReq *podiumv1.CreateEnrollmentTokenRequest
 	afters   []uint64 // after_seq of each Events call
+	sends    []*podiumv1.SendRequest
+	drains   []*podiumv1.DrainNodeRequest
+	slotReqs []*podiumv1.SetNodeSlotsRequest
+	labelReq []*podiumv1.SetNodeLabelsRequest
+	removes  []*podiumv1.RemoveNodeRequest
 
 	// task is what Submit, Get and Cancel return (Submit fills in the spec).
 	task *podiumv1.Task
@@ -192,6 +199,123 @@ func (f *fake) CreateEnrollmentToken(_ context.Context, req *connect.Request[pod
 	f.tokenReq = req.Msg
 	f.mu.Unlock()
 	return connect.NewResponse(&podiumv1.CreateEnrollmentTokenResponse{Token: "tok_secret", Labels: req.Msg.GetLabels()}), nil
+}
+
+// Send queues a message for the task, as the coordinator does, only while
+// the task is on a node.
+func (f *fake) Send(_ context.Context, req *connect.Request[podiumv1.SendRequest]) (*connect.Response[podiumv1.SendResponse], error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	task := f.currentTask()
+	if req.Msg.GetId() != task.GetId() {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such task"))
+	}
+	f.mu.Lock()
+	f.sends = append(f.sends, req.Msg)
+	id := int64(len(f.sends)) + 41
+	f.mu.Unlock()
+	switch task.GetState() {
+	case podiumv1.TaskState_TASK_STATE_SCHEDULED, podiumv1.TaskState_TASK_STATE_PROVISIONING, podiumv1.TaskState_TASK_STATE_RUNNING:
+	default:
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("task %s cannot take messages: the task is not on a node (it is %s)", task.GetId(), stateName(task.GetState())))
+	}
+	return connect.NewResponse(&podiumv1.SendResponse{MessageId: id}), nil
+}
+
+// changeNode applies fn to the node called id in f.nodes, as the coordinator
+// changes a node's row, and returns a copy of the result.
+func (f *fake) changeNode(id string, fn func(n *podiumv1.Node)) (*podiumv1.Node, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range f.nodes {
+		if n.GetId() == id {
+			fn(n)
+			n.FreeSlots = max(n.GetCapacity().GetMaxTasks()-n.GetRunningTasks(), 0)
+			if n.GetDraining() {
+				n.FreeSlots = 0
+			}
+			return proto.Clone(n).(*podiumv1.Node), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s (see `podium nodes`)", id))
+}
+
+func (f *fake) DrainNode(_ context.Context, req *connect.Request[podiumv1.DrainNodeRequest]) (*connect.Response[podiumv1.DrainNodeResponse], error) {
+	f.mu.Lock()
+	f.drains = append(f.drains, req.Msg)
+	f.mu.Unlock()
+	n, err := f.changeNode(req.Msg.GetNodeId(), func(n *podiumv1.Node) { n.Draining = req.Msg.GetDraining() })
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.DrainNodeResponse{Node: n}), nil
+}
+
+// fakeOwnMaxTasks is the max_tasks every fake node's agent reports.
+const fakeOwnMaxTasks = 8
+
+func (f *fake) SetNodeSlots(_ context.Context, req *connect.Request[podiumv1.SetNodeSlotsRequest]) (*connect.Response[podiumv1.SetNodeSlotsResponse], error) {
+	f.mu.Lock()
+	f.slotReqs = append(f.slotReqs, req.Msg)
+	f.mu.Unlock()
+	n, err := f.changeNode(req.Msg.GetNodeId(), func(n *podiumv1.Node) {
+		m := req.Msg.GetMaxTasks()
+		if m == 0 {
+			m = fakeOwnMaxTasks
+		}
+		n.Capacity = &podiumv1.Capacity{MaxTasks: m}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.SetNodeSlotsResponse{Node: n}), nil
+}
+
+func (f *fake) SetNodeLabels(_ context.Context, req *connect.Request[podiumv1.SetNodeLabelsRequest]) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
+	f.mu.Lock()
+	f.labelReq = append(f.labelReq, req.Msg)
+	f.mu.Unlock()
+	n, err := f.changeNode(req.Msg.GetNodeId(), func(n *podiumv1.Node) {
+		labels := slices.DeleteFunc(n.Labels, func(l string) bool { return slices.Contains(req.Msg.GetRemove(), l) })
+		for _, l := range req.Msg.GetAdd() {
+			if !slices.Contains(labels, l) {
+				labels = append(labels, l)
+			}
+		}
+		n.Labels = labels
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&podiumv1.SetNodeLabelsResponse{Node: n}), nil
+}
+
+func (f *fake) RemoveNode(_ context.Context, req *connect.Request[podiumv1.RemoveNodeRequest]) (*connect.Response[podiumv1.RemoveNodeResponse], error) {
+	f.mu.Lock()
+	f.removes = append(f.removes, req.Msg)
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, n := range f.nodes {
+		if n.GetId() != req.Msg.GetNodeId() {
+			continue
+		}
+		if n.GetStatus() == podiumv1.NodeStatus_NODE_STATUS_ONLINE && !n.GetDraining() {
+			return nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("node %s cannot be removed: it is online and not drained; run `podium node drain %s` first, or stop its agent", n.GetId(), n.GetId()))
+		}
+		f.nodes = slices.Delete(f.nodes, i, i+1)
+		return connect.NewResponse(&podiumv1.RemoveNodeResponse{}), nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no node %s (see `podium nodes`)", req.Msg.GetNodeId()))
 }
 
 // Event builders.

@@ -118,7 +118,14 @@ func init() {
 		tasksCommand,
 		taskGetCommand,
 		taskCancelCommand,
+		taskSendCommand,
 		nodesCommand,
+		nodeGetCommand,
+		nodeDrainCommand,
+		nodeUndrainCommand,
+		nodeSlotsCommand,
+		nodeLabelCommand,
+		nodeRmCommand,
 		tokenCreateCommand,
 		versionCommand,
 		helpCommand,
@@ -227,6 +234,13 @@ func (c *cli) parseFlags(cmd *command, fs *flag.FlagSet, args []string) (rest []
 	fs.SetOutput(io.Discard)
 	c.addGlobalFlags(fs)
 	for {
+		if !cmd.argsEndFlags && len(args) > 0 && isNegativeNumber(args[0]) {
+			// No flag is named with a digit: "-1" is an argument, for the
+			// command to judge ("podium node slots node_… -1").
+			rest = append(rest, args[0])
+			args = args[1:]
+			continue
+		}
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
 			printCommandHelp(c.stdout, cmd, fs)
@@ -245,6 +259,11 @@ func (c *cli) parseFlags(cmd *command, fs *flag.FlagSet, args []string) (rest []
 		rest = append(rest, left[0])
 		args = left[1:]
 	}
+}
+
+// isNegativeNumber reports whether arg looks like "-1" or "-2.5" rather than a flag.
+func isNegativeNumber(arg string) bool {
+	return len(arg) >= 2 && arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9'
 }
 
 // usageFailure reports a usage error for cmd and returns its exit code.

@@ -47,6 +47,30 @@ func TestDispatch(t *testing.T) {
 		{"token with bad ttl", []string{"token", "create", "--ttl", "10"}, 2, "", "--ttl \"10\" has no unit", true},
 		{"token with bad label", []string{"token", "create", "--label", "a b"}, 2, "", "--label: label \"a b\"", true},
 		{"bad server for tasks", []string{"--server", "http://", "tasks"}, 2, "", "is not a coordinator URL", true},
+		{"help task send", []string{"help", "task", "send"}, 0, "Usage: podium task send ID TEXT...", "", false},
+		{"help node label", []string{"help", "node", "label"}, 0, "--remove LABEL", "", false},
+		{"top help lists the node commands", []string{"help"}, 0, "node slots", "", false},
+		{"node group without subcommand", []string{"node"}, 2, "", "node get, node drain, node undrain, node slots, node label, node rm", true},
+		{"task send without id", []string{"task", "send"}, 2, "", "want a task ID and the message TEXT", true},
+		{"task send without text", []string{"task", "send", "task_01TEST"}, 2, "", "want the message TEXT after the task ID", true},
+		{"task send with empty text", []string{"task", "send", "task_01TEST", ""}, 2, "", "the message TEXT is empty", true},
+		{"task send with blank words", []string{"task", "send", "task_01TEST", " ", ""}, 2, "", "the message TEXT is empty", true},
+		{"task send too long", []string{"task", "send", "task_01TEST", strings.Repeat("x", maxMessageBytes+1)}, 2, "", "more than the 65536 (64 KiB)", true},
+		{"task send with empty stdin", []string{"task", "send", "task_01TEST", "-"}, 2, "", "stdin is empty (or blank): nothing to send", true},
+		{"node get without id", []string{"node", "get"}, 2, "", "want exactly one node ID", true},
+		{"node drain without id", []string{"node", "drain"}, 2, "", "want exactly one node ID", true},
+		{"node undrain with two ids", []string{"node", "undrain", "a", "b"}, 2, "", "want exactly one node ID", true},
+		{"node slots without n", []string{"node", "slots", "node_A"}, 2, "", "want a node ID and N", true},
+		{"node slots not a number", []string{"node", "slots", "node_A", "many"}, 2, "", `N "many": want a whole number`, true},
+		{"node slots negative", []string{"node", "slots", "node_A", "-1"}, 2, "", `N "-1": want a whole number`, true},
+		{"node slots fraction", []string{"node", "slots", "node_A", "2.5"}, 2, "", `N "2.5": want a whole number`, true},
+		{"node slots too big for int32", []string{"node", "slots", "node_A", "99999999999"}, 2, "", `N "99999999999"`, true},
+		{"node label with nothing to change", []string{"node", "label", "node_A"}, 2, "", "nothing to change: give --add LABEL or --remove LABEL", true},
+		{"node label without id", []string{"node", "label", "--add", "gpu"}, 2, "", "want exactly one node ID", true},
+		{"node label bad label", []string{"node", "label", "node_A", "--add", "a b"}, 2, "", `--add: label "a b"`, true},
+		{"node label bad removal", []string{"node", "label", "node_A", "--remove", "=x"}, 2, "", "--remove: label", true},
+		{"node label add and remove", []string{"node", "label", "node_A", "--add", "gpu", "--remove", "gpu"}, 2, "", `label "gpu" is both added and removed`, true},
+		{"node rm without id", []string{"node", "rm"}, 2, "", "want exactly one node ID", true},
 		{"version", []string{"version"}, 0, "podium ", "", false},
 		{"--version", []string{"--version"}, 0, "podium ", "", false},
 	} {
@@ -115,6 +139,13 @@ func TestEveryCommandReportsAnUnreachableCoordinator(t *testing.T) {
 		{"task", "cancel", "task_01X"},
 		{"nodes"},
 		{"token", "create"},
+		{"task", "send", "task_01X", "hello"},
+		{"node", "get", "node_A"},
+		{"node", "drain", "node_A"},
+		{"node", "undrain", "node_A"},
+		{"node", "slots", "node_A", "4"},
+		{"node", "label", "node_A", "--add", "gpu"},
+		{"node", "rm", "node_A"},
 	} {
 		cli := newTestCLI(map[string]string{"PODIUM_SERVER": url})
 		code := cli.run(t, args...)
@@ -339,9 +370,9 @@ func TestNodes(t *testing.T) {
 		t.Fatalf("want a header and two rows:\n%s", cli.out)
 	}
 	for i, want := range []string{
-		"ID HOSTNAME STATUS LABELS RUNNING FREE SLOTS LAST HEARTBEAT",
-		"node_A box1 online linux,gpu=a100 2 6 5s ago",
-		"node_B box2 offline,draining - 0 0 never",
+		"ID HOSTNAME STATUS DRAINING LABELS RUNNING FREE SLOTS LAST HEARTBEAT",
+		"node_A box1 online no linux,gpu=a100 2 6 5s ago",
+		"node_B box2 offline yes - 0 0 never",
 	} {
 		if got := strings.Join(strings.Fields(lines[i]), " "); got != want {
 			t.Errorf("line %d = %q, want %q", i, got, want)

@@ -20,8 +20,9 @@ var nodesCommand = &command{
 	summary:  "List the nodes of the fleet and their health.",
 	detail: `
 STATUS is what the coordinator's watchdog decided from the node's last
-heartbeat (online, unreachable, offline), with "draining" added for a node
-that takes no new work. FREE SLOTS is how many more tasks it would accept now.`,
+heartbeat (online, unreachable, offline). DRAINING is "yes" for a node that
+takes no new work (podium node drain). FREE SLOTS is how many more tasks it
+would accept now.`,
 	usageExit: exitUsage,
 	run:       runNodes,
 }
@@ -55,19 +56,23 @@ func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
 
 func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tLABELS\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
 	for _, n := range nodes {
-		status := strings.ToLower(strings.TrimPrefix(n.GetStatus().String(), "NODE_STATUS_"))
+		draining := "no"
 		if n.GetDraining() {
-			status += ",draining"
+			draining = "yes"
 		}
 		heartbeat := "never"
 		if n.GetLastHeartbeatAt() != nil {
 			heartbeat = age(n.GetLastHeartbeatAt(), now) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-			n.GetId(), dash(n.GetHostname()), status, dash(strings.Join(n.GetLabels(), ",")),
-			n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+			n.GetId(), dash(n.GetHostname()), nodeStatusName(n.GetStatus()), draining,
+			dash(strings.Join(n.GetLabels(), ",")), n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
 	}
 	tw.Flush()
+}
+
+func nodeStatusName(s podiumv1.NodeStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_STATUS_"))
 }

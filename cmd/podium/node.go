@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/internal/taskspec"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// The node commands change one node's settings. Each setting is stored on the
+// node's row, so an offline node obeys it when it comes back, and a connected
+// one gets it at once. Each prints the node's resulting state on stdout, as
+// "task cancel" prints the task's.
+
+var nodeGetCommand = &command{
+	name:      "node get",
+	synopsis:  "[--json] NODE",
+	summary:   "Show one node.",
+	detail:    `NODE is a node's ID, as podium nodes lists it. --json shows the node as the API returns it.`,
+	usageExit: exitUsage,
+	run:       runNodeGet,
+}
+
+var nodeDrainCommand = &command{
+	name:     "node drain",
+	synopsis: "NODE",
+	summary:  "Stop giving a node new tasks; the ones it runs finish.",
+	detail: `
+The node keeps running what it holds and takes nothing new until podium node
+undrain, even across restarts. A drained node that holds no tasks can be
+removed with podium node rm.`,
+	usageExit: exitUsage,
+	run: func(ctx context.Context, c *cli, cmd *command, args []string) int {
+		return runNodeDrain(ctx, c, cmd, args, true)
+	},
+}
+
+var nodeUndrainCommand = &command{
+	name:      "node undrain",
+	synopsis:  "NODE",
+	summary:   "Give a drained node new tasks again.",
+	usageExit: exitUsage,
+	run: func(ctx context.Context, c *cli, cmd *command, args []string) int {
+		return runNodeDrain(ctx, c, cmd, args, false)
+	},
+}
+
+var nodeSlotsCommand = &command{
+	name:     "node slots",
+	synopsis: "NODE N",
+	summary:  "Set how many tasks a node may run at once (0: its own max).",
+	detail: `
+N overrides the max_tasks the node's agent reports; 0 removes the override, so
+that the node's own number applies again. Lowering N below what the node runs
+now cancels nothing: it takes no new tasks until it is under N.`,
+	usageExit: exitUsage,
+	run:       runNodeSlots,
+}
+
+var nodeLabelCommand = &command{
+	name:     "node label",
+	synopsis: "NODE [--add L]... [--remove L]...",
+	summary:  "Add labels to a node or remove them.",
+	detail: `
+A label is a key or key=value, as in podium run --label: tasks that ask for a
+label run only on nodes that have it. Tasks already on the node are not
+affected.`,
+	usageExit: exitUsage,
+	run:       runNodeLabel,
+}
+
+var nodeRmCommand = &command{
+	name:     "node rm",
+	synopsis: "NODE",
+	summary:  "Forget a node that is drained or gone and holds no tasks.",
+	detail: `
+The coordinator refuses while the node is online and not drained, or holds
+tasks, and says what to do. A removed node's agent can no longer connect: to
+bring the machine back, enroll it again with a new token (podium token
+create).`,
+	usageExit: exitUsage,
+	run:       runNodeRm,
+}
+
+// noNode is the sentence for a node the coordinator does not know.
+func noNode(id string) string {
+	return fmt.Sprintf("no node %s (podium nodes lists them)", id)
+}
+
+func runNodeGet(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the node as JSON")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, errors.New("want exactly one node ID"))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	// There is no GetNode: the fleet is small enough to list.
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListNodesResponse], error) {
+		return cl.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	for _, n := range resp.Msg.GetNodes() {
+		if n.GetId() != id {
+			continue
+		}
+		if *asJSON {
+			return c.writeJSON(n)
+		}
+		writeNode(c.stdout, n, time.Now())
+		return exitOK
+	}
+	fmt.Fprintf(c.stderr, "podium: %s\n", noNode(id))
+	return exitPodium
+}
+
+// writeNode prints a node as "key: value" lines, leaving out what is unset.
+func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	line := func(key, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", key, value)
+		}
+	}
+	capa := n.GetCapacity()
+	line("id", n.GetId())
+	line("hostname", n.GetHostname())
+	line("status", nodeStatusName(n.GetStatus()))
+	if n.GetDraining() {
+		line("draining", "yes: it takes no new tasks")
+	}
+	line("labels", strings.Join(n.GetLabels(), ", "))
+	line("running", fmt.Sprint(n.GetRunningTasks()))
+	line("free slots", fmt.Sprint(n.GetFreeSlots()))
+	if capa.GetMaxTasks() != 0 {
+		line("max tasks", fmt.Sprint(capa.GetMaxTasks()))
+	}
+	if capa.GetCpuCores() != 0 {
+		line("cpu cores", fmt.Sprintf("%g", capa.GetCpuCores()))
+	}
+	if capa.GetMemoryMb() != 0 {
+		line("memory", fmt.Sprintf("%d MiB", capa.GetMemoryMb()))
+	}
+	if capa.GetDiskFreeMb() != 0 {
+		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
+	}
+	line("replica", n.GetReplica())
+	heartbeat := "never"
+	if n.GetLastHeartbeatAt() != nil {
+		heartbeat = timeText(n.GetLastHeartbeatAt(), now)
+	}
+	line("last heartbeat", heartbeat)
+	line("enrolled", timeText(n.GetEnrolledAt(), now))
+	tw.Flush()
+}
+
+// nodeBrief is a node's state in a few words, for the line a node command
+// prints after a change: "online, draining, 2 running, 0 of 8 slots free".
+func nodeBrief(n *podiumv1.Node) string {
+	parts := []string{nodeStatusName(n.GetStatus())}
+	if n.GetDraining() {
+		parts = append(parts, "draining")
+	}
+	parts = append(parts, fmt.Sprintf("%d running", n.GetRunningTasks()))
+	if m := n.GetCapacity().GetMaxTasks(); m != 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d slots free", n.GetFreeSlots(), m))
+	} else {
+		parts = append(parts, fmt.Sprintf("%d slots free", n.GetFreeSlots()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// nodeArgs parses the flags of a node command that takes want positional
+// arguments, the first of them the node's ID.
+func (c *cli) nodeArgs(cmd *command, fs *flag.FlagSet, args []string, want int, what string) (rest []string, done bool, code int) {
+	rest, done, code = c.parseFlags(cmd, fs, args)
+	if done {
+		return nil, true, code
+	}
+	if len(rest) != want {
+		return nil, true, c.usageFailure(cmd, fs, errors.New(what))
+	}
+	return rest, false, 0
+}
+
+func runNodeDrain(ctx context.Context, c *cli, cmd *command, args []string, draining bool) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.nodeArgs(cmd, fs, args, 1, "want exactly one node ID")
+	if done {
+		return code
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.DrainNodeResponse], error) {
+		return cl.admin.DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: draining}))
+	})
+	if err != nil {
+		return c.failed(cl, err, noNode(id))
+	}
+	n := resp.Msg.GetNode()
+	if draining {
+		fmt.Fprintf(c.stdout, "node %s is draining: it takes no new tasks, and the ones it runs finish (%s)\n", id, nodeBrief(n))
+	} else {
+		fmt.Fprintf(c.stdout, "node %s takes new tasks again (%s)\n", id, nodeBrief(n))
+	}
+	return exitOK
+}
+
+func runNodeSlots(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.nodeArgs(cmd, fs, args, 2, "want a node ID and N, the most tasks it may run at once (0: its own max)")
+	if done {
+		return code
+	}
+	id := rest[0]
+	slots, err := strconv.ParseInt(rest[1], 10, 32)
+	if err != nil || slots < 0 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("N %q: want a whole number of tasks, 0 or more (0: the node's own max)", rest[1]))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SetNodeSlotsResponse], error) {
+		return cl.admin.SetNodeSlots(ctx, connect.NewRequest(&podiumv1.SetNodeSlotsRequest{NodeId: id, MaxTasks: int32(slots)}))
+	})
+	if err != nil {
+		return c.failed(cl, err, noNode(id))
+	}
+	n := resp.Msg.GetNode()
+	switch m := n.GetCapacity().GetMaxTasks(); {
+	case slots != 0:
+		fmt.Fprintf(c.stdout, "node %s runs at most %d tasks at once (%s)\n", id, slots, nodeBrief(n))
+	case m != 0:
+		fmt.Fprintf(c.stdout, "node %s is back to its own max of %d tasks at once (%s)\n", id, m, nodeBrief(n))
+	default:
+		fmt.Fprintf(c.stdout, "node %s is back to its own max (%s)\n", id, nodeBrief(n))
+	}
+	return exitOK
+}
+
+func runNodeLabel(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	var add, remove stringList
+	fs.Var(&add, "add", "give the node the `LABEL`, key or key=value (repeatable)")
+	fs.Var(&remove, "remove", "take the `LABEL` from the node (repeatable)")
+	rest, done, code := c.nodeArgs(cmd, fs, args, 1, "want exactly one node ID")
+	if done {
+		return code
+	}
+	if len(add) == 0 && len(remove) == 0 {
+		return c.usageFailure(cmd, fs, errors.New("nothing to change: give --add LABEL or --remove LABEL"))
+	}
+	for _, flagLabels := range []struct {
+		name   string
+		labels []string
+	}{{"add", add}, {"remove", remove}} {
+		for _, l := range flagLabels.labels {
+			if problem := taskspec.LabelProblem(l); problem != "" {
+				return c.usageFailure(cmd, fs, fmt.Errorf("--%s: %s", flagLabels.name, problem))
+			}
+		}
+	}
+	for _, l := range add {
+		for _, r := range remove {
+			if l == r {
+				return c.usageFailure(cmd, fs, fmt.Errorf("label %q is both added and removed: give it once", l))
+			}
+		}
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
+		return cl.admin.SetNodeLabels(ctx, connect.NewRequest(&podiumv1.SetNodeLabelsRequest{NodeId: id, Add: add, Remove: remove}))
+	})
+	if err != nil {
+		return c.failed(cl, err, noNode(id))
+	}
+	n := resp.Msg.GetNode()
+	if len(n.GetLabels()) == 0 {
+		fmt.Fprintf(c.stdout, "node %s has no labels (%s)\n", id, nodeBrief(n))
+	} else {
+		fmt.Fprintf(c.stdout, "node %s has the labels %s (%s)\n", id, strings.Join(n.GetLabels(), ", "), nodeBrief(n))
+	}
+	return exitOK
+}
+
+func runNodeRm(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.nodeArgs(cmd, fs, args, 1, "want exactly one node ID")
+	if done {
+		return code
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	_, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.RemoveNodeResponse], error) {
+		return cl.admin.RemoveNode(ctx, connect.NewRequest(&podiumv1.RemoveNodeRequest{NodeId: id}))
+	})
+	if err != nil {
+		// FailedPrecondition (online and not drained, or holding tasks)
+		// comes with the coordinator's advice, printed as it is.
+		return c.failed(cl, err, noNode(id))
+	}
+	fmt.Fprintf(c.stdout, "node %s removed\n", id)
+	return exitOK
+}
