@@ -347,16 +347,16 @@ func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Com
 		sess.charge(t.ID, costOfSpec(t.Spec))
 		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: a}}, nil
 	case "cancel":
-		if !onNode || store.Terminal(t.State) {
-			return nil, nil
-		}
+		// Always delivered, even when the task has moved on or ended: a revoked
+		// assignment must still be dropped by the node that may yet receive it.
+		// A node that does not have the attempt ignores the cancel.
 		grace := t.Spec.GetCancelGraceSeconds()
 		if grace <= 0 {
 			grace = 30
 		}
 		s.log.Info("cancelling task", "node", sess.NodeID, "task", t.ID, "reason", c.Reason)
 		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
-			TaskId: t.ID, Attempt: t.Attempt, Reason: c.Reason, GraceSeconds: grace}}}, nil
+			TaskId: t.ID, Attempt: c.Attempt, Reason: c.Reason, GraceSeconds: grace}}}, nil
 	case "inject":
 		if !onNode || store.Terminal(t.State) {
 			return nil, nil // the task ended before its message could be delivered
@@ -460,7 +460,8 @@ func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 
 // costOfSpec is what a task takes out of a node's budget.
 func costOfSpec(spec *podiumv1.TaskSpec) TaskCost {
-	return TaskCost{CPU: spec.GetResources().GetCpu(), MemoryMB: spec.GetResources().GetMemoryMb()}
+	cpu, mem := store.Cost(spec)
+	return TaskCost{CPU: cpu, MemoryMB: mem}
 }
 
 func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {

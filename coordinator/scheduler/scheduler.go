@@ -24,6 +24,16 @@ type Config struct {
 	Batch int
 	// LeaderRetry is how often a standby tries for the leader lock (1 s).
 	LeaderRetry time.Duration
+	// AckDeadline is how long a node has to accept an assignment (15 s).
+	AckDeadline time.Duration
+	// TimeoutMargin is how long past its timeout a task may run before the
+	// control plane stops it; the node normally gets there first (10 s).
+	TimeoutMargin time.Duration
+	// WriteOffAfter is how long a cancelled task whose node is gone waits for
+	// the node before it is written off (60 s).
+	WriteOffAfter time.Duration
+	// SweepInterval is how often those deadlines are checked (1 s).
+	SweepInterval time.Duration
 }
 
 // Scheduler runs dispatch passes while it leads.
@@ -49,6 +59,18 @@ func New(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slo
 	}
 	if cfg.LeaderRetry == 0 {
 		cfg.LeaderRetry = time.Second
+	}
+	if cfg.AckDeadline == 0 {
+		cfg.AckDeadline = 15 * time.Second
+	}
+	if cfg.TimeoutMargin == 0 {
+		cfg.TimeoutMargin = 10 * time.Second
+	}
+	if cfg.WriteOffAfter == 0 {
+		cfg.WriteOffAfter = 60 * time.Second
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = time.Second
 	}
 	return &Scheduler{cfg: cfg, store: st, bus: b, leases: leases, log: log}
 }
@@ -99,6 +121,8 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 	defer unsubscribe()
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	sweep := time.NewTicker(s.cfg.SweepInterval)
+	defer sweep.Stop()
 	for {
 		if err := s.Pass(lctx); err != nil && lctx.Err() == nil {
 			s.log.Warn("scheduler: pass failed; retrying", "err", err)
@@ -110,6 +134,39 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 			return
 		case <-bell:
 		case <-t.C:
+		case <-sweep.C:
+			s.Sweep(lctx)
+		}
+	}
+}
+
+// Sweep enforces the lifecycle's deadlines: assignments not accepted in time
+// are taken back, tasks past their timeout are stopped, and cancelled tasks
+// whose node is gone are written off.
+func (s *Scheduler) Sweep(ctx context.Context) {
+	steps := []struct {
+		name string
+		run  func() ([]store.Touched, error)
+	}{
+		{"ack deadline", func() ([]store.Touched, error) { return s.store.ExpireAssignments(ctx, s.cfg.AckDeadline) }},
+		{"timeout", func() ([]store.Touched, error) { return s.store.TimeOutTasks(ctx, s.cfg.TimeoutMargin) }},
+		{"write-off", func() ([]store.Touched, error) { return s.store.WriteOffCancelled(ctx, s.cfg.WriteOffAfter) }},
+	}
+	for _, step := range steps {
+		touched, err := step.run()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("scheduler: sweep failed", "step", step.name, "err", err)
+			}
+			continue
+		}
+		for _, t := range touched {
+			s.log.Info("task deadline enforced", "step", step.name, "task", t.TaskID, "node", t.NodeID)
+			_ = s.store.Notify(ctx, store.ChannelTaskEvents, t.TaskID)
+			_ = s.store.Notify(ctx, store.ChannelNodeCommands, t.NodeID)
+		}
+		if len(touched) > 0 {
+			_ = s.store.Notify(ctx, store.ChannelSubmit, "")
 		}
 	}
 }

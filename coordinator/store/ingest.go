@@ -147,6 +147,18 @@ func ingestStatus(ctx context.Context, tx pgx.Tx, taskID string, attempt int32, 
 		return AppendNote(ctx, tx, taskID, attempt, fmt.Sprintf("ignored a status %q the node may not report", to))
 	}
 	reason := st.GetReason()
+	if to == Cancelled {
+		// A task the control plane stopped for running past its timeout failed;
+		// the node only knows it was told to stop.
+		var why *string
+		if err := tx.QueryRow(ctx, "select cancel_reason from podium.tasks where id = $1", taskID).Scan(&why); err != nil {
+			return err
+		}
+		if why != nil && *why == "timeout" {
+			to, reason = Failed, "timeout"
+			from = allowedFrom[Failed]
+		}
+	}
 	moved, err := TransitionTask(ctx, tx, Transition{
 		TaskID: taskID, From: from, To: to, Attempt: attempt,
 		Reason: &reason, ExitCode: st.ExitCode, Signal: st.GetSignal(),

@@ -266,7 +266,7 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 			}
 		case slices.Contains(Active, t.State) && t.NodeID != nil:
 			if t.CancelRequestedAt == nil {
-				if _, err := tx.Exec(ctx, "update podium.tasks set cancel_requested_at = now() where id = $1", id); err != nil {
+				if _, err := tx.Exec(ctx, "update podium.tasks set cancel_requested_at = now(), cancel_reason = $2 where id = $1", id, reason); err != nil {
 					return err
 				}
 			}

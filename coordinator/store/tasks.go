@@ -132,12 +132,23 @@ func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSp
 	if maxAttempts < 1 {
 		maxAttempts = 1
 	}
-	res := spec.GetResources()
+	cpu, mem := Cost(spec)
 	return scanTask(s.Pool.QueryRow(ctx, `insert into podium.tasks
 		(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
 		values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning `+taskColumns,
-		id, js, spec.GetPriority(), labels, res.GetCpu(), res.GetMemoryMb(), maxAttempts,
+		id, js, spec.GetPriority(), labels, cpu, mem, maxAttempts,
 		spec.GetRetryOnNodeLoss(), requestedBy))
+}
+
+// Cost is what a task takes out of a node's budget: its own limits plus every
+// sidecar's, because the sidecars run on the same machine.
+func Cost(spec *podiumv1.TaskSpec) (cpu float64, memoryMB int64) {
+	cpu, memoryMB = spec.GetResources().GetCpu(), spec.GetResources().GetMemoryMb()
+	for _, sc := range spec.GetSidecars() {
+		cpu += sc.GetResources().GetCpu()
+		memoryMB += sc.GetResources().GetMemoryMb()
+	}
+	return cpu, memoryMB
 }
 
 // GetTask reads one task.

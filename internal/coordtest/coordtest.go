@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/pgtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
@@ -37,8 +38,9 @@ func (r *Replica) Stop() {
 
 // Options tune a test replica.
 type Options struct {
-	Nodes    nodes.Config
-	Watchdog nodes.Watchdog
+	Nodes     nodes.Config
+	Watchdog  nodes.Watchdog
+	Scheduler scheduler.Config
 }
 
 // Start runs a replica on the database until the test ends.
@@ -51,7 +53,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{
-		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog,
+		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler,
 	})
 	if err != nil {
 		cancel()

@@ -82,6 +82,9 @@ create table podium.tasks (
     started_at          timestamptz,
     finished_at         timestamptz,
     cancel_requested_at timestamptz,
+    -- cancel_reason is why the control plane asked the node to stop the task;
+    -- 'timeout' makes the node's "cancelled" a "failed: timeout".
+    cancel_reason       text,
     -- last_seq is the position of the newest event in the task's log. Ingest takes
     -- the task row's lock to extend it, so positions are handed out in commit order
     -- and a reader that follows "seq > n" never skips a late commit.
@@ -92,6 +95,9 @@ create index tasks_queue on podium.tasks (priority desc, created_at, id) where s
 create index tasks_node on podium.tasks (node_id)
     where state in ('scheduled', 'provisioning', 'running');
 create index tasks_created on podium.tasks (created_at desc, id desc);
+create index tasks_scheduled on podium.tasks (scheduled_at) where state = 'scheduled';
+create index tasks_cancelling on podium.tasks (cancel_requested_at)
+    where cancel_requested_at is not null and state in ('scheduled', 'provisioning', 'running');
 
 -- attempts are the runs of a task, one per assignment to a node.
 create table podium.attempts (

@@ -223,8 +223,14 @@ type TaskSpec struct {
 	// cancel_grace_seconds is how long a cancelled task gets between SIGTERM and
 	// SIGKILL; 0 means the default of 30 s.
 	CancelGraceSeconds int64 `protobuf:"varint,11,opt,name=cancel_grace_seconds,json=cancelGraceSeconds,proto3" json:"cancel_grace_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// sidecars start before the task on the task's private network, reachable
+	// by name, and are waited for until ready.
+	Sidecars []*Sidecar `protobuf:"bytes,12,rep,name=sidecars,proto3" json:"sidecars,omitempty"`
+	// capabilities are added back to the task's container, which otherwise runs
+	// with every capability dropped. Only a documented short list is accepted.
+	Capabilities  []string `protobuf:"bytes,13,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -334,6 +340,187 @@ func (x *TaskSpec) GetCancelGraceSeconds() int64 {
 	return 0
 }
 
+func (x *TaskSpec) GetSidecars() []*Sidecar {
+	if x != nil {
+		return x.Sidecars
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// Readiness says how to tell a sidecar is ready: exactly one of a TCP port
+// that accepts connections, an HTTP path that answers 2xx, or a command that
+// exits 0 inside the sidecar.
+type Readiness struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TcpPort  int32                  `protobuf:"varint,1,opt,name=tcp_port,json=tcpPort,proto3" json:"tcp_port,omitempty"`
+	HttpPath string                 `protobuf:"bytes,2,opt,name=http_path,json=httpPath,proto3" json:"http_path,omitempty"`
+	HttpPort int32                  `protobuf:"varint,3,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
+	Command  []string               `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	// timeout_seconds is how long to wait for readiness; 0 means 60 s.
+	TimeoutSeconds int64 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Readiness) Reset() {
+	*x = Readiness{}
+	mi := &file_podium_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Readiness) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Readiness) ProtoMessage() {}
+
+func (x *Readiness) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
+func (*Readiness) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Readiness) GetTcpPort() int32 {
+	if x != nil {
+		return x.TcpPort
+	}
+	return 0
+}
+
+func (x *Readiness) GetHttpPath() string {
+	if x != nil {
+		return x.HttpPath
+	}
+	return ""
+}
+
+func (x *Readiness) GetHttpPort() int32 {
+	if x != nil {
+		return x.HttpPort
+	}
+	return 0
+}
+
+func (x *Readiness) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *Readiness) GetTimeoutSeconds() int64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+// Sidecar is a helper container that runs beside a task (a database, a
+// service under test). Its resources count against the node with the task's.
+type Sidecar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the host name the task reaches it by.
+	Name          string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image         string            `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command       []string          `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Env           map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Resources     *Resources        `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	Readiness     *Readiness        `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sidecar) Reset() {
+	*x = Sidecar{}
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sidecar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sidecar) ProtoMessage() {}
+
+func (x *Sidecar) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
+func (*Sidecar) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Sidecar) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Sidecar) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Sidecar) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *Sidecar) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Sidecar) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Sidecar) GetReadiness() *Readiness {
+	if x != nil {
+		return x.Readiness
+	}
+	return nil
+}
+
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -359,7 +546,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[2]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +558,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[2]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +571,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Task) GetId() string {
@@ -491,7 +678,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +690,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +703,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -553,7 +740,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +752,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +765,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -620,7 +807,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +819,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +832,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Note) GetText() string {
@@ -677,7 +864,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +876,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +889,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -798,7 +985,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +997,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +1010,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -842,7 +1029,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1041,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1054,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -886,7 +1073,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1085,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1098,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetId() string {
@@ -930,7 +1117,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1129,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1142,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -977,7 +1164,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1176,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1189,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1028,7 +1215,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1227,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1240,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1073,7 +1260,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1272,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1285,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1124,7 +1311,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1323,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1336,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1172,7 +1359,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1371,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1384,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1234,7 +1421,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1433,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1446,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -1293,7 +1480,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1492,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1505,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SendRequest) GetId() string {
@@ -1344,7 +1531,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1543,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1556,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -1387,7 +1574,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xd6\x03\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xaa\x04\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -1401,7 +1588,25 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\fmax_attempts\x18\t \x01(\x05R\vmaxAttempts\x12+\n" +
 	"\x12retry_on_node_loss\x18\n" +
 	" \x01(\bR\x0fretryOnNodeLoss\x120\n" +
-	"\x14cancel_grace_seconds\x18\v \x01(\x03R\x12cancelGraceSeconds\x1a6\n" +
+	"\x14cancel_grace_seconds\x18\v \x01(\x03R\x12cancelGraceSeconds\x12.\n" +
+	"\bsidecars\x18\f \x03(\v2\x12.podium.v1.SidecarR\bsidecars\x12\"\n" +
+	"\fcapabilities\x18\r \x03(\tR\fcapabilities\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
+	"\tReadiness\x12\x19\n" +
+	"\btcp_port\x18\x01 \x01(\x05R\atcpPort\x12\x1b\n" +
+	"\thttp_path\x18\x02 \x01(\tR\bhttpPath\x12\x1b\n" +
+	"\thttp_port\x18\x03 \x01(\x05R\bhttpPort\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"\x9c\x02\n" +
+	"\aSidecar\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12-\n" +
+	"\x03env\x18\x04 \x03(\v2\x1b.podium.v1.Sidecar.EnvEntryR\x03env\x122\n" +
+	"\tresources\x18\x05 \x01(\v2\x14.podium.v1.ResourcesR\tresources\x122\n" +
+	"\treadiness\x18\x06 \x01(\v2\x14.podium.v1.ReadinessR\treadiness\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x03\n" +
@@ -1516,71 +1721,78 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: podium.v1.TaskState
 	(LogStream)(0),                // 1: podium.v1.LogStream
 	(*Resources)(nil),             // 2: podium.v1.Resources
 	(*TaskSpec)(nil),              // 3: podium.v1.TaskSpec
-	(*Task)(nil),                  // 4: podium.v1.Task
-	(*LogChunk)(nil),              // 5: podium.v1.LogChunk
-	(*StatusChange)(nil),          // 6: podium.v1.StatusChange
-	(*Note)(nil),                  // 7: podium.v1.Note
-	(*TaskEvent)(nil),             // 8: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),         // 9: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),        // 10: podium.v1.SubmitResponse
-	(*GetRequest)(nil),            // 11: podium.v1.GetRequest
-	(*GetResponse)(nil),           // 12: podium.v1.GetResponse
-	(*ListRequest)(nil),           // 13: podium.v1.ListRequest
-	(*ListResponse)(nil),          // 14: podium.v1.ListResponse
-	(*CancelRequest)(nil),         // 15: podium.v1.CancelRequest
-	(*CancelResponse)(nil),        // 16: podium.v1.CancelResponse
-	(*EventsRequest)(nil),         // 17: podium.v1.EventsRequest
-	(*EventsResponse)(nil),        // 18: podium.v1.EventsResponse
-	(*SendRequest)(nil),           // 19: podium.v1.SendRequest
-	(*SendResponse)(nil),          // 20: podium.v1.SendResponse
-	nil,                           // 21: podium.v1.TaskSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*Readiness)(nil),             // 4: podium.v1.Readiness
+	(*Sidecar)(nil),               // 5: podium.v1.Sidecar
+	(*Task)(nil),                  // 6: podium.v1.Task
+	(*LogChunk)(nil),              // 7: podium.v1.LogChunk
+	(*StatusChange)(nil),          // 8: podium.v1.StatusChange
+	(*Note)(nil),                  // 9: podium.v1.Note
+	(*TaskEvent)(nil),             // 10: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),         // 11: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),        // 12: podium.v1.SubmitResponse
+	(*GetRequest)(nil),            // 13: podium.v1.GetRequest
+	(*GetResponse)(nil),           // 14: podium.v1.GetResponse
+	(*ListRequest)(nil),           // 15: podium.v1.ListRequest
+	(*ListResponse)(nil),          // 16: podium.v1.ListResponse
+	(*CancelRequest)(nil),         // 17: podium.v1.CancelRequest
+	(*CancelResponse)(nil),        // 18: podium.v1.CancelResponse
+	(*EventsRequest)(nil),         // 19: podium.v1.EventsRequest
+	(*EventsResponse)(nil),        // 20: podium.v1.EventsResponse
+	(*SendRequest)(nil),           // 21: podium.v1.SendRequest
+	(*SendResponse)(nil),          // 22: podium.v1.SendResponse
+	nil,                           // 23: podium.v1.TaskSpec.EnvEntry
+	nil,                           // 24: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	21, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	23, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	3,  // 2: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 3: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	22, // 4: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	22, // 5: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	22, // 6: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 7: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 8: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	22, // 9: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	5,  // 10: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	6,  // 11: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	7,  // 12: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	3,  // 13: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	4,  // 14: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	4,  // 15: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 16: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	4,  // 17: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	4,  // 18: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	8,  // 19: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	4,  // 20: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	9,  // 21: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	11, // 22: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	13, // 23: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	15, // 24: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	17, // 25: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	19, // 26: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	10, // 27: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	12, // 28: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	14, // 29: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	16, // 30: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	18, // 31: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	20, // 32: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	5,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	24, // 3: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 4: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	4,  // 5: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	3,  // 6: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 7: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	25, // 8: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	25, // 9: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	25, // 10: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 12: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	25, // 13: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	7,  // 14: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	8,  // 15: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	9,  // 16: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	3,  // 17: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	6,  // 18: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	6,  // 19: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 20: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	6,  // 21: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	6,  // 22: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	10, // 23: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	6,  // 24: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	11, // 25: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	13, // 26: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	15, // 27: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	17, // 28: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	19, // 29: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	21, // 30: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	12, // 31: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	14, // 32: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	16, // 33: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	18, // 34: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	20, // 35: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	22, // 36: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	31, // [31:37] is the sub-list for method output_type
+	25, // [25:31] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -1588,9 +1800,9 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[2].OneofWrappers = []any{}
 	file_podium_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[8].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
@@ -1601,7 +1813,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Touched is a task a sweep changed, and the node that must hear of it ("" if none).
+type Touched struct {
+	TaskID string
+	NodeID string
+}
+
+// ExpireAssignments takes back assignments a node has not accepted within
+// deadline: the task goes back to the queue while attempts remain, else it
+// fails saying why. The node is sent a cancel in case the assignment reaches it
+// late.
+func (s *Store) ExpireAssignments(ctx context.Context, deadline time.Duration) ([]Touched, error) {
+	var out []Touched
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		rows, err := tx.Query(ctx, "select "+taskColumns+` from podium.tasks
+			where state = 'scheduled' and scheduled_at < now() - make_interval(secs => $1)
+			order by scheduled_at for update skip locked limit 500`, deadline.Seconds())
+		if err != nil {
+			return err
+		}
+		ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			node := *t.NodeID
+			why := fmt.Sprintf("node %s did not accept the assignment within %s", node, deadline)
+			to, reason := Queued, why+"; requeued"
+			if t.Attempt >= t.MaxAttempts {
+				to, reason = Failed, fmt.Sprintf("%s; all %d attempts used", why, t.MaxAttempts)
+			}
+			if _, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: []string{Scheduled}, To: to, Attempt: t.Attempt, Reason: &reason}); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", t.ID, t.Attempt); err != nil {
+				return err
+			}
+			if err := InsertCommand(ctx, tx, Command{NodeID: node, Kind: "cancel", TaskID: t.ID, Attempt: t.Attempt, Reason: "assignment revoked: " + why}); err != nil {
+				return err
+			}
+			if err := appendStatus(ctx, tx, t.ID, t.Attempt, to, reason, nil, 0); err != nil {
+				return err
+			}
+			out = append(out, Touched{TaskID: t.ID, NodeID: node})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// TimeOutTasks asks the node of every task running past its timeout (plus
+// margin, since the node enforces the timeout itself and should get there
+// first) to stop it. The node's "cancelled" then lands as failed: timeout.
+func (s *Store) TimeOutTasks(ctx context.Context, margin time.Duration) ([]Touched, error) {
+	var out []Touched
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		rows, err := tx.Query(ctx, `select id, node_id, attempt from podium.tasks
+			where state = 'running' and cancel_requested_at is null
+			  and coalesce((spec->>'timeoutSeconds')::bigint, 0) > 0
+			  and started_at + make_interval(secs => (spec->>'timeoutSeconds')::bigint + $1) < now()
+			for update skip locked limit 500`, margin.Seconds())
+		if err != nil {
+			return err
+		}
+		type row struct {
+			ID, Node string
+			Attempt  int32
+		}
+		rs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if _, err := tx.Exec(ctx, "update podium.tasks set cancel_requested_at = now(), cancel_reason = 'timeout' where id = $1", r.ID); err != nil {
+				return err
+			}
+			if err := InsertCommand(ctx, tx, Command{NodeID: r.Node, Kind: "cancel", TaskID: r.ID, Attempt: r.Attempt, Reason: "timeout"}); err != nil {
+				return err
+			}
+			if err := AppendNote(ctx, tx, r.ID, r.Attempt, "timeout: the task ran past its timeout; asking its node to stop it"); err != nil {
+				return err
+			}
+			out = append(out, Touched{TaskID: r.ID, NodeID: r.Node})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WriteOffCancelled ends a task that was asked to stop more than after ago and
+// whose node has no live stream: nobody is left to report that it stopped, and
+// a user waiting on the cancel should not wait forever.
+func (s *Store) WriteOffCancelled(ctx context.Context, after time.Duration) ([]Touched, error) {
+	var out []Touched
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		rows, err := tx.Query(ctx, `select t.id, t.node_id, t.attempt, coalesce(t.cancel_reason, '') from podium.tasks t
+			join podium.nodes n on n.id = t.node_id
+			where t.state in ('scheduled', 'provisioning', 'running')
+			  and t.cancel_requested_at < now() - make_interval(secs => $1)
+			  and n.session_replica is null
+			for update of t skip locked limit 500`, after.Seconds())
+		if err != nil {
+			return err
+		}
+		type row struct {
+			ID, Node string
+			Attempt  int32
+			Why      string
+		}
+		rs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			to, reason := Cancelled, fmt.Sprintf("written off: cancelled %s ago and its node %s is gone", after, r.Node)
+			if r.Why == "timeout" {
+				to, reason = Failed, "timeout (written off: its node "+r.Node+" is gone)"
+			}
+			moved, err := TransitionTask(ctx, tx, Transition{TaskID: r.ID, From: Active, To: to, Attempt: r.Attempt, Reason: &reason})
+			if err != nil {
+				return err
+			}
+			if !moved {
+				continue
+			}
+			if err := appendStatus(ctx, tx, r.ID, r.Attempt, to, reason, nil, 0); err != nil {
+				return err
+			}
+			out = append(out, Touched{TaskID: r.ID, NodeID: r.Node})
+		}
+		return nil
+	})
+	return out, err
+}
