@@ -9,9 +9,9 @@ import (
 func TestPlaceChoosesMostFreeSlotsThenOldestAssignmentThenLowestID(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	cands := []*Candidate{
-		{ID: "node_c", SlotLimit: 4, Running: 2, LastAssignedAt: t0},                     // 2 free
-		{ID: "node_b", SlotLimit: 4, Running: 1, LastAssignedAt: t0.Add(time.Second)},    // 3 free, newer
-		{ID: "node_a", SlotLimit: 5, Running: 2, LastAssignedAt: t0.Add(time.Second)},    // 3 free, newer, lower id
+		{ID: "node_c", SlotLimit: 4, Running: 2, LastAssignedAt: t0},                      // 2 free
+		{ID: "node_b", SlotLimit: 4, Running: 1, LastAssignedAt: t0.Add(time.Second)},     // 3 free, newer
+		{ID: "node_a", SlotLimit: 5, Running: 2, LastAssignedAt: t0.Add(time.Second)},     // 3 free, newer, lower id
 		{ID: "node_d", SlotLimit: 3, Running: 0, LastAssignedAt: t0.Add(2 * time.Second)}, // 3 free, newest
 	}
 	i, why := Place(Need{}, cands)
