@@ -1,0 +1,361 @@
+package session
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podiumhq/podium/agent/executor"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// retireAfter is how long the outbox remembers a task attempt it stopped
+// tracking. It is what keeps a repeated assignment of an attempt that already
+// ran from running again, and what lets a rejected attempt that is assigned
+// once more continue its seq numbering instead of colliding with the events
+// the coordinator already stored.
+const retireAfter = time.Hour
+
+// taskLog is the unacknowledged tail of one task attempt's events.
+type taskLog struct {
+	key executor.Key
+	// events hold seq acked+1 .. lastSeq, oldest first.
+	events  []*podiumv1.TaskEvent
+	bytes   int
+	lastSeq uint64 // highest seq given out
+	acked   uint64 // highest seq the coordinator stored
+	sent    uint64 // highest seq sent on the current stream
+	// final is whether the newest event ends the attempt on this node: a
+	// terminal status, or the QUEUED status of a rejected assignment.
+	final bool
+	// ended is whether the attempt ran to a terminal status (as opposed to
+	// being rejected).
+	ended bool
+	// progress is when acks last moved, or when sending started after a
+	// quiet period; the stall check measures from it.
+	progress time.Time
+}
+
+type retired struct {
+	lastSeq uint64
+	ended   bool
+	at      time.Time
+}
+
+// outbox numbers task events and keeps them until the coordinator has
+// acknowledged storing them, so that a stream that drops loses nothing: the
+// next stream re-sends everything after the acknowledged seq.
+//
+// It outlives streams, which is the point of it, and it is the only place the
+// session's knowledge of which attempts it holds lives.
+type outbox struct {
+	maxBytes int // unacked log bytes above which log events block
+
+	mu      sync.Mutex
+	tasks   map[executor.Key]*taskLog
+	order   []executor.Key // tasks in the order they first emitted
+	retired map[executor.Key]retired
+	// forgotten are attempts the coordinator disowned (Adopt keep=false):
+	// whatever they still emit while being torn down is dropped.
+	forgotten map[executor.Key]time.Time
+	bytes     int           // unacked bytes over all tasks
+	space     chan struct{} // closed (and replaced) when bytes drop
+	closed    bool
+
+	notify chan struct{} // non-blocking "there is something to send"
+}
+
+func newOutbox(maxBytes int) *outbox {
+	return &outbox{
+		maxBytes:  maxBytes,
+		tasks:     make(map[executor.Key]*taskLog),
+		retired:   make(map[executor.Key]retired),
+		forgotten: make(map[executor.Key]time.Time),
+		space:     make(chan struct{}),
+		notify:    make(chan struct{}, 1),
+	}
+}
+
+func keyOf(ev *podiumv1.TaskEvent) executor.Key {
+	return executor.Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+}
+
+// isFinal says whether an event ends the attempt on this node.
+func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
+	switch ev.GetStatus().GetState() {
+	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
+		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
+		return true, true
+	case podiumv1.TaskState_TASK_STATE_QUEUED:
+		return true, false
+	}
+	return false, false
+}
+
+// add numbers ev and queues it. Log output blocks while too much output is
+// unacknowledged, which pushes back through the container's stdout pipe to
+// the task instead of growing the agent's memory without bound; status
+// changes and notes never block, so a task can always end.
+func (o *outbox) add(ev *podiumv1.TaskEvent) {
+	size := proto.Size(ev)
+	o.mu.Lock()
+	for ev.GetLog() != nil && !o.closed && o.bytes > 0 && o.bytes+size > o.maxBytes {
+		wait := o.space
+		o.mu.Unlock()
+		<-wait
+		o.mu.Lock()
+	}
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	key := keyOf(ev)
+	final, ended := isFinal(ev)
+	if _, gone := o.forgotten[key]; gone {
+		if final {
+			delete(o.forgotten, key)
+		}
+		return
+	}
+	tl := o.tasks[key]
+	if tl == nil {
+		tl = &taskLog{key: key, progress: time.Now()}
+		if r, ok := o.retired[key]; ok {
+			// Continue where the attempt's earlier events stopped; see
+			// retireAfter.
+			tl.lastSeq, tl.acked, tl.sent = r.lastSeq, r.lastSeq, r.lastSeq
+			delete(o.retired, key)
+		}
+		o.tasks[key] = tl
+		o.order = append(o.order, key)
+	}
+	tl.lastSeq++
+	ev.Seq = tl.lastSeq
+	tl.events = append(tl.events, ev)
+	tl.bytes += size
+	tl.final, tl.ended = final, ended
+	o.bytes += size
+	o.wake()
+}
+
+func (o *outbox) wake() {
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
+// nextBatch takes events not yet sent on the current stream, oldest task
+// first, until the batch holds at least maxBytes or maxEvents. It marks them
+// sent; if the send fails the stream is gone and resetSent rewinds.
+func (o *outbox) nextBatch(maxBytes, maxEvents int) []*podiumv1.TaskEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var batch []*podiumv1.TaskEvent
+	size := 0
+	for _, key := range o.order {
+		tl := o.tasks[key]
+		for _, ev := range tl.unsentLocked() {
+			if len(batch) >= maxEvents || size >= maxBytes {
+				return batch
+			}
+			if tl.sent == tl.acked {
+				tl.progress = time.Now() // the stall clock starts with the first unacked send
+			}
+			batch = append(batch, ev)
+			size += proto.Size(ev)
+			tl.sent = ev.GetSeq()
+		}
+	}
+	return batch
+}
+
+// unsentLocked is the tail of events not yet sent on the current stream.
+// events holds seq acked+1 onwards without gaps, so it is found by index.
+func (tl *taskLog) unsentLocked() []*podiumv1.TaskEvent {
+	i := int(tl.sent - tl.acked)
+	if i < 0 || i > len(tl.events) {
+		return nil
+	}
+	return tl.events[i:]
+}
+
+// unsent reports how much is waiting to be sent on the current stream.
+func (o *outbox) unsent() (bytes, events int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tl := range o.tasks {
+		for _, ev := range tl.unsentLocked() {
+			events++
+			bytes += proto.Size(ev)
+			if bytes >= flushBytes || events >= flushEvents {
+				return bytes, events // enough to know a batch is full
+			}
+		}
+	}
+	return bytes, events
+}
+
+// ack drops what the coordinator stored, up to seq. Once the final event of an
+// attempt is stored the attempt is retired: nothing about it is left to send.
+func (o *outbox) ack(key executor.Key, seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	tl := o.tasks[key]
+	if tl == nil {
+		return
+	}
+	seq = min(seq, tl.lastSeq)
+	if seq <= tl.acked {
+		return
+	}
+	tl.acked = seq
+	tl.sent = max(tl.sent, seq)
+	tl.progress = time.Now()
+	n := 0
+	freed := 0
+	for n < len(tl.events) && tl.events[n].GetSeq() <= seq {
+		freed += proto.Size(tl.events[n])
+		n++
+	}
+	tl.events = slices.Delete(tl.events, 0, n)
+	tl.bytes -= freed
+	o.bytes -= freed
+	if tl.final && tl.acked == tl.lastSeq {
+		o.retireLocked(tl)
+	}
+	if freed > 0 {
+		o.signalSpaceLocked()
+	}
+}
+
+// signalSpaceLocked wakes producers waiting for unacked bytes to drop.
+func (o *outbox) signalSpaceLocked() {
+	if !o.closed {
+		close(o.space)
+		o.space = make(chan struct{})
+	}
+}
+
+func (o *outbox) retireLocked(tl *taskLog) {
+	now := time.Now()
+	o.retired[tl.key] = retired{lastSeq: tl.lastSeq, ended: tl.ended, at: now}
+	o.dropLocked(tl.key)
+	for k, r := range o.retired {
+		if now.Sub(r.at) > retireAfter {
+			delete(o.retired, k)
+		}
+	}
+	for k, at := range o.forgotten {
+		if now.Sub(at) > retireAfter {
+			delete(o.forgotten, k)
+		}
+	}
+}
+
+func (o *outbox) dropLocked(key executor.Key) {
+	tl := o.tasks[key]
+	if tl == nil {
+		return
+	}
+	o.bytes -= tl.bytes
+	delete(o.tasks, key)
+	o.order = slices.DeleteFunc(o.order, func(k executor.Key) bool { return k == key })
+	o.signalSpaceLocked()
+}
+
+// forget stops tracking an attempt the coordinator no longer holds on this
+// node, dropping its unsent events and everything it emits from now on. live
+// says whether a run is still tearing it down and will emit a final event.
+func (o *outbox) forget(key executor.Key, live bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropLocked(key)
+	if live {
+		o.forgotten[key] = time.Now()
+	}
+}
+
+// resetSent rewinds every attempt to its acknowledged seq, so a new stream
+// re-sends everything the coordinator has not confirmed.
+func (o *outbox) resetSent() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tl := range o.tasks {
+		tl.sent = tl.acked
+		tl.progress = time.Now()
+	}
+	o.wake()
+}
+
+// adopt applies the coordinator's view of an attempt from HelloAck: it has
+// stored everything up to ackedSeq, so sending resumes after it.
+func (o *outbox) adopt(key executor.Key, ackedSeq uint64) (known bool) {
+	o.ack(key, ackedSeq)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if tl := o.tasks[key]; tl != nil {
+		tl.sent = tl.acked
+		return true
+	}
+	return false
+}
+
+// rewindStalled re-sends the unacknowledged events of attempts whose acks
+// have not moved for longer than after. On a healthy stream acks follow sends
+// within milliseconds; if they stop, the coordinator may have dropped a batch
+// it could not store, and sending again is cheap because ingest is
+// idempotent on seq.
+func (o *outbox) rewindStalled(after time.Duration) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	rewound := false
+	for _, tl := range o.tasks {
+		if tl.sent > tl.acked && now.Sub(tl.progress) > after {
+			tl.sent = tl.acked
+			tl.progress = now
+			rewound = true
+		}
+	}
+	if rewound {
+		o.wake()
+	}
+	return rewound
+}
+
+// running is what Hello reports: every attempt the node still holds, with the
+// highest seq it produced.
+func (o *outbox) running() []*podiumv1.RunningTask {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*podiumv1.RunningTask, 0, len(o.order))
+	for _, key := range o.order {
+		out = append(out, &podiumv1.RunningTask{TaskId: key.TaskID, Attempt: key.Attempt, LastSeq: o.tasks[key].lastSeq})
+	}
+	return out
+}
+
+// ended reports whether an attempt already ran to a terminal status on this
+// node, whether or not that status has been acknowledged yet.
+func (o *outbox) ended(key executor.Key) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if tl := o.tasks[key]; tl != nil {
+		return tl.ended
+	}
+	return o.retired[key].ended
+}
+
+// close releases every blocked producer and drops whatever comes after: the
+// session is over and nobody will send it.
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.closed = true
+		close(o.space)
+	}
+}

@@ -1,0 +1,131 @@
+package session
+
+import (
+	"testing"
+	"time"
+
+	"github.com/podiumhq/podium/agent/executor"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+func logEvent(task string, n int) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{TaskId: task, Attempt: 1, Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Data: make([]byte, n)}}}
+}
+
+func statusEvent(task string, s podiumv1.TaskState) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{TaskId: task, Attempt: 1, Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s}}}
+}
+
+// TestOutboxBackpressure checks that output blocks once too much is
+// unacknowledged, that an ack releases it, that status changes never block,
+// and that close releases everyone.
+func TestOutboxBackpressure(t *testing.T) {
+	o := newOutbox(10_000)
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	o.add(logEvent("t", 6000))
+	done := make(chan struct{})
+	go func() {
+		o.add(logEvent("t", 6000)) // over the limit: blocks until the first is acked
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("output beyond the limit did not block")
+	case <-time.After(50 * time.Millisecond):
+	}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING)) // must not block
+	o.ack(k, 1)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an ack did not release blocked output")
+	}
+	if got := o.running(); len(got) != 1 || got[0].GetLastSeq() != 3 {
+		t.Fatalf("running %v, want t with last_seq 3", got)
+	}
+
+	blocked := make(chan struct{})
+	go func() {
+		o.add(logEvent("t", 6000))
+		o.add(logEvent("t", 6000))
+		close(blocked)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	o.close()
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not release blocked output")
+	}
+}
+
+func TestOutboxRetireAndContinue(t *testing.T) {
+	o := newOutbox(1 << 20)
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_QUEUED)) // a rejection
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 1 {
+		t.Fatalf("batch %v", b)
+	}
+	o.ack(k, 1)
+	if len(o.running()) != 0 {
+		t.Fatal("an acked rejection is still reported")
+	}
+	if o.ended(k) {
+		t.Fatal("a rejected attempt counts as having run")
+	}
+	// Assigned again: seq continues after the stored rejection.
+	ev := statusEvent("t", podiumv1.TaskState_TASK_STATE_PROVISIONING)
+	o.add(ev)
+	if ev.GetSeq() != 2 {
+		t.Fatalf("seq %d, want 2", ev.GetSeq())
+	}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED))
+	o.ack(k, 3)
+	if !o.ended(k) {
+		t.Fatal("a finished attempt is not remembered as finished")
+	}
+}
+
+func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
+	o := newOutbox(1 << 20)
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	for range 5 {
+		o.add(logEvent("t", 10))
+	}
+	if b := o.nextBatch(flushBytes, 2); len(b) != 2 {
+		t.Fatalf("batch of %d, want the 2 asked for", len(b))
+	}
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
+		t.Fatalf("second batch %v", b)
+	}
+	o.ack(k, 2)
+	o.resetSent() // a new stream
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
+		t.Fatalf("after reconnect %v, want seq 3..5 again", b)
+	}
+	if o.rewindStalled(time.Hour) {
+		t.Fatal("rewound before the stall time")
+	}
+	time.Sleep(10 * time.Millisecond)
+	if !o.rewindStalled(time.Millisecond) {
+		t.Fatal("stalled events not rewound")
+	}
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 {
+		t.Fatalf("after a stall %v, want seq 3..5 again", b)
+	}
+}
+
+func TestOutboxForget(t *testing.T) {
+	o := newOutbox(1 << 20)
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING))
+	o.forget(k, true)
+	o.add(logEvent("t", 10))
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_CANCELLED))
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 0 {
+		t.Fatalf("a forgotten attempt sent %v", b)
+	}
+	if len(o.forgotten) != 0 {
+		t.Fatal("the tombstone outlived the attempt's final event")
+	}
+}

@@ -1,0 +1,630 @@
+package session_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/internal/agenttest"
+	"github.com/podiumhq/podium/agent/session"
+	"github.com/podiumhq/podium/internal/dockertest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// coordinator is an in-process NodeService that hands each stream to the
+// test, which plays the coordinator's side of the protocol by hand.
+type coordinator struct {
+	podiumv1connect.UnimplementedNodeServiceHandler
+	conns chan *conn
+	// reject, when set, is returned to every stream before it is handed on.
+	mu     sync.Mutex
+	reject error
+}
+
+// conn is one stream as the coordinator sees it.
+type conn struct {
+	recv chan *podiumv1.StreamRequest // what the node sent, in order
+	send chan *podiumv1.StreamResponse
+	end  chan error // ends the stream with this error (nil: cleanly)
+}
+
+func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) error {
+	c.mu.Lock()
+	reject := c.reject
+	c.mu.Unlock()
+	if reject != nil {
+		_, _ = stream.Receive()
+		return reject
+	}
+	cn := &conn{
+		recv: make(chan *podiumv1.StreamRequest, 10000),
+		send: make(chan *podiumv1.StreamResponse, 100),
+		end:  make(chan error, 1),
+	}
+	go func() {
+		defer close(cn.recv)
+		for {
+			msg, err := stream.Receive()
+			if err != nil {
+				return
+			}
+			cn.recv <- msg
+		}
+	}()
+	c.conns <- cn
+	for {
+		select {
+		case m := <-cn.send:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case err := <-cn.end:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (c *coordinator) next(t *testing.T) *conn {
+	t.Helper()
+	select {
+	case cn := <-c.conns:
+		return cn
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node did not open a stream within 20 s")
+		return nil
+	}
+}
+
+// hello reads the first message, which must be a Hello.
+func (cn *conn) hello(t *testing.T) *podiumv1.Hello {
+	t.Helper()
+	m := cn.read(t)
+	if m.GetHello() == nil {
+		t.Fatalf("first message %v, want Hello", m)
+	}
+	return m.GetHello()
+}
+
+func (cn *conn) read(t *testing.T) *podiumv1.StreamRequest {
+	t.Helper()
+	select {
+	case m, ok := <-cn.recv:
+		if !ok {
+			t.Fatal("the node closed the stream")
+		}
+		return m
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing from the node within 20 s")
+		return nil
+	}
+}
+
+// heartbeat waits for the next heartbeat, skipping events.
+func (cn *conn) heartbeat(t *testing.T) *podiumv1.Heartbeat {
+	t.Helper()
+	for {
+		if hb := cn.read(t).GetHeartbeat(); hb != nil {
+			return hb
+		}
+	}
+}
+
+// events reads batches until n events arrived, skipping heartbeats.
+func (cn *conn) events(t *testing.T, n int) []*podiumv1.TaskEvent {
+	t.Helper()
+	var out []*podiumv1.TaskEvent
+	for len(out) < n {
+		if b := cn.read(t).GetEvents(); b != nil {
+			out = append(out, b.GetEvents()...)
+		}
+	}
+	if len(out) > n {
+		t.Fatalf("got %d events, want %d: %v", len(out), n, out)
+	}
+	return out
+}
+
+// batch reads the next batch of events, skipping heartbeats.
+func (cn *conn) batch(t *testing.T) []*podiumv1.TaskEvent {
+	t.Helper()
+	for {
+		if b := cn.read(t).GetEvents(); b != nil {
+			return b.GetEvents()
+		}
+	}
+}
+
+// quiet checks that the node sends no events for a while.
+func (cn *conn) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-cn.recv:
+			if !ok {
+				return
+			}
+			if b := m.GetEvents(); b != nil {
+				t.Fatalf("unexpected events: %v", b.GetEvents())
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (cn *conn) push(m *podiumv1.StreamResponse) { cn.send <- m }
+
+func helloAck(adopt ...*podiumv1.Adopt) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: &podiumv1.HelloAck{
+		NodeId: "n-1", Replica: "r-1", HeartbeatIntervalMs: 100, Adopt: adopt,
+	}}}
+}
+
+func assign(task string) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: &podiumv1.Assign{
+		TaskId: task, Attempt: 1, Spec: &podiumv1.TaskSpec{Image: "img", Env: map[string]string{"SECRET": "hunter2"}},
+	}}}
+}
+
+func ack(task string, seq uint64) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: task, Attempt: 1, AckedSeq: seq}}}
+}
+
+// runner is a scripted Runner: the test decides what each task emits.
+type runner struct {
+	mu      sync.Mutex
+	runs    map[executor.Key]executor.Emit
+	cancels chan string
+}
+
+func newRunner() *runner {
+	return &runner{runs: make(map[executor.Key]executor.Emit), cancels: make(chan string, 10)}
+}
+
+func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit executor.Emit) (<-chan struct{}, error) {
+	key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	r.mu.Lock()
+	if _, ok := r.runs[key]; ok {
+		r.mu.Unlock()
+		return nil, executor.ErrAlreadyRunning
+	}
+	r.runs[key] = emit
+	r.mu.Unlock()
+	r.status(key, podiumv1.TaskState_TASK_STATE_PROVISIONING, "")
+	return make(chan struct{}), nil
+}
+
+func (r *runner) Cancel(taskID string, attempt int32, reason string, _ time.Duration) bool {
+	key := executor.Key{TaskID: taskID, Attempt: attempt}
+	r.mu.Lock()
+	_, ok := r.runs[key]
+	r.mu.Unlock()
+	if ok {
+		r.cancels <- taskID + ": " + reason
+		r.status(key, podiumv1.TaskState_TASK_STATE_CANCELLED, reason)
+	}
+	return ok
+}
+
+func (r *runner) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.runs)
+}
+
+func (r *runner) emit(key executor.Key, body *podiumv1.TaskEvent) {
+	r.mu.Lock()
+	emit := r.runs[key]
+	if isTerminal(body.GetStatus().GetState()) {
+		delete(r.runs, key)
+	}
+	r.mu.Unlock()
+	body.TaskId, body.Attempt, body.Time = key.TaskID, key.Attempt, timestamppb.Now()
+	emit(body)
+}
+
+func (r *runner) status(key executor.Key, s podiumv1.TaskState, reason string) {
+	r.emit(key, &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s, Reason: reason}}})
+}
+
+func (r *runner) log(key executor.Key, offset uint64, data string) {
+	r.emit(key, &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+		Stream: podiumv1.LogStream_LOG_STREAM_STDOUT, Offset: offset, Data: []byte(data),
+	}}})
+}
+
+func isTerminal(s podiumv1.TaskState) bool {
+	return s >= podiumv1.TaskState_TASK_STATE_SUCCEEDED
+}
+
+func key(task string) executor.Key { return executor.Key{TaskID: task, Attempt: 1} }
+
+// logBuffer collects the session's log so a test can check what it says.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+type fixture struct {
+	coord *coordinator
+	logs  *logBuffer
+}
+
+// start serves a coordinator and runs a session against it until the test
+// ends. reject, if not nil, is what the coordinator answers every stream with
+// until the test clears it.
+func start(t *testing.T, r session.Runner, maxTasks int, reject error) *fixture {
+	t.Helper()
+	coord := &coordinator{conns: make(chan *conn, 10), reject: reject}
+	mux := http.NewServeMux()
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(coord))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+
+	logs := &logBuffer{}
+	s, err := session.New(session.Config{
+		CoordinatorURL: srv.URL,
+		NodeID:         "n-1",
+		NodeKey:        "k-1",
+		Hostname:       "box",
+		AgentVersion:   "test",
+		MaxTasks:       maxTasks,
+		Runner:         r,
+		Capacity: func(context.Context) *podiumv1.Capacity {
+			return &podiumv1.Capacity{CpuCores: 4, MemoryMb: 1024}
+		},
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		ReconnectMin: 10 * time.Millisecond,
+		ReconnectMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+		srv.Close()
+		if t.Failed() {
+			t.Logf("session log:\n%s", logs.String())
+		}
+	})
+	return &fixture{coord: coord, logs: logs}
+}
+
+func seqs(evs []*podiumv1.TaskEvent) string {
+	var parts []string
+	for _, ev := range evs {
+		parts = append(parts, fmt.Sprintf("%s/%d", ev.GetTaskId(), ev.GetSeq()))
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestHelloHeartbeatAssignEventsAck(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	h := cn.hello(t)
+	if h.GetNodeId() != "n-1" || h.GetNodeKey() != "k-1" || h.GetHostname() != "box" || h.GetAgentVersion() != "test" {
+		t.Fatalf("hello %v", h)
+	}
+	if h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() != 4 || len(h.GetRunning()) != 0 {
+		t.Fatalf("hello capacity %v running %v", h.GetCapacity(), h.GetRunning())
+	}
+	cn.push(helloAck())
+	hb := cn.heartbeat(t)
+	if hb.GetFreeSlots() != 2 || hb.GetRunningTasks() != 0 || hb.GetCapacity().GetMaxTasks() != 2 {
+		t.Fatalf("first heartbeat %v", hb)
+	}
+
+	cn.push(assign("t1"))
+	evs := cn.events(t, 1)
+	if evs[0].GetSeq() != 1 || evs[0].GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_PROVISIONING {
+		t.Fatalf("first event %v, want seq 1 PROVISIONING", evs[0])
+	}
+	if hb := cn.heartbeat(t); hb.GetRunningTasks() != 1 || hb.GetFreeSlots() != 1 {
+		t.Fatalf("heartbeat with one task running: %v", hb)
+	}
+
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_RUNNING, "")
+	r.log(key("t1"), 0, "hello\n")
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_SUCCEEDED, "")
+	evs = cn.events(t, 3)
+	if got := seqs(evs); got != "t1/2 t1/3 t1/4" {
+		t.Fatalf("events %s, want t1/2 t1/3 t1/4", got)
+	}
+	if string(evs[1].GetLog().GetData()) != "hello\n" {
+		t.Fatalf("log event %v", evs[1])
+	}
+	cn.push(ack("t1", 4))
+
+	// Once its terminal event is acked the node no longer reports the task,
+	// and a repeated assignment of it is not run again.
+	time.Sleep(50 * time.Millisecond)
+	cn.push(assign("t1"))
+	cn.quiet(t, 300*time.Millisecond)
+	cn.end <- errors.New("restart")
+	cn = f.coord.next(t)
+	if h := cn.hello(t); len(h.GetRunning()) != 0 {
+		t.Fatalf("hello after the terminal ack still reports %v", h.GetRunning())
+	}
+	if strings.Contains(f.logs.String(), "hunter2") {
+		t.Fatal("the session logged a secret from an assignment's environment")
+	}
+}
+
+func TestRejectsWithoutFreeSlot(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 1, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.push(assign("t2"))
+	evs := cn.events(t, 2)
+	byTask := map[string]*podiumv1.TaskEvent{}
+	for _, ev := range evs {
+		byTask[ev.GetTaskId()] = ev
+	}
+	if s := byTask["t1"].GetStatus(); s.GetState() != podiumv1.TaskState_TASK_STATE_PROVISIONING {
+		t.Fatalf("t1: %v, want PROVISIONING", s)
+	}
+	rej := byTask["t2"]
+	if rej.GetSeq() != 1 || rej.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED ||
+		rej.GetStatus().GetReason() != session.RejectReasonNoSlot {
+		t.Fatalf("t2: %v, want seq 1 QUEUED %q", rej, session.RejectReasonNoSlot)
+	}
+	if r.Running() != 1 {
+		t.Fatalf("runner runs %d tasks, want 1", r.Running())
+	}
+	if hb := cn.heartbeat(t); hb.GetFreeSlots() != 0 {
+		t.Fatalf("heartbeat %v, want no free slot", hb)
+	}
+
+	// Once the rejection is acked and a slot is free, the same attempt may be
+	// assigned again; its events continue after the stored rejection.
+	cn.push(ack("t2", 1))
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_SUCCEEDED, "")
+	cn.events(t, 1)
+	cn.push(assign("t2"))
+	evs = cn.events(t, 1)
+	if evs[0].GetTaskId() != "t2" || evs[0].GetSeq() != 2 || evs[0].GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_PROVISIONING {
+		t.Fatalf("reassigned t2: %v, want seq 2 PROVISIONING", evs[0])
+	}
+}
+
+func TestDrainingRejectsAndAdvertisesNoSlot(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 4, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	ackMsg := helloAck()
+	ackMsg.GetHelloAck().Draining = true
+	cn.push(ackMsg)
+	if hb := cn.heartbeat(t); hb.GetFreeSlots() != 0 {
+		t.Fatalf("draining node advertises %d free slots", hb.GetFreeSlots())
+	}
+	cn.push(assign("t1"))
+	if ev := cn.events(t, 1)[0]; ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("assignment to a draining node: %v, want QUEUED", ev)
+	}
+
+	// The live half of an undrain: a HelloAck on the open stream.
+	undrain := helloAck()
+	cn.push(undrain)
+	for {
+		if hb := cn.heartbeat(t); hb.GetFreeSlots() == 4 {
+			break
+		}
+	}
+	// The slot override arrives the same way.
+	override := helloAck()
+	override.GetHelloAck().MaxTasksOverride = 1
+	cn.push(override)
+	for {
+		if hb := cn.heartbeat(t); hb.GetFreeSlots() == 1 && hb.GetCapacity().GetMaxTasks() == 1 {
+			break
+		}
+	}
+}
+
+func TestReconnectResendsUnacked(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_RUNNING, "")
+	r.log(key("t1"), 0, "abc")
+	cn.events(t, 2)
+	cn.push(ack("t1", 1))
+	time.Sleep(50 * time.Millisecond)
+	cn.end <- connect.NewError(connect.CodeUnavailable, errors.New("replica going away"))
+
+	// While disconnected the task keeps producing.
+	r.log(key("t1"), 3, "def")
+
+	cn = f.coord.next(t)
+	h := cn.hello(t)
+	if len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != "t1" || h.GetRunning()[0].GetLastSeq() != 4 {
+		t.Fatalf("hello running %v, want t1 with last_seq 4", h.GetRunning())
+	}
+	// The coordinator stored up to seq 2 (the ack for it was lost).
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: true, AckedSeq: 2}))
+	evs := cn.events(t, 2)
+	if got := seqs(evs); got != "t1/3 t1/4" {
+		t.Fatalf("resent %s, want t1/3 t1/4", got)
+	}
+	if evs[1].GetLog().GetOffset() != 3 || string(evs[1].GetLog().GetData()) != "def" {
+		t.Fatalf("resent log %v", evs[1])
+	}
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_SUCCEEDED, "")
+	if got := seqs(cn.events(t, 1)); got != "t1/5" {
+		t.Fatalf("next event %s, want t1/5", got)
+	}
+	if r.Running() != 0 {
+		t.Fatal("task not finished")
+	}
+}
+
+func TestAdoptKeepFalseCancels(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	cn.end <- errors.New("restart")
+
+	cn = f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: false}))
+	select {
+	case c := <-r.cancels:
+		if c != "t1: "+session.CancelReasonNotHeld {
+			t.Fatalf("cancel %q", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a task the coordinator disowned was not cancelled")
+	}
+	// Its teardown events are not sent: the coordinator has disowned it.
+	cn.quiet(t, 300*time.Millisecond)
+	if !strings.Contains(f.logs.String(), "no longer holds") {
+		t.Fatal("the log does not say why the task was cancelled")
+	}
+}
+
+func TestCancelMessage(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
+		TaskId: "t1", Attempt: 1, Reason: "user asked", GraceSeconds: 5,
+	}}})
+	if c := <-r.cancels; c != "t1: user asked" {
+		t.Fatalf("cancel %q", c)
+	}
+	ev := cn.events(t, 1)[0]
+	if ev.GetSeq() != 2 || ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("event %v, want seq 2 CANCELLED", ev)
+	}
+}
+
+func TestUnauthenticatedKeepsRetrying(t *testing.T) {
+	r := newRunner()
+	coordErr := connect.NewError(connect.CodeUnauthenticated, errors.New("unknown node key"))
+	f := start(t, r, 1, nil)
+	f.coord.mu.Lock()
+	f.coord.reject = coordErr
+	f.coord.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(f.logs.String(), "enroll it again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no re-enroll advice in the log:\n%s", f.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.coord.mu.Lock()
+	f.coord.reject = nil
+	f.coord.mu.Unlock()
+	cn := f.coord.next(t)
+	cn.hello(t)
+}
+
+// TestWithDocker runs one real task through a real executor and the session,
+// and reassembles its output from the stream.
+func TestWithDocker(t *testing.T) {
+	image := dockertest.EnsureImage(t)
+	dc := dockertest.Client(t)
+	nodeID := agenttest.NodeID(t)
+	ex, err := executor.New(executor.Config{Docker: dc, NodeID: nodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := start(t, ex, 2, nil)
+	t.Cleanup(func() { agenttest.AssertNoContainers(t, dc, nodeID) })
+	t.Cleanup(ex.Wait)
+	taskID := fmt.Sprintf("t-docker-%d", os.Getpid())
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: &podiumv1.Assign{
+		TaskId: taskID, Attempt: 1,
+		Spec: &podiumv1.TaskSpec{Image: image, Command: []string{"sh", "-c", "echo hi; echo oops >&2; exit 3"}},
+	}}})
+
+	var stdout, stderr bytes.Buffer
+	var states []string
+	var lastSeq uint64
+	for done := false; !done; {
+		for _, ev := range cn.batch(t) {
+			if ev.GetSeq() != lastSeq+1 {
+				t.Fatalf("seq %d after %d", ev.GetSeq(), lastSeq)
+			}
+			lastSeq = ev.GetSeq()
+			if l := ev.GetLog(); l != nil {
+				if l.GetStream() == podiumv1.LogStream_LOG_STREAM_STDOUT {
+					stdout.Write(l.GetData())
+				} else {
+					stderr.Write(l.GetData())
+				}
+			}
+			if s := ev.GetStatus(); s != nil {
+				states = append(states, s.GetState().String())
+				done = isTerminal(s.GetState())
+				if done && (s.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || s.GetExitCode() != 3) {
+					t.Fatalf("terminal %v, want FAILED exit 3", s)
+				}
+			}
+		}
+	}
+	if stdout.String() != "hi\n" || stderr.String() != "oops\n" {
+		t.Fatalf("stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+	if got := strings.Join(states, ","); got != "TASK_STATE_PROVISIONING,TASK_STATE_RUNNING,TASK_STATE_FAILED" {
+		t.Fatalf("states %s", got)
+	}
+	cn.push(ack(taskID, lastSeq))
+}

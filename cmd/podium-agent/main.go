@@ -1,0 +1,228 @@
+// Command podium-agent is the Podium node agent: `enroll` once to join a
+// coordinator, then `run` (under systemd) to take and run tasks.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/podiumhq/podium/agent"
+	"github.com/podiumhq/podium/agent/identity"
+)
+
+// Exit codes: 2 is what flag parsing uses for a command line that is wrong,
+// so scripts can tell a typo from a failure.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const mainUsage = `podium-agent runs Podium tasks on this machine.
+
+Usage:
+  podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
+  podium-agent run [--data-dir D] [--max-tasks N] [--log-format text|json] [--log-level L]
+  podium-agent version
+
+Run "podium-agent COMMAND --help" for a command's flags.
+The data directory defaults to $` + agent.DataDirEnv + ` or ` + agent.DefaultDataDir + `.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "enroll":
+		return enroll(args[1:], stdout, stderr)
+	case "run":
+		return runAgent(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, agent.Version)
+		return exitOK
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, mainUsage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "podium-agent: unknown command %q\nRun 'podium-agent --help' for usage.\n", args[0])
+	return exitUsage
+}
+
+// stringList is a flag that may be repeated; each value may also hold
+// several comma-separated items.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
+	return nil
+}
+
+// parse parses a subcommand's flags. It returns the exit code to stop with,
+// or -1 to go on: --help prints the usage to stdout and succeeds, a bad flag
+// prints what was wrong and the usage to stderr and exits 2.
+func parse(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writer) int {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout)
+		return exitOK
+	}
+	if err != nil {
+		return usageError(stderr, fs.Name(), "%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, fs.Name(), "unexpected argument %q", fs.Arg(0))
+	}
+	return -1
+}
+
+// usageError reports a wrong command line briefly, with where the full usage
+// is, and returns the usage exit code.
+func usageError(stderr io.Writer, cmd, format string, a ...any) int {
+	fmt.Fprintf(stderr, "podium-agent %s: %s\nRun 'podium-agent %s --help' for usage.\n", cmd, fmt.Sprintf(format, a...), cmd)
+	return exitUsage
+}
+
+const enrollUsage = `Usage: podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
+
+Joins this machine to a coordinator with a single-use enrollment token an
+operator created, saves the node's identity in the data directory and prints
+the node id.
+
+Flags:
+`
+
+func enroll(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("enroll", flag.ContinueOnError)
+	coordinator := fs.String("coordinator", "", "coordinator URL, e.g. http://coordinator.tailnet:8080 (required)")
+	token := fs.String("token", "", "enrollment token (required; or set PODIUM_ENROLL_TOKEN, which keeps it out of the process list)")
+	dataDir := fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
+	hostname := fs.String("hostname", "", "name the node reports (default: this machine's hostname)")
+	force := fs.Bool("force", false, "replace an existing identity (the old node stays behind at the coordinator)")
+	var labels stringList
+	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated)")
+	if code := parse(fs, args, enrollUsage, stdout, stderr); code >= 0 {
+		return code
+	}
+	if *token == "" {
+		*token = os.Getenv("PODIUM_ENROLL_TOKEN")
+	}
+	var missing []string
+	if *coordinator == "" {
+		missing = append(missing, "--coordinator")
+	}
+	if *token == "" {
+		missing = append(missing, "--token")
+	}
+	if len(missing) > 0 {
+		return usageError(stderr, "enroll", "%s is required", strings.Join(missing, " and "))
+	}
+	if *hostname == "" {
+		*hostname, _ = os.Hostname()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	id, err := identity.Enroll(ctx, identity.EnrollParams{
+		DataDir:        *dataDir,
+		CoordinatorURL: *coordinator,
+		Token:          *token,
+		Labels:         labels,
+		Hostname:       *hostname,
+		AgentVersion:   agent.Version,
+		Force:          *force,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-agent enroll: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintln(stdout, id.NodeID)
+	fmt.Fprintf(stderr, "enrolled with %s as node %s (labels: %s); identity saved to %s\n"+
+		"start the agent with `systemctl start podium-agent` (or `podium-agent run`)\n",
+		id.CoordinatorURL, id.NodeID, strings.Join(id.Labels, ", "), identity.Path(*dataDir))
+	return exitOK
+}
+
+const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--log-format text|json] [--log-level L]
+
+Connects to the coordinator the node enrolled with and runs the tasks it is
+given in the local Docker engine, until SIGTERM or SIGINT. On the way out it
+stops and removes the containers of tasks still running.
+
+Flags:
+`
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
+	maxTasks := fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
+	minFreeDisk := fs.Int64("min-free-disk-mb", 0, "take no new tasks while the data disk has less free space (0: no check)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
+		return code
+	}
+	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
+	if *maxTasks < 0 {
+		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageErr("--log-level %q: use debug, info, warn or error", *logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler
+	switch *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, opts)
+	case "json":
+		handler = slog.NewJSONHandler(stderr, opts)
+	default:
+		return usageErr("--log-format %q: use text or json", *logFormat)
+	}
+	log := slog.New(handler)
+
+	a, err := agent.New(agent.Config{
+		DataDir:       *dataDir,
+		MaxTasks:      *maxTasks,
+		MinFreeDiskMB: *minFreeDisk,
+		Logger:        log,
+	})
+	if err != nil {
+		log.Error("podium agent cannot start", "err", err)
+		return exitFail
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		log.Error("podium agent failed", "err", err)
+		return exitFail
+	}
+	return exitOK
+}
