@@ -40,15 +40,17 @@ var (
 
 // Main starts the cluster, runs the tests and stops the cluster, whatever the
 // tests did. A machine without Postgres fails loudly with how to get it.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain that has more to clean up.
+func Run(m *testing.M) int {
 	stop, err := start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	defer stop()
+	return m.Run()
 }
 
 func binDir() string {
