@@ -64,10 +64,13 @@ func newEnv(t *testing.T, labels ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(filepath.Join(binDir, "podium-agent"), "enroll", "--coordinator", e.r.URL(),
-		"--token", tok.Msg.Token, "--data-dir", e.data).CombinedOutput()
+	enroll := exec.Command(filepath.Join(binDir, "podium-agent"), "enroll", "--coordinator", e.r.URL(),
+		"--token", tok.Msg.Token, "--data-dir", e.data)
+	var stderr bytes.Buffer
+	enroll.Stderr = &stderr
+	out, err := enroll.Output()
 	if err != nil {
-		t.Fatalf("podium-agent enroll: %v\n%s", err, out)
+		t.Fatalf("podium-agent enroll: %v\n%s", err, stderr.String())
 	}
 	e.node = string(bytes.TrimSpace(lastLine(out)))
 	t.Cleanup(func() {

@@ -40,7 +40,7 @@ func TestRunPrintsOutputAndExitsWithTheTasksCode(t *testing.T) {
 // wrote, and podium logs prints the same bytes afterwards.
 func TestBinaryOutputIsByteExact(t *testing.T) {
 	e := newEnv(t)
-	script := "(head -c 2500000 /dev/urandom; seq 1 60000; head -c 2000000 /dev/urandom; printf 'no newline at the end') > /out; " +
+	script := "(head -c 2600000 /dev/urandom; seq 1 60000; head -c 2400000 /dev/urandom; printf 'no newline at the end') > /out; " +
 		"cat /out; sha256sum /out >&2"
 	r := e.podium("run", "--image", e.image, "--", "sh", "-c", script)
 	if r.code != 0 {
