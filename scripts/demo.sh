@@ -70,7 +70,7 @@ rm -rf "$ctx"
 
 echo "→ enrolling an agent with a single-use token, then starting it (log: .demo/agent.log)"
 token=$(bin/podium token create --label demo)
-bin/podium-agent enroll --coordinator "$PODIUM_SERVER" --token "$token" --data-dir "$demo/agent" >/dev/null
+bin/podium-agent enroll --coordinator "$PODIUM_SERVER" --token "$token" --data-dir "$demo/agent" >"$demo/enroll.log" 2>&1
 bin/podium-agent run --data-dir "$demo/agent" >"$demo/agent.log" 2>&1 &
 echo $! >"$demo/agent.pid"
 for _ in $(seq 1 100); do
