@@ -32,7 +32,12 @@ and command; put "--" before it when it has flags of its own.
 
 Flags override the fields of --spec: --image, --timeout and --priority replace
 theirs, --env sets one variable each (replacing the file's value for that
-key), --label adds to the file's labels, and CMD replaces its command.
+key), --label adds to the file's labels, --cap-add to its capabilities, and
+CMD replaces its command. Sidecars are given in the spec file only.
+
+The task runs with every Linux capability dropped; --cap-add CAP gives one
+back, from Docker's default set only (CHOWN, KILL, NET_BIND_SERVICE, ...;
+with or without CAP_, any case).
 
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
@@ -58,6 +63,7 @@ type runOptions struct {
 	priority int
 	env      stringList
 	labels   stringList
+	capAdd   stringList
 	detach   bool
 	quiet    bool
 	command  []string
@@ -72,6 +78,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.image, "image", "", "the container `IMAGE` to run, e.g. alpine:3")
 	fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
 	fs.Var(&o.labels, "label", "run only on a node with the `LABEL`, key or key=value (repeatable)")
+	fs.Var(&o.capAdd, "cap-add", "add the Linux capability `CAP` back, e.g. NET_BIND_SERVICE (repeatable)")
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
@@ -132,6 +139,14 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 		if !slices.Contains(spec.Labels, l) {
 			spec.Labels = append(spec.Labels, l)
 		}
+	}
+	for _, c := range o.capAdd {
+		n, err := taskspec.NormalizeCapability(c)
+		if err != nil {
+			return nil, fmt.Errorf("--cap-add: %v", err)
+		}
+		// Validate below rewrites the file's names and drops repeats.
+		spec.Capabilities = append(spec.Capabilities, n)
 	}
 	if o.set["timeout"] {
 		secs, err := taskspec.ParseSeconds(o.timeout)

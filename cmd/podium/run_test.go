@@ -77,6 +77,11 @@ max_attempts: 2
 retry_on_node_loss: true
 resources:
   memory_mb: 64
+capabilities: [cap_chown]
+sidecars:
+  - name: db
+    image: postgres:16
+    readiness: {tcp_port: 5432, timeout: 30s}
 `
 
 func TestRunFlagsOverrideSpecFile(t *testing.T) {
@@ -86,7 +91,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 	tc := newTestCLI(nil)
 	code := tc.run(t, "--server", f.url(), "run", "--spec", spec,
 		"--image", "busybox:1", "--env", "OVERRIDE=flag", "--env", "NEW=x=y", "--label", "gpu=a100", "--label", "linux",
-		"--timeout", "90s", "--priority", "-3", "--", "sh", "-c", "exit 0")
+		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--", "sh", "-c", "exit 0")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, tc.errOut)
 	}
@@ -100,6 +105,14 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 		MaxAttempts:     2,
 		RetryOnNodeLoss: true,
 		Resources:       &podiumv1.Resources{MemoryMb: 64},
+		// The file's capability made canonical, --cap-add's added, the
+		// repeat dropped.
+		Capabilities: []string{"CHOWN", "NET_RAW"},
+		// Sidecars have no flags: the file's pass through untouched.
+		Sidecars: []*podiumv1.Sidecar{{
+			Name: "db", Image: "postgres:16",
+			Readiness: &podiumv1.Readiness{TcpPort: 5432, TimeoutSeconds: 30},
+		}},
 	}
 	if !proto.Equal(f.spec, want) {
 		t.Errorf("submitted spec:\n got %v\nwant %v", f.spec, want)
@@ -116,7 +129,8 @@ func TestRunUnsetFlagsKeepSpecFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if spec.GetPriority() != 5 || spec.GetTimeoutSeconds() != 60 || spec.GetImage() != "alpine:3" ||
-		strings.Join(spec.GetCommand(), " ") != "echo from-file" {
+		strings.Join(spec.GetCommand(), " ") != "echo from-file" ||
+		strings.Join(spec.GetCapabilities(), " ") != "CHOWN" || len(spec.GetSidecars()) != 1 {
 		t.Errorf("buildSpec without flags = %v, want the file's fields", spec)
 	}
 }
@@ -149,6 +163,11 @@ func TestRunRefusesBadInputLocally(t *testing.T) {
 		{"negative timeout", []string{"--image", "alpine:3", "--timeout", "-1s"}, "", []string{"--timeout", "negative"}},
 		{"priority out of range", []string{"--image", "alpine:3", "--priority", "3000000000"}, "", []string{"--priority", "out of range"}},
 		{"relative working_dir in file", nil, "image: a\nworking_dir: rel\n", []string{"spec.working_dir"}},
+		{"cap-add not allowed", []string{"--image", "alpine:3", "--cap-add", "SYS_ADMIN"}, "", []string{`--cap-add: "SYS_ADMIN" may not be added`, "NET_BIND_SERVICE"}},
+		{"cap-add ALL", []string{"--image", "alpine:3", "--cap-add", "all"}, "", []string{"--cap-add", `"all" would grant every capability`}},
+		{"capability in file not allowed", nil, "image: a\ncapabilities: [CHOWN, NET_ADMIN]\n", []string{`spec.capabilities[1]: "NET_ADMIN" may not be added`}},
+		{"sidecar without image in file", nil, "image: a\nsidecars:\n  - name: db\n", []string{"spec.sidecars[0].image: required"}},
+		{"unknown sidecar key in file", nil, "image: a\nsidecars:\n  - name: db\n    imgae: x\n", []string{"task.yaml", "line 4", `unknown key "sidecars[0].imgae"`}},
 		{"missing spec file", []string{"--spec", "/nonexistent/task.yaml"}, "", []string{"--spec", "/nonexistent/task.yaml"}},
 		{"unknown flag", []string{"--imag", "alpine:3"}, "", []string{"flag provided but not defined: -imag", "Usage: podium run"}},
 		{"bad flag value", []string{"--priority", "high"}, "", []string{"invalid value", "-priority"}},
@@ -498,7 +517,7 @@ func TestRunHelp(t *testing.T) {
 		t.Errorf("run --help exited %d", code)
 	}
 	out := tc.out.String()
-	for _, want := range []string{"Usage: podium run", "--image IMAGE", "--env KEY=VALUE", "--spec FILE", "--detach", "Exit code"} {
+	for _, want := range []string{"Usage: podium run", "--image IMAGE", "--env KEY=VALUE", "--spec FILE", "--cap-add CAP", "--detach", "Exit code"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help should contain %q:\n%s", want, out)
 		}
@@ -535,5 +554,29 @@ func TestStatusLine(t *testing.T) {
 		if got := statusLine(tc.state, tc.reason, tc.exit, tc.signal, tc.node); got != tc.want {
 			t.Errorf("statusLine(%v, %q, …) = %q, want %q", tc.state, tc.reason, got, tc.want)
 		}
+	}
+}
+
+func TestRunExampleSpecWithFlags(t *testing.T) {
+	// The shipped examples go through the CLI as they are, and flags still
+	// override them.
+	o := &runOptions{
+		specFile: "../../examples/build.yaml",
+		env:      stringList{"REF=my-branch"},
+		timeout:  "45m",
+		capAdd:   stringList{"CAP_KILL"},
+		set:      map[string]bool{"env": true, "timeout": true, "cap-add": true},
+	}
+	spec, err := o.buildSpec(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.GetEnv()["REF"] != "my-branch" || spec.GetEnv()["REPO"] == "" || spec.GetTimeoutSeconds() != 45*60 ||
+		spec.GetPriority() != 10 || strings.Join(spec.GetCapabilities(), " ") != "KILL" {
+		t.Errorf("buildSpec(build.yaml with flags) = %v", spec)
+	}
+	o = &runOptions{specFile: "../../examples/with-postgres.yaml", set: map[string]bool{}}
+	if spec, err = o.buildSpec(nil); err != nil || spec.GetSidecars()[0].GetName() != "db" {
+		t.Errorf("buildSpec(with-postgres.yaml) = %v, %v", spec, err)
 	}
 }

@@ -7,9 +7,15 @@
 // # The spec file
 //
 // A spec file is one YAML mapping. Every key is optional except image, and an
-// unknown key is an error (naming the key and its line) rather than being
-// ignored: a misspelt "memroy_mb" silently dropped would run the task without
-// the limit the user believes it has.
+// unknown key is an error (naming the key, its line and the keys allowed
+// there) rather than being ignored: a misspelt "memroy_mb" silently dropped
+// would run the task without the limit the user believes it has. This holds
+// at every level, inside resources, sidecars and readiness too. Duplicate
+// keys, values of the wrong type, fractions where a whole number belongs, an
+// empty list item (which YAML would otherwise drop without a word) and a
+// second YAML document ("---") are errors as well. examples/ at the top of
+// the repository holds complete spec files, each parsed and validated by this
+// package's tests.
 //
 //	image: alpine:3                  # required: the container image to run
 //	command: [sh, -c, 'echo hi']     # replaces the image's entrypoint and cmd
@@ -19,25 +25,77 @@
 //	labels: [linux, gpu=a100]        # a node must carry every one to be given the task
 //	resources:                       # limits; 0 or absent means no limit
 //	  cpu: 0.5                       # cores, fractions allowed
-//	  memory_mb: 512
-//	  pids: 256
+//	  memory_mb: 512                 # MiB
+//	  pids: 256                      # processes and threads
 //	timeout: 10m                     # from container start; 0 or absent means none
-//	priority: 10                     # any 32-bit integer, may be negative
+//	priority: 10                     # any 32-bit integer, may be negative; higher runs first
 //	max_attempts: 3                  # how often the task may be requeued; 0 means 1
 //	retry_on_node_loss: true         # requeue when the task's node is lost
 //	cancel_grace: 30s                # SIGTERM to SIGKILL on cancel; 0 means 30 s
+//	capabilities: [NET_BIND_SERVICE] # Linux capabilities added back (see below)
+//	sidecars:                        # helper containers beside the task (see below)
+//	  - name: db                     # required: the host name the task reaches it by
+//	    image: postgres:16           # required: the sidecar's container image
+//	    # command, like the task's, replaces the image's entrypoint and cmd
+//	    command: [docker-entrypoint.sh, postgres, -c, fsync=off]
+//	    env:                         # environment variables of the sidecar
+//	      POSTGRES_PASSWORD: test
+//	    resources:                   # as the task's; counted with the task's on its node
+//	      cpu: 1
+//	      memory_mb: 256
+//	      pids: 100
+//	    readiness:                   # optional; at most one of tcp_port, http_path, command
+//	      tcp_port: 5432             # ready when the port accepts a connection
+//	      # http_path: /healthz      # or: ready when GET http_path on http_port answers 2xx
+//	      # http_port: 8080          #     (http_path and http_port go together)
+//	      # command: [pg_isready]    # or: ready when this exits 0 inside the sidecar
+//	      timeout: 60s               # how long to wait for it; 0 or absent means 60 s
 //
-// Durations (timeout, cancel_grace) are Go duration strings such as "90s",
-// "10m" or "1h30m", and must be a whole number of seconds. A bare number is
-// rejected rather than read as seconds: "timeout: 10" is as likely to mean ten
-// minutes as ten seconds, and guessing wrong either kills a task early or lets
-// a hung one run for hours. The API carries them as timeout_seconds and
-// cancel_grace_seconds.
+// Durations (timeout, cancel_grace, a readiness timeout) are Go duration
+// strings such as "90s", "10m" or "1h30m", and must be a whole number of
+// seconds. A bare number is rejected rather than read as seconds: "timeout:
+// 10" is as likely to mean ten minutes as ten seconds, and guessing wrong
+// either kills a task early or lets a hung one run for hours. The API carries
+// them as timeout_seconds, cancel_grace_seconds and readiness.timeout_seconds.
 //
 // Environment keys may be any printable ASCII except "=" (Kubernetes' relaxed
 // rule: Java and .NET settings use dots and dashes, and Docker passes such
 // names through unchanged). Labels are "key" or "key=value", each part made of
 // letters, digits and . _ / -.
+//
+// # Sidecars
+//
+// A sidecar is a container started before the task on the task's own private
+// network (a database, a service under test). The task reaches it by its name
+// as a host name ("psql -h db"). A name is a DNS label: 1 to 63 lower-case
+// letters, digits and '-', neither starting nor ending with '-'; names are
+// unique within a spec, and "task" (TaskHostName) is reserved for the task's
+// own container. A sidecar's resources count against its node together with
+// the task's when the task is placed.
+//
+// The task is started once every sidecar is ready. Without readiness (or
+// with an empty one) a sidecar is ready as soon as its container has started.
+// With it, the sidecar is ready when its one check passes: tcp_port (1 to
+// 65535) accepts a connection; an HTTP GET of http_path (which starts with
+// '/') on http_port answers 2xx; or command, run inside the sidecar, exits 0.
+// Giving two checks, http_path without http_port or the reverse, or a timeout
+// without a check is an error. The timeout bounds the wait; 0 means 60 s.
+//
+// # Capabilities
+//
+// The task's container runs with every Linux capability dropped.
+// capabilities adds some back, and only from AllowedCapabilities, which is
+// Docker's default set less SETFCAP:
+//
+//	AUDIT_WRITE  CHOWN  DAC_OVERRIDE  FOWNER  FSETID  KILL  MKNOD
+//	NET_BIND_SERVICE  NET_RAW  SETGID  SETPCAP  SETUID  SYS_CHROOT
+//
+// A name may be written in any case, with or without "CAP_" ("cap_chown",
+// "CHOWN"). Validate rewrites each to its canonical form (upper case, no
+// prefix) and drops repeats, so the stored spec holds canonical names only.
+// Anything else (SYS_ADMIN, NET_ADMIN, ALL, ...) is refused, naming the
+// capability and the allowed list. The list applies to the task's container
+// only.
 //
 // # Errors
 //

@@ -36,6 +36,25 @@ type specFile struct {
 	MaxAttempts     wholeNumber[int32] `yaml:"max_attempts"`
 	RetryOnNodeLoss bool               `yaml:"retry_on_node_loss"`
 	CancelGrace     specDuration       `yaml:"cancel_grace"`
+	Sidecars        []specSidecar      `yaml:"sidecars"`
+	Capabilities    []string           `yaml:"capabilities"`
+}
+
+type specSidecar struct {
+	Name      string            `yaml:"name"`
+	Image     string            `yaml:"image"`
+	Command   []string          `yaml:"command"`
+	Env       map[string]string `yaml:"env"`
+	Resources *specResources    `yaml:"resources"`
+	Readiness *specReadiness    `yaml:"readiness"`
+}
+
+type specReadiness struct {
+	TCPPort  wholeNumber[int32] `yaml:"tcp_port"`
+	HTTPPath string             `yaml:"http_path"`
+	HTTPPort wholeNumber[int32] `yaml:"http_port"`
+	Command  []string           `yaml:"command"`
+	Timeout  specDuration       `yaml:"timeout"`
 }
 
 type specResources struct {
@@ -51,7 +70,7 @@ type specDuration struct{ seconds int64 }
 // problem with the others (and Parse can name the key) instead of stopping.
 func (d *specDuration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a duration such as \"90s\" or \"10m\", got %s", n.Line, kindWord(n))}}
+		return nodeErr(n, "want a duration such as \"90s\" or \"10m\", got %s", kindWord(n))
 	}
 	if n.Tag == "!!null" {
 		d.seconds = 0
@@ -59,10 +78,17 @@ func (d *specDuration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	s, err := ParseSeconds(n.Value)
 	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+		return nodeErr(n, "%v", err)
 	}
 	d.seconds = s
 	return nil
+}
+
+// nodeErr reports a value that cannot be decoded the way yaml.v3 reports its
+// own (a *yaml.TypeError starting "line N: "), adding the column so that
+// explain can tell which of several values on one line it is about.
+func nodeErr(n *yaml.Node, format string, args ...any) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %s", n.Line, n.Column, fmt.Sprintf(format, args...))}}
 }
 
 // wholeNumber refuses a fraction where an integer belongs. yaml.v3 on its own
@@ -76,7 +102,7 @@ func (w *wholeNumber[T]) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a whole number, got %s", n.Line, kindWord(n))}}
+		return nodeErr(n, "want a whole number, got %s", kindWord(n))
 	}
 	// Decoding into T itself reports overflow ("... into int32").
 	return n.Decode(&w.v)
@@ -131,6 +157,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("task spec: line %d: a second YAML document starts here: put one task in each file", docLine(&rest, err))
 	}
+	if err := emptyItems(data); err != nil {
+		return nil, err
+	}
 	spec := &podiumv1.TaskSpec{
 		Image:              f.Image,
 		Command:            f.Command,
@@ -143,10 +172,80 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		RetryOnNodeLoss:    f.RetryOnNodeLoss,
 		CancelGraceSeconds: f.CancelGrace.seconds,
 	}
-	if f.Resources != nil {
-		spec.Resources = &podiumv1.Resources{Cpu: f.Resources.CPU, MemoryMb: f.Resources.MemoryMB.v, Pids: f.Resources.Pids.v}
+	spec.Resources = f.Resources.proto()
+	for _, sc := range f.Sidecars {
+		p := &podiumv1.Sidecar{
+			Name:      sc.Name,
+			Image:     sc.Image,
+			Command:   sc.Command,
+			Env:       sc.Env,
+			Resources: sc.Resources.proto(),
+		}
+		if r := sc.Readiness; r != nil {
+			p.Readiness = &podiumv1.Readiness{
+				TcpPort:        r.TCPPort.v,
+				HttpPath:       r.HTTPPath,
+				HttpPort:       r.HTTPPort.v,
+				Command:        r.Command,
+				TimeoutSeconds: r.Timeout.seconds,
+			}
+		}
+		spec.Sidecars = append(spec.Sidecars, p)
 	}
+	spec.Capabilities = f.Capabilities
 	return spec, nil
+}
+
+func (r *specResources) proto() *podiumv1.Resources {
+	if r == nil {
+		return nil
+	}
+	return &podiumv1.Resources{Cpu: r.CPU, MemoryMb: r.MemoryMB.v, Pids: r.Pids.v}
+}
+
+// emptyItems refuses an empty (null) item in a list. yaml.v3 drops one
+// silently, so "command: [sh, ~, x]" would run "sh x" and a stray "-" under
+// sidecars would start one sidecar fewer than the file seems to say.
+func emptyItems(data []byte) error {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return nil // Decode has already accepted it; nothing to add.
+	}
+	var msgs []string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				if c.Kind == yaml.ScalarNode && c.ShortTag() == "!!null" {
+					msgs = append(msgs, fmt.Sprintf("line %d: %s: empty list item: remove it, or quote it (\"null\", \"~\") if you mean the word", c.Line, p))
+					continue
+				}
+				walk(c, p)
+			}
+		}
+	}
+	walk(&root, "")
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		return errors.New("task spec: " + msgs[0])
+	}
+	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
 }
 
 func docLine(n *yaml.Node, err error) int {
@@ -163,6 +262,7 @@ func docLine(n *yaml.Node, err error) int {
 var (
 	lineRE     = regexp.MustCompile(`line (\d+): `)
 	entryRE    = regexp.MustCompile(`^line (\d+): (.*)$`)
+	columnRE   = regexp.MustCompile(`^column (\d+): (.*)$`)
 	unknownRE  = regexp.MustCompile(`^field (.+) not found in type (\S+)$`)
 	mismatchRE = regexp.MustCompile("^cannot unmarshal (!!\\w+)(?: `(.*)`)? into (.+)$")
 	dupRE      = regexp.MustCompile(`^mapping key "(.*)" already defined at line (\d+)$`)
@@ -177,10 +277,10 @@ func explain(data []byte, err error) error {
 		// A syntax error: yaml.v3 already says "yaml: line N: ...".
 		return fmt.Errorf("task spec: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
-	paths := keyLines(data)
+	idx := indexKeys(data)
 	msgs := make([]string, 0, len(te.Errors))
 	for _, e := range te.Errors {
-		msgs = append(msgs, explainEntry(e, paths))
+		msgs = append(msgs, explainEntry(e, idx))
 	}
 	if len(msgs) == 1 {
 		return errors.New("task spec: " + msgs[0])
@@ -188,7 +288,7 @@ func explain(data []byte, err error) error {
 	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
 }
 
-func explainEntry(e string, paths map[int]string) string {
+func explainEntry(e string, idx fileIndex) string {
 	m := entryRE.FindStringSubmatch(e)
 	if m == nil {
 		return e
@@ -197,33 +297,56 @@ func explainEntry(e string, paths map[int]string) string {
 	rest := m[2]
 	prefix := "line " + m[1] + ": "
 	if u := unknownRE.FindStringSubmatch(rest); u != nil {
-		section, known := sectionOf(u[2])
-		key := u[1]
-		if section != "" {
-			key = section + "." + key
+		sec, ok := sectionNamed(u[2])
+		if !ok {
+			return prefix + rest
+		}
+		known := yamlKeys(sec.t)
+		// Where the key sits, as a path from the top of the file
+		// ("sidecars[1].readiness"): found by the key's own line, so that
+		// the user is told which sidecar, falling back to the section's
+		// name for a key written twice on one line.
+		key, where := u[1], sec.describe
+		if full, found := idx.keys[lineKey{line, u[1]}]; found {
+			key = full
+			if parent, _, ok := cutLast(full); ok {
+				where = parent
+			}
+		} else if sec.name != "" {
+			key = sec.name + "." + u[1]
+			where = sec.name
 		}
 		msg := fmt.Sprintf("%sunknown key %q", prefix, key)
 		if s := closest(u[1], known); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
-		}
-		where := "a task spec"
-		if section != "" {
-			where = section
 		}
 		return msg + fmt.Sprintf(": %s takes %s", where, strings.Join(known, ", "))
 	}
 	if d := dupRE.FindStringSubmatch(rest); d != nil {
 		return fmt.Sprintf("%skey %q appears again (first at line %s): give each key once", prefix, d[1], d[2])
 	}
-	path := paths[line]
+	path := idx.lines[line]
+	if c := columnRE.FindStringSubmatch(rest); c != nil {
+		col, _ := strconv.Atoi(c[1])
+		if p, ok := idx.at[[2]int{line, col}]; ok {
+			path = p
+		}
+		rest = c[2]
+	}
 	if mm := mismatchRE.FindStringSubmatch(rest); mm != nil {
+		path = idx.pathOf(line, mm[1], mm[3])
 		got := gotWord(mm[1], mm[2])
 		if mm[3] == reflect.TypeFor[specFile]().String() {
 			return fmt.Sprintf("%sa task spec is a YAML mapping (key: value lines such as \"image: alpine:3\"), got %s", prefix, got)
 		}
 		msg := fmt.Sprintf("want %s, got %s", wantWord(mm[3]), got)
-		if path == "command" {
-			msg += `: write the command as a list, e.g. [sh, -c, 'echo hi']`
+		if mm[3] == "[]string" {
+			switch last := lastKey(path); last {
+			case "command":
+				msg += `: write the command as a list, e.g. [sh, -c, 'echo hi']`
+			case "capabilities":
+				msg += `: write the capabilities as a list, e.g. [NET_BIND_SERVICE]`
+			}
 		}
 		rest = msg
 	}
@@ -233,21 +356,29 @@ func explainEntry(e string, paths map[int]string) string {
 	return prefix + rest
 }
 
-// sectionOf maps a Go type named in a yaml.v3 error back to where it sits in
-// the file and the keys it takes.
-func sectionOf(typeName string) (section string, known []string) {
-	for _, s := range []struct {
-		name string
-		t    reflect.Type
-	}{
-		{"", reflect.TypeFor[specFile]()},
-		{"resources", reflect.TypeFor[specResources]()},
-	} {
+// section is one mapping of the file format: its Go type (as yaml.v3 names it
+// in errors), its usual place in the file, and how to name it when the
+// place of a problem cannot be found.
+type section struct {
+	name, describe string
+	t              reflect.Type
+}
+
+var sections = []section{
+	{"", "a task spec", reflect.TypeFor[specFile]()},
+	{"resources", "resources", reflect.TypeFor[specResources]()},
+	{"", "a sidecar", reflect.TypeFor[specSidecar]()},
+	{"", "readiness", reflect.TypeFor[specReadiness]()},
+}
+
+// sectionNamed maps a Go type named in a yaml.v3 error back to its section.
+func sectionNamed(typeName string) (section, bool) {
+	for _, s := range sections {
 		if s.t.String() == typeName {
-			return s.name, yamlKeys(s.t)
+			return s, true
 		}
 	}
-	return "", nil
+	return section{}, false
 }
 
 func yamlKeys(t reflect.Type) []string {
@@ -258,6 +389,26 @@ func yamlKeys(t reflect.Type) []string {
 		}
 	}
 	return keys
+}
+
+// cutLast splits "sidecars[1].readiness.timeout" into "sidecars[1].readiness"
+// and "timeout".
+func cutLast(path string) (parent, last string, ok bool) {
+	i := strings.LastIndexByte(path, '.')
+	if i < 0 {
+		return "", path, false
+	}
+	return path[:i], path[i+1:], true
+}
+
+// lastKey is the last key of a path, without a list index:
+// "sidecars[0].command[2]" gives "command".
+func lastKey(path string) string {
+	_, last, _ := cutLast(path)
+	if i := strings.IndexByte(last, '['); i >= 0 {
+		last = last[:i]
+	}
+	return last
 }
 
 func wantWord(goType string) string {
@@ -276,8 +427,15 @@ func wantWord(goType string) string {
 		return "a whole number"
 	case "bool":
 		return "true or false"
-	case reflect.TypeFor[specResources]().String():
-		return "a mapping with " + strings.Join(yamlKeys(reflect.TypeFor[specResources]()), ", ")
+	}
+	for _, s := range sections {
+		keys := strings.Join(yamlKeys(s.t), ", ")
+		switch goType {
+		case s.t.String():
+			return "a mapping with " + keys
+		case "[]" + s.t.String():
+			return "a list of mappings, each with " + keys
+		}
 	}
 	return goType
 }
@@ -310,58 +468,147 @@ func kindWord(n *yaml.Node) string {
 	return n.Value
 }
 
-// keyLines maps each line of the file to the key (as a dotted path) that
-// starts on it, so that a type error reported by line can name its key. The
-// first key on a line wins; that is the outermost one.
-func keyLines(data []byte) map[int]string {
-	var root yaml.Node
-	if yaml.Unmarshal(data, &root) != nil {
-		return nil
-	}
-	paths := map[int]string{}
-	record := func(line int, path string) {
-		if _, ok := paths[line]; !ok && path != "" {
-			paths[line] = path
+// fileIndex says where things are in a spec file, so that an error yaml.v3
+// reports by line alone can name its key.
+type fileIndex struct {
+	// lines maps each line to the key (as a path such as
+	// "sidecars[0].resources.cpu") that starts on it. The first key on a
+	// line wins; that is the outermost one.
+	lines map[int]string
+	// keys maps a key written on a line to its full path.
+	keys map[lineKey]string
+	// values lists the values that start on each line, with the Go type
+	// each decodes into, so that a type error ("cannot unmarshal !!seq into
+	// string") can be pinned to the one value it is about when a line holds
+	// several ("- name: [db]" starts a list of sidecars, a sidecar and a
+	// name).
+	values map[int][]valueAt
+	// at maps the line and column of each value to its path.
+	at map[[2]int]string
+}
+
+type lineKey struct {
+	line int
+	key  string
+}
+
+type valueAt struct {
+	path, tag string
+	goType    reflect.Type
+}
+
+// pathOf returns the path of the value on line that has the YAML tag and
+// decodes into the Go type named, falling back to the key that starts the
+// line.
+func (idx fileIndex) pathOf(line int, tag, goType string) string {
+	for _, v := range idx.values[line] {
+		if v.tag == tag && v.goType != nil && v.goType.String() == goType {
+			return v.path
 		}
 	}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
+	return idx.lines[line]
+}
+
+func indexKeys(data []byte) fileIndex {
+	idx := fileIndex{lines: map[int]string{}, keys: map[lineKey]string{}, values: map[int][]valueAt{}, at: map[[2]int]string{}}
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return idx
+	}
+	record := func(line int, path string) {
+		if _, ok := idx.lines[line]; !ok && path != "" {
+			idx.lines[line] = path
+		}
+	}
+	var walk func(n *yaml.Node, path string, t reflect.Type)
+	walk = func(n *yaml.Node, path string, t reflect.Type) {
+		if n.Kind != yaml.DocumentNode {
+			for t != nil && t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			idx.values[n.Line] = append(idx.values[n.Line], valueAt{path, n.ShortTag(), t})
+			// The innermost value at a place wins: the one an error
+			// from decoding it is about.
+			idx.at[[2]int{n.Line, n.Column}] = path
+		}
 		switch n.Kind {
 		case yaml.DocumentNode:
 			for _, c := range n.Content {
-				walk(c, path)
+				walk(c, path, t)
 			}
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := n.Content[i].Value
+				k := n.Content[i]
+				p := k.Value
 				if path != "" {
 					p = path + "." + p
 				}
-				record(n.Content[i].Line, p)
+				record(k.Line, p)
+				if _, ok := idx.keys[lineKey{k.Line, k.Value}]; !ok {
+					idx.keys[lineKey{k.Line, k.Value}] = p
+				}
 				// A key inside a nested mapping claims its own line before
-				// the mapping does ("  cpu: abc" is resources.cpu), but
-				// the items of a list are reported as the list's key: an
-				// error there is almost always that a list was given
-				// where something else was wanted.
+				// the mapping does ("  cpu: abc" is resources.cpu), and so
+				// does the first key of a mapping in a list ("- name: x"
+				// is sidecars[0].name), but other items of a list are
+				// reported as the list's key: an error there is almost
+				// always that a list was given where something else was
+				// wanted.
 				v := n.Content[i+1]
-				if v.Kind == yaml.MappingNode {
-					walk(v, p)
+				vt := fieldType(t, k.Value)
+				if v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode && len(v.Content) > 0 && v.Content[0].Kind == yaml.MappingNode {
+					walk(v, p, vt)
 					record(v.Line, p)
 				} else {
 					record(v.Line, p)
-					walk(v, p)
+					walk(v, p, vt)
 				}
 			}
 		case yaml.SequenceNode:
+			et := elemType(t)
 			for i, c := range n.Content {
 				p := fmt.Sprintf("%s[%d]", path, i)
-				record(c.Line, p)
-				walk(c, p)
+				if c.Kind == yaml.MappingNode {
+					walk(c, p, et)
+					record(c.Line, p)
+				} else {
+					record(c.Line, p)
+					walk(c, p, et)
+				}
 			}
 		}
 	}
-	walk(&root, "")
-	return paths
+	walk(&root, "", reflect.TypeFor[specFile]())
+	return idx
+}
+
+// fieldType is the Go type the value of key decodes into within a value of
+// type t (a struct or a map), or nil if it has none (an unknown key).
+func fieldType(t reflect.Type, key string) reflect.Type {
+	if t == nil {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		return t.Elem()
+	case reflect.Struct:
+		for f := range t.Fields() {
+			if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag == key {
+				return f.Type
+			}
+		}
+	}
+	return nil
+}
+
+func elemType(t reflect.Type) reflect.Type {
+	if t != nil && t.Kind() == reflect.Slice {
+		return t.Elem()
+	}
+	return nil
 }
 
 // closest suggests a known key within two edits of a misspelt one.

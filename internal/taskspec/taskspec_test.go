@@ -3,6 +3,7 @@ package taskspec
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,6 +32,29 @@ priority: -5
 max_attempts: 3
 retry_on_node_loss: true
 cancel_grace: 45s
+capabilities: [NET_BIND_SERVICE, cap_chown]
+sidecars:
+  - name: db
+    image: postgres:16
+    command: [postgres, -c, fsync=off]
+    env:
+      POSTGRES_PASSWORD: test
+    resources:
+      cpu: 1
+      memory_mb: 256
+      pids: 100
+    readiness:
+      command: [pg_isready, -U, postgres]
+      timeout: 2m
+  - name: api
+    image: example/api:1
+    readiness: {http_path: /healthz, http_port: 8080}
+  - name: cache
+    image: redis:7
+    readiness:
+      tcp_port: 6379
+  - name: plain
+    image: busybox:1
 `
 	got, err := Parse(strings.NewReader(file))
 	if err != nil {
@@ -48,12 +72,30 @@ cancel_grace: 45s
 		MaxAttempts:        3,
 		RetryOnNodeLoss:    true,
 		CancelGraceSeconds: 45,
+		Capabilities:       []string{"NET_BIND_SERVICE", "cap_chown"},
+		Sidecars: []*podiumv1.Sidecar{
+			{
+				Name:      "db",
+				Image:     "postgres:16",
+				Command:   []string{"postgres", "-c", "fsync=off"},
+				Env:       map[string]string{"POSTGRES_PASSWORD": "test"},
+				Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 256, Pids: 100},
+				Readiness: &podiumv1.Readiness{Command: []string{"pg_isready", "-U", "postgres"}, TimeoutSeconds: 120},
+			},
+			{Name: "api", Image: "example/api:1", Readiness: &podiumv1.Readiness{HttpPath: "/healthz", HttpPort: 8080}},
+			{Name: "cache", Image: "redis:7", Readiness: &podiumv1.Readiness{TcpPort: 6379}},
+			{Name: "plain", Image: "busybox:1"},
+		},
 	}
 	if !proto.Equal(got, want) {
 		t.Errorf("Parse:\n got %v\nwant %v", got, want)
 	}
 	if err := Validate(got); err != nil {
 		t.Errorf("Validate of a full, good spec: %v", err)
+	}
+	// Parse keeps what was written; Validate makes it canonical.
+	if want := []string{"NET_BIND_SERVICE", "CHOWN"}; !slices.Equal(got.Capabilities, want) {
+		t.Errorf("capabilities after Validate = %q, want %q", got.Capabilities, want)
 	}
 }
 

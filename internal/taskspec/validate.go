@@ -28,6 +28,13 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // same spec always gets the same answer). It checks only what can be known
 // without a node: whether the image exists or a label matches any node is for
 // the scheduler to say.
+//
+// Validate also normalises the spec in place, and only when it returns nil:
+// each capability is rewritten to its canonical name (upper case, without
+// "CAP_": "cap_net_raw" becomes "NET_RAW") and repeats are dropped, so that
+// what the coordinator stores, and what the agent reads, is exactly one of
+// AllowedCapabilities, once. A spec that is already canonical is not written
+// to at all. Nothing else is changed.
 func Validate(spec *podiumv1.TaskSpec) error {
 	if spec == nil {
 		return fieldErr("spec", "required: send a task spec with at least an image")
@@ -35,27 +42,14 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if spec.GetImage() == "" {
 		return fieldErr("spec.image", "required: name the container image to run, e.g. alpine:3")
 	}
-	if i := strings.IndexFunc(spec.GetImage(), isSpaceOrControl); i >= 0 {
-		return fieldErr("spec.image", "%q contains a space or control character: an image reference is one word, e.g. alpine:3", spec.GetImage())
+	if err := checkImage("spec.image", spec.GetImage()); err != nil {
+		return err
 	}
-	for i, arg := range spec.GetCommand() {
-		if strings.IndexByte(arg, 0) >= 0 {
-			return fieldErr(fmt.Sprintf("spec.command[%d]", i), "contains a NUL byte, which no process argument can hold")
-		}
+	if err := checkCommand("spec.command", spec.GetCommand()); err != nil {
+		return err
 	}
-	keys := make([]string, 0, len(spec.GetEnv()))
-	for k := range spec.GetEnv() {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		field := fmt.Sprintf("spec.env[%q]", k)
-		if problem := envKeyProblem(k); problem != "" {
-			return fieldErr(field, "%s", problem)
-		}
-		if strings.IndexByte(spec.GetEnv()[k], 0) >= 0 {
-			return fieldErr(field, "value contains a NUL byte, which no environment variable can hold")
-		}
+	if err := checkEnv("spec.env", spec.GetEnv()); err != nil {
+		return err
 	}
 	if wd := spec.GetWorkingDir(); wd != "" {
 		if !strings.HasPrefix(wd, "/") {
@@ -70,16 +64,8 @@ func Validate(spec *podiumv1.TaskSpec) error {
 			return fieldErr(fmt.Sprintf("spec.labels[%d]", i), "%s", problem)
 		}
 	}
-	if r := spec.GetResources(); r != nil {
-		if math.IsNaN(r.GetCpu()) || math.IsInf(r.GetCpu(), 0) || r.GetCpu() < 0 {
-			return fieldErr("spec.resources.cpu", "%v is not a number of cores: give 0 (no limit) or more, e.g. 0.5", r.GetCpu())
-		}
-		if r.GetMemoryMb() < 0 {
-			return fieldErr("spec.resources.memory_mb", "%d is negative: give 0 (no limit) or a number of MiB", r.GetMemoryMb())
-		}
-		if r.GetPids() < 0 {
-			return fieldErr("spec.resources.pids", "%d is negative: give 0 (no limit) or a process count", r.GetPids())
-		}
+	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
+		return err
 	}
 	if spec.GetTimeoutSeconds() < 0 {
 		return fieldErr("spec.timeout_seconds", "%d is negative: give 0 (no timeout) or a number of seconds", spec.GetTimeoutSeconds())
@@ -90,7 +76,243 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if spec.GetCancelGraceSeconds() < 0 {
 		return fieldErr("spec.cancel_grace_seconds", "%d is negative: give 0 (the default of 30 s) or a number of seconds", spec.GetCancelGraceSeconds())
 	}
+	names := map[string]int{}
+	for i, sc := range spec.GetSidecars() {
+		if err := checkSidecar(fmt.Sprintf("spec.sidecars[%d]", i), sc, i, names); err != nil {
+			return err
+		}
+	}
+	caps, err := normalizeCapabilities(spec.GetCapabilities())
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(caps, spec.GetCapabilities()) {
+		spec.Capabilities = caps
+	}
 	return nil
+}
+
+func checkImage(field, image string) error {
+	if strings.IndexFunc(image, isSpaceOrControl) >= 0 {
+		return fieldErr(field, "%q contains a space or control character: an image reference is one word, e.g. alpine:3", image)
+	}
+	return nil
+}
+
+func checkCommand(field string, command []string) error {
+	for i, arg := range command {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "contains a NUL byte, which no process argument can hold")
+		}
+	}
+	return nil
+}
+
+func checkEnv(field string, env map[string]string) error {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f := fmt.Sprintf("%s[%q]", field, k)
+		if problem := envKeyProblem(k); problem != "" {
+			return fieldErr(f, "%s", problem)
+		}
+		if strings.IndexByte(env[k], 0) >= 0 {
+			return fieldErr(f, "value contains a NUL byte, which no environment variable can hold")
+		}
+	}
+	return nil
+}
+
+func checkResources(field string, r *podiumv1.Resources) error {
+	if r == nil {
+		return nil
+	}
+	if math.IsNaN(r.GetCpu()) || math.IsInf(r.GetCpu(), 0) || r.GetCpu() < 0 {
+		return fieldErr(field+".cpu", "%v is not a number of cores: give 0 (no limit) or more, e.g. 0.5", r.GetCpu())
+	}
+	if r.GetMemoryMb() < 0 {
+		return fieldErr(field+".memory_mb", "%d is negative: give 0 (no limit) or a number of MiB", r.GetMemoryMb())
+	}
+	if r.GetPids() < 0 {
+		return fieldErr(field+".pids", "%d is negative: give 0 (no limit) or a process count", r.GetPids())
+	}
+	return nil
+}
+
+// TaskHostName is the name the task's own container has on the task's
+// network. No sidecar may take it.
+const TaskHostName = "task"
+
+// checkSidecar checks the sidecar at index i; names maps the names of the
+// sidecars before it to their index.
+func checkSidecar(field string, sc *podiumv1.Sidecar, i int, names map[string]int) error {
+	if sc == nil {
+		return fieldErr(field, "empty: a sidecar needs at least a name and an image")
+	}
+	name := sc.GetName()
+	switch {
+	case name == "":
+		return fieldErr(field+".name", "required: name the sidecar; the task reaches it by this host name, e.g. db")
+	case !isDNSLabel(name):
+		return fieldErr(field+".name", "%q is not a DNS label: use 1 to 63 lower-case letters, digits and '-', not starting or ending with '-', e.g. db or redis-cache", name)
+	case name == TaskHostName:
+		return fieldErr(field+".name", "%q is the task's own host name: call the sidecar something else", name)
+	}
+	if j, dup := names[name]; dup {
+		return fieldErr(field+".name", "%q is already the name of spec.sidecars[%d]: give each sidecar its own name", name, j)
+	}
+	names[name] = i
+	if sc.GetImage() == "" {
+		return fieldErr(field+".image", "required: name the sidecar's container image, e.g. postgres:16")
+	}
+	if err := checkImage(field+".image", sc.GetImage()); err != nil {
+		return err
+	}
+	if err := checkCommand(field+".command", sc.GetCommand()); err != nil {
+		return err
+	}
+	if err := checkEnv(field+".env", sc.GetEnv()); err != nil {
+		return err
+	}
+	if err := checkResources(field+".resources", sc.GetResources()); err != nil {
+		return err
+	}
+	return checkReadiness(field+".readiness", sc.GetReadiness())
+}
+
+// checkReadiness allows no check at all (the sidecar is ready once its
+// container has started) or exactly one of a TCP port, an HTTP path on a port,
+// or a command.
+func checkReadiness(field string, r *podiumv1.Readiness) error {
+	if r == nil {
+		return nil
+	}
+	var checks []string
+	if r.GetTcpPort() != 0 {
+		checks = append(checks, "tcp_port")
+	}
+	if r.GetHttpPath() != "" {
+		checks = append(checks, "http_path")
+	}
+	if len(r.GetCommand()) > 0 {
+		checks = append(checks, "command")
+	}
+	if len(checks) > 1 {
+		return fieldErr(field, "gives %s: give only one way to check readiness (tcp_port, http_path with http_port, or command)", strings.Join(checks, " and "))
+	}
+	if r.GetTcpPort() != 0 && !isPort(r.GetTcpPort()) {
+		return fieldErr(field+".tcp_port", "%d is not a port: give 1 to 65535", r.GetTcpPort())
+	}
+	if p := r.GetHttpPath(); p != "" {
+		if !strings.HasPrefix(p, "/") {
+			return fieldErr(field+".http_path", "%q does not start with '/': give the path of the URL, e.g. /healthz", p)
+		}
+		if strings.IndexFunc(p, isSpaceOrControl) >= 0 {
+			return fieldErr(field+".http_path", "%q contains a space or control character: escape it, e.g. %%20", p)
+		}
+		if r.GetHttpPort() == 0 {
+			return fieldErr(field+".http_port", "required with http_path: give the port the sidecar serves HTTP on, e.g. 8080")
+		}
+	}
+	if r.GetHttpPort() != 0 {
+		if !isPort(r.GetHttpPort()) {
+			return fieldErr(field+".http_port", "%d is not a port: give 1 to 65535", r.GetHttpPort())
+		}
+		if r.GetHttpPath() == "" {
+			return fieldErr(field+".http_path", "required with http_port: give the path to request, e.g. /healthz (or use tcp_port to wait for the port alone)")
+		}
+	}
+	if err := checkCommand(field+".command", r.GetCommand()); err != nil {
+		return err
+	}
+	if r.GetTimeoutSeconds() < 0 {
+		return fieldErr(field+".timeout_seconds", "%d is negative: give 0 (the default of 60 s) or a number of seconds", r.GetTimeoutSeconds())
+	}
+	if r.GetTimeoutSeconds() > 0 && len(checks) == 0 {
+		return fieldErr(field+".timeout_seconds", "given without a check: add tcp_port, http_path with http_port, or command, or leave readiness out")
+	}
+	return nil
+}
+
+func isPort(p int32) bool { return p >= 1 && p <= 65535 }
+
+// isDNSLabel is RFC 1123's label: what Docker accepts as a network alias and
+// any resolver as a host name.
+func isDNSLabel(s string) bool {
+	if len(s) < 1 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// AllowedCapabilities are the Linux capabilities a spec may add back to the
+// task's container, which otherwise runs with every capability dropped. They
+// are canonical names: upper case, without the "CAP_" prefix. The list is
+// Docker's default set except SETFCAP: what an ordinary "docker run" grants,
+// so no task can get more than that. Anything that reaches the host or the
+// network stack beyond it (SYS_ADMIN, NET_ADMIN, SYS_PTRACE, ALL, ...) is
+// refused. The agent uses this same list to check what it is asked to grant;
+// treat it as read-only.
+var AllowedCapabilities = []string{
+	"CHOWN",
+	"DAC_OVERRIDE",
+	"FOWNER",
+	"FSETID",
+	"KILL",
+	"NET_BIND_SERVICE",
+	"SETGID",
+	"SETUID",
+	"SETPCAP",
+	"NET_RAW",
+	"SYS_CHROOT",
+	"AUDIT_WRITE",
+	"MKNOD",
+}
+
+// NormalizeCapability returns the canonical name of a capability that may be
+// added ("cap_chown", "Chown" and "CAP_CHOWN" all give "CHOWN"), or an error
+// naming it and the allowed list.
+func NormalizeCapability(name string) (string, error) {
+	upper := strings.ToUpper(name)
+	c := strings.TrimPrefix(upper, "CAP_")
+	if slices.Contains(AllowedCapabilities, c) {
+		return c, nil
+	}
+	switch {
+	case name == "":
+		return "", fmt.Errorf("empty capability name: give one of %s", strings.Join(AllowedCapabilities, ", "))
+	case c == "ALL":
+		return "", fmt.Errorf("%q would grant every capability: add only the ones the task needs, from %s", name, strings.Join(AllowedCapabilities, ", "))
+	}
+	return "", fmt.Errorf("%q may not be added: a task may add back only %s", name, strings.Join(AllowedCapabilities, ", "))
+}
+
+// normalizeCapabilities returns caps in canonical form without repeats, or a
+// *FieldError for the first one that may not be added.
+func normalizeCapabilities(caps []string) ([]string, error) {
+	if len(caps) == 0 {
+		return caps, nil
+	}
+	out := make([]string, 0, len(caps))
+	for i, c := range caps {
+		n, err := NormalizeCapability(c)
+		if err != nil {
+			return nil, &FieldError{Field: fmt.Sprintf("spec.capabilities[%d]", i), Problem: err.Error()}
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 func isSpaceOrControl(r rune) bool {
