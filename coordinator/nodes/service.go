@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -76,6 +77,9 @@ type Service struct {
 	beats map[string]store.Heartbeat
 
 	enrollLimit *enrollLimiter
+
+	// artifacts is nil until SetArtifacts.
+	artifacts *artifacts.Service
 }
 
 // NewService returns the node service with an empty registry.
