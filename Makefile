@@ -10,7 +10,7 @@ BUF_VERSION                  := v1.50.0
 PROTOC_GEN_GO_VERSION        := v1.36.6
 PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 
-.PHONY: all build test vet fmt proto demo demo-stop clean bench
+.PHONY: all build test vet fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm
 
 all: build
 
@@ -28,6 +28,7 @@ test: vet
 bench: build
 	$(GO) run ./internal/bench/heartbeats -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/artifacts -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./internal/bench/dispatch -coordinator $(BIN)/podium-coordinator
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$' | grep -v '\.connect\.go$$')); \
@@ -51,3 +52,43 @@ demo-stop:
 
 clean:
 	rm -rf $(BIN) dist
+
+# Packaging (docs/operations.md). nfpm is pinned like the code generators and
+# installed with `go install` when the one in $(GOBIN) is not this version.
+NFPM_VERSION := v2.45.2
+NFPM         := $(GOBIN)/nfpm
+DIST         ?= dist
+DEB_ARCHES   ?= amd64 arm64
+# Worked out once per make run, so `deb` and `lint-deb` name the same file.
+ifndef DEB_VERSION
+DEB_VERSION := $(shell scripts/deb-version.sh)
+endif
+# Tagged with git describe's VERSION: DEB_VERSION's "+" is not allowed in a tag.
+IMAGE        ?= podium-coordinator:$(VERSION)
+
+nfpm:
+	@$(GO) version -m $(NFPM) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$(NFPM_VERSION)[[:space:]]' \
+		|| GOBIN=$(GOBIN) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+# podium-agent_<version>_<arch>.deb for each of DEB_ARCHES, in $(DIST)/.
+deb: nfpm
+	@for arch in $(DEB_ARCHES); do \
+		GO=$(GO) NFPM=$(NFPM) DIST=$(DIST) VERSION=$(VERSION) DEB_VERSION=$(DEB_VERSION) \
+			scripts/build-deb.sh $$arch || exit 1; \
+	done
+
+# lintian must be clean; the overrides in packaging/deb/lintian-overrides say
+# why each one is there.
+lint-deb: deb
+	scripts/lint-deb.sh $(foreach a,$(DEB_ARCHES),$(DIST)/podium-agent_$(DEB_VERSION)-1_$(a).deb)
+
+# The coordinator's container image, FROM scratch, for this machine's
+# architecture: make image IMAGE=registry.example/podium-coordinator:1.2.3
+image:
+	GO=$(GO) VERSION=$(VERSION) scripts/build-coordinator-image.sh $(IMAGE)
+
+# The acceptance test of the packaging alone (`make test` runs it too): the
+# .deb installed in Debian with systemd as PID 1, the coordinator image, a
+# task through both. scripts/ensure-packaging.sh installs what it needs.
+packaging-test:
+	$(GO) test -count=1 -v -timeout 20m ./internal/packagingtest/

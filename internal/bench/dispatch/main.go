@@ -1,0 +1,184 @@
+// Command dispatch measures how fast one coordinator replica turns submitted
+// tasks into assignments on nodes, and how long a task waits for its node.
+//
+//	go run ./internal/bench/dispatch -nodes 1000
+//
+// It starts a throwaway Postgres, runs the real podium-coordinator binary as a
+// subprocess (so its CPU is its own, read from /proc) and connects N simulated
+// nodes, each a real Connect stream speaking the node protocol: Hello,
+// heartbeats, and for every Assign a PROVISIONING event at once (accepting
+// it), then RUNNING and SUCCEEDED (exit 0) shortly after so the slot comes
+// free, re-sending unacknowledged events after a reconnect as the agent does.
+// Tasks go in through the real TaskService.Submit, with the bearer token, over
+// HTTP/2 cleartext.
+//
+// Two measurements:
+//   - throughput: -tasks tasks submitted as fast as -submitters concurrent
+//     callers go; tasks/s from the first Submit call to the last Assign
+//     received by a node, beside the submit rate and the assign rate alone;
+//   - latency: a steady, open-loop offered load of -rate tasks/s for
+//     -steady-time; Submit-called → Assign-received percentiles.
+//
+// Beside them, in the same run on the same Postgres server (its own database,
+// same schema), pgbench runs the least SQL a dispatch can be — insert a task,
+// claim one queued task FOR UPDATE SKIP LOCKED, mark it scheduled — and the
+// report prints the ratio. It also reports the coordinator's CPU and how many
+// SQL statements it ran per task (pg_stat_statements), with the ones that
+// dominate by count and by time.
+//
+// It is a program, not a test: a timing bound belongs in a benchmark that a
+// person reads, not in an assertion that flakes on a busy machine.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/podiumhq/podium/internal/pgtest"
+)
+
+type config struct {
+	nodes          int
+	tasks          int
+	submitters     int
+	rate           float64
+	steadyTime     time.Duration
+	settle         time.Duration
+	maxTasks       int32
+	startDelay     time.Duration
+	runTime        time.Duration
+	coordinator    string
+	perConn        int
+	inflight       int
+	helloTimeout   time.Duration
+	connectTimeout time.Duration
+	drainTimeout   time.Duration
+	pgbenchClients int
+	pgbenchThreads int
+	pgbenchTime    time.Duration
+	keepLogs       bool
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var cfg config
+	var maxTasks int
+	flag.IntVar(&cfg.nodes, "nodes", 1000, "simulated nodes")
+	flag.IntVar(&cfg.tasks, "tasks", 5000, "tasks submitted in the throughput phase")
+	flag.IntVar(&cfg.submitters, "submitters", 32, "concurrent Submit callers in the throughput phase")
+	flag.Float64Var(&cfg.rate, "rate", 200, "offered load in the latency phase, tasks/s")
+	flag.DurationVar(&cfg.steadyTime, "steady-time", 30*time.Second, "how long the latency phase offers its load")
+	flag.DurationVar(&cfg.settle, "idle", 5*time.Second, "idle window after the nodes connect: what the replica runs with nothing to dispatch")
+	flag.IntVar(&maxTasks, "max-tasks", 64, "slots per node (Capacity.max_tasks in Hello)")
+	flag.DurationVar(&cfg.startDelay, "start-delay", 50*time.Millisecond, "a node reports RUNNING this long after PROVISIONING")
+	flag.DurationVar(&cfg.runTime, "run-time", 100*time.Millisecond, "and SUCCEEDED this long after RUNNING")
+	flag.StringVar(&cfg.coordinator, "coordinator", "", "podium-coordinator binary (e.g. bin/podium-coordinator from `make build`); built from source when empty")
+	flag.IntVar(&cfg.perConn, "streams-per-conn", 200, "nodes per HTTP/2 connection")
+	flag.IntVar(&cfg.inflight, "inflight", 500, "at most this many Hellos waiting for their HelloAck at once")
+	flag.DurationVar(&cfg.helloTimeout, "hello-timeout", 15*time.Second, "a node gives up on a Hello after this long and retries with backoff")
+	flag.DurationVar(&cfg.connectTimeout, "connect-timeout", 3*time.Minute, "give up waiting for every node to connect after this long and measure with what is connected")
+	flag.DurationVar(&cfg.drainTimeout, "drain-timeout", 2*time.Minute, "give up waiting for a phase's tasks to be assigned (or to finish) after this long and report what was")
+	flag.IntVar(&cfg.pgbenchClients, "pgbench-clients", 8, "pgbench clients for the raw-SQL reference")
+	flag.IntVar(&cfg.pgbenchThreads, "pgbench-threads", 2, "pgbench threads")
+	flag.DurationVar(&cfg.pgbenchTime, "pgbench-time", 15*time.Second, "how long the pgbench reference runs (0: skip it)")
+	flag.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the coordinator's log (and the work directory) instead of removing them at the end")
+	flag.Parse()
+	cfg.maxTasks = int32(maxTasks)
+	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 || cfg.perConn <= 0 || cfg.inflight <= 0 {
+		fmt.Fprintln(os.Stderr, "dispatch: -nodes, -tasks, -submitters, -rate, -max-tasks, -streams-per-conn and -inflight must be positive")
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	// ^C cancels ctx; every step waits on it and the deferred cleanups stop
+	// the fleet, the coordinator and Postgres, in that order.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	raiseFileLimit(log)
+	loadStart := loadAvg()
+
+	work, err := os.MkdirTemp("", "podium-bench-dispatch-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
+		return 1
+	}
+	defer func() {
+		if cfg.keepLogs {
+			log.Info("kept the coordinator log", "dir", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
+
+	bin := cfg.coordinator
+	if bin == "" {
+		log.Info("building podium-coordinator")
+		if bin, err = buildCoordinator(ctx, work); err != nil {
+			fmt.Fprintln(os.Stderr, "dispatch:", err)
+			return 1
+		}
+	} else if _, err := os.Stat(bin); err != nil {
+		fmt.Fprintf(os.Stderr, "dispatch: -coordinator %s: %v (run `make build` first, or leave -coordinator empty to build it)\n", bin, err)
+		return 1
+	}
+
+	log.Info("starting Postgres")
+	cluster, err := pgtest.StartCluster("shared_preload_libraries=pg_stat_statements")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
+		return 1
+	}
+	defer cluster.Stop()
+
+	r, err := measure(ctx, log, cfg, cluster, bin, work)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "dispatch: interrupted; cleaned up")
+			return 130
+		}
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
+		return 1
+	}
+	report(os.Stdout, cfg, r)
+	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
+		runtime.NumCPU(), loadStart, loadAvg())
+	return 0
+}
+
+// loadAvg is the 1-minute load average: figures from a machine that was busy
+// with something else are not comparable, so the report says so.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+// raiseFileLimit lifts the soft open-file limit to the hard one; the
+// coordinator subprocess inherits it.
+func raiseFileLimit(log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		log.Warn("cannot read the open-file limit", "err", err)
+		return
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		log.Warn("cannot raise the open-file limit", "err", err)
+	}
+}

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// cpuUse is CPU over a window, in % of one core.
+type cpuUse struct {
+	Coord, PG, Bench float64
+}
+
+type cpuSnap struct {
+	at    time.Time
+	coord time.Duration
+	pg    cpuByPID
+	self  time.Duration
+}
+
+type probe struct {
+	coordPID, pgPID int
+}
+
+func (p probe) snap() cpuSnap {
+	c, _ := procCPU(p.coordPID)
+	return cpuSnap{at: time.Now(), coord: c, pg: treeCPU(p.pgPID), self: selfCPU()}
+}
+
+func (p probe) since(a cpuSnap) cpuUse {
+	b := p.snap()
+	secs := b.at.Sub(a.at).Seconds()
+	if secs <= 0 {
+		return cpuUse{}
+	}
+	return cpuUse{
+		Coord: 100 * (b.coord - a.coord).Seconds() / secs,
+		PG:    100 * b.pg.since(a.pg).Seconds() / secs,
+		Bench: 100 * (b.self - a.self).Seconds() / secs,
+	}
+}
+
+// selfCPU is this process's user+system time: the simulated nodes' and the
+// submitters' cost, which on a 2-core machine competes with the coordinator.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// burstResult is the throughput phase: M tasks submitted as fast as the
+// submitters go.
+type burstResult struct {
+	Tasks, Conc          int
+	Submitted, Errors    int
+	ErrSample            string
+	Assigned, Finished   int
+	FirstCall            time.Time
+	LastReturn           time.Time
+	FirstAssign          time.Time
+	LastAssign           time.Time
+	LastAccept           time.Time
+	EndToEnd             float64 // tasks/s, first Submit called → last Assign received
+	SubmitRate           float64 // tasks/s, first Submit called → last Submit returned
+	AssignRate           float64 // tasks/s, first Assign → last Assign
+	AcceptRate           float64 // tasks/s, first Submit called → last PROVISIONING acked
+	LatP50, LatP99, Max  time.Duration
+	CPU                  cpuUse
+	RTT                  rtt // first Submit → last Assign
+	Stmts                statementStats
+	StmtWindow           time.Duration // first Submit → every task finished
+	BackgroundStmtsInWin float64       // what the idle rate predicts for that window
+}
+
+// steadyResult is the latency phase: a steady offered rate.
+type steadyResult struct {
+	Rate                                 float64
+	Duration                             time.Duration
+	Submitted, Skipped, Errors, Assigned int
+	ErrSample                            string
+	P50, P90, P99, Max                   time.Duration // Submit called → Assign received
+	RetP50, RetP99                       time.Duration // Submit returned → Assign received
+	RPCP50, RPCP99                       time.Duration // the Submit call itself
+	AccP50, AccP99                       time.Duration // Assign received → PROVISIONING acked
+	CPU                                  cpuUse
+	RTT                                  rtt // the offered-load window
+	Stmts                                statementStats
+	StmtWindow                           time.Duration
+	BackgroundStmtsInWin                 float64
+}
+
+// result is the whole run.
+type result struct {
+	Nodes, Conns, MaxTasks int
+	ConnectTime            time.Duration
+	AllConnected           bool
+	RefTPS                 float64
+	RefCmd                 string
+	IdleStmtsPerSec        float64
+	IdleTop                []stmtStat
+	IdleCPU                cpuUse
+	IdleRTT                rtt
+	Burst                  burstResult
+	Steady                 steadyResult
+	PGConns                int
+	PeakRSSMiB             float64
+	HelloRetries, Dropped  int64
+	Repeats, Rejected      int64
+	Cancels, Other         int64
+	ErrSamples             map[string]int
+	Warnings               int
+	WarnSample             []string
+}
+
+func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.Cluster, bin, work string) (result, error) {
+	r := result{Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
+	db, err := newBenchDB(ctx, cluster)
+	if err != nil {
+		return r, err
+	}
+	defer db.close()
+	creds, err := db.insertNodes(ctx, cfg.nodes, cfg.maxTasks)
+	if err != nil {
+		return r, err
+	}
+
+	// The reference runs first, alone, so neither measurement disturbs the other.
+	if cfg.pgbenchTime > 0 {
+		log.Info("pgbench reference: insert + claim (SKIP LOCKED) + mark scheduled per transaction",
+			"clients", cfg.pgbenchClients, "threads", cfg.pgbenchThreads, "for", cfg.pgbenchTime)
+		if r.RefTPS, r.RefCmd, err = runPgbench(ctx, cluster, cfg.nodes, cfg.pgbenchClients, cfg.pgbenchThreads, cfg.pgbenchTime, work); err != nil {
+			return r, err
+		}
+		log.Info("pgbench reference done", "tps", r.RefTPS)
+	}
+
+	coord, err := startCoordinator(ctx, bin, cluster.URL(dbName), work)
+	if err != nil {
+		return r, err
+	}
+	defer func() {
+		began := time.Now()
+		if err := coord.stop(30 * time.Second); err != nil {
+			log.Warn("coordinator did not stop cleanly", "err", err)
+		}
+		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
+	}()
+	log.Info("coordinator up", "pid", coord.pid, "url", coord.url, "log", coord.logPath)
+	pgPID, err := postmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	if err != nil {
+		return r, err
+	}
+	pr := probe{coordPID: coord.pid, pgPID: pgPID}
+
+	tr := newTracker()
+	fctx, stopFleet := context.WithCancel(ctx)
+	f := newFleet(coord.url, creds, cfg, tr)
+	r.Conns = len(f.clients)
+	done := f.start(fctx)
+	defer func() { stopFleet(); <-done }()
+	log.Info("connecting nodes", "nodes", cfg.nodes, "connections", len(f.clients))
+	if err := waitFor(ctx, coord, cfg.connectTimeout, func() bool {
+		select {
+		case <-f.allUp:
+			return true
+		default:
+			return false
+		}
+	}, func() { log.Info("connecting", "connected", f.connected.Load(), "retries", f.retries.Load()) }); err != nil && !isTimeout(err) {
+		return r, err
+	}
+	r.ConnectTime, r.AllConnected = f.connectTime(), f.connected.Load() == int64(cfg.nodes)
+	log.Info("nodes connected", "connected", f.connected.Load(), "took", r.ConnectTime.Round(time.Millisecond))
+
+	// An idle window: what the replica runs with the fleet connected and
+	// nothing to dispatch (heartbeat flushes, command polling, the scheduler's
+	// tick). It is subtracted when statements are counted per task.
+	probe, err := startRTTProbe(ctx, cluster)
+	if err != nil {
+		return r, err
+	}
+	defer probe.close()
+	if err := db.resetStatements(ctx); err != nil {
+		return r, err
+	}
+	probe.take()
+	idle0 := pr.snap()
+	if err := sleep(ctx, cfg.settle); err != nil {
+		return r, err
+	}
+	r.IdleCPU = pr.since(idle0)
+	r.IdleRTT = summarize(probe.take())
+	idle, err := db.statements(ctx, 6)
+	if err != nil {
+		return r, err
+	}
+	r.IdleStmtsPerSec = float64(idle.calls) / time.Since(idle0.at).Seconds()
+	r.IdleTop = idle.byCalls
+	log.Info("idle window", "statements/s", fmt.Sprintf("%.1f", r.IdleStmtsPerSec), "coordinator CPU %", fmt.Sprintf("%.1f", r.IdleCPU.Coord))
+
+	client, ct := taskClient(coord.url)
+	defer ct.CloseIdleConnections()
+
+	if r.Burst, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, client, r.IdleStmtsPerSec); err != nil {
+		return r, err
+	}
+	// Let the burst's last tasks finish and the queue go quiet.
+	if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool { return f.held() == 0 }, nil); err != nil && !isTimeout(err) {
+		return r, err
+	}
+	if err := sleep(ctx, 2*time.Second); err != nil {
+		return r, err
+	}
+	if r.Steady, err = steady(ctx, log, cfg, db, coord, pr, probe, tr, client, r.IdleStmtsPerSec); err != nil {
+		return r, err
+	}
+
+	if r.PGConns, err = db.backends(ctx); err != nil {
+		return r, err
+	}
+	if mem, err := procMem(coord.pid); err == nil {
+		r.PeakRSSMiB = float64(mem.hwmKiB) / 1024
+	}
+	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
+	r.Repeats, r.Rejected, r.Cancels, r.Other = f.repeats.Load(), f.rejected.Load(), f.cancels.Load(), f.other.Load()
+	r.ErrSamples = f.errSamples()
+	r.Warnings, r.WarnSample = coord.warnings()
+	return r, nil
+}
+
+func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *coordinator, pr probe, rp *rttProbe,
+	tr *tracker, client podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
+	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters}
+	if err := db.resetStatements(ctx); err != nil {
+		return b, err
+	}
+	assigned0, finished0 := tr.nAssigned.Load(), tr.nFinished.Load()
+	rp.take()
+	c0 := pr.snap()
+	log.Info("throughput: submitting", "tasks", cfg.tasks, "submitters", cfg.submitters)
+	// The submitters run while this goroutine watches for the last Assign, so
+	// the CPU window ends when the last task is dispatched, not when the
+	// check after the submitters happens to run.
+	subsC := make(chan []submission, 1)
+	go func() { subsC <- submitBurst(ctx, client, cfg.tasks, cfg.submitters) }()
+	var subs []submission
+	err := waitFor(ctx, coord, cfg.drainTimeout+time.Duration(cfg.tasks)*10*time.Millisecond, func() bool {
+		if subs == nil {
+			select {
+			case subs = <-subsC:
+				log.Info("throughput: all submitted", "took", time.Since(c0.at).Round(time.Millisecond))
+			default:
+				return false
+			}
+		}
+		return tr.nAssigned.Load()-assigned0 >= int64(countOK(subs))
+	}, func() {
+		log.Info("throughput: waiting", "assigned", tr.nAssigned.Load()-assigned0, "of", cfg.tasks)
+	})
+	if err != nil && !isTimeout(err) {
+		return b, err
+	}
+	b.CPU = pr.since(c0)
+	b.RTT = summarize(rp.take())
+	if subs == nil {
+		subs = <-subsC
+	}
+
+	b.Submitted = len(subs)
+	var lat []time.Duration
+	tr.mu.Lock()
+	for _, s := range subs {
+		if b.FirstCall.IsZero() || s.called.Before(b.FirstCall) {
+			b.FirstCall = s.called
+		}
+		if s.returned.After(b.LastReturn) {
+			b.LastReturn = s.returned
+		}
+		if s.err != nil {
+			b.Errors++
+			b.ErrSample = s.err.Error()
+			continue
+		}
+		at, ok := tr.assign[s.id]
+		if !ok {
+			continue
+		}
+		b.Assigned++
+		lat = append(lat, at.Sub(s.called))
+		if b.FirstAssign.IsZero() || at.Before(b.FirstAssign) {
+			b.FirstAssign = at
+		}
+		if at.After(b.LastAssign) {
+			b.LastAssign = at
+		}
+		if acc, ok := tr.accept[s.id]; ok && acc.After(b.LastAccept) {
+			b.LastAccept = acc
+		}
+	}
+	tr.mu.Unlock()
+	slices.Sort(lat)
+	b.LatP50, b.LatP99, b.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+	if b.Assigned > 0 {
+		b.EndToEnd = float64(b.Assigned) / b.LastAssign.Sub(b.FirstCall).Seconds()
+		b.AssignRate = float64(b.Assigned) / b.LastAssign.Sub(b.FirstAssign).Seconds()
+		if !b.LastAccept.IsZero() {
+			b.AcceptRate = float64(b.Assigned) / b.LastAccept.Sub(b.FirstCall).Seconds()
+		}
+	}
+	b.SubmitRate = float64(b.Submitted-b.Errors) / b.LastReturn.Sub(b.FirstCall).Seconds()
+	log.Info("throughput: dispatched", "assigned", b.Assigned, "tasks/s", fmt.Sprintf("%.0f", b.EndToEnd))
+
+	// Statements are counted once every task has run to the end, so each one's
+	// whole life is in: submit, dispatch, delivery and its three status events.
+	if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool {
+		return tr.nFinished.Load()-finished0 >= int64(b.Assigned)
+	}, func() { log.Info("throughput: waiting for tasks to finish", "finished", tr.nFinished.Load()-finished0) }); err != nil && !isTimeout(err) {
+		return b, err
+	}
+	b.Finished = int(tr.nFinished.Load() - finished0)
+	b.StmtWindow = time.Since(c0.at)
+	b.BackgroundStmtsInWin = idleRate * b.StmtWindow.Seconds()
+	var serr error
+	b.Stmts, serr = db.statements(ctx, 22)
+	return b, serr
+}
+
+func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *coordinator, pr probe, rp *rttProbe,
+	tr *tracker, client podiumv1connect.TaskServiceClient, idleRate float64) (steadyResult, error) {
+	s := steadyResult{Rate: cfg.rate, Duration: cfg.steadyTime}
+	if err := db.resetStatements(ctx); err != nil {
+		return s, err
+	}
+	finished0 := tr.nFinished.Load()
+	rp.take()
+	c0 := pr.snap()
+	log.Info("latency: steady offered load", "tasks/s", cfg.rate, "for", cfg.steadyTime)
+	subs, skipped := submitSteady(ctx, client, cfg.rate, cfg.steadyTime, 1000)
+	s.CPU = pr.since(c0)
+	s.RTT = summarize(rp.take())
+	if ctx.Err() != nil {
+		return s, ctx.Err()
+	}
+	s.Submitted, s.Skipped = len(subs), skipped
+	ok := countOK(subs)
+	if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		n := 0
+		for _, sb := range subs {
+			if _, ok := tr.assign[sb.id]; ok && sb.err == nil {
+				n++
+			}
+		}
+		return n >= ok
+	}, nil); err != nil && !isTimeout(err) {
+		return s, err
+	}
+	var lat, ret, rpc, acc []time.Duration
+	tr.mu.Lock()
+	for _, sb := range subs {
+		if sb.err != nil {
+			s.Errors++
+			s.ErrSample = sb.err.Error()
+			continue
+		}
+		rpc = append(rpc, sb.returned.Sub(sb.called))
+		at, ok := tr.assign[sb.id]
+		if !ok {
+			continue
+		}
+		s.Assigned++
+		lat = append(lat, at.Sub(sb.called))
+		ret = append(ret, at.Sub(sb.returned))
+		if a, ok := tr.accept[sb.id]; ok {
+			acc = append(acc, a.Sub(at))
+		}
+	}
+	tr.mu.Unlock()
+	for _, d := range [][]time.Duration{lat, ret, rpc, acc} {
+		slices.Sort(d)
+	}
+	s.P50, s.P90, s.P99, s.Max = percentile(lat, 50), percentile(lat, 90), percentile(lat, 99), percentile(lat, 100)
+	s.RetP50, s.RetP99 = percentile(ret, 50), percentile(ret, 99)
+	s.RPCP50, s.RPCP99 = percentile(rpc, 50), percentile(rpc, 99)
+	s.AccP50, s.AccP99 = percentile(acc, 50), percentile(acc, 99)
+	log.Info("latency: done", "assigned", s.Assigned, "p50", s.P50, "p99", s.P99)
+
+	if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool {
+		return tr.nFinished.Load()-finished0 >= int64(s.Assigned)
+	}, nil); err != nil && !isTimeout(err) {
+		return s, err
+	}
+	s.StmtWindow = time.Since(c0.at)
+	s.BackgroundStmtsInWin = idleRate * s.StmtWindow.Seconds()
+	var err error
+	s.Stmts, err = db.statements(ctx, 22)
+	return s, err
+}
+
+func countOK(subs []submission) int {
+	n := 0
+	for _, s := range subs {
+		if s.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+type timeoutError struct{ after time.Duration }
+
+func (e timeoutError) Error() string { return "gave up waiting after " + e.after.String() }
+
+func isTimeout(err error) bool { _, ok := err.(timeoutError); return ok }
+
+// waitFor polls cond every 10 ms until it holds, ctx ends, the coordinator
+// exits or timeout passes; progress, if set, runs every 5 s.
+func waitFor(ctx context.Context, coord *coordinator, timeout time.Duration, cond func() bool, progress func()) error {
+	deadline := time.Now().Add(timeout)
+	lastProgress := time.Now()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return timeoutError{timeout}
+		}
+		if progress != nil && time.Since(lastProgress) >= 5*time.Second {
+			progress()
+			lastProgress = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-coord.exited:
+			return fmt.Errorf("the coordinator exited: %v; see %s", coord.waitErr, coord.logPath)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}

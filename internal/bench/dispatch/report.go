@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+)
+
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "meets"
+	}
+	return "MISSES"
+}
+
+// perTask prints a phase's statements per finished task, with the background
+// (what the idle window ran per second, times the phase's window) taken out.
+func perTask(w io.Writer, st statementStats, tasks int, window time.Duration, background float64) {
+	if tasks == 0 {
+		fmt.Fprintln(w, "statements: no task finished")
+		return
+	}
+	n := float64(tasks)
+	fmt.Fprintf(w, "statements: %d in %s until every task had finished, about %.0f of them background (the idle rate × the window);\n",
+		st.calls, window.Round(time.Millisecond), background)
+	fmt.Fprintf(w, "  per task: %.1f statements (%.1f without the background), %.2f of them pg_notify; %.2f ms of Postgres execution time\n",
+		float64(st.calls)/n, (float64(st.calls)-background)/n, float64(st.notify)/n, st.ms/n)
+	fmt.Fprintln(w, "  most frequent (calls per task, Postgres ms per task):")
+	for _, s := range st.byCalls {
+		fmt.Fprintf(w, "    %6.2f  %6.3f ms  %s\n", float64(s.calls)/n, s.ms/n, s.query)
+	}
+	fmt.Fprintln(w, "  most Postgres time (ms per task, calls per task):")
+	for _, s := range st.byTime[:min(6, len(st.byTime))] {
+		fmt.Fprintf(w, "    %6.3f ms  %6.2f  %s\n", s.ms/n, float64(s.calls)/n, s.query)
+	}
+}
+
+func report(w io.Writer, cfg config, r result) {
+	all := "all connected"
+	if !r.AllConnected {
+		all = "NOT all connected"
+	}
+	fmt.Fprintf(w, "\n--- setup ---\n")
+	fmt.Fprintf(w, "%d nodes with %d slots each over %d HTTP/2 connections: %s in %s; the coordinator holds %d Postgres connections; peak RSS %.0f MiB\n",
+		r.Nodes, r.MaxTasks, r.Conns, all, r.ConnectTime.Round(time.Millisecond), r.PGConns, r.PeakRSSMiB)
+	fmt.Fprintf(w, "idle (%s, fleet connected, nothing to dispatch): coordinator CPU %.1f%%, Postgres CPU %.1f%%, bench CPU %.1f%%; %.1f statements/s, most frequent:\n",
+		cfg.settle, r.IdleCPU.Coord, r.IdleCPU.PG, r.IdleCPU.Bench, r.IdleStmtsPerSec)
+	for _, s := range r.IdleTop {
+		fmt.Fprintf(w, "  %8.1f/s  %s\n", float64(s.calls)/cfg.settle.Seconds(), s.query)
+	}
+	fmt.Fprintf(w, "a serial round trip to Postgres (`select 1` every 10 ms from the bench): p50 %s, p90 %s idle\n", us(r.IdleRTT.P50), us(r.IdleRTT.P90))
+
+	b := r.Burst
+	fmt.Fprintf(w, "\n--- throughput: %d tasks, %d concurrent submitters ---\n", b.Tasks, b.Conc)
+	fmt.Fprintf(w, "submit: %d calls (%d errors) in %s: %.0f tasks/s (first Submit called → last Submit returned)\n",
+		b.Submitted, b.Errors, b.LastReturn.Sub(b.FirstCall).Round(time.Millisecond), b.SubmitRate)
+	if b.Errors > 0 {
+		fmt.Fprintf(w, "  e.g. %s\n", b.ErrSample)
+	}
+	if b.Assigned > 0 {
+		fmt.Fprintf(w, "assign: %d received by nodes, the first %s and the last %s after the first Submit: %.0f tasks/s (first Assign → last Assign)\n",
+			b.Assigned, b.FirstAssign.Sub(b.FirstCall).Round(time.Millisecond), b.LastAssign.Sub(b.FirstCall).Round(time.Millisecond), b.AssignRate)
+		fmt.Fprintf(w, "end to end: %.0f tasks/s (first Submit called → last Assign received); %.0f tasks/s to the last PROVISIONING acknowledged\n",
+			b.EndToEnd, b.AcceptRate)
+		fmt.Fprintf(w, "wait in the burst (Submit called → Assign received, queueing included): p50 %s, p99 %s, max %s\n",
+			ms(b.LatP50), ms(b.LatP99), ms(b.Max))
+	} else {
+		fmt.Fprintln(w, "assign: no task reached a node")
+	}
+	fmt.Fprintf(w, "CPU (first Submit → last Assign): coordinator %.1f%%, Postgres %.1f%%, bench (nodes + submitters) %.1f%%; a serial round trip to Postgres: p50 %s, p90 %s\n",
+		b.CPU.Coord, b.CPU.PG, b.CPU.Bench, us(b.RTT.P50), us(b.RTT.P90))
+	perTask(w, b.Stmts, b.Finished, b.StmtWindow, b.BackgroundStmtsInWin)
+
+	s := r.Steady
+	fmt.Fprintf(w, "\n--- latency: %.0f tasks/s offered for %s (open loop) ---\n", s.Rate, s.Duration)
+	fmt.Fprintf(w, "submitted %d (%d skipped: too many in flight, %d errors); assigned %d\n", s.Submitted, s.Skipped, s.Errors, s.Assigned)
+	if s.Errors > 0 {
+		fmt.Fprintf(w, "  e.g. %s\n", s.ErrSample)
+	}
+	fmt.Fprintf(w, "Submit called → Assign received: p50 %s, p90 %s, p99 %s, max %s\n", ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))
+	fmt.Fprintf(w, "  Submit returned → Assign received: p50 %s, p99 %s; the Submit call itself: p50 %s, p99 %s\n",
+		ms(s.RetP50), ms(s.RetP99), ms(s.RPCP50), ms(s.RPCP99))
+	fmt.Fprintf(w, "  Assign received → its PROVISIONING acknowledged: p50 %s, p99 %s\n", ms(s.AccP50), ms(s.AccP99))
+	fmt.Fprintf(w, "CPU (the %s of offered load): coordinator %.1f%%, Postgres %.1f%%, bench %.1f%%; a serial round trip to Postgres: p50 %s, p90 %s\n",
+		s.Duration, s.CPU.Coord, s.CPU.PG, s.CPU.Bench, us(s.RTT.P50), us(s.RTT.P90))
+	perTask(w, s.Stmts, s.Assigned, s.StmtWindow, s.BackgroundStmtsInWin)
+
+	fmt.Fprintf(w, "\nnodes: %d Assigns repeated, %d refused for want of a slot, %d cancels, %d other messages; %d failed Hellos, %d streams dropped\n",
+		r.Repeats, r.Rejected, r.Cancels, r.Other, r.HelloRetries, r.Dropped)
+	if len(r.ErrSamples) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(r.ErrSamples)) {
+			fmt.Fprintf(w, "  %6d× %s\n", r.ErrSamples[k], k)
+		}
+	}
+	if r.Warnings > 0 {
+		fmt.Fprintf(w, "coordinator log: %d WARN/ERROR lines, e.g.:\n", r.Warnings)
+		for _, s := range r.WarnSample {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+	}
+
+	fmt.Fprintf(w, "\nDispatch: one coordinator replica, %d simulated nodes, %d tasks, %d submitters (CPU %% is of one core)\n\n", r.Nodes, b.Tasks, b.Conc)
+	ratio := 0.0
+	if r.RefTPS > 0 {
+		ratio = b.EndToEnd / r.RefTPS
+	}
+	fmt.Fprintf(w, "  Podium, Submit → Assign received   %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", b.EndToEnd, b.SubmitRate, b.AssignRate)
+	if r.RefTPS > 0 {
+		fmt.Fprintf(w, "  raw SQL, pgbench (%d clients)       %8.0f tasks/s   (insert + claim SKIP LOCKED + mark scheduled)\n", cfg.pgbenchClients, r.RefTPS)
+		fmt.Fprintf(w, "  ratio Podium / raw SQL              %8.2f\n", ratio)
+	}
+	fmt.Fprintf(w, "  latency at %.0f tasks/s, Submit called → Assign received: p50 %s, p90 %s, p99 %s, max %s\n", s.Rate, ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))
+	if b.Finished > 0 {
+		fmt.Fprintf(w, "  coordinator CPU %.1f%% in the burst, %.1f%% at %.0f tasks/s; %.1f statements per task (%.1f without background)\n",
+			b.CPU.Coord, s.CPU.Coord, s.Rate, float64(b.Stmts.calls)/float64(b.Finished),
+			(float64(b.Stmts.calls)-b.BackgroundStmtsInWin)/float64(b.Finished))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "targets: ≥ 1,000 tasks/s: %s (%.0f); ≥ half the raw SQL rate: %s (%.2f); p99 < 100 ms at %.0f tasks/s: %s (%s)\n",
+		verdict(b.EndToEnd >= 1000), b.EndToEnd,
+		verdict(r.RefTPS > 0 && ratio >= 0.5), ratio,
+		s.Rate, verdict(s.Assigned > 0 && s.P99 < 100*time.Millisecond), ms(s.P99))
+}

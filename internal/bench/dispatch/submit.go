@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// apiToken is the coordinator's --token; API calls carry it as a bearer token.
+const apiToken = "x"
+
+// tracker records, per task, when a node received its Assign, when the
+// coordinator acknowledged the node's PROVISIONING event (the assignment
+// accepted and stored) and when it acknowledged SUCCEEDED. Only the first of
+// each counts: a repeated Assign is not a second dispatch.
+type tracker struct {
+	mu        sync.Mutex
+	assign    map[string]time.Time
+	accept    map[string]time.Time
+	finish    map[string]time.Time
+	nAssigned atomic.Int64
+	nFinished atomic.Int64
+}
+
+func newTracker() *tracker {
+	return &tracker{assign: map[string]time.Time{}, accept: map[string]time.Time{}, finish: map[string]time.Time{}}
+}
+
+func (t *tracker) assigned(id string, at time.Time) {
+	t.mu.Lock()
+	if _, ok := t.assign[id]; !ok {
+		t.assign[id] = at
+		t.nAssigned.Add(1)
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) accepted(id string, at time.Time) {
+	t.mu.Lock()
+	if _, ok := t.accept[id]; !ok {
+		t.accept[id] = at
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) finished(id string, at time.Time) {
+	t.mu.Lock()
+	if _, ok := t.finish[id]; !ok {
+		t.finish[id] = at
+		t.nFinished.Add(1)
+	}
+	t.mu.Unlock()
+}
+
+// submission is one Submit call: when it was called, when it returned, the
+// task id it got.
+type submission struct {
+	id               string
+	called, returned time.Time
+	err              error
+}
+
+// taskClient is a TaskService client over HTTP/2 cleartext that sends the
+// bearer token, as the podium CLI does.
+func taskClient(url string) (podiumv1connect.TaskServiceClient, *http.Transport) {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	t := &http.Transport{Protocols: &p}
+	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+apiToken)
+			return next(ctx, req)
+		}
+	})
+	return podiumv1connect.NewTaskServiceClient(&http.Client{Transport: t}, url, connect.WithInterceptors(auth)), t
+}
+
+func submitOne(ctx context.Context, c podiumv1connect.TaskServiceClient) submission {
+	s := submission{called: time.Now()}
+	res, err := c.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox"}}))
+	s.returned = time.Now()
+	if err != nil {
+		s.err = err
+		return s
+	}
+	s.id = res.Msg.GetTask().GetId()
+	return s
+}
+
+// submitBurst submits m tasks as fast as conc submitters can, each waiting
+// for its Submit to return before the next.
+func submitBurst(ctx context.Context, c podiumv1connect.TaskServiceClient, m, conc int) []submission {
+	out := make([]submission, m)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= m || ctx.Err() != nil {
+					return
+				}
+				out[i] = submitOne(ctx, c)
+			}
+		}()
+	}
+	wg.Wait()
+	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() })
+}
+
+// submitSteady offers rate tasks per second for d, open loop: each Submit is
+// started on schedule whether or not the earlier ones have returned, so a slow
+// coordinator shows up as latency rather than as a lower offered rate. At most
+// maxInflight calls are outstanding; a submission due while that many are is
+// skipped and counted.
+func submitSteady(ctx context.Context, c podiumv1connect.TaskServiceClient, rate float64, d time.Duration, maxInflight int) (subs []submission, skipped int) {
+	n := int(rate * d.Seconds())
+	period := time.Duration(float64(time.Second) / rate)
+	out := make([]submission, n)
+	sem := make(chan struct{}, maxInflight)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		if sleep(ctx, time.Until(start.Add(time.Duration(i)*period))) != nil {
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			skipped++
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = submitOne(ctx, c)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() }), skipped
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// percentile is the q-th percentile (0–100) of sorted durations, nearest rank.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*q/100+0.5) - 1
+	return sorted[max(0, min(len(sorted)-1, i))]
+}

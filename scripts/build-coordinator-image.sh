@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the podium-coordinator container image (packaging/coordinator/
+# Dockerfile) for the Docker engine's architecture, from local files only: no
+# base image is pulled, so it builds where no registry is reachable.
+# Usage: scripts/build-coordinator-image.sh NAME:TAG
+# Environment: GO (go), VERSION (git describe).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+image=${1:?usage: scripts/build-coordinator-image.sh NAME:TAG}
+go=${GO:-go}
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+# The binary is built for the engine's architecture, which is the one the
+# image is labelled with (FROM scratch has no platform of its own).
+arch=$(docker version -f '{{.Server.Arch}}')
+cacerts=/etc/ssl/certs/ca-certificates.crt
+
+if [ ! -r "$cacerts" ]; then
+  echo "build-coordinator-image: $cacerts is missing; install it with: apt-get install ca-certificates" >&2
+  exit 1
+fi
+
+# The build context holds exactly what the image holds, so nothing else of
+# this tree is sent to the engine.
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+echo "→ building podium-coordinator for linux/$arch ($version)" >&2
+CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath \
+  -ldflags "-s -w -X main.version=$version" -o "$ctx/podium-coordinator" ./cmd/podium-coordinator
+cp "$cacerts" "$ctx/ca-certificates.crt"
+mkdir "$ctx/state"
+# Readable by the image's non-root user whatever the umask was.
+chmod 0755 "$ctx/podium-coordinator" "$ctx/state"
+chmod 0644 "$ctx/ca-certificates.crt"
+
+echo "→ docker build $image" >&2
+docker build -q --build-arg "VERSION=$version" -f packaging/coordinator/Dockerfile -t "$image" "$ctx" >/dev/null
+echo "$image"
