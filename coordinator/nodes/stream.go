@@ -286,7 +286,7 @@ func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
 		case <-sess.done:
 			return nil
 		case <-bell:
-		case <-time.After(3 * time.Second):
+		case <-time.After(s.cfg.CommandPoll):
 		}
 	}
 }
@@ -440,6 +440,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 			return err
 		}
 		if res.Stored > 0 {
+			s.metrics.Ingested(res.Stored, res.Bytes)
 			_ = s.store.Notify(ctx, store.ChannelTaskEvents, k.task)
 		}
 		if res.Terminal != "" || res.Requeued {
