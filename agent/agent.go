@@ -1,6 +1,39 @@
 // Package agent is the node agent: it wires the node's identity, its
 // capacity, the Docker executor and the coordinator session into one process
 // that runs until it is told to stop.
+//
+// # Data directory
+//
+//	identity.json                  the node's id and key (package identity)
+//	spool/<task>-<attempt>.spool   events not yet acknowledged, with the
+//	                               executor's cursor (package spool)
+//	tasks/<task>-<attempt>/        one directory per task attempt on this node:
+//	  output.log                   the task's runner log (package runlog)
+//	  sidecars/<name>.log          each sidecar's runner log
+//	  inbox/                       messages sent to the task (package inbox),
+//	                               mounted at /run/podium/inbox
+//	  stop.json                    why the agent is stopping the task, while it is
+//
+// The directory must be on the Docker engine's own machine: the runner logs
+// and the inbox are bind-mounted into the containers.
+//
+// # The runner
+//
+// podium-runner (package runner) is PID 1 of every task and sidecar
+// container, bind-mounted read-only at /podium/podium-runner from the
+// podium-runner file next to podium-agent (or --runner). It writes the
+// container's output to the runner log, so tasks outlive the agent: stopping
+// the agent (SIGTERM, a crash, an upgrade) leaves them running, and the next
+// agent resumes each from the byte it had reached. Inside a task, PATH ends
+// with /podium, so `podium-runner ask` prints the next message sent with
+// `podium task send`.
+//
+// # What a person sees in the task's log
+//
+// The task's stdout and stderr, byte for byte; Podium's notes ("pulling
+// IMAGE", "sidecar db is ready"); and each line a sidecar prints as a note
+// of its own, "[db] listening on port 5432", shown by `podium logs` and
+// `podium run` as "→ [db] listening on port 5432" on stderr.
 package agent
 
 import (
@@ -9,6 +42,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -44,7 +78,8 @@ func DataDirFromEnv() string {
 
 // Config is what an Agent needs.
 type Config struct {
-	// DataDir holds identity.json; its disk is the disk capacity reports.
+	// DataDir holds identity.json, the spool (spool/) and the tasks' host
+	// directories (tasks/); its disk is the disk capacity reports.
 	DataDir string
 	// MaxTasks is how many tasks run at once; 0 means one per CPU.
 	MaxTasks int
@@ -59,9 +94,12 @@ type Config struct {
 	Docker *client.Client
 	// Hostname overrides os.Hostname() in Hello.
 	Hostname string
-	// ShutdownGrace is how long running tasks get to stop when the agent
-	// stops; 0 means executor.DefaultShutdownGrace.
-	ShutdownGrace time.Duration
+	// RunnerPath is the podium-runner binary; empty means podium-runner
+	// next to this program (see executor.FindRunner).
+	RunnerPath string
+	// ExitOnDrain makes Run return nil once the node is draining and its
+	// last task has ended and been reported: the upgrade path.
+	ExitOnDrain bool
 }
 
 // Agent is one node agent process.
@@ -98,6 +136,10 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	runnerPath, err := executor.FindRunner(cfg.RunnerPath)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker}
 	if a.docker == nil {
 		a.docker, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -107,10 +149,11 @@ func New(cfg Config) (*Agent, error) {
 		a.ownsDock = true
 	}
 	a.exec, err = executor.New(executor.Config{
-		Docker:        a.docker,
-		NodeID:        id.NodeID,
-		Logger:        a.log.With("component", "executor"),
-		ShutdownGrace: cfg.ShutdownGrace,
+		Docker:     a.docker,
+		NodeID:     id.NodeID,
+		RunnerPath: runnerPath,
+		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
+		Logger:     a.log.With("component", "executor"),
 	})
 	if err != nil {
 		return nil, err
@@ -127,8 +170,10 @@ func New(cfg Config) (*Agent, error) {
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			return capacity.Measure(ctx, cfg.DataDir, a.log)
 		},
-		Logger:  a.log.With("component", "session"),
-		OnState: a.onState,
+		Logger:      a.log.With("component", "session"),
+		OnState:     a.onState,
+		SpoolDir:    filepath.Join(cfg.DataDir, "spool"),
+		ExitOnDrain: cfg.ExitOnDrain,
 	})
 	if err != nil {
 		return nil, err
@@ -140,9 +185,14 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
 // Run runs the agent until ctx ends (the command cancels it on SIGTERM and
-// SIGINT). Then it stops and removes the tasks' containers (see
-// executor.Executor.Start for why they are not left running) and returns nil.
-// It returns an error only when the agent cannot work at all.
+// SIGINT), or, with ExitOnDrain, until the node is drained. It returns nil
+// then, and an error only when the agent cannot work at all.
+//
+// Stopping the agent leaves its tasks running: their containers are not the
+// agent's children, their output keeps going to their runner logs on disk,
+// and the next agent process resumes them where this one stopped (see
+// resume). That is what makes restarting or upgrading an agent safe in the
+// middle of a long task.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.ownsDock {
 		defer a.docker.Close()
@@ -157,8 +207,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("the Docker engine does not answer (%v): start it (systemctl start docker) "+
 			"and make sure this user may use it (the docker group, or DOCKER_HOST)", err)
 	}
+	a.resume(ctx)
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
-		a.log.Warn("could not clean up containers left by an earlier agent process", "err", err)
+		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
 
 	a.log.Info("podium agent starting", "version", Version, "coordinator", a.id.CoordinatorURL,
@@ -175,13 +226,55 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopWatchdog()
 	wg.Wait()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	a.log.Info("podium agent stopping; stopping running tasks", "running", a.exec.Running())
+	if errors.Is(err, session.ErrDrained) {
+		a.log.Info("podium agent exiting: the node is drained (--exit-on-drain)")
+		err = nil
+	} else {
+		a.log.Info("podium agent stopping; its tasks keep running and are resumed when it starts again",
+			"running", a.exec.Running())
+	}
+	// The runs end with ctx: they let go of their containers and return.
 	a.exec.Wait()
 	a.log.Info("podium agent stopped")
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+// resume takes over the task attempts an earlier agent process left in the
+// spool. Those with nothing left to take over are dropped before the first
+// Hello, so the coordinator does not hear of them and applies its node-loss
+// policy; the rest are reported in Hello and kept or cancelled as HelloAck
+// says.
+func (a *Agent) resume(ctx context.Context) {
+	for _, r := range a.sess.Recovered() {
+		as := r.Assign
+		log := a.log.With("task_id", as.GetTaskId(), "attempt", as.GetAttempt())
+		cur, err := executor.ParseCursor(r.Cursor)
+		if err != nil {
+			log.Error("the spool holds a cursor this agent cannot read; the task is given up", "err", err)
+			a.sess.Drop(as.GetTaskId(), as.GetAttempt())
+			continue
+		}
+		done, err := a.exec.Resume(ctx, as, cur, a.sess.Emit)
+		for try := 1; err != nil && !errors.Is(err, executor.ErrNotResumable) && try < 3 && ctx.Err() == nil; try++ {
+			// The engine did not answer; giving the task up on one failed
+			// call would lose it for nothing.
+			log.Warn("could not look at a task an earlier agent process ran; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(try) * time.Second):
+			}
+			done, err = a.exec.Resume(ctx, as, cur, a.sess.Emit)
+		}
+		if err != nil {
+			log.Warn("cannot resume a task an earlier agent process ran; the coordinator will treat it as lost", "err", err)
+			a.sess.Drop(as.GetTaskId(), as.GetAttempt())
+			continue
+		}
+		a.sess.Track(done)
+	}
 }
 
 // onState reports the connection to systemd: READY=1 once the first Hello is

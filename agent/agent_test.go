@@ -8,11 +8,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/identity"
@@ -22,13 +26,21 @@ import (
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
-// coordinator answers one node's Hello, assigns it one task and hands every
-// event the node sends to the test.
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
+
+// coordinator answers a node's Hello, adopting every task it reports from the
+// highest seq it stored, assigns it one task on its first stream and acks and
+// hands every event the node sends to the test, the way the real one stores
+// them: once per seq.
 type coordinator struct {
 	podiumv1connect.UnimplementedNodeServiceHandler
 	assign *podiumv1.Assign
 	hello  chan *podiumv1.Hello
 	events chan *podiumv1.TaskEvent
+
+	mu       sync.Mutex
+	stored   uint64
+	assigned bool
 }
 
 func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) error {
@@ -37,13 +49,21 @@ func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[pod
 		return err
 	}
 	c.hello <- first.GetHello()
-	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: &podiumv1.HelloAck{
-		NodeId: first.GetHello().GetNodeId(), HeartbeatIntervalMs: 1000,
-	}}}); err != nil {
+	ack := &podiumv1.HelloAck{NodeId: first.GetHello().GetNodeId(), HeartbeatIntervalMs: 1000}
+	c.mu.Lock()
+	for _, r := range first.GetHello().GetRunning() {
+		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: true, AckedSeq: c.stored})
+	}
+	assign := !c.assigned
+	c.assigned = true
+	c.mu.Unlock()
+	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: ack}}); err != nil {
 		return err
 	}
-	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: c.assign}}); err != nil {
-		return err
+	if assign {
+		if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: c.assign}}); err != nil {
+			return err
+		}
 	}
 	for {
 		msg, err := stream.Receive()
@@ -51,9 +71,18 @@ func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[pod
 			return nil
 		}
 		for _, ev := range msg.GetEvents().GetEvents() {
-			c.events <- ev
+			c.mu.Lock()
+			fresh := ev.GetSeq() == c.stored+1
+			if fresh {
+				c.stored++
+			}
+			top := c.stored
+			c.mu.Unlock()
+			if fresh {
+				c.events <- ev
+			}
 			if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{
-				TaskId: ev.GetTaskId(), Attempt: ev.GetAttempt(), AckedSeq: ev.GetSeq(),
+				TaskId: ev.GetTaskId(), Attempt: ev.GetAttempt(), AckedSeq: top,
 			}}}); err != nil {
 				return nil
 			}
@@ -68,15 +97,28 @@ func TestNewWithoutIdentity(t *testing.T) {
 	}
 }
 
-// TestRunAndShutdown runs the whole agent against an in-process coordinator:
-// it connects, runs the assigned task, and on shutdown stops and removes the
-// task's container before Run returns.
-func TestRunAndShutdown(t *testing.T) {
+func TestNewWithoutRunner(t *testing.T) {
+	dir := t.TempDir()
+	if err := identity.Save(dir, &identity.Identity{CoordinatorURL: "http://127.0.0.1:1", NodeID: "n", NodeKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := agent.New(agent.Config{DataDir: dir, RunnerPath: filepath.Join(dir, "nope")})
+	if err == nil || !strings.Contains(err.Error(), "--runner PATH") {
+		t.Fatalf("error %v, want one that says how to give the runner", err)
+	}
+}
+
+// TestRestartResumesTheTask runs the whole agent against an in-process
+// coordinator: it connects and runs the assigned task; stopped, it leaves the
+// task running; started again, it resumes the task and its output goes on
+// from the byte it had reached, to the task's end.
+func TestRestartResumesTheTask(t *testing.T) {
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
+	const n = 30
 	coord := &coordinator{
 		assign: &podiumv1.Assign{TaskId: fmt.Sprintf("t-agent-%d", os.Getpid()), Attempt: 1, Spec: &podiumv1.TaskSpec{
-			Image: image, Command: []string{"sh", "-c", "echo up; sleep 600"},
+			Image: image, Command: []string{"sh", "-c", fmt.Sprintf("for i in $(seq 1 %d); do echo $i; sleep 0.1; done", n)},
 		}},
 		hello:  make(chan *podiumv1.Hello, 10),
 		events: make(chan *podiumv1.TaskEvent, 1000),
@@ -94,43 +136,58 @@ func TestRunAndShutdown(t *testing.T) {
 	if err := identity.Save(dir, &identity.Identity{CoordinatorURL: srv.URL, NodeID: nodeID, NodeKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{
-		DataDir:       dir,
-		MaxTasks:      2,
-		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-		ShutdownGrace: 2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-
-	select {
-	case h := <-coord.hello:
-		if h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 {
-			t.Fatalf("hello %v", h)
+	runAgent := func() (context.CancelFunc, chan error) {
+		a, err := agent.New(agent.Config{
+			DataDir:    dir,
+			MaxTasks:   2,
+			Logger:     slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+			RunnerPath: agenttest.Runner(t),
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent did not say Hello")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		return cancel, done
 	}
-	waitFor := func(what string, ok func(*podiumv1.TaskEvent) bool) {
+	hello := func() *podiumv1.Hello {
+		select {
+		case h := <-coord.hello:
+			return h
+		case <-time.After(20 * time.Second):
+			t.Fatal("the agent did not say Hello")
+			return nil
+		}
+	}
+	var stdout strings.Builder
+	var final *podiumv1.StatusChange
+	read := func(until func() bool) {
 		t.Helper()
-		for {
+		for !until() {
 			select {
 			case ev := <-coord.events:
-				if ok(ev) {
-					return
+				if l := ev.GetLog(); l != nil {
+					if l.GetOffset() != uint64(stdout.Len()) {
+						t.Fatalf("chunk at offset %d, want %d", l.GetOffset(), stdout.Len())
+					}
+					stdout.Write(l.GetData())
+				}
+				if s := ev.GetStatus(); s != nil && s.GetState() >= podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+					final = s
 				}
 			case <-time.After(30 * time.Second):
-				t.Fatalf("no %s within 30 s", what)
+				t.Fatalf("nothing more within 30 s; output so far %q", stdout.String())
 			}
 		}
 	}
-	waitFor("output", func(ev *podiumv1.TaskEvent) bool { return string(ev.GetLog().GetData()) == "up\n" })
 
+	cancel, done := runAgent()
+	defer cancel()
+	if h := hello(); h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 {
+		t.Fatalf("hello %v", h)
+	}
+	read(func() bool { return strings.Contains(stdout.String(), "\n5\n") })
 	cancel()
 	select {
 	case err := <-done:
@@ -140,6 +197,26 @@ func TestRunAndShutdown(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30 s of shutdown")
 	}
+	cs, err := dc.ContainerList(context.Background(), container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "podium.node="+nodeID))})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("the task's container must keep running without the agent: %d running (%v)", len(cs), err)
+	}
+
+	cancel, done = runAgent()
+	defer cancel()
+	if h := hello(); len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != coord.assign.GetTaskId() {
+		t.Fatalf("the restarted agent reports %v, want the task", h.GetRunning())
+	}
+	read(func() bool { return final != nil })
+	var want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if stdout.String() != want.String() || final.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("output %q and final %v, want 1..%d once each and SUCCEEDED", stdout.String(), final, n)
+	}
+	cancel()
+	<-done
 	agenttest.AssertNoContainers(t, dc, nodeID)
 }
 

@@ -2,52 +2,110 @@
 // engine and turns what happens to them into the task events the coordinator
 // stores: status changes, byte-exact output chunks and notes.
 //
+// Every task and sidecar container runs podium-runner as PID 1 (package
+// runner). The runner writes the container's output and exit status to a
+// runner log in the task's directory on the host, and the executor tails that
+// file. Containers are therefore not the agent's children: when the agent
+// stops, they keep running, and the next agent process resumes them (Resume)
+// at the exact byte it had turned into events, which it learns from the cursor
+// it stored with each event.
+//
 // The executor knows nothing about the coordinator. It is handed an assignment
-// and a function to emit events into; numbering, batching, acknowledging and
+// and a function to emit events into; numbering, spooling, acknowledging and
 // re-sending those events belong to the session that owns the stream.
+//
+// # Per task
+//
+// A task attempt gets, all labelled with task, attempt and node (LabelTask,
+// LabelAttempt, LabelNode) so `docker ps --filter label=podium.task=…` finds
+// them and a restarted agent can tell its own from anyone else's:
+//
+//   - a private bridge network, podium-<task>-<attempt>, on which the task's
+//     container is "task" and each sidecar is its name;
+//   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace;
+//   - a host directory, <data>/tasks/<task>-<attempt>/, holding the runner
+//     logs (output.log, sidecars/<name>.log) and the inbox (inbox/, mounted at
+//     /run/podium/inbox);
+//   - its sidecars' containers, started and waited for before the task's.
+//
+// Teardown removes all of it. The task's container runs with every capability
+// dropped except those its spec adds back from taskspec.AllowedCapabilities,
+// with no-new-privileges, never privileged, and with no mounts but the ones
+// above: never the Docker socket.
+//
+// The data directory and the runner binary must be on the Docker engine's own
+// machine, because they are bind-mounted: a remote DOCKER_HOST is not
+// supported.
 package executor
 
 import (
 	"context"
+	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/runlog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// Labels every container the executor creates carries. They are how a person
-// running `docker ps` tells which task a container belongs to, and how the
-// agent finds containers it left behind.
+// Labels every Docker object the executor creates carries. They are how a
+// person running `docker ps` tells which task a container belongs to, and how
+// the agent finds what it left behind.
 const (
 	LabelTask    = "podium.task"
 	LabelAttempt = "podium.attempt"
 	LabelNode    = "podium.node"
+	// LabelRole is "task" or "sidecar" on containers.
+	LabelRole = "podium.role"
+	// LabelSidecar is a sidecar container's name.
+	LabelSidecar = "podium.sidecar"
 )
+
+const (
+	roleTask    = "task"
+	roleSidecar = "sidecar"
+)
+
+// RunnerName is the runner binary's file name, looked for next to the
+// agent's own executable.
+const RunnerName = "podium-runner"
+
+// WorkspaceDir is where a task's workspace volume is mounted.
+const WorkspaceDir = "/workspace"
 
 // DefaultGrace is how long a stopped task gets between SIGTERM and SIGKILL
 // when neither the cancel nor the task's spec says otherwise (DESIGN.md §3).
 const DefaultGrace = 30 * time.Second
 
-// DefaultShutdownGrace is the grace period tasks get when the agent itself is
-// stopping. It is shorter than DefaultGrace so that a systemd stop, which
-// waits 90 s by default before killing the agent, still sees every container
-// removed.
-const DefaultShutdownGrace = 10 * time.Second
-
 // ReasonTimeout is the reason of a task stopped because it ran longer than its
 // spec's timeout_seconds.
 const ReasonTimeout = "timeout"
+
+// ReasonOOM starts the reason of a task the kernel killed for using more
+// memory than its limit.
+const ReasonOOM = "oom"
+
+// MaxChunk is the most output bytes one LogChunk event carries. It keeps every
+// event far below any message-size limit on the way to the coordinator, and a
+// chunk is the unit the coordinator stores, so it also bounds a row.
+const MaxChunk = runlog.MaxRecordData
 
 // apiTimeout bounds every engine call that is not open-ended (create, start,
 // inspect, remove). An engine that does not answer in this long is wedged,
@@ -59,14 +117,66 @@ const apiTimeout = 2 * time.Minute
 // running it twice would run the user's task twice.
 var ErrAlreadyRunning = errors.New("executor: task attempt is already running on this node")
 
+// ErrNotResumable is returned by Resume for an attempt that has nothing left
+// to resume: its container never started, or is gone without an exit status
+// in its runner log (the machine rebooted, say). The task was lost with the
+// node's previous life, and the coordinator's node-loss policy is the right
+// judge of what happens to it, so the caller forgets it.
+var ErrNotResumable = errors.New("executor: nothing of this task attempt is left to resume")
+
+// ErrNotRunning is returned by Inject for a task attempt this node does not
+// run.
+var ErrNotRunning = errors.New("executor: the task attempt is not running on this node")
+
 // Emit receives a run's events. The executor fills task_id, attempt, time and
-// the body; the caller assigns seq. It may be called from several goroutines
-// of one run at once (stdout and stderr are read concurrently) and must be
-// safe for that; within one output stream, and for status changes, calls
-// happen in order. Emit may block to push back on a task that writes faster
-// than its output can be shipped: the container's writes then block too, which
-// is better than holding an unbounded amount of output in memory.
-type Emit func(*podiumv1.TaskEvent)
+// the body; the caller assigns seq. cur, when not nil, is how far the run has
+// read its runner logs once this event is stored: the caller must store the
+// two together (see package spool), and hand the newest cursor back to Resume
+// after a restart. A run calls Emit from one goroutine at a time, in the
+// order of its events. Emit may block to push back on a task that writes
+// faster than its output can be shipped; the run then reads its runner log
+// later, and nothing is lost or held in memory.
+type Emit func(ev *podiumv1.TaskEvent, cur *Cursor)
+
+// Cursor is how far a run has turned its runner logs into events.
+type Cursor struct {
+	// Started is set once the task's container started and RUNNING was
+	// emitted.
+	Started bool `json:"started,omitempty"`
+	// Task is the position in the task's runner log.
+	Task runlog.Position `json:"task"`
+	// Sidecars are the positions in the sidecars' runner logs, by name.
+	Sidecars map[string]runlog.Position `json:"sidecars,omitempty"`
+}
+
+func (c *Cursor) clone() *Cursor {
+	out := *c
+	if c.Sidecars != nil {
+		out.Sidecars = make(map[string]runlog.Position, len(c.Sidecars))
+		for k, v := range c.Sidecars {
+			out.Sidecars[k] = v
+		}
+	}
+	return &out
+}
+
+// Marshal encodes the cursor for storage.
+func (c *Cursor) Marshal() []byte {
+	b, _ := json.Marshal(c) // a struct of numbers and strings always encodes
+	return b
+}
+
+// ParseCursor decodes a stored cursor; empty input is the zero cursor.
+func ParseCursor(b []byte) (Cursor, error) {
+	var c Cursor
+	if len(b) == 0 {
+		return c, nil
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Cursor{}, fmt.Errorf("executor: stored cursor %q: %w", b, err)
+	}
+	return c, nil
+}
 
 // Key names one attempt of one task. Two attempts of the same task can be on
 // one node at once, briefly: the old one is being torn down while the new one
@@ -84,28 +194,29 @@ type Config struct {
 	// client.WithAPIVersionNegotiation so older engines (Debian's 20.10 speaks
 	// API 1.41) work.
 	Docker *client.Client
-	// NodeID is written into every container's labels.
+	// NodeID is written into every object's labels.
 	NodeID string
+	// RunnerPath is the podium-runner binary on this machine (see
+	// FindRunner). It is bind-mounted read-only into every container.
+	RunnerPath string
+	// TasksDir is the directory the tasks' host directories are made in,
+	// <data>/tasks.
+	TasksDir string
 	// Logger receives the executor's own log; nil means slog.Default().
 	Logger *slog.Logger
-	// Output is where task output is read from; nil means AttachSource.
-	Output OutputSource
 	// DefaultGrace applies when neither a cancel nor the spec sets one; 0
 	// means DefaultGrace.
 	DefaultGrace time.Duration
-	// ShutdownGrace applies when the context a run was started with ends;
-	// 0 means DefaultShutdownGrace.
-	ShutdownGrace time.Duration
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
 type Executor struct {
-	docker        *client.Client
-	nodeID        string
-	log           *slog.Logger
-	output        OutputSource
-	defaultGrace  time.Duration
-	shutdownGrace time.Duration
+	docker       *client.Client
+	nodeID       string
+	runnerPath   string
+	tasksDir     string
+	log          *slog.Logger
+	defaultGrace time.Duration
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -115,31 +226,81 @@ type Executor struct {
 // New returns an executor. It does not contact the engine; a missing engine
 // shows up as failed tasks whose reason says so.
 func New(cfg Config) (*Executor, error) {
-	if cfg.Docker == nil {
+	switch {
+	case cfg.Docker == nil:
 		return nil, errors.New("executor: Config.Docker is nil")
+	case cfg.RunnerPath == "":
+		return nil, errors.New("executor: Config.RunnerPath is empty; find the runner with FindRunner")
+	case cfg.TasksDir == "":
+		return nil, errors.New("executor: Config.TasksDir is empty")
+	}
+	if err := os.MkdirAll(cfg.TasksDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the tasks directory %s: %w", cfg.TasksDir, err)
+	}
+	tasksDir, err := filepath.Abs(cfg.TasksDir)
+	if err != nil {
+		return nil, err
 	}
 	e := &Executor{
-		docker:        cfg.Docker,
-		nodeID:        cfg.NodeID,
-		log:           cfg.Logger,
-		output:        cfg.Output,
-		defaultGrace:  cfg.DefaultGrace,
-		shutdownGrace: cfg.ShutdownGrace,
-		runs:          make(map[Key]*run),
+		docker:       cfg.Docker,
+		nodeID:       cfg.NodeID,
+		runnerPath:   cfg.RunnerPath,
+		tasksDir:     tasksDir,
+		log:          cfg.Logger,
+		defaultGrace: cfg.DefaultGrace,
+		runs:         make(map[Key]*run),
 	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	if e.output == nil {
-		e.output = AttachSource{Docker: cfg.Docker}
-	}
 	if e.defaultGrace <= 0 {
 		e.defaultGrace = DefaultGrace
 	}
-	if e.shutdownGrace <= 0 {
-		e.shutdownGrace = DefaultShutdownGrace
-	}
 	return e, nil
+}
+
+// FindRunner returns the absolute path of the podium-runner binary: path if
+// given, else podium-runner next to this program's executable (where `make
+// build` and the package put it). The runner is shipped as a file beside the
+// agent rather than embedded in it because it must be a separate static
+// executable anyway (it runs inside containers whose images may have no C
+// library), and a file the operator can see, replace and version is simpler
+// than one the agent writes out at start. The error says what to do.
+func FindRunner(path string) (string, error) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("cannot find %s: this program's own path is unknown (%v); pass --runner PATH", RunnerName, err)
+		}
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		path = filepath.Join(filepath.Dir(exe), RunnerName)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("%s not found at %s: install it next to podium-agent (`make build` puts both in bin/) "+
+			"or pass --runner PATH (%v)", RunnerName, abs, err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file: the runner must be the podium-runner binary", abs)
+	}
+	f, err := elf.Open(abs)
+	if err != nil {
+		return "", fmt.Errorf("%s is not a Linux executable (%v): build podium-runner for this machine", abs, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("%s is dynamically linked, so it would not start in images without a C library: "+
+				"build it with CGO_ENABLED=0 (`make build` does)", abs)
+		}
+	}
+	return abs, nil
 }
 
 // Start accepts an assignment and runs it in the background. Before it
@@ -148,16 +309,13 @@ func New(cfg Config) (*Executor, error) {
 // terminal status, emitted after every byte of output.
 //
 // The run lives until the task ends or ctx ends. Ending ctx means the agent is
-// shutting down: the container is stopped with the shutdown grace and removed,
-// and no terminal status is emitted, because the task did not fail — its node
-// went away. The coordinator learns that from the next Hello (which no longer
-// lists the task) or from the watchdog, and applies its node-loss policy.
-// Leaving containers running across an agent restart needs the runner's
-// on-host log to resume output from; until then, stopping them is the honest
-// choice.
+// stopping: a task whose container has started is left running, untouched,
+// for the next agent process to Resume; one still being prepared is torn down
+// (there is no runner log to resume from yet), and the next agent does not
+// report it, so the coordinator applies its node-loss policy. No terminal
+// status is emitted in either case.
 //
-// The returned channel is closed once the run has finished and its terminal
-// event (if any) was emitted.
+// The returned channel is closed once the run has finished.
 func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit Emit) (<-chan struct{}, error) {
 	if a == nil || a.GetTaskId() == "" {
 		return nil, errors.New("executor: assignment without a task id")
@@ -165,75 +323,148 @@ func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit Emit) (<-
 	if emit == nil {
 		return nil, errors.New("executor: Start needs an Emit function")
 	}
+	r, err := e.register(ctx, a, emit, Cursor{})
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("task accepted", "assign", RedactAssign(a))
+	// The directory is made before the task counts as accepted, so that a
+	// message sent while its image is still being pulled has an inbox to
+	// go to. validate first: sidecar names become file names.
+	if r.validate() == nil {
+		r.prepErr = r.prepareDir()
+	}
+	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_PROVISIONING}, false)
+	go r.main(ctx, r.execute)
+	return r.done, nil
+}
+
+// Resume takes over an attempt a previous agent process started, from the
+// assignment and the newest cursor it stored. It finds the attempt's
+// containers by their labels: a task still running is watched again, its
+// output read on from the cursor; one that ended while no agent ran is
+// finished from its runner log, which holds its exit status. Either way the
+// run ends as a Start-ed one does. ErrNotResumable means there is nothing to
+// take over.
+func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur Cursor, emit Emit) (<-chan struct{}, error) {
+	if a == nil || a.GetTaskId() == "" {
+		return nil, errors.New("executor: resume without a task id")
+	}
+	key := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	ictx, cancel := context.WithTimeout(ctx, apiTimeout)
+	info, err := e.docker.ContainerInspect(ictx, ContainerName(key))
+	cancel()
+	var found *container.InspectResponse
+	switch {
+	case err == nil:
+		found = &info
+		if info.State != nil && info.State.Status == "created" {
+			return nil, fmt.Errorf("%w: the container of %s was created but never started", ErrNotResumable, key)
+		}
+	case isNotFound(err):
+		exit, ferr := findExit(filepath.Join(e.dirOf(key), logFile), cur.Task)
+		if ferr != nil || exit == nil {
+			return nil, fmt.Errorf("%w: the container of %s is gone and its runner log has no exit status", ErrNotResumable, key)
+		}
+	default:
+		return nil, fmt.Errorf("inspect the container of %s: %w", key, err)
+	}
+	r, err := e.register(ctx, a, emit, cur)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("resuming a task a previous agent process started", "container_found", found != nil,
+		"stdout_offset", cur.Task.Stdout, "stderr_offset", cur.Task.Stderr)
+	go r.main(ctx, func(ctx context.Context) *podiumv1.StatusChange { return r.resume(ctx, found) })
+	return r.done, nil
+}
+
+func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return runlog.FindExit(f, pos)
+}
+
+// register creates a run and enters it in the table, refusing a duplicate.
+func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit Emit, cur Cursor) (*run, error) {
 	key := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
 	prepCtx, prepCancel := context.WithCancel(ctx)
 	r := &run{
 		e:          e,
 		key:        key,
 		assign:     a,
+		spec:       a.GetSpec(),
 		emitFn:     emit,
 		log:        e.log.With("task_id", key.TaskID, "attempt", key.Attempt),
 		prepCtx:    prepCtx,
 		prepCancel: prepCancel,
 		cancelled:  make(chan struct{}),
 		done:       make(chan struct{}),
+		dir:        e.dirOf(key),
+		cur:        cur,
 	}
-
+	if r.spec == nil {
+		r.spec = &podiumv1.TaskSpec{}
+	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if _, dup := e.runs[key]; dup {
-		e.mu.Unlock()
 		prepCancel()
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyRunning, key)
 	}
 	e.runs[key] = r
 	e.wg.Add(1)
-	e.mu.Unlock()
-
-	r.log.Info("task accepted", "assign", RedactAssign(a))
-	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_PROVISIONING})
-
-	go func() {
-		defer e.wg.Done()
-		defer close(r.done)
-		defer prepCancel()
-		final := r.execute(ctx)
-		// The run leaves the table before its terminal event goes out, so the
-		// slot is free by the time the coordinator hears the task ended.
-		e.mu.Lock()
-		delete(e.runs, key)
-		e.mu.Unlock()
-		if final != nil {
-			attrs := []any{"state", final.GetState().String(), "reason", final.GetReason()}
-			if final.ExitCode != nil {
-				attrs = append(attrs, "exit_code", final.GetExitCode())
-			}
-			r.log.Info("task finished", attrs...)
-			r.emitStatus(final)
-		}
-	}()
-	return r.done, nil
+	return r, nil
 }
 
-// Cancel stops a running task attempt: SIGTERM, then SIGKILL after grace (0
-// means the task's cancel_grace_seconds, else DefaultGrace). The run ends with
-// the terminal status CANCELLED and reason. A cancel that arrives before the
-// container started aborts the preparation (an image pull, say) and still ends
+// Cancel stops a running task attempt: its stop signal (SIGTERM unless the
+// image says otherwise), then SIGKILL after grace (0 means the task's
+// cancel_grace_seconds, else DefaultGrace). The run ends with the terminal
+// status CANCELLED and reason. A cancel that arrives before the container
+// started aborts the preparation (an image pull, say) and still ends
 // CANCELLED. attempt 0 matches whichever attempt of the task is running.
 // Cancel does not wait for the container to stop; it reports whether a run was
 // found.
 func (e *Executor) Cancel(taskID string, attempt int32, reason string, grace time.Duration) bool {
+	found := e.find(taskID, attempt)
+	for _, r := range found {
+		r.cancel(reason, grace)
+	}
+	return len(found) > 0
+}
+
+func (e *Executor) find(taskID string, attempt int32) []*run {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	var found []*run
 	for k, r := range e.runs {
 		if k.TaskID == taskID && (attempt == 0 || k.Attempt == attempt) {
 			found = append(found, r)
 		}
 	}
-	e.mu.Unlock()
-	for _, r := range found {
-		r.cancel(reason, grace)
+	return found
+}
+
+// Inject puts a message into a running attempt's inbox (package inbox),
+// where `podium-runner ask` inside the task reads it. It reports false for a
+// repeat of a message already delivered.
+func (e *Executor) Inject(taskID string, attempt int32, messageID int64, text string) (bool, error) {
+	found := e.find(taskID, attempt)
+	if len(found) == 0 {
+		return false, fmt.Errorf("%w: %s/%d", ErrNotRunning, taskID, attempt)
 	}
-	return len(found) > 0
+	r := found[0]
+	ok, err := inbox.Deliver(filepath.Join(r.dir, inboxDir), messageID, text)
+	if err != nil {
+		return false, fmt.Errorf("write message %d into the inbox of %s: %w", messageID, r.key, err)
+	}
+	if ok {
+		r.log.Info("message delivered to the task's inbox", "message_id", messageID, "bytes", len(text))
+	}
+	return ok, nil
 }
 
 // Running is how many task attempts are in progress; each holds a slot.
@@ -261,42 +492,100 @@ func (e *Executor) Tasks() []Key {
 }
 
 // Wait blocks until every run started so far has finished. After the context
-// the runs were started with ends, this is how the agent waits for their
-// containers to be stopped and removed before it exits.
+// the runs were started with ends, this is how the agent waits for them to
+// let go of their containers (which keep running) before it exits.
 func (e *Executor) Wait() { e.wg.Wait() }
 
-// RemoveOrphans removes containers labelled with this node that no run of
-// this executor owns: containers an earlier agent process left behind when it
-// crashed. Their output since the crash is gone and the coordinator has been
-// told (by a Hello that does not list them) that the tasks were lost, so
-// letting them run on would only burn the machine and hold ports and memory.
-// Call it once before accepting work.
+func (e *Executor) owns(k Key) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.runs[k]
+	return ok
+}
+
+// RemoveOrphans removes the containers, networks, volumes and host
+// directories of this node that no run owns: what an earlier agent process
+// left of attempts it did not resume (they were lost, finished, or disowned).
+// Call it once after resuming, before accepting work.
 func (e *Executor) RemoveOrphans(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	list, err := e.docker.ContainerList(ctx, container.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+e.nodeID)),
-	})
+	var errs []error
+	errs = append(errs, e.removeLabelled(ctx, filters.NewArgs(filters.Arg("label", LabelNode+"="+e.nodeID)), func(k Key) bool {
+		if e.owns(k) {
+			return false
+		}
+		e.log.Warn("removing what an earlier agent process left of a task attempt", "task_id", k.TaskID, "attempt", k.Attempt)
+		return true
+	}))
+	entries, err := os.ReadDir(e.tasksDir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range entries {
+		k, ok := parseDirName(d.Name())
+		if !ok || e.owns(k) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(e.tasksDir, d.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeLabelled force-removes the containers, then the networks and volumes,
+// that match f and whose attempt del approves. Containers go first because a
+// network or volume in use cannot be removed.
+func (e *Executor) removeLabelled(ctx context.Context, f filters.Args, del func(Key) bool) error {
+	var errs []error
+	decided := map[Key]bool{}
+	ok := func(labels map[string]string) bool {
+		k := Key{TaskID: labels[LabelTask]}
+		if n, err := strconv.Atoi(labels[LabelAttempt]); err == nil {
+			k.Attempt = int32(n)
+		}
+		d, seen := decided[k]
+		if !seen {
+			d = del(k)
+			decided[k] = d
+		}
+		return d
+	}
+	cs, err := e.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return fmt.Errorf("list this node's containers (is the Docker engine running?): %w", err)
 	}
-	var errs []error
-	for _, c := range list {
-		key := Key{TaskID: c.Labels[LabelTask]}
-		if n, err := strconv.Atoi(c.Labels[LabelAttempt]); err == nil {
-			key.Attempt = int32(n)
-		}
-		e.mu.Lock()
-		_, owned := e.runs[key]
-		e.mu.Unlock()
-		if owned {
+	for _, c := range cs {
+		if !ok(c.Labels) {
 			continue
 		}
-		e.log.Warn("removing a container an earlier agent process left behind",
-			"container", shortID(c.ID), "task_id", key.TaskID, "attempt", key.Attempt, "state", c.State)
 		if err := e.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove orphaned container %s: %w", shortID(c.ID), err))
+			errs = append(errs, fmt.Errorf("remove container %s (remove it by hand with `docker rm -f %s`): %w", shortID(c.ID), shortID(c.ID), err))
+		}
+	}
+	nets, err := e.docker.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list this node's networks: %w", err))
+	}
+	for _, n := range nets {
+		if !ok(n.Labels) {
+			continue
+		}
+		if err := e.docker.NetworkRemove(ctx, n.ID); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove network %s (remove it by hand with `docker network rm %s`): %w", n.Name, n.Name, err))
+		}
+	}
+	vols, err := e.docker.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list this node's volumes: %w", err))
+	}
+	for _, v := range vols.Volumes {
+		if v == nil || !ok(v.Labels) {
+			continue
+		}
+		if err := e.docker.VolumeRemove(ctx, v.Name, true); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove volume %s (remove it by hand with `docker volume rm %s`): %w", v.Name, v.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -309,6 +598,59 @@ func ContainerName(k Key) string {
 	return fmt.Sprintf("podium-%s-%d", k.TaskID, k.Attempt)
 }
 
+// NetworkName is the name of a task attempt's private network.
+func NetworkName(k Key) string { return ContainerName(k) }
+
+// VolumeName is the name of a task attempt's workspace volume.
+func VolumeName(k Key) string { return ContainerName(k) + "-workspace" }
+
+// SidecarName is the container name of one of an attempt's sidecars.
+func SidecarName(k Key, name string) string { return ContainerName(k) + "-" + name }
+
+// dirName is the host directory of an attempt within the tasks directory.
+// Task ids are safe as file names; anything else is escaped so no id can
+// reach outside the directory.
+func dirName(k Key) string {
+	var b strings.Builder
+	for i := 0; i < len(k.TaskID); i++ {
+		c := k.TaskID[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String() + "-" + strconv.Itoa(int(k.Attempt))
+}
+
+func parseDirName(name string) (Key, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return Key{}, false
+	}
+	n, err := strconv.Atoi(name[i+1:])
+	if err != nil {
+		return Key{}, false
+	}
+	var b strings.Builder
+	s := name[:i]
+	for j := 0; j < len(s); j++ {
+		if s[j] == '%' && j+2 < len(s) {
+			v, err := strconv.ParseUint(s[j+1:j+3], 16, 8)
+			if err != nil {
+				return Key{}, false
+			}
+			b.WriteByte(byte(v))
+			j += 2
+			continue
+		}
+		b.WriteByte(s[j])
+	}
+	return Key{TaskID: b.String(), Attempt: int32(n)}, true
+}
+
+func (e *Executor) dirOf(k Key) string { return filepath.Join(e.tasksDir, dirName(k)) }
+
 // RedactAssign is the only way an assignment is logged. An assignment carries
 // the task's environment and command line, which routinely hold secrets, so
 // only what identifies the task and the names (never the values) of its
@@ -320,12 +662,17 @@ func RedactAssign(a *podiumv1.Assign) slog.Value {
 		envKeys = append(envKeys, k)
 	}
 	sort.Strings(envKeys)
+	sidecars := make([]string, 0, len(spec.GetSidecars()))
+	for _, sc := range spec.GetSidecars() {
+		sidecars = append(sidecars, sc.GetName())
+	}
 	return slog.GroupValue(
 		slog.String("task_id", a.GetTaskId()),
 		slog.Int("attempt", int(a.GetAttempt())),
 		slog.String("image", spec.GetImage()),
 		slog.Int("argc", len(spec.GetCommand())),
 		slog.Any("env_keys", envKeys),
+		slog.Any("sidecars", sidecars),
 		slog.Int64("timeout_seconds", spec.GetTimeoutSeconds()),
 	)
 }
@@ -340,12 +687,6 @@ func (e *Executor) graceFor(spec *podiumv1.TaskSpec, explicit time.Duration) tim
 		return time.Duration(s) * time.Second
 	}
 	return e.defaultGrace
-}
-
-// graceSeconds converts a grace period into the whole seconds the engine
-// takes, rounding up so a grace of 1.5 s never becomes an instant SIGKILL.
-func graceSeconds(d time.Duration) int {
-	return int(math.Ceil(d.Seconds()))
 }
 
 func now() *timestamppb.Timestamp { return timestamppb.Now() }

@@ -10,6 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +20,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/agent/executor"
@@ -25,10 +30,12 @@ import (
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// recorder collects what a run emits, the way the session would.
+// recorder collects what a run emits, the way the session would: with the
+// newest cursor, which is what a restarted agent resumes from.
 type recorder struct {
 	mu     sync.Mutex
 	events []*podiumv1.TaskEvent
+	cursor executor.Cursor
 	// statusC receives every status change as it is emitted, so a test can
 	// act when a task reaches RUNNING.
 	statusC chan podiumv1.TaskState
@@ -38,13 +45,22 @@ func newRecorder() *recorder {
 	return &recorder{statusC: make(chan podiumv1.TaskState, 16)}
 }
 
-func (r *recorder) emit(ev *podiumv1.TaskEvent) {
+func (r *recorder) emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
+	if cur != nil {
+		r.cursor = *cur
+	}
 	r.mu.Unlock()
 	if s := ev.GetStatus(); s != nil {
 		r.statusC <- s.GetState()
 	}
+}
+
+func (r *recorder) lastCursor() executor.Cursor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cursor
 }
 
 func (r *recorder) all() []*podiumv1.TaskEvent {
@@ -144,33 +160,57 @@ func isTerminal(s podiumv1.TaskState) bool {
 	return false
 }
 
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
+
 type env struct {
-	logs   *logBuffer
-	docker *client.Client
-	exec   *executor.Executor
-	image  string
-	nodeID string
+	logs     *logBuffer
+	docker   *client.Client
+	exec     *executor.Executor
+	image    string
+	nodeID   string
+	tasksDir string
+	t        *testing.T
+	execs    []*executor.Executor
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
-	nodeID := agenttest.NodeID(t)
-	logs := &logBuffer{}
+	e := &env{logs: &logBuffer{}, docker: dc, image: image, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir(), t: t}
+	e.exec = e.newExecutor()
+	t.Cleanup(func() {
+		// A test that failed half-way may leave a task that would run
+		// for ever; the check below must not wait for it.
+		for _, ex := range e.execs {
+			for _, k := range ex.Tasks() {
+				ex.Cancel(k.TaskID, k.Attempt, "the test is over", time.Second)
+			}
+			ex.Wait()
+		}
+		agenttest.AssertNoContainers(t, dc, e.nodeID)
+		if entries, _ := os.ReadDir(e.tasksDir); len(entries) > 0 {
+			t.Errorf("%d task directories are left in %s", len(entries), e.tasksDir)
+		}
+	})
+	return e
+}
+
+// newExecutor makes an executor of the env's node: a second one stands for
+// the next agent process.
+func (e *env) newExecutor() *executor.Executor {
 	ex, err := executor.New(executor.Config{
-		Docker: dc,
-		NodeID: nodeID,
-		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Docker:     e.docker,
+		NodeID:     e.nodeID,
+		RunnerPath: agenttest.Runner(e.t),
+		TasksDir:   e.tasksDir,
+		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ex.Wait()
-		agenttest.AssertNoContainers(t, dc, nodeID)
-	})
-	return &env{logs: logs, docker: dc, exec: ex, image: image, nodeID: nodeID}
+	e.execs = append(e.execs, ex)
+	return ex
 }
 
 // logBuffer keeps the executor's log so a test can check what it says.
@@ -530,60 +570,459 @@ func TestDuplicateAssignIsRefused(t *testing.T) {
 	rec.final(t, executor.Key{TaskID: a.TaskId, Attempt: a.Attempt})
 }
 
-// TestShutdownStopsAndRemoves ends the context a run was started with, as
-// the agent does when it stops: the container goes away and no terminal status
-// is reported.
-func TestShutdownStopsAndRemoves(t *testing.T) {
+// TestOutOfMemory runs a task past its memory limit: the kernel kills it and
+// the reason starts with "oom", rather than a bare "killed by signal 9". The
+// process the kernel kills is tail, not the shell the runner started: the
+// runner's count of OOM kills in the container's cgroup is what tells.
+func TestOutOfMemory(t *testing.T) {
 	e := setup(t)
+	spec := e.sh(`head -c 300m /dev/zero | tail; echo "tail exited $?"`)
+	spec.Resources = &podiumv1.Resources{MemoryMb: 32}
+	rec, key := e.run(t, spec)
+	st := rec.final(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(st.GetReason(), executor.ReasonOOM) {
+		t.Fatalf("final status %v, want FAILED with a reason starting %q", st, executor.ReasonOOM)
+	}
+	t.Logf("reason: %s (exit %d)", st.GetReason(), st.GetExitCode())
+}
+
+// TestWithoutCommandRunsTheImagesEntrypointAndCmd: the runner replaces the
+// image's entrypoint, so the agent must run what `docker run IMAGE` would.
+func TestWithoutCommandRunsTheImagesEntrypointAndCmd(t *testing.T) {
+	e := setup(t)
+	img := buildImage(t, "podium-test/entrypoint:latest", "FROM "+e.image+"\nENTRYPOINT [\"echo\", \"from-entrypoint\"]\nCMD [\"and-cmd\"]\n")
+	rec, key := e.run(t, &podiumv1.TaskSpec{Image: img})
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("final status %v", st)
+	}
+	if got := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)); got != "from-entrypoint and-cmd\n" {
+		t.Fatalf("stdout %q, want the image's entrypoint and cmd to have run", got)
+	}
+}
+
+// buildImage builds a small image from a Dockerfile on top of the test image.
+func buildImage(t *testing.T, tag, dockerfile string) string {
+	t.Helper()
+	cmd := exec.Command("docker", "build", "-q", "-t", tag, "-")
+	cmd.Stdin = strings.NewReader(dockerfile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker build %s: %v\n%s", tag, err, out)
+	}
+	return tag
+}
+
+// TestIsolationAndHardening looks at a running task from the engine's side
+// and from inside: its own network, its workspace volume, labels on all of
+// them, no capabilities but the ones asked for, no-new-privileges, no Docker
+// socket.
+func TestIsolationAndHardening(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	spec := e.sh(`grep CapEff /proc/self/status; echo data > /workspace/f && cat /workspace/f; ` +
+		`test -S /var/run/docker.sock && echo SOCKET; echo ready; sleep 600`)
+	spec.Capabilities = []string{"cap_chown"}
 	rec := newRecorder()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a := e.assign(t, e.sh("sleep 600"))
+	a := e.assign(t, spec)
+	key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
 	done, err := e.exec.Start(ctx, a, rec.emit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.waitState(t, podiumv1.TaskState_TASK_STATE_RUNNING)
-	cancel()
-	waitDone(t, done, 30*time.Second)
-	for _, s := range rec.statuses() {
-		if strings.Contains(s, "FAILED") || strings.Contains(s, "CANCELLED") || strings.Contains(s, "SUCCEEDED") {
-			t.Fatalf("shutdown reported a terminal status: %v", rec.statuses())
+	waitOutputContains(t, rec, "ready\n")
+	out := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT))
+	// CAP_CHOWN is bit 0: the effective set is exactly that one.
+	if !strings.Contains(out, "CapEff:\t0000000000000001") || !strings.Contains(out, "data\n") || strings.Contains(out, "SOCKET") {
+		t.Fatalf("the task saw %q; want only CAP_CHOWN, a writable /workspace and no Docker socket", out)
+	}
+	info, err := e.docker.ContainerInspect(ctx, executor.ContainerName(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := info.HostConfig
+	if h.Privileged || !slices.Equal(h.CapDrop, []string{"ALL"}) || !slices.Contains(h.SecurityOpt, "no-new-privileges") ||
+		string(h.NetworkMode) != executor.NetworkName(key) {
+		t.Fatalf("host config: privileged %v, cap drop %v, security %v, network %s", h.Privileged, h.CapDrop, h.SecurityOpt, h.NetworkMode)
+	}
+	for _, m := range info.Mounts {
+		if strings.Contains(m.Source, "docker.sock") {
+			t.Fatalf("the Docker socket is mounted: %v", m)
 		}
 	}
-	e.containerGone(t, executor.Key{TaskID: a.TaskId, Attempt: a.Attempt})
+	if info.Config.Labels[executor.LabelTask] != key.TaskID || info.Config.Labels[executor.LabelNode] != e.nodeID {
+		t.Fatalf("container labels %v", info.Config.Labels)
+	}
+	nw, err := e.docker.NetworkInspect(ctx, executor.NetworkName(key), network.InspectOptions{})
+	if err != nil || nw.Driver != "bridge" || nw.Labels[executor.LabelTask] != key.TaskID || nw.Labels[executor.LabelNode] != e.nodeID {
+		t.Fatalf("network %v (%v)", nw, err)
+	}
+	vol, err := e.docker.VolumeInspect(ctx, executor.VolumeName(key))
+	if err != nil || vol.Labels[executor.LabelAttempt] != "1" {
+		t.Fatalf("volume %v (%v)", vol, err)
+	}
+	e.exec.Cancel(a.TaskId, a.Attempt, "done looking", time.Second)
+	waitDone(t, done, 30*time.Second)
+	rec.final(t, key)
+	agenttest.AssertNoContainers(t, e.docker, e.nodeID)
 }
 
+func TestCapabilityOutsideTheListFails(t *testing.T) {
+	e := setup(t)
+	spec := e.sh("true")
+	spec.Capabilities = []string{"SYS_ADMIN"}
+	rec, key := e.run(t, spec)
+	st := rec.final(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetReason(), "SYS_ADMIN") ||
+		!strings.Contains(st.GetReason(), "NET_BIND_SERVICE") {
+		t.Fatalf("final status %v, want FAILED naming SYS_ADMIN and the allowed list", st)
+	}
+}
+
+// webSidecar serves one page with busybox httpd on port.
+func (e *env) webSidecar(name string, port int, readiness *podiumv1.Readiness) *podiumv1.Sidecar {
+	return &podiumv1.Sidecar{
+		Name:  name,
+		Image: e.image,
+		Command: []string{"sh", "-c", fmt.Sprintf(
+			"mkdir -p /www && echo hello from %s > /www/index.html && echo %s starting && sleep 0.5 && exec httpd -f -p %d -h /www", name, name, port)},
+		Readiness: readiness,
+	}
+}
+
+// TestSidecarsReachableByName starts three sidecars, one per kind of
+// readiness check, and a task that talks to two of them by name.
+func TestSidecarsReachableByName(t *testing.T) {
+	e := setup(t)
+	spec := e.sh("wget -qO- http://web:8080/index.html; wget -qO- http://api:8081/index.html")
+	spec.Sidecars = []*podiumv1.Sidecar{
+		e.webSidecar("web", 8080, &podiumv1.Readiness{HttpPath: "/index.html", HttpPort: 8080, TimeoutSeconds: 20}),
+		e.webSidecar("api", 8081, &podiumv1.Readiness{TcpPort: 8081, TimeoutSeconds: 20}),
+		{Name: "flag", Image: e.image, Command: []string{"sh", "-c", "sleep 1; touch /ready; sleep 600"},
+			Readiness: &podiumv1.Readiness{Command: []string{"test", "-f", "/ready"}, TimeoutSeconds: 20}},
+	}
+	rec, key := e.run(t, spec)
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("final status %v; stderr %q", st, rec.output(t, podiumv1.LogStream_LOG_STREAM_STDERR))
+	}
+	if got := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)); got != "hello from web\nhello from api\n" {
+		t.Fatalf("stdout %q", got)
+	}
+	notes := rec.notes()
+	for _, want := range []string{"[web] web starting", "[api] api starting", "sidecar web is ready", "sidecar flag is ready"} {
+		if !slices.Contains(notes, want) {
+			t.Errorf("no note %q among %q", want, notes)
+		}
+	}
+	// The sidecars were ready before the task started.
+	var running, ready int
+	for i, ev := range rec.all() {
+		if ev.GetStatus().GetState() == podiumv1.TaskState_TASK_STATE_RUNNING {
+			running = i
+		}
+		if ev.GetNote().GetText() == "sidecar web is ready" {
+			ready = i
+		}
+	}
+	if ready > running {
+		t.Fatalf("RUNNING (event %d) came before the web sidecar was ready (event %d)", running, ready)
+	}
+}
+
+func (r *recorder) notes() []string {
+	var out []string
+	for _, ev := range r.all() {
+		if n := ev.GetNote(); n != nil {
+			out = append(out, n.GetText())
+		}
+	}
+	return out
+}
+
+// TestSidecarNeverReadyFailsWithItsOutput: a sidecar whose port never opens
+// fails the task, and the reason carries the sidecar's last lines, which is
+// where a person finds out why.
+func TestSidecarNeverReadyFailsWithItsOutput(t *testing.T) {
+	e := setup(t)
+	spec := e.sh("echo the task must not run")
+	spec.Sidecars = []*podiumv1.Sidecar{{
+		Name: "db", Image: e.image,
+		Command:   []string{"sh", "-c", "echo booting; echo 'fatal: no configuration file' >&2; sleep 600"},
+		Readiness: &podiumv1.Readiness{TcpPort: 5432, TimeoutSeconds: 2},
+	}}
+	rec, key := e.run(t, spec)
+	st := rec.final(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetReason(), `sidecar "db" did not become ready within 2s`) ||
+		!strings.Contains(st.GetReason(), "[db] fatal: no configuration file") {
+		t.Fatalf("final status %v, want FAILED naming the sidecar and its last output", st)
+	}
+	if out := rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT); len(out) != 0 {
+		t.Fatalf("the task ran: %q", out)
+	}
+	t.Logf("reason: %s", st.GetReason())
+}
+
+// TestInboxMessagesReadInOrderOnce delivers two messages (and a repeat of the
+// first) to a task that reads two with `podium-runner ask`.
+func TestInboxMessagesReadInOrderOnce(t *testing.T) {
+	e := setup(t)
+	rec := newRecorder()
+	a := e.assign(t, e.sh("echo waiting; podium-runner ask; podium-runner ask; echo done"))
+	done, err := e.exec.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutputContains(t, rec, "waiting\n")
+	for _, m := range []struct {
+		id   int64
+		text string
+		want bool
+	}{{1, "first", true}, {2, "second\n", true}, {1, "first", false}} {
+		ok, err := e.exec.Inject(a.TaskId, a.Attempt, m.id, m.text)
+		if err != nil || ok != m.want {
+			t.Fatalf("Inject %d: %v, %v; want %v", m.id, ok, err, m.want)
+		}
+	}
+	waitDone(t, done, 30*time.Second)
+	st := rec.final(t, executor.Key{TaskID: a.TaskId, Attempt: a.Attempt})
+	if got := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)); got != "waiting\nfirst\nsecond\ndone\n" || st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("stdout %q, status %v", got, st)
+	}
+	if _, err := e.exec.Inject(a.TaskId, a.Attempt, 3, "late"); !errors.Is(err, executor.ErrNotRunning) {
+		t.Fatalf("Inject after the end: %v, want ErrNotRunning", err)
+	}
+}
+
+func waitOutputContains(t *testing.T, rec *recorder, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)), want) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("stdout never contained %q; it is %q", want, rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT))
+}
+
+// resumeCase is one agent restart in the middle of a task: the first
+// executor's context ends (the agent stops), the task goes on without it, and
+// a second executor resumes from the first one's last cursor.
+func resumeCase(t *testing.T, e *env, n int, between func(key executor.Key)) (*recorder, *recorder, executor.Key) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	first := newRecorder()
+	spec := e.sh(fmt.Sprintf("for i in $(seq 1 %d); do echo $i; echo err$i >&2; sleep 0.05; done", n))
+	a := e.assign(t, spec)
+	key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
+	done, err := e.exec.Start(ctx, a, first.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutputContains(t, first, "3\n")
+	stop()
+	waitDone(t, done, 30*time.Second)
+	if e.exec.Running() != 0 {
+		t.Fatal("the run did not end with its context")
+	}
+	for _, s := range first.statuses() {
+		if strings.Contains(s, "SUCCEEDED") || strings.Contains(s, "FAILED") || strings.Contains(s, "CANCELLED") {
+			t.Fatalf("a stopping agent reported %s", s)
+		}
+	}
+	if cs := containersOf(t, e, key); len(cs) != 1 {
+		t.Fatalf("the task's container should outlive the agent; found %d", len(cs))
+	}
+	if between != nil {
+		between(key)
+	}
+	second := newRecorder()
+	done, err = e.newExecutor().Resume(context.Background(), a, first.lastCursor(), second.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 60*time.Second)
+	return first, second, key
+}
+
+func containersOf(t *testing.T, e *env, key executor.Key) []container.Summary {
+	t.Helper()
+	cs, err := e.docker.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", executor.LabelTask+"="+key.TaskID), filters.Arg("label", executor.LabelRole+"=task"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// checkResumed checks that the two halves of the output, put together, are
+// exactly what the task wrote, once each.
+func checkResumed(t *testing.T, first, second *recorder, n int) {
+	t.Helper()
+	for _, s := range []struct {
+		stream podiumv1.LogStream
+		line   func(int) string
+	}{
+		{podiumv1.LogStream_LOG_STREAM_STDOUT, func(i int) string { return fmt.Sprintf("%d\n", i) }},
+		{podiumv1.LogStream_LOG_STREAM_STDERR, func(i int) string { return fmt.Sprintf("err%d\n", i) }},
+	} {
+		var want strings.Builder
+		for i := 1; i <= n; i++ {
+			want.WriteString(s.line(i))
+		}
+		a := first.output(t, s.stream)
+		b := secondOutput(t, second, s.stream, uint64(len(a)))
+		if got := string(a) + string(b); got != want.String() {
+			t.Fatalf("%s before the restart %q, after %q; want %q", s.stream, a, b, want.String())
+		}
+	}
+}
+
+// secondOutput reassembles a stream that starts at offset from.
+func secondOutput(t *testing.T, r *recorder, stream podiumv1.LogStream, from uint64) []byte {
+	t.Helper()
+	var buf []byte
+	for _, ev := range r.all() {
+		c := ev.GetLog()
+		if c == nil || c.GetStream() != stream {
+			continue
+		}
+		if c.GetOffset() != from+uint64(len(buf)) {
+			t.Fatalf("%s chunk at offset %d after the restart, want %d", stream, c.GetOffset(), from+uint64(len(buf)))
+		}
+		buf = append(buf, c.GetData()...)
+	}
+	return buf
+}
+
+func TestResumeAfterAgentRestartIsByteExact(t *testing.T) {
+	e := setup(t)
+	const n = 60
+	first, second, key := resumeCase(t, e, n, nil)
+	st := second.final2(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("final status %v", st)
+	}
+	checkResumed(t, first, second, n)
+	for _, s := range second.statuses() {
+		if strings.Contains(s, "RUNNING") {
+			t.Fatalf("RUNNING was reported again after the restart: %v", second.statuses())
+		}
+	}
+}
+
+// TestResumeOfATaskThatEndedWhileTheAgentWasDown: the task finishes while no
+// agent runs, and someone even removes its container; its runner log still
+// has everything, exit status included.
+func TestResumeOfATaskThatEndedWhileTheAgentWasDown(t *testing.T) {
+	e := setup(t)
+	const n = 20
+	first, second, key := resumeCase(t, e, n, func(key executor.Key) {
+		ctx := context.Background()
+		wc, ec := e.docker.ContainerWait(ctx, executor.ContainerName(key), container.WaitConditionNotRunning)
+		select {
+		case <-wc:
+		case err := <-ec:
+			t.Fatal(err)
+		}
+		if err := e.docker.ContainerRemove(ctx, executor.ContainerName(key), container.RemoveOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	st := second.final2(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED || st.GetExitCode() != 0 {
+		t.Fatalf("final status %v", st)
+	}
+	checkResumed(t, first, second, n)
+}
+
+// final2 is final for the second half of a resumed run, which starts without
+// PROVISIONING.
+func (r *recorder) final2(t *testing.T, key executor.Key) *podiumv1.StatusChange {
+	t.Helper()
+	evs := r.all()
+	if len(evs) == 0 {
+		t.Fatal("no events after the restart")
+	}
+	last := evs[len(evs)-1].GetStatus()
+	if !isTerminal(last.GetState()) {
+		t.Fatalf("the last event is not a terminal status: %v", r.statuses())
+	}
+	for _, ev := range evs[:len(evs)-1] {
+		if isTerminal(ev.GetStatus().GetState()) || ev.GetTaskId() != key.TaskID {
+			t.Fatalf("unexpected event %v", ev)
+		}
+	}
+	return last
+}
+
+func TestResumeWithNothingLeftIsRefused(t *testing.T) {
+	e := setup(t)
+	a := e.assign(t, e.sh("true"))
+	_, err := e.exec.Resume(context.Background(), a, executor.Cursor{}, newRecorder().emit)
+	if !errors.Is(err, executor.ErrNotResumable) {
+		t.Fatalf("Resume of an attempt with no container and no log: %v, want ErrNotResumable", err)
+	}
+}
+
+// TestRemoveOrphans: what an earlier agent left of attempts nobody resumed
+// goes, containers, networks, volumes and directories alike.
 func TestRemoveOrphans(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	resp, err := e.docker.ContainerCreate(ctx, &container.Config{
-		Image:  e.image,
-		Cmd:    []string{"sleep", "600"},
-		Labels: map[string]string{executor.LabelTask: "t-orphan", executor.LabelAttempt: "1", executor.LabelNode: e.nodeID},
-	}, nil, nil, nil, "")
+	labels := map[string]string{executor.LabelTask: "t-orphan", executor.LabelAttempt: "1", executor.LabelNode: e.nodeID}
+	if _, err := e.docker.NetworkCreate(ctx, fmt.Sprintf("podium-orphan-%d", os.Getpid()), network.CreateOptions{Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.docker.VolumeCreate(ctx, volume.CreateOptions{Name: fmt.Sprintf("podium-orphan-%d", os.Getpid()), Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.docker.ContainerCreate(ctx, &container.Config{Image: e.image, Cmd: []string{"sleep", "600"}, Labels: labels}, nil, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(e.tasksDir, "t-orphan-1", "inbox"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.exec.RemoveOrphans(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.containerGone(t, executor.Key{TaskID: "t-orphan", Attempt: 1})
+	// setup's cleanup checks that nothing is left.
 }
 
-// TestOutOfMemory runs a task past its memory limit: the kernel kills it and
-// the reason says so, rather than a bare "killed by signal 9".
-func TestOutOfMemory(t *testing.T) {
+// TestRestartDuringCancelGrace: the agent stops while a cancelled task that
+// ignores SIGTERM waits out its grace period; the next agent process still
+// kills it when the grace is over and reports it cancelled, not failed.
+func TestRestartDuringCancelGrace(t *testing.T) {
 	e := setup(t)
-	spec := e.sh(`a=$(head -c 100000000 /dev/zero | tr '\000' x); echo ${#a}`)
-	spec.Resources = &podiumv1.Resources{MemoryMb: 16}
-	rec, key := e.run(t, spec)
-	st := rec.final(t, key)
-	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(st.GetReason(), "out of memory") {
-		t.Fatalf("final status %v, want FAILED out of memory", st)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	first := newRecorder()
+	a := e.assign(t, e.sh("trap '' TERM; echo ready; while true; do sleep 0.1; done"))
+	done, err := e.exec.Start(ctx, a, first.emit)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("reason: %s (exit %d)", st.GetReason(), st.GetExitCode())
+	waitOutputContains(t, first, "ready\n")
+	start := time.Now()
+	e.exec.Cancel(a.TaskId, a.Attempt, "user asked", 2*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	waitDone(t, done, 30*time.Second)
+
+	second := newRecorder()
+	done, err = e.newExecutor().Resume(context.Background(), a, first.lastCursor(), second.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 30*time.Second)
+	st := second.final2(t, executor.Key{TaskID: a.TaskId, Attempt: a.Attempt})
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_CANCELLED || st.GetReason() != "user asked" || st.GetSignal() != 9 {
+		t.Fatalf("final status %v, want CANCELLED \"user asked\" by SIGKILL", st)
+	}
+	if took := time.Since(start); took < 2*time.Second || took > 15*time.Second {
+		t.Fatalf("killed %s after the cancel; want once the 2 s grace was over", took)
+	}
 }

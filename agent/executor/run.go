@@ -7,17 +7,33 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
-	"strconv"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/pkg/jsonmessage"
 
+	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// The host directory of an attempt.
+const (
+	logFile     = "output.log" // the task's runner log
+	inboxDir    = "inbox"      // mounted at inbox.ContainerDir
+	sidecarsDir = "sidecars"   // <name>.log: the sidecars' runner logs
+	// stopFile records that the agent began stopping the task (cancel or
+	// timeout) and why, so an agent that restarts half-way through a grace
+	// period finishes the stop and reports the right outcome.
+	stopFile = "stop.json"
 )
 
 // run is one task attempt from acceptance to its terminal status.
@@ -25,12 +41,16 @@ type run struct {
 	e      *Executor
 	key    Key
 	assign *podiumv1.Assign
+	spec   *podiumv1.TaskSpec
 	emitFn Emit
 	log    *slog.Logger
+	dir    string // the attempt's host directory
+	// prepErr is why the host directory could not be made, if it could not.
+	prepErr error
 
 	// prepCtx covers everything before the container starts (pull, create,
-	// attach, start). Cancel ends it, so a cancel during a long image pull
-	// does not wait for the pull.
+	// sidecars, start). Cancel ends it, so a cancel during a long image
+	// pull does not wait for the pull.
 	prepCtx    context.Context
 	prepCancel context.CancelFunc
 
@@ -39,18 +59,38 @@ type run struct {
 	cancelReason string        // written before cancelled is closed
 	cancelGrace  time.Duration
 
+	// emitMu serialises the run's events and guards cur: an event and the
+	// cursor stored with it must go out in the order the cursor advanced,
+	// or a restart could resume from a cursor older than an event already
+	// sent.
+	emitMu sync.Mutex
+	cur    Cursor
+
+	// bg counts the run's helper goroutines (log tails, readiness
+	// checks); the run joins them before it ends.
+	bg sync.WaitGroup
+
+	// sidecarTails are the running tails of the sidecars' runner logs.
+	sidecarTails map[string]*tail
+
 	done chan struct{}
 }
 
 // outcome is why a started container stopped, when it was not by itself.
-type outcome int
+type outcome string
 
 const (
-	outcomeExited   outcome = iota // the task's own process ended
-	outcomeCancel                  // Cancel asked for it
-	outcomeTimeout                 // timeout_seconds elapsed
-	outcomeShutdown                // the agent is stopping
+	outcomeExited  outcome = ""        // the task's own process ended
+	outcomeCancel  outcome = "cancel"  // Cancel asked for it
+	outcomeTimeout outcome = "timeout" // timeout_seconds elapsed
 )
+
+// stopIntent is the content of stopFile.
+type stopIntent struct {
+	Why    outcome   `json:"why"`
+	Reason string    `json:"reason,omitempty"`
+	KillAt time.Time `json:"kill_at"`
+}
 
 func (r *run) cancel(reason string, grace time.Duration) {
 	r.once.Do(func() {
@@ -74,19 +114,45 @@ func (r *run) isCancelled() bool {
 	}
 }
 
-func (r *run) emit(ev *podiumv1.TaskEvent) {
+// interrupted says whether a failed step failed because the run was
+// cancelled (the CANCELLED status to end with) or the agent is stopping (no
+// status at all). Otherwise the step's own error is the story.
+func (r *run) interrupted(ctx context.Context) (*podiumv1.StatusChange, bool) {
+	if r.isCancelled() {
+		return r.cancelStatus(nil), true
+	}
+	if ctx.Err() != nil {
+		return nil, true
+	}
+	return nil, false
+}
+
+// emitLocked sends one event; emitMu must be held.
+func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *Cursor) {
 	ev.TaskId = r.key.TaskID
 	ev.Attempt = r.key.Attempt
 	ev.Time = now()
-	r.emitFn(ev)
+	r.emitFn(ev, cur)
 }
 
-func (r *run) emitStatus(s *podiumv1.StatusChange) {
-	r.emit(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: s}})
+// emitStatus sends a status change; started marks the cursor as past the
+// container's start, which is what RUNNING means.
+func (r *run) emitStatus(s *podiumv1.StatusChange, started bool) {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	var cur *Cursor
+	if started {
+		r.cur.Started = true
+		cur = r.cur.clone()
+	}
+	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: s}}, cur)
 }
 
 func (r *run) note(format string, args ...any) {
-	r.emit(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: fmt.Sprintf(format, args...)}}})
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	text := strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")
+	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, nil)
 }
 
 func (r *run) cancelStatus(exit *int32) *podiumv1.StatusChange {
@@ -94,82 +160,221 @@ func (r *run) cancelStatus(exit *int32) *podiumv1.StatusChange {
 }
 
 func failed(format string, args ...any) *podiumv1.StatusChange {
-	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: fmt.Sprintf(format, args...)}
+	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED,
+		Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
 }
 
 // apiCtx is a bounded context for one engine call that must happen even when
-// the run's own context has ended: stopping and removing a container is
-// exactly what shutdown needs to do.
-func (r *run) apiCtx(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// the run's own context has ended: removing what a run created is exactly
+// what it must still do when the agent stops during preparation.
+func apiCtx(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(parent), d)
 }
 
-// execute runs the attempt and returns its terminal status, or nil when the
-// agent is shutting down (see Executor.Start for why nothing is reported
-// then). Every path that created a container removes it before returning.
+// main runs body and reports its outcome. The run leaves the table before
+// its terminal event goes out, so the slot is free by the time the
+// coordinator hears the task ended; the host directory goes only after the
+// terminal event is stored, because until then a restarted agent may need
+// the runner log to finish the task.
+func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.StatusChange) {
+	defer r.e.wg.Done()
+	defer close(r.done)
+	defer r.prepCancel()
+	final := body(ctx)
+	r.bg.Wait()
+	r.e.mu.Lock()
+	delete(r.e.runs, r.key)
+	r.e.mu.Unlock()
+	if final == nil {
+		return
+	}
+	attrs := []any{"state", final.GetState().String(), "reason", final.GetReason()}
+	if final.ExitCode != nil {
+		attrs = append(attrs, "exit_code", final.GetExitCode())
+	}
+	r.log.Info("task finished", attrs...)
+	r.emitStatus(final, false)
+	r.removeDir()
+}
+
+func (r *run) removeDir() {
+	if err := os.RemoveAll(r.dir); err != nil {
+		r.log.Warn("could not remove the task's directory; the next agent start removes it", "dir", r.dir, "err", err)
+	}
+}
+
+// execute runs a newly assigned attempt.
 func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
-	spec := r.assign.GetSpec()
+	spec := r.spec
+	if st := r.validate(); st != nil {
+		return st
+	}
+	if r.prepErr != nil {
+		return failed("the task's directory on the node could not be prepared: %v (check the agent's data directory and its free space)", r.prepErr)
+	}
+	img, st := r.ensureImage(ctx, spec.GetImage())
+	if img == nil {
+		r.removeDir()
+		return st
+	}
+	argv, err := resolveArgv(spec.GetCommand(), img)
+	if err != nil {
+		r.removeDir()
+		return failed("%v", err)
+	}
+	sidecars := make([]*sidecar, 0, len(spec.GetSidecars()))
+	for _, sc := range spec.GetSidecars() {
+		simg, st := r.ensureImage(ctx, sc.GetImage())
+		if simg == nil {
+			r.removeDir()
+			return st
+		}
+		sargv, err := resolveArgv(sc.GetCommand(), simg)
+		if err != nil {
+			r.removeDir()
+			return failed("sidecar %q: %v", sc.GetName(), err)
+		}
+		sidecars = append(sidecars, &sidecar{spec: sc, argv: sargv})
+	}
+	if st, stop := r.interrupted(ctx); stop {
+		r.removeDir()
+		return st
+	}
+
+	id, started, st := r.launch(ctx, argv, sidecars)
+	if !started {
+		r.stopSidecarTails(ctx)
+		r.teardown(ctx)
+		if st == nil {
+			r.removeDir() // the agent is stopping; there is nothing to resume
+		}
+		return st
+	}
+	return r.monitor(ctx, id, time.Now(), nil)
+}
+
+// validate refuses what the node will not run, whatever the coordinator
+// let through: capabilities beyond the allowed list, and sidecar names that
+// cannot be host names on the task's network.
+func (r *run) validate() *podiumv1.StatusChange {
+	spec := r.spec
 	if spec.GetImage() == "" {
 		return failed("the task spec names no image: submit it again with an image")
 	}
-
-	if st := r.ensureImage(ctx, spec.GetImage()); st != nil {
-		return st
+	for _, c := range spec.GetCapabilities() {
+		if _, err := taskspec.NormalizeCapability(c); err != nil {
+			return failed("capability refused: %v", err)
+		}
 	}
-	if r.isCancelled() {
-		return r.cancelStatus(nil)
+	seen := map[string]bool{}
+	for _, sc := range spec.GetSidecars() {
+		n := sc.GetName()
+		if n == "" || n == taskspec.TaskHostName || seen[n] || !isDNSLabel(n) {
+			return failed("sidecar name %q cannot be used: give each sidecar a distinct DNS label other than %q, e.g. db",
+				n, taskspec.TaskHostName)
+		}
+		seen[n] = true
+		if sc.GetImage() == "" {
+			return failed("sidecar %q names no image", n)
+		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-
-	id, st := r.create(ctx, spec)
-	if st != nil {
-		return st
-	}
-	defer r.remove(ctx, id)
-
-	if r.isCancelled() {
-		return r.cancelStatus(nil)
-	}
-	return r.runContainer(ctx, id, spec)
+	return nil
 }
 
-// ensureImage makes sure the image is in the engine, pulling it when not.
-// Images already present are used as they are: a node that re-pulled a mutable
-// tag before every task would make tasks slower and results less repeatable.
-func (r *run) ensureImage(ctx context.Context, ref string) *podiumv1.StatusChange {
-	ictx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
-	_, err := r.e.docker.ImageInspect(ictx, ref)
-	cancel()
+func isDNSLabel(s string) bool {
+	if len(s) < 1 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// prepareDir makes the attempt's host directory: the empty runner logs the
+// containers' runners append to and the inbox.
+func (r *run) prepareDir() error {
+	if err := os.MkdirAll(filepath.Join(r.dir, sidecarsDir), 0o755); err != nil {
+		return err
+	}
+	if err := runlog.Create(filepath.Join(r.dir, logFile)); err != nil {
+		return err
+	}
+	for _, sc := range r.spec.GetSidecars() {
+		if err := runlog.Create(r.sidecarLog(sc.GetName())); err != nil {
+			return err
+		}
+	}
+	return inbox.Prepare(filepath.Join(r.dir, inboxDir))
+}
+
+func (r *run) sidecarLog(name string) string {
+	return filepath.Join(r.dir, sidecarsDir, name+".log")
+}
+
+// resolveArgv is the command the runner starts: the task's own, which
+// replaces the image's entrypoint and cmd, or else the image's entrypoint
+// followed by its cmd — what `docker run IMAGE` would have run. The runner
+// takes the container's entrypoint, so the agent has to work this out itself.
+func resolveArgv(command []string, img *image.InspectResponse) ([]string, error) {
+	if len(command) > 0 {
+		return append([]string(nil), command...), nil
+	}
+	var argv []string
+	if img.Config != nil {
+		argv = append(argv, img.Config.Entrypoint...)
+		argv = append(argv, img.Config.Cmd...)
+	}
+	if len(argv) == 0 {
+		return nil, errors.New("the image has neither an ENTRYPOINT nor a CMD and no command was given: give the command to run")
+	}
+	return argv, nil
+}
+
+// ensureImage makes sure the image is in the engine, pulling it when not,
+// and returns what the engine knows of it. Images already present are used as
+// they are: a node that re-pulled a mutable tag before every task would make
+// tasks slower and results less repeatable. A nil image comes with the status
+// to end with (nil when the agent is stopping).
+func (r *run) ensureImage(ctx context.Context, ref string) (*image.InspectResponse, *podiumv1.StatusChange) {
+	inspect := func() (image.InspectResponse, error) {
+		ictx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+		defer cancel()
+		return r.e.docker.ImageInspect(ictx, ref)
+	}
+	img, err := inspect()
 	if err == nil {
-		return nil
+		return &img, nil
 	}
 	if !isNotFound(err) {
-		if r.isCancelled() {
-			return r.cancelStatus(nil)
+		if st, stop := r.interrupted(ctx); stop {
+			return nil, st
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return failed("image %q could not be inspected: %v (is the Docker engine on this node running?)", ref, err)
+		return nil, failed("image %q could not be inspected: %v (is the Docker engine on this node running?)", ref, err)
 	}
 
 	r.note("pulling %s", ref)
 	r.log.Info("pulling image", "image", ref)
 	if err := r.pull(r.prepCtx, ref); err != nil {
-		if r.isCancelled() {
-			return r.cancelStatus(nil)
-		}
-		if ctx.Err() != nil {
-			return nil
+		if st, stop := r.interrupted(ctx); stop {
+			return nil, st
 		}
 		r.log.Warn("image pull failed", "image", ref, "err", err)
-		return failed("image %q could not be pulled: %v", ref, err)
+		return nil, failed("image %q could not be pulled: %v", ref, err)
 	}
 	r.note("pulled %s", ref)
 	r.log.Info("pulled image", "image", ref)
-	return nil
+	img, err = inspect()
+	if err != nil {
+		if st, stop := r.interrupted(ctx); stop {
+			return nil, st
+		}
+		return nil, failed("image %q could not be inspected after it was pulled: %v", ref, err)
+	}
+	return &img, nil
 }
 
 // pull pulls ref and reads the engine's progress stream to its end. The
@@ -197,159 +402,142 @@ func (r *run) pull(ctx context.Context, ref string) error {
 	}
 }
 
-// containerConfig turns the task spec into the engine's container and host
-// configuration.
-func (r *run) containerConfig(spec *podiumv1.TaskSpec) (*container.Config, *container.HostConfig) {
-	env := make([]string, 0, len(spec.GetEnv()))
-	for k, v := range spec.GetEnv() {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-
-	cfg := &container.Config{
-		Image:      spec.GetImage(),
-		Env:        env,
-		WorkingDir: spec.GetWorkingDir(),
-		Labels: map[string]string{
-			LabelTask:    r.key.TaskID,
-			LabelAttempt: strconv.Itoa(int(r.key.Attempt)),
-			LabelNode:    r.e.nodeID,
-		},
-		AttachStdout: true,
-		AttachStderr: true,
-	}
-	if cmd := spec.GetCommand(); len(cmd) > 0 {
-		// The command replaces the entrypoint as well as the cmd. An image
-		// whose entrypoint is a wrapper (`docker-entrypoint.sh "$@"`) would
-		// otherwise run the user's command as arguments of something else.
-		cfg.Entrypoint = []string{cmd[0]}
-		cfg.Cmd = append([]string{}, cmd[1:]...)
-	}
-
-	init := true
-	res := spec.GetResources()
-	host := &container.HostConfig{
-		// Init puts a minimal init (docker-init) at PID 1 that forwards
-		// signals and reaps orphans. Without it the task's own process is
-		// PID 1, which the kernel shields from SIGTERM unless it installs a
-		// handler, so every cancel would wait out the whole grace period.
-		// The runner will take this job over.
-		Init:        &init,
-		SecurityOpt: []string{"no-new-privileges"},
-		CapDrop:     []string{"ALL"},
-		Privileged:  false,
-		// The agent reads output through attach and keeps it itself; the
-		// engine keeping a second copy on disk would only fill the disk.
-		LogConfig: container.LogConfig{Type: "none"},
-	}
-	if cpu := res.GetCpu(); cpu > 0 {
-		host.NanoCPUs = int64(cpu * 1e9)
-	}
-	if mb := res.GetMemoryMb(); mb > 0 {
-		// Swap equal to memory means no swap at all, so a task over its limit
-		// is OOM-killed (and reported as such) instead of thrashing the node.
-		host.Memory = mb << 20
-		host.MemorySwap = mb << 20
-	}
-	if pids := res.GetPids(); pids > 0 {
-		host.PidsLimit = &pids
-	}
-	return cfg, host
-}
-
-// create creates the container. A container of the same name can only be a
-// leftover of this very attempt (an earlier agent process crashed after
-// creating it), so it is removed and the create retried once.
-func (r *run) create(ctx context.Context, spec *podiumv1.TaskSpec) (string, *podiumv1.StatusChange) {
-	cfg, host := r.containerConfig(spec)
-	name := ContainerName(r.key)
-	for try := 0; ; try++ {
-		cctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
-		resp, err := r.e.docker.ContainerCreate(cctx, cfg, host, nil, nil, name)
-		cancel()
-		if err == nil {
-			for _, w := range resp.Warnings {
-				r.log.Warn("engine warning while creating container", "warning", w)
-			}
-			r.log.Debug("container created", "container", shortID(resp.ID), "name", name)
-			return resp.ID, nil
+// launch creates the network, the volume and the sidecars, waits for the
+// sidecars, and creates and starts the task's container. started reports
+// whether the container started; if not, st is the status to end with (nil:
+// the agent is stopping) and the caller tears down.
+func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (id string, started bool, st *podiumv1.StatusChange) {
+	if err := r.createNetwork(); err != nil {
+		if st, stop := r.interrupted(ctx); stop {
+			return "", false, st
 		}
-		if r.isCancelled() {
-			return "", r.cancelStatus(nil)
+		return "", false, failed("the task's network could not be created: %v (if the engine ran out of address pools, "+
+			"give it more with default-address-pools in /etc/docker/daemon.json)", err)
+	}
+	if err := r.createVolume(); err != nil {
+		if st, stop := r.interrupted(ctx); stop {
+			return "", false, st
 		}
-		if ctx.Err() != nil {
-			return "", nil
+		return "", false, failed("the task's workspace volume could not be created: %v", err)
+	}
+	if st, ok := r.startSidecars(ctx, sidecars); !ok {
+		return "", false, st
+	}
+	if st, stop := r.interrupted(ctx); stop {
+		return "", false, st
+	}
+	id, err := r.createContainer(ctx, r.taskContainer(argv))
+	if err != nil {
+		if st, stop := r.interrupted(ctx); stop {
+			return "", false, st
 		}
-		if cerrdefs.IsConflict(err) && try == 0 {
-			r.log.Warn("removing a stale container of the same attempt", "name", name)
-			rctx, cancel := r.apiCtx(ctx, apiTimeout)
-			rerr := r.e.docker.ContainerRemove(rctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true})
-			cancel()
-			if rerr == nil || isNotFound(rerr) {
-				continue
-			}
-		}
-		return "", failed("container could not be created: %v (check the task's working directory and resource limits; "+
+		return "", false, failed("the task's container could not be created: %v (check the task's working directory and resource limits; "+
 			"the node's Docker engine must be running and have room for another container)", err)
 	}
-}
-
-// runContainer attaches, starts and watches the container until it ends, and
-// turns how it ended into the terminal status.
-func (r *run) runContainer(ctx context.Context, id string, spec *podiumv1.TaskSpec) *podiumv1.StatusChange {
-	actx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
-	out, err := r.e.output.Open(actx, id)
-	cancel()
-	if err != nil {
-		if r.isCancelled() {
-			return r.cancelStatus(nil)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return failed("container output could not be attached: %v (is the Docker engine on this node healthy?)", err)
-	}
-	defer out.Close()
-
-	// Register the wait before starting: a task that exits at once must not
-	// slip between the start and the wait. Its context is the run's, not the
-	// preparation's, because a cancel must still see the exit.
-	waitC, waitErrC := r.e.docker.ContainerWait(ctx, id, container.WaitConditionNextExit)
-
-	if r.isCancelled() {
-		return r.cancelStatus(nil)
+	if st, stop := r.interrupted(ctx); stop {
+		return "", false, st
 	}
 	sctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
 	err = r.e.docker.ContainerStart(sctx, id, container.StartOptions{})
 	cancel()
 	if err != nil {
-		if r.isCancelled() {
-			return r.cancelStatus(nil)
+		if st, stop := r.interrupted(ctx); stop {
+			return "", false, st
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return failed("container could not be started: %v (check that the command exists in image %q "+
-			"and that its working directory is valid)", err, spec.GetImage())
+		return "", false, failed("the task's container could not be started: %v (check that image %q runs on this machine)", err, r.spec.GetImage())
 	}
 	r.log.Info("container started", "container", shortID(id))
-	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING})
+	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
+	return id, true, nil
+}
 
-	// Output is copied only from here on, so no chunk can be emitted before
-	// RUNNING; until then it waits in the attach connection.
-	stdout := newLogWriter(podiumv1.LogStream_LOG_STREAM_STDOUT, r.emitChunk)
-	stderr := newLogWriter(podiumv1.LogStream_LOG_STREAM_STDERR, r.emitChunk)
-	copyDone := make(chan error, 1)
-	go func() { copyDone <- out.Copy(stdout, stderr) }()
+// resume continues an attempt a previous agent process started. found is
+// the task's container, nil when it is gone (it ended while no agent ran).
+func (r *run) resume(ctx context.Context, found *container.InspectResponse) *podiumv1.StatusChange {
+	intent := r.loadIntent()
+	if intent != nil && intent.Why == outcomeCancel {
+		// The cancel a previous agent process received holds for this one.
+		r.cancel(intent.Reason, 0)
+	}
+	for _, sc := range r.spec.GetSidecars() {
+		if _, err := os.Stat(r.sidecarLog(sc.GetName())); err == nil {
+			r.startSidecarTail(ctx, sc.GetName())
+		}
+	}
+	if found == nil {
+		r.note("the task ended while the agent on its node was not running; its output and exit status were kept")
+		t := r.startTaskTail(ctx)
+		t.finish()
+		exit, err := t.wait()
+		if ctx.Err() != nil {
+			return r.leave()
+		}
+		r.reportTailError(err)
+		r.stopSidecars(ctx)
+		why := outcomeExited
+		if intent != nil {
+			why = intent.Why
+		}
+		st := r.compose(ctx, why, exit, nil, "")
+		r.teardown(ctx)
+		return st
+	}
+	if !r.cur.Started {
+		r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
+	}
+	startedAt := time.Now()
+	if found.State != nil {
+		if t, err := time.Parse(time.RFC3339Nano, found.State.StartedAt); err == nil {
+			startedAt = t
+		}
+	}
+	return r.monitor(ctx, found.ID, startedAt, intent)
+}
+
+// leave lets go of a run whose agent is stopping: its tails stop where they
+// are (their cursors are stored with the events they sent) and its containers
+// keep running for the next agent process. No terminal status is reported.
+func (r *run) leave() *podiumv1.StatusChange {
+	r.log.Info("agent is stopping; leaving the task running for the next agent process")
+	r.bg.Wait()
+	return nil
+}
+
+// monitor watches a started container until it ends, stopping it on a
+// cancel or a timeout, and turns how it ended into the terminal status.
+// intent is a stop a previous agent process began.
+func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, intent *stopIntent) *podiumv1.StatusChange {
+	spec := r.spec
+	taskTail := r.startTaskTail(ctx)
+	stopSignal := "SIGTERM"
+	if info, err := r.inspect(ctx, id); err == nil && info.Config != nil && info.Config.StopSignal != "" {
+		stopSignal = info.Config.StopSignal
+	}
+
+	// The wait's context is the run's, not the preparation's: a cancel
+	// must still see the exit.
+	waitC, waitErrC := r.e.docker.ContainerWait(ctx, id, container.WaitConditionNotRunning)
 
 	var timeoutC <-chan time.Time
 	if s := spec.GetTimeoutSeconds(); s > 0 {
-		t := time.NewTimer(time.Duration(s) * time.Second)
+		t := time.NewTimer(max(0, time.Until(startedAt.Add(time.Duration(s)*time.Second))))
 		defer t.Stop()
 		timeoutC = t.C
 	}
-
 	why := outcomeExited
+	var killC <-chan time.Time
+	beginStop := func(o outcome, reason string, grace time.Duration) {
+		why = o
+		in := stopIntent{Why: o, Reason: reason, KillAt: time.Now().Add(grace)}
+		r.saveIntent(in)
+		killC = r.signalStop(ctx, id, stopSignal, in.KillAt)
+	}
+	if intent != nil {
+		// A previous agent process began stopping the task; finish the job.
+		why = intent.Why
+		killC = r.signalStop(ctx, id, stopSignal, intent.KillAt)
+	}
+
 	cancelC := r.cancelled
 	var exit *container.WaitResponse
 	var waitErr error
@@ -359,80 +547,160 @@ func (r *run) runContainer(ctx context.Context, id string, spec *podiumv1.TaskSp
 			exit = &res
 		case err := <-waitErrC:
 			if ctx.Err() != nil {
-				// The wait's request ended because the agent is stopping.
-				return r.shutdown(ctx, id, out, copyDone, stdout, stderr)
+				return r.leave()
 			}
 			waitErr = err
 		case <-cancelC:
 			cancelC = nil // a closed channel would spin the loop
 			if why == outcomeExited {
-				why = outcomeCancel
-				r.stop(ctx, id, r.e.graceFor(spec, r.cancelGrace))
+				r.log.Info("stopping the task", "reason", r.cancelReason)
+				beginStop(outcomeCancel, r.cancelReason, r.e.graceFor(spec, r.cancelGrace))
 			}
 		case <-timeoutC:
+			timeoutC = nil
 			if why == outcomeExited {
-				why = outcomeTimeout
 				r.log.Info("task ran past its timeout; stopping it", "timeout_seconds", spec.GetTimeoutSeconds())
-				r.stop(ctx, id, r.e.graceFor(spec, 0))
+				beginStop(outcomeTimeout, ReasonTimeout, r.e.graceFor(spec, 0))
 			}
+		case <-killC:
+			killC = nil
+			r.log.Info("the task did not stop within its grace period; killing it")
+			r.kill(ctx, id)
 		case <-ctx.Done():
-			return r.shutdown(ctx, id, out, copyDone, stdout, stderr)
+			return r.leave()
 		}
 	}
 
-	// The container has exited; its output ends once the engine has flushed
-	// it. Waiting for that is what makes the terminal status come after the
-	// last byte.
-	r.finishOutput(ctx, out, copyDone, stdout, stderr, 0)
+	// The container has exited: the runner log holds everything it wrote.
+	// Reading it to the end before the status is what puts the terminal
+	// status after the last byte.
+	taskTail.finish()
+	exitRec, tailErr := taskTail.wait()
+	if ctx.Err() != nil {
+		return r.leave()
+	}
+	r.reportTailError(tailErr)
+	r.stopSidecars(ctx)
 
+	waitMsg := ""
+	if waitErr != nil {
+		waitMsg = waitErr.Error()
+	} else if exit != nil && exit.Error != nil {
+		waitMsg = exit.Error.Message
+	}
+	st := r.compose(ctx, why, exitRec, &id, waitMsg)
+	r.teardown(ctx)
+	return st
+}
+
+// signalStop sends the container its stop signal and returns the channel
+// that fires when it is time for SIGKILL.
+func (r *run) signalStop(ctx context.Context, id, sig string, killAt time.Time) <-chan time.Time {
+	kctx, cancel := apiCtx(ctx, apiTimeout)
+	err := r.e.docker.ContainerKill(kctx, id, sig)
+	cancel()
+	if err != nil && !isNotFound(err) && !cerrdefs.IsConflict(err) {
+		r.log.Warn("could not signal the task's container; it will be killed after the grace period", "signal", sig, "err", err)
+	}
+	return time.After(max(0, time.Until(killAt)))
+}
+
+func (r *run) kill(ctx context.Context, id string) {
+	kctx, cancel := apiCtx(ctx, apiTimeout)
+	defer cancel()
+	if err := r.e.docker.ContainerKill(kctx, id, "SIGKILL"); err != nil && !isNotFound(err) && !cerrdefs.IsConflict(err) {
+		r.log.Warn("could not kill the task's container", "err", err)
+	}
+}
+
+func (r *run) saveIntent(in stopIntent) {
+	b, _ := json.Marshal(in)
+	if err := os.WriteFile(filepath.Join(r.dir, stopFile), b, 0o600); err != nil {
+		r.log.Warn("could not record why the task is being stopped; an agent restart now would report it as exited", "err", err)
+	}
+}
+
+func (r *run) loadIntent() *stopIntent {
+	b, err := os.ReadFile(filepath.Join(r.dir, stopFile))
+	if err != nil {
+		return nil
+	}
+	var in stopIntent
+	if json.Unmarshal(b, &in) != nil || (in.Why != outcomeCancel && in.Why != outcomeTimeout) {
+		return nil
+	}
+	return &in
+}
+
+func (r *run) reportTailError(err error) {
+	if err == nil {
+		return
+	}
+	r.log.Warn("reading the task's runner log failed", "err", err)
+	r.note("output may be incomplete: the task's output log could not be read to its end (%v)", err)
+}
+
+// compose turns how the task ended into its terminal status. The runner's
+// exit record is the first source: it has the exact signal and the OOM count
+// of the container's cgroup. The engine's record is the fallback for a runner
+// that was killed before it could write (SIGKILL after the grace period).
+// id is the container, nil when it is gone already.
+func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id *string, waitMsg string) *podiumv1.StatusChange {
 	var code *int32
-	if exit != nil && exit.Error == nil {
-		c := int32(exit.StatusCode)
-		code = &c
+	var sig int32
+	oom := false
+	if exitRec != nil {
+		c := int32(exitRec.Code)
+		code, sig, oom = &c, int32(exitRec.Signal), exitRec.OOMKills > 0
 	}
-	inspected, oom := r.inspect(ctx, id)
-	if !oom && why == outcomeExited && spec.GetResources().GetMemoryMb() > 0 && signalOf(code) == 9 {
-		// The engine learns about an OOM kill from an event of its own that
-		// can land just after the exit: a SIGKILLed task with a memory
-		// limit is worth asking about again for a moment.
-		for i := 0; i < 10 && !oom; i++ {
-			time.Sleep(100 * time.Millisecond)
-			_, oom = r.inspect(ctx, id)
+	memLimited := r.spec.GetResources().GetMemoryMb() > 0
+	if id != nil {
+		info, err := r.inspect(ctx, *id)
+		if err == nil && info.State != nil {
+			if code == nil && !info.State.Running {
+				c := int32(info.State.ExitCode)
+				code, sig = &c, signalOf(&c)
+			}
+			oom = oom || info.State.OOMKilled
+		}
+		if !oom && exitRec == nil && memLimited && sig == 9 && why == outcomeExited {
+			// The engine learns about an OOM kill from an event of its own
+			// that can land just after the exit: a SIGKILLed task with a
+			// memory limit is worth asking about again for a moment.
+			for i := 0; i < 10 && !oom; i++ {
+				time.Sleep(100 * time.Millisecond)
+				if info, err := r.inspect(ctx, *id); err == nil && info.State != nil {
+					oom = info.State.OOMKilled
+				}
+			}
 		}
 	}
-	if code == nil {
-		// The wait failed (the engine restarted, say): the engine's record
-		// of the container is the next best source of the exit code.
-		code = inspected
-	}
-
 	switch why {
 	case outcomeCancel:
-		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: code, Signal: signalOf(code)}
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: code, Signal: sig}
 	case outcomeTimeout:
-		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: ReasonTimeout, ExitCode: code, Signal: signalOf(code)}
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: ReasonTimeout, ExitCode: code, Signal: sig}
 	}
 	if code == nil {
-		msg := "unknown"
-		if waitErr != nil {
-			msg = waitErr.Error()
-		} else if exit != nil && exit.Error != nil {
-			msg = exit.Error.Message
+		if waitMsg == "" {
+			waitMsg = "no exit status was recorded"
 		}
-		return failed("lost track of the container: %s (check the Docker engine on this node)", msg)
+		return failed("lost track of the container: %s (check the Docker engine on this node)", waitMsg)
 	}
-	st := &podiumv1.StatusChange{ExitCode: code, Signal: signalOf(code)}
+	st := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, ExitCode: code, Signal: sig}
 	switch {
+	case oom && memLimited:
+		st.Reason = fmt.Sprintf("%s: the task used more than its memory limit of %d MB and the kernel killed it; "+
+			"raise resources.memory_mb or make the task use less", ReasonOOM, r.spec.GetResources().GetMemoryMb())
 	case oom:
-		st.State = podiumv1.TaskState_TASK_STATE_FAILED
-		st.Reason = fmt.Sprintf("out of memory: the task used more than its memory limit of %d MB and was killed", spec.GetResources().GetMemoryMb())
-	case *code == 0:
+		st.Reason = ReasonOOM + ": the node ran out of memory and the kernel killed the task"
+	case exitRec != nil && exitRec.Error != "":
+		st.Reason = strings.TrimPrefix(exitRec.Error, "podium-runner: ")
+	case *code == 0 && sig == 0:
 		st.State = podiumv1.TaskState_TASK_STATE_SUCCEEDED
-	case st.Signal > 0:
-		st.State = podiumv1.TaskState_TASK_STATE_FAILED
-		st.Reason = fmt.Sprintf("killed by signal %d", st.Signal)
+	case sig > 0:
+		st.Reason = fmt.Sprintf("killed by signal %d", sig)
 	default:
-		st.State = podiumv1.TaskState_TASK_STATE_FAILED
 		st.Reason = fmt.Sprintf("exit code %d", *code)
 	}
 	return st
@@ -447,105 +715,31 @@ func signalOf(code *int32) int32 {
 	return 0
 }
 
-func (r *run) emitChunk(c *podiumv1.LogChunk) {
-	r.emit(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: c}})
-}
-
-// finishOutput waits for the copier to deliver the rest of the output, then
-// flushes both writers. limit > 0 bounds the wait (shutdown); 0 waits until
-// the output ends or the agent stops. A copier that ends with an error means
-// output may be missing, which the task's log says rather than hides.
-func (r *run) finishOutput(ctx context.Context, out Output, copyDone <-chan error, stdout, stderr *logWriter, limit time.Duration) {
-	var limitC <-chan time.Time
-	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		limitC = t.C
-	}
-	ctxDone := ctx.Done()
-	var err error
-	for waiting := true; waiting; {
-		select {
-		case err = <-copyDone:
-			waiting = false
-		case <-ctxDone:
-			// Shutdown while draining: give the copier the shutdown grace.
-			ctxDone = nil
-			if limitC == nil {
-				t := time.NewTimer(r.e.shutdownGrace)
-				defer t.Stop()
-				limitC = t.C
-			}
-		case <-limitC:
-			r.log.Warn("container output did not end in time; abandoning the rest")
-			_ = out.Close()
-			err = <-copyDone
-			if err == nil {
-				err = errors.New("output abandoned")
-			}
-			waiting = false
-		}
-	}
-	stdout.Close()
-	stderr.Close()
-	if err != nil {
-		r.log.Warn("reading container output failed", "err", err,
-			"stdout_bytes", stdout.Len(), "stderr_bytes", stderr.Len())
-		r.note("output may be incomplete: %v", err)
-	}
-}
-
-// stop asks the engine to stop the container: SIGTERM, then SIGKILL after
-// grace. The engine does the waiting, so the container is down when it
-// returns. A failure is logged and otherwise ignored: the forced remove that
-// follows kills the container anyway.
-func (r *run) stop(ctx context.Context, id string, grace time.Duration) {
-	secs := graceSeconds(grace)
-	sctx, cancel := r.apiCtx(ctx, grace+apiTimeout)
-	defer cancel()
-	if err := r.e.docker.ContainerStop(sctx, id, container.StopOptions{Timeout: &secs}); err != nil && !isNotFound(err) {
-		r.log.Warn("stopping container failed; it will be killed on removal", "container", shortID(id), "err", err)
-	}
-}
-
-// remove deletes the container and its anonymous volumes. It runs on every
-// path out of a run, shutdown included, so a clean run leaves nothing behind.
-func (r *run) remove(ctx context.Context, id string) {
-	rctx, cancel := r.apiCtx(ctx, apiTimeout)
-	defer cancel()
-	err := r.e.docker.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !isNotFound(err) {
-		r.log.Error("removing the task's container failed; remove it by hand with `docker rm -f`",
-			"container", shortID(id), "name", ContainerName(r.key), "err", err)
-	}
-}
-
-// inspect reads the exit code and whether the kernel's OOM killer ended the
-// container. Only the engine knows the latter: the exit status alone (137)
-// looks the same as any SIGKILL.
-func (r *run) inspect(ctx context.Context, id string) (exit *int32, oomKilled bool) {
-	ictx, cancel := r.apiCtx(ctx, apiTimeout)
+func (r *run) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	ictx, cancel := apiCtx(ctx, apiTimeout)
 	defer cancel()
 	info, err := r.e.docker.ContainerInspect(ictx, id)
-	if err != nil || info.ContainerJSONBase == nil || info.State == nil {
-		return nil, false
+	if err == nil && info.ContainerJSONBase == nil {
+		err = errors.New("the engine returned no container state")
 	}
-	if !info.State.Running {
-		c := int32(info.State.ExitCode)
-		exit = &c
-	}
-	return exit, info.State.OOMKilled
+	return info, err
 }
 
-// shutdown is the end of a run whose agent is stopping: stop the container
-// with the shutdown grace, keep what output it wrote, and report nothing
-// final (see Executor.Start).
-func (r *run) shutdown(ctx context.Context, id string, out Output, copyDone <-chan error, stdout, stderr *logWriter) *podiumv1.StatusChange {
-	r.log.Info("agent is shutting down; stopping task", "grace", r.e.shutdownGrace)
-	r.note("the agent on this node is shutting down; the task was stopped")
-	r.stop(ctx, id, r.e.shutdownGrace)
-	r.finishOutput(ctx, out, copyDone, stdout, stderr, 10*time.Second)
-	return nil
+// teardown removes every Docker object of the attempt: its containers, then
+// its network and volume. It finds them by their labels rather than by what
+// this run remembers creating, so it also cleans up after a run an earlier
+// agent process started.
+func (r *run) teardown(ctx context.Context) {
+	tctx, cancel := apiCtx(ctx, apiTimeout)
+	defer cancel()
+	f := filters.NewArgs(
+		filters.Arg("label", LabelNode+"="+r.e.nodeID),
+		filters.Arg("label", LabelTask+"="+r.key.TaskID),
+		filters.Arg("label", fmt.Sprintf("%s=%d", LabelAttempt, r.key.Attempt)),
+	)
+	if err := r.e.removeLabelled(tctx, f, func(Key) bool { return true }); err != nil {
+		r.log.Error("tearing down the task's containers, network or volume failed", "err", err)
+	}
 }
 
 func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }

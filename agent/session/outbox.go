@@ -1,6 +1,7 @@
 package session
 
 import (
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -49,9 +51,14 @@ type retired struct {
 // next stream re-sends everything after the acknowledged seq.
 //
 // It outlives streams, which is the point of it, and it is the only place the
-// session's knowledge of which attempts it holds lives.
+// session's knowledge of which attempts it holds lives. With a spool it also
+// outlives the agent process: every event is on disk, with the cursor the
+// executor reached, before it can be sent, and every acknowledgement is
+// recorded, so the next process knows exactly what to re-send.
 type outbox struct {
 	maxBytes int // unacked log bytes above which log events block
+	spool    *spool.Spool
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	tasks   map[executor.Key]*taskLog
@@ -67,9 +74,11 @@ type outbox struct {
 	notify chan struct{} // non-blocking "there is something to send"
 }
 
-func newOutbox(maxBytes int) *outbox {
+func newOutbox(maxBytes int, sp *spool.Spool, log *slog.Logger) *outbox {
 	return &outbox{
 		maxBytes:  maxBytes,
+		spool:     sp,
+		log:       log,
 		tasks:     make(map[executor.Key]*taskLog),
 		retired:   make(map[executor.Key]retired),
 		forgotten: make(map[executor.Key]time.Time),
@@ -94,11 +103,12 @@ func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
 	return false, false
 }
 
-// add numbers ev and queues it. Log output blocks while too much output is
-// unacknowledged, which pushes back through the container's stdout pipe to
-// the task instead of growing the agent's memory without bound; status
+// add numbers ev, spools it with cur (the executor's cursor, nil if
+// unchanged) and queues it. Log output blocks while too much output is
+// unacknowledged; the executor then stops reading the task's runner log,
+// which keeps growing on disk instead of in the agent's memory. Status
 // changes and notes never block, so a task can always end.
-func (o *outbox) add(ev *podiumv1.TaskEvent) {
+func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	size := proto.Size(ev)
 	o.mu.Lock()
 	for ev.GetLog() != nil && !o.closed && o.bytes > 0 && o.bytes+size > o.maxBytes {
@@ -133,6 +143,14 @@ func (o *outbox) add(ev *podiumv1.TaskEvent) {
 	}
 	tl.lastSeq++
 	ev.Seq = tl.lastSeq
+	if o.spool != nil {
+		if err := o.spool.Append(ev, cur); err != nil {
+			// Keep going in memory: the task's output is still safe in its
+			// runner log, and only an agent restart from here on would
+			// lose track of the attempt.
+			o.log.Error("could not spool an event; it is kept in memory only", "task_id", key.TaskID, "attempt", key.Attempt, "err", err)
+		}
+	}
 	tl.events = append(tl.events, ev)
 	tl.bytes += size
 	tl.final, tl.ended = final, ended
@@ -213,6 +231,11 @@ func (o *outbox) ack(key executor.Key, seq uint64) {
 	}
 	tl.acked = seq
 	tl.sent = max(tl.sent, seq)
+	if o.spool != nil {
+		if err := o.spool.Ack(spoolKey(key), seq); err != nil {
+			o.log.Warn("could not record an acknowledgement in the spool; a restart would re-send those events", "err", err)
+		}
+	}
 	tl.progress = time.Now()
 	n := 0
 	freed := 0
@@ -256,6 +279,11 @@ func (o *outbox) retireLocked(tl *taskLog) {
 }
 
 func (o *outbox) dropLocked(key executor.Key) {
+	if o.spool != nil {
+		if err := o.spool.Remove(spoolKey(key)); err != nil {
+			o.log.Warn("could not remove a spool file", "task_id", key.TaskID, "attempt", key.Attempt, "err", err)
+		}
+	}
 	tl := o.tasks[key]
 	if tl == nil {
 		return
@@ -297,6 +325,20 @@ func (o *outbox) adopt(key executor.Key, ackedSeq uint64) (known bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if tl := o.tasks[key]; tl != nil {
+		if ackedSeq > tl.lastSeq {
+			// The coordinator stored more than this node remembers making
+			// (its spool could not be written). Numbering on from below
+			// would have every new event dropped as a repeat.
+			o.log.Warn("the coordinator stored more events of a task than this node remembers; numbering on after them",
+				"task_id", key.TaskID, "attempt", key.Attempt, "node_last_seq", tl.lastSeq, "acked_seq", ackedSeq)
+			o.bytes -= tl.bytes
+			tl.events, tl.bytes = nil, 0
+			tl.lastSeq, tl.acked = ackedSeq, ackedSeq
+			if o.spool != nil {
+				_ = o.spool.Ack(spoolKey(key), ackedSeq)
+			}
+			o.signalSpaceLocked()
+		}
 		tl.sent = tl.acked
 		return true
 	}
@@ -358,4 +400,75 @@ func (o *outbox) close() {
 		o.closed = true
 		close(o.space)
 	}
+}
+
+func spoolKey(k executor.Key) spool.Key { return spool.Key{TaskID: k.TaskID, Attempt: k.Attempt} }
+
+// begin opens the spool of an attempt the node accepts, so that it can be
+// resumed after a restart. It reports false for an attempt already being run
+// (a repeated assignment), whose spool must not be touched.
+func (o *outbox) begin(a *podiumv1.Assign) bool {
+	key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var last uint64
+	if tl := o.tasks[key]; tl != nil {
+		if !tl.final {
+			return false
+		}
+		last = tl.lastSeq
+	} else if r, ok := o.retired[key]; ok {
+		last = r.lastSeq
+	}
+	if o.spool != nil {
+		if err := o.spool.Begin(a, last); err != nil {
+			o.log.Error("could not start the task's spool; it runs, but an agent restart would lose track of it",
+				"task_id", key.TaskID, "attempt", key.Attempt, "err", err)
+		}
+	}
+	return true
+}
+
+// load takes the attempts a spool held when the agent started: their seqs
+// continue where they stopped, and their unacknowledged events are sent
+// again once a HelloAck says from where.
+func (o *outbox) load(attempts []*spool.Attempt) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, a := range attempts {
+		key := executor.Key{TaskID: a.TaskID, Attempt: a.Attempt}
+		tl := &taskLog{key: key, lastSeq: a.LastSeq, acked: a.Acked, sent: a.Acked,
+			final: a.Final, ended: a.Ended, progress: time.Now(), events: a.Events}
+		for _, ev := range a.Events {
+			tl.bytes += proto.Size(ev)
+		}
+		o.bytes += tl.bytes
+		o.tasks[key] = tl
+		o.order = append(o.order, key)
+	}
+	o.wake()
+}
+
+// drop forgets an attempt entirely, spool included: one that an agent
+// restart found nothing left of.
+func (o *outbox) drop(key executor.Key) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropLocked(key)
+}
+
+// empty reports whether nothing is waiting for an acknowledgement.
+func (o *outbox) empty() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.tasks) == 0
+}
+
+// active reports whether an attempt is in progress here: it has events and
+// none of them ended it.
+func (o *outbox) active(key executor.Key) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	tl := o.tasks[key]
+	return tl != nil && !tl.final
 }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,12 +21,12 @@ func statusEvent(task string, s podiumv1.TaskState) *podiumv1.TaskEvent {
 // unacknowledged, that an ack releases it, that status changes never block,
 // and that close releases everyone.
 func TestOutboxBackpressure(t *testing.T) {
-	o := newOutbox(10_000)
+	o := newOutbox(10_000, nil, slog.Default())
 	k := executor.Key{TaskID: "t", Attempt: 1}
-	o.add(logEvent("t", 6000))
+	o.add(logEvent("t", 6000), nil)
 	done := make(chan struct{})
 	go func() {
-		o.add(logEvent("t", 6000)) // over the limit: blocks until the first is acked
+		o.add(logEvent("t", 6000), nil) // over the limit: blocks until the first is acked
 		close(done)
 	}()
 	select {
@@ -33,7 +34,7 @@ func TestOutboxBackpressure(t *testing.T) {
 		t.Fatal("output beyond the limit did not block")
 	case <-time.After(50 * time.Millisecond):
 	}
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING)) // must not block
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil) // must not block
 	o.ack(k, 1)
 	select {
 	case <-done:
@@ -46,8 +47,8 @@ func TestOutboxBackpressure(t *testing.T) {
 
 	blocked := make(chan struct{})
 	go func() {
-		o.add(logEvent("t", 6000))
-		o.add(logEvent("t", 6000))
+		o.add(logEvent("t", 6000), nil)
+		o.add(logEvent("t", 6000), nil)
 		close(blocked)
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -60,9 +61,9 @@ func TestOutboxBackpressure(t *testing.T) {
 }
 
 func TestOutboxRetireAndContinue(t *testing.T) {
-	o := newOutbox(1 << 20)
+	o := newOutbox(1<<20, nil, slog.Default())
 	k := executor.Key{TaskID: "t", Attempt: 1}
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_QUEUED)) // a rejection
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_QUEUED), nil) // a rejection
 	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 1 {
 		t.Fatalf("batch %v", b)
 	}
@@ -75,11 +76,11 @@ func TestOutboxRetireAndContinue(t *testing.T) {
 	}
 	// Assigned again: seq continues after the stored rejection.
 	ev := statusEvent("t", podiumv1.TaskState_TASK_STATE_PROVISIONING)
-	o.add(ev)
+	o.add(ev, nil)
 	if ev.GetSeq() != 2 {
 		t.Fatalf("seq %d, want 2", ev.GetSeq())
 	}
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED))
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
 	o.ack(k, 3)
 	if !o.ended(k) {
 		t.Fatal("a finished attempt is not remembered as finished")
@@ -87,10 +88,10 @@ func TestOutboxRetireAndContinue(t *testing.T) {
 }
 
 func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
-	o := newOutbox(1 << 20)
+	o := newOutbox(1<<20, nil, slog.Default())
 	k := executor.Key{TaskID: "t", Attempt: 1}
 	for range 5 {
-		o.add(logEvent("t", 10))
+		o.add(logEvent("t", 10), nil)
 	}
 	if b := o.nextBatch(flushBytes, 2); len(b) != 2 {
 		t.Fatalf("batch of %d, want the 2 asked for", len(b))
@@ -116,12 +117,12 @@ func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
 }
 
 func TestOutboxForget(t *testing.T) {
-	o := newOutbox(1 << 20)
+	o := newOutbox(1<<20, nil, slog.Default())
 	k := executor.Key{TaskID: "t", Attempt: 1}
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING))
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil)
 	o.forget(k, true)
-	o.add(logEvent("t", 10))
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_CANCELLED))
+	o.add(logEvent("t", 10), nil)
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_CANCELLED), nil)
 	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 0 {
 		t.Fatalf("a forgotten attempt sent %v", b)
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/spool"
 	"github.com/podiumhq/podium/agent/transport"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
@@ -67,11 +68,29 @@ const RejectReasonNoSlot = "node has no free slot"
 // for the operator who sees a container torn down and reads the agent's log.
 const CancelReasonNotHeld = "reconciliation: the control plane no longer holds this task on this node"
 
+// ErrDrained is what Run returns when ExitOnDrain is set, the node is
+// draining, its last task has ended and the coordinator has stored every
+// event: the agent may exit, which is how a node is upgraded without
+// cutting any task short.
+var ErrDrained = errors.New("session: the node is drained")
+
 // Runner is what the session needs from the executor.
 type Runner interface {
 	Start(ctx context.Context, a *podiumv1.Assign, emit executor.Emit) (<-chan struct{}, error)
 	Cancel(taskID string, attempt int32, reason string, grace time.Duration) bool
+	// Inject delivers a message to a running task's inbox; false means a
+	// repeat that was dropped.
+	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
 	Running() int
+}
+
+// Recovered is a task attempt a previous agent process left in the spool
+// that may still be running: the agent resumes it with the executor, or, if
+// nothing is left of it, calls Drop.
+type Recovered struct {
+	Assign *podiumv1.Assign
+	// Cursor is the executor's newest stored cursor.
+	Cursor []byte
 }
 
 // State is what the session tells its owner about the connection, for
@@ -115,6 +134,13 @@ type Config struct {
 	// OnState, if set, is called whenever the connection state changes. It
 	// must not block.
 	OnState func(State)
+	// SpoolDir is where events are kept on disk until acknowledged (see
+	// package spool); empty keeps them in memory only, which loses track of
+	// every task when the agent restarts.
+	SpoolDir string
+	// ExitOnDrain makes Run return ErrDrained once the node is draining
+	// and idle (see ErrDrained).
+	ExitOnDrain bool
 }
 
 // Session is the node's side of NodeService.Stream.
@@ -128,9 +154,16 @@ type Session struct {
 	// taskCtx is the context tasks run on: Run's, not a stream's.
 	taskCtx context.Context
 
+	spool     *spool.Spool
+	recovered []Recovered
+	// kick asks the writer to check whether the node is drained: a run
+	// ended, or acknowledgements arrived.
+	kick chan struct{}
+
 	mu          sync.Mutex
 	draining    bool
 	override    int32
+	labels      []string
 	interval    time.Duration
 	replicas    []string
 	lastCap     *podiumv1.Capacity
@@ -165,12 +198,28 @@ func New(cfg Config) (*Session, error) {
 	s := &Session{
 		cfg:       cfg,
 		log:       log,
-		out:       newOutbox(cfg.MaxPendingBytes),
 		base:      base,
 		clients:   make(map[string]connect.HTTPClient),
 		interval:  DefaultHeartbeatInterval,
 		settingsC: make(chan struct{}, 1),
+		kick:      make(chan struct{}, 1),
 		taskCtx:   context.Background(),
+	}
+	var attempts []*spool.Attempt
+	if cfg.SpoolDir != "" {
+		s.spool, attempts, err = spool.Open(cfg.SpoolDir, log)
+		if err != nil {
+			return nil, fmt.Errorf("%w (check the agent's data directory)", err)
+		}
+	}
+	s.out = newOutbox(cfg.MaxPendingBytes, s.spool, log)
+	s.out.load(attempts)
+	for _, a := range attempts {
+		if !a.Final && a.Assign != nil {
+			s.recovered = append(s.recovered, Recovered{Assign: a.Assign, Cursor: a.Cursor})
+		}
+		log.Info("found a task attempt in the spool", "task_id", a.TaskID, "attempt", a.Attempt,
+			"last_seq", a.LastSeq, "acked_seq", a.Acked, "ended", a.Ended)
 	}
 	if cfg.HTTPClient != nil {
 		s.clients[base.Scheme] = cfg.HTTPClient
@@ -178,9 +227,46 @@ func New(cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// Emit queues a task event for the coordinator. It is the executor.Emit the
-// session hands to every run, and is safe for concurrent use.
-func (s *Session) Emit(ev *podiumv1.TaskEvent) { s.out.add(ev) }
+// Recovered lists the attempts the spool held that may still be running.
+func (s *Session) Recovered() []Recovered { return s.recovered }
+
+// Drop forgets a recovered attempt nothing is left of. The next Hello does
+// not report it, so the coordinator treats it as lost with the node's
+// previous life and applies its node-loss policy.
+func (s *Session) Drop(taskID string, attempt int32) {
+	s.out.drop(executor.Key{TaskID: taskID, Attempt: attempt})
+}
+
+// Track tells the session when a run it did not start itself (a resumed
+// one) ends, for ExitOnDrain.
+func (s *Session) Track(done <-chan struct{}) {
+	stop := s.taskCtx.Done()
+	go func() {
+		select {
+		case <-done:
+			s.poke()
+		case <-stop:
+		}
+	}()
+}
+
+func (s *Session) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Emit spools and queues a task event for the coordinator. It is the
+// executor.Emit the session hands to every run, and is safe for concurrent
+// use.
+func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
+	var b []byte
+	if cur != nil {
+		b = cur.Marshal()
+	}
+	s.out.add(ev, b)
+}
 
 // Run keeps a stream to the coordinator open until ctx ends, reconnecting
 // with backoff whenever it drops. Tasks are started on ctx, so they survive
@@ -189,6 +275,11 @@ func (s *Session) Emit(ev *podiumv1.TaskEvent) { s.out.add(ev) }
 // Session runs once.
 func (s *Session) Run(ctx context.Context) error {
 	s.taskCtx = ctx
+	defer func() {
+		if s.spool != nil {
+			_ = s.spool.Close()
+		}
+	}()
 	defer s.out.close()
 	bo := &Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
 	for {
@@ -198,6 +289,11 @@ func (s *Session) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			s.notifyState(State{Coordinator: target})
 			return ctx.Err()
+		}
+		if errors.Is(err, ErrDrained) {
+			s.log.Info("the node is drained: no task is running and every event is stored")
+			s.notifyState(State{Coordinator: target})
+			return ErrDrained
 		}
 		s.notifyState(State{Coordinator: target, Err: err})
 		switch {
@@ -414,6 +510,9 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 	if err := sendHeartbeat(); err != nil {
 		return err
 	}
+	if s.drained() {
+		return ErrDrained
+	}
 	hb := time.NewTicker(s.heartbeatInterval())
 	defer hb.Stop()
 	stall := time.NewTicker(ackStallAfter / 3)
@@ -426,10 +525,20 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 			if err := sendHeartbeat(); err != nil {
 				return err
 			}
+			if s.drained() {
+				return ErrDrained
+			}
 		case <-s.settingsC:
 			hb.Reset(s.heartbeatInterval())
 			if err := sendHeartbeat(); err != nil {
 				return err
+			}
+			if s.drained() {
+				return ErrDrained
+			}
+		case <-s.kick:
+			if s.drained() {
+				return ErrDrained
 			}
 		case <-stall.C:
 			if s.out.rewindStalled(ackStallAfter) {
@@ -486,11 +595,17 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			s.handleCancel(m.Cancel)
 		case *podiumv1.StreamResponse_Ack:
 			s.out.ack(executor.Key{TaskID: m.Ack.GetTaskId(), Attempt: m.Ack.GetAttempt()}, m.Ack.GetAckedSeq())
+			s.poke()
 		case *podiumv1.StreamResponse_HelloAck:
-			// A HelloAck on a stream that is already up is the live half of
-			// a drain, slot or label change; its adopt list was settled when
-			// the stream opened.
+			// A HelloAck on a stream that is already up is treated as the
+			// live half of a drain, slot or label change; its adopt list was
+			// settled when the stream opened.
 			s.applySettings(m.HelloAck)
+		case *podiumv1.StreamResponse_Config:
+			c := m.Config
+			s.applyConfig(c.GetDraining(), c.GetMaxTasksOverride(), c.GetLabels())
+		case *podiumv1.StreamResponse_Inject:
+			s.handleInject(m.Inject)
 		default:
 			s.log.Warn("ignoring a message this agent does not know; is the coordinator newer?", "type", fmt.Sprintf("%T", m))
 		}
@@ -528,13 +643,8 @@ func (s *Session) applyHelloAck(ack *podiumv1.HelloAck, reported []*podiumv1.Run
 
 // applySettings takes the node-wide settings of a HelloAck.
 func (s *Session) applySettings(ack *podiumv1.HelloAck) {
+	s.applyConfig(ack.GetDraining(), ack.GetMaxTasksOverride(), ack.GetLabels())
 	s.mu.Lock()
-	changed := s.draining != ack.GetDraining() || s.override != ack.GetMaxTasksOverride()
-	if changed {
-		s.log.Info("coordinator changed this node's settings", "draining", ack.GetDraining(), "max_tasks_override", ack.GetMaxTasksOverride())
-	}
-	s.draining = ack.GetDraining()
-	s.override = ack.GetMaxTasksOverride()
 	if ms := ack.GetHeartbeatIntervalMs(); ms > 0 {
 		s.interval = time.Duration(ms) * time.Millisecond
 	}
@@ -555,6 +665,37 @@ func (s *Session) heartbeatInterval() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.interval
+}
+
+// applyConfig takes the coordinator's drain flag, slot override and labels,
+// from a HelloAck or a live NodeConfig, and makes the writer heartbeat at once
+// so the scheduler sees the new free slots without waiting for the next tick.
+func (s *Session) applyConfig(draining bool, override int32, labels []string) {
+	s.mu.Lock()
+	if s.draining != draining || s.override != override || !slices.Equal(s.labels, labels) {
+		s.log.Info("coordinator changed this node's settings", "draining", draining,
+			"max_tasks_override", override, "labels", labels)
+	}
+	s.draining = draining
+	s.override = override
+	s.labels = append(s.labels[:0], labels...)
+	s.mu.Unlock()
+	select {
+	case s.settingsC <- struct{}{}:
+	default:
+	}
+}
+
+// drained is ExitOnDrain's condition: draining, nothing running, nothing
+// unacknowledged.
+func (s *Session) drained() bool {
+	if !s.cfg.ExitOnDrain {
+		return false
+	}
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	return draining && s.cfg.Runner.Running() == 0 && s.out.empty()
 }
 
 // maxTasks is the node's budget: the coordinator's override when it set one.
@@ -613,6 +754,12 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 		log.Warn("ignoring a repeated assignment of a task attempt that already ran on this node")
 		return
 	}
+	if s.out.active(key) {
+		// Checked before the slots: a full node must not answer a repeat
+		// with a rejection, which would requeue a task that is running.
+		log.Warn("ignoring a repeated assignment of a running task attempt")
+		return
+	}
 	if s.freeSlots() < 1 {
 		s.mu.Lock()
 		draining := s.draining
@@ -626,15 +773,40 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 				State:  podiumv1.TaskState_TASK_STATE_QUEUED,
 				Reason: RejectReasonNoSlot,
 			}},
-		})
+		}, nil)
 		return
 	}
-	if _, err := s.cfg.Runner.Start(s.taskCtx, a, s.Emit); err != nil {
+	if !s.out.begin(a) {
+		log.Warn("ignoring a repeated assignment of a running task attempt")
+		return
+	}
+	done, err := s.cfg.Runner.Start(s.taskCtx, a, s.Emit)
+	if err != nil {
 		if errors.Is(err, executor.ErrAlreadyRunning) {
 			log.Warn("ignoring a repeated assignment of a running task attempt")
 			return
 		}
 		log.Error("could not start assigned task", "err", err)
+		return
+	}
+	s.Track(done)
+}
+
+// handleInject puts a person's message into a running task's inbox. A
+// message for a task that is not here is dropped with a log line: the
+// coordinator only sends messages for tasks it holds on this node, so the
+// task has just ended.
+func (s *Session) handleInject(in *podiumv1.Inject) {
+	ok, err := s.cfg.Runner.Inject(in.GetTaskId(), in.GetAttempt(), in.GetMessageId(), in.GetText())
+	switch {
+	case errors.Is(err, executor.ErrNotRunning):
+		s.log.Info("message for a task that is not running here; dropped", "task_id", in.GetTaskId(),
+			"attempt", in.GetAttempt(), "message_id", in.GetMessageId())
+	case err != nil:
+		s.log.Error("could not deliver a message to a task's inbox", "task_id", in.GetTaskId(),
+			"message_id", in.GetMessageId(), "err", err)
+	case !ok:
+		s.log.Debug("dropped a repeated message", "task_id", in.GetTaskId(), "message_id", in.GetMessageId())
 	}
 }
 

@@ -25,6 +25,8 @@ import (
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
+
 // coordinator is an in-process NodeService that hands each stream to the
 // test, which plays the coordinator's side of the protocol by hand.
 type coordinator struct {
@@ -191,11 +193,25 @@ func ack(task string, seq uint64) *podiumv1.StreamResponse {
 type runner struct {
 	mu      sync.Mutex
 	runs    map[executor.Key]executor.Emit
+	dones   map[executor.Key]chan struct{}
 	cancels chan string
+	injects chan string
 }
 
 func newRunner() *runner {
-	return &runner{runs: make(map[executor.Key]executor.Emit), cancels: make(chan string, 10)}
+	return &runner{runs: make(map[executor.Key]executor.Emit), dones: make(map[executor.Key]chan struct{}),
+		cancels: make(chan string, 10), injects: make(chan string, 10)}
+}
+
+func (r *runner) Inject(taskID string, attempt int32, id int64, text string) (bool, error) {
+	r.mu.Lock()
+	_, ok := r.runs[executor.Key{TaskID: taskID, Attempt: attempt}]
+	r.mu.Unlock()
+	if !ok {
+		return false, executor.ErrNotRunning
+	}
+	r.injects <- fmt.Sprintf("%s/%d: %s", taskID, id, text)
+	return true, nil
 }
 
 func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit executor.Emit) (<-chan struct{}, error) {
@@ -206,9 +222,11 @@ func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit executor.Emit
 		return nil, executor.ErrAlreadyRunning
 	}
 	r.runs[key] = emit
+	done := make(chan struct{})
+	r.dones[key] = done
 	r.mu.Unlock()
 	r.status(key, podiumv1.TaskState_TASK_STATE_PROVISIONING, "")
-	return make(chan struct{}), nil
+	return done, nil
 }
 
 func (r *runner) Cancel(taskID string, attempt int32, reason string, _ time.Duration) bool {
@@ -232,12 +250,23 @@ func (r *runner) Running() int {
 func (r *runner) emit(key executor.Key, body *podiumv1.TaskEvent) {
 	r.mu.Lock()
 	emit := r.runs[key]
+	var done chan struct{}
 	if isTerminal(body.GetStatus().GetState()) {
 		delete(r.runs, key)
+		done = r.dones[key]
+		delete(r.dones, key)
 	}
 	r.mu.Unlock()
 	body.TaskId, body.Attempt, body.Time = key.TaskID, key.Attempt, timestamppb.Now()
-	emit(body)
+	var cur *executor.Cursor
+	if l := body.GetLog(); l != nil {
+		cur = &executor.Cursor{Started: true}
+		cur.Task.Stdout = l.GetOffset() + uint64(len(l.GetData()))
+	}
+	emit(body, cur)
+	if done != nil {
+		close(done)
+	}
 }
 
 func (r *runner) status(key executor.Key, s podiumv1.TaskState, reason string) {
@@ -277,12 +306,20 @@ func (l *logBuffer) String() string {
 type fixture struct {
 	coord *coordinator
 	logs  *logBuffer
+	sess  *session.Session
+	stop  func() error // ends the session and returns what Run returned
 }
 
 // start serves a coordinator and runs a session against it until the test
 // ends. reject, if not nil, is what the coordinator answers every stream with
 // until the test clears it.
 func start(t *testing.T, r session.Runner, maxTasks int, reject error) *fixture {
+	t.Helper()
+	return startWith(t, r, session.Config{MaxTasks: maxTasks}, reject)
+}
+
+// startWith is start with more of the session's configuration.
+func startWith(t *testing.T, r session.Runner, cfg session.Config, reject error) *fixture {
 	t.Helper()
 	coord := &coordinator{conns: make(chan *conn, 10), reject: reject}
 	mux := http.NewServeMux()
@@ -293,30 +330,32 @@ func start(t *testing.T, r session.Runner, maxTasks int, reject error) *fixture 
 	srv.Start()
 
 	logs := &logBuffer{}
-	s, err := session.New(session.Config{
-		CoordinatorURL: srv.URL,
-		NodeID:         "n-1",
-		NodeKey:        "k-1",
-		Hostname:       "box",
-		AgentVersion:   "test",
-		MaxTasks:       maxTasks,
-		Runner:         r,
-		Capacity: func(context.Context) *podiumv1.Capacity {
-			return &podiumv1.Capacity{CpuCores: 4, MemoryMb: 1024}
-		},
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		ReconnectMin: 10 * time.Millisecond,
-		ReconnectMax: 50 * time.Millisecond,
-	})
+	cfg.CoordinatorURL = srv.URL
+	cfg.NodeID, cfg.NodeKey, cfg.Hostname, cfg.AgentVersion = "n-1", "k-1", "box", "test"
+	cfg.Runner = r
+	cfg.Capacity = func(context.Context) *podiumv1.Capacity {
+		return &podiumv1.Capacity{CpuCores: 4, MemoryMb: 1024, DiskFreeMb: 500}
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.ReconnectMin, cfg.ReconnectMax = 10*time.Millisecond, 50*time.Millisecond
+	s, err := session.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
+		if err := stop(); !errors.Is(err, context.Canceled) && !errors.Is(err, session.ErrDrained) {
 			t.Errorf("Run returned %v, want context.Canceled", err)
 		}
 		srv.Close()
@@ -324,7 +363,7 @@ func start(t *testing.T, r session.Runner, maxTasks int, reject error) *fixture 
 			t.Logf("session log:\n%s", logs.String())
 		}
 	})
-	return &fixture{coord: coord, logs: logs}
+	return &fixture{coord: coord, logs: logs, sess: s, stop: stop}
 }
 
 func seqs(evs []*podiumv1.TaskEvent) string {
@@ -579,7 +618,7 @@ func TestWithDocker(t *testing.T) {
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
 	nodeID := agenttest.NodeID(t)
-	ex, err := executor.New(executor.Config{Docker: dc, NodeID: nodeID})
+	ex, err := executor.New(executor.Config{Docker: dc, NodeID: nodeID, RunnerPath: agenttest.Runner(t), TasksDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,4 +666,164 @@ func TestWithDocker(t *testing.T) {
 		t.Fatalf("states %s", got)
 	}
 	cn.push(ack(taskID, lastSeq))
+}
+
+func nodeConfig(draining bool, override int32) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Config{Config: &podiumv1.NodeConfig{
+		Draining: draining, MaxTasksOverride: override, Labels: []string{"gpu"}}}}
+}
+
+// TestNodeConfigAppliesAtOnce: the live push of a drain or a slot override
+// changes what the node advertises and accepts without a reconnect.
+func TestNodeConfigAppliesAtOnce(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 4, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.heartbeat(t)
+	cn.push(nodeConfig(true, 0))
+	for hb := cn.heartbeat(t); hb.GetFreeSlots() != 0; hb = cn.heartbeat(t) {
+	}
+	cn.push(assign("t1"))
+	if ev := cn.events(t, 1)[0]; ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("assignment while draining: %v, want QUEUED", ev)
+	}
+	cn.push(nodeConfig(false, 1))
+	for hb := cn.heartbeat(t); hb.GetFreeSlots() != 1 || hb.GetCapacity().GetMaxTasks() != 1; hb = cn.heartbeat(t) {
+	}
+	if !strings.Contains(f.logs.String(), "labels=[gpu]") {
+		t.Fatal("the log does not show the node's new labels")
+	}
+}
+
+func TestInjectReachesTheTask(t *testing.T) {
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
+		TaskId: "t1", Attempt: 1, MessageId: 5, Text: "hello task"}}})
+	select {
+	case got := <-r.injects:
+		if got != "t1/5: hello task" {
+			t.Fatalf("injected %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message never reached the runner")
+	}
+	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
+		TaskId: "gone", Attempt: 1, MessageId: 6, Text: "too late"}}})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(f.logs.String(), "not running here; dropped") {
+		if time.Now().After(deadline) {
+			t.Fatal("a message for a task that is not here was not logged as dropped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExitOnDrain: a draining node with ExitOnDrain ends its session once
+// its last task ended and the coordinator stored every event, not before.
+func TestExitOnDrain(t *testing.T) {
+	r := newRunner()
+	f := startWith(t, r, session.Config{MaxTasks: 2, ExitOnDrain: true}, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	cn.push(ack("t1", 1))
+	cn.push(nodeConfig(true, 0))
+	cn.heartbeat(t)
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_SUCCEEDED, "")
+	cn.events(t, 1)
+	ended := make(chan error, 1)
+	go func() { ended <- f.stopAfterDrain() }()
+	select {
+	case err := <-ended:
+		t.Fatalf("the session ended (%v) before the coordinator acknowledged the last event", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cn.push(ack("t1", 2))
+	select {
+	case err := <-ended:
+		if !errors.Is(err, session.ErrDrained) {
+			t.Fatalf("Run returned %v, want ErrDrained", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a drained node did not exit")
+	}
+}
+
+// stopAfterDrain waits for Run to return by itself.
+func (f *fixture) stopAfterDrain() error {
+	for {
+		if strings.Contains(f.logs.String(), "the node is drained") {
+			return f.stop()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSpoolCarriesEventsAcrossRestart: a second session on the same spool
+// (the next agent process) reports the task with its last seq, hands it back
+// for resuming with its cursor, and re-sends what was not acknowledged.
+func TestSpoolCarriesEventsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	r := newRunner()
+	f := startWith(t, r, session.Config{MaxTasks: 2, SpoolDir: dir}, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_RUNNING, "")
+	r.log(key("t1"), 0, "abc")
+	r.log(key("t1"), 3, "def")
+	cn.events(t, 3)
+	cn.push(ack("t1", 3))
+	time.Sleep(100 * time.Millisecond)
+	if err := f.stop(); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+
+	f2 := startWith(t, newRunner(), session.Config{MaxTasks: 2, SpoolDir: dir}, nil)
+	rec := f2.sess.Recovered()
+	if len(rec) != 1 || rec[0].Assign.GetTaskId() != "t1" || rec[0].Assign.GetSpec().GetEnv() != nil {
+		t.Fatalf("recovered %v, want t1 without its environment", rec)
+	}
+	cur, err := executor.ParseCursor(rec[0].Cursor)
+	if err != nil || cur.Task.Stdout != 6 {
+		t.Fatalf("recovered cursor %+v (%v), want stdout at 6", cur, err)
+	}
+	cn = f2.coord.next(t)
+	h := cn.hello(t)
+	if len(h.GetRunning()) != 1 || h.GetRunning()[0].GetLastSeq() != 4 {
+		t.Fatalf("hello running %v, want t1 with last_seq 4", h.GetRunning())
+	}
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: true, AckedSeq: 3}))
+	evs := cn.events(t, 1)
+	if evs[0].GetSeq() != 4 || string(evs[0].GetLog().GetData()) != "def" {
+		t.Fatalf("re-sent %v, want seq 4 \"def\"", evs[0])
+	}
+}
+
+// TestLowDiskAdvertisesNoSlot: below the free-disk watermark the node takes
+// nothing new, however many slots it has.
+func TestLowDiskAdvertisesNoSlot(t *testing.T) {
+	f := startWith(t, newRunner(), session.Config{MaxTasks: 4, MinFreeDiskMB: 1000}, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	if hb := cn.heartbeat(t); hb.GetFreeSlots() != 0 || hb.GetCapacity().GetDiskFreeMb() != 500 {
+		t.Fatalf("heartbeat %v, want no free slot with 500 MB free under a 1000 MB watermark", hb)
+	}
+	cn.push(assign("t1"))
+	if ev := cn.events(t, 1)[0]; ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("assignment with the disk nearly full: %v, want QUEUED", ev)
+	}
 }

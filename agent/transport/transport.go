@@ -9,6 +9,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -32,7 +33,11 @@ const (
 // be an http:// or https:// URL. The client has no overall timeout, because
 // the node stream lives for hours; callers bound each unary call with a
 // context deadline.
-func NewClient(rawURL string) (*http.Client, error) {
+//
+// Connections are dialled with the first of: the dialer given WithDial, the
+// one in the request's context (ContextWithDialer), and the host's network
+// stack, where the host's tailscaled provides MagicDNS and the routes.
+func NewClient(rawURL string, opts ...Option) (*http.Client, error) {
 	u, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -46,12 +51,29 @@ func NewClient(rawURL string) (*http.Client, error) {
 		// use HTTP/1 for http:// URLs and the bidirectional stream would fail.
 		protocols.SetUnencryptedHTTP2(true)
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	host := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		// A proxy cannot reach tailnet addresses: connections through an
+		// embedded tailnet device go straight to it.
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			if o.dial != nil || dialerFrom(r.Context()) != nil {
+				return nil, nil
+			}
+			return http.ProxyFromEnvironment(r)
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if o.dial != nil {
+				return o.dial(ctx, network, addr)
+			}
+			if d := dialerFrom(ctx); d != nil {
+				return d(ctx, network, addr)
+			}
+			return host.DialContext(ctx, network, addr)
+		},
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
 		Protocols:           &protocols,

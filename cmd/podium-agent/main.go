@@ -30,7 +30,7 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
-  podium-agent run [--data-dir D] [--max-tasks N] [--log-format text|json] [--log-level L]
+  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--log-format text|json] [--log-level L]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -127,6 +127,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace an existing identity (the old node stays behind at the coordinator)")
 	var labels stringList
 	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated)")
+	ts := tsnetFlags(fs)
 	if code := parse(fs, args, enrollUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -149,6 +150,12 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, leave, err := ts.join(ctx, *dataDir, *hostname, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-agent enroll: %v\n", err)
+		return exitFail
+	}
+	defer leave()
 	id, err := identity.Enroll(ctx, identity.EnrollParams{
 		DataDir:        *dataDir,
 		CoordinatorURL: *coordinator,
@@ -169,11 +176,17 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--log-format text|json] [--log-level L]
+const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--log-format text|json] [--log-level L]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
-given in the local Docker engine, until SIGTERM or SIGINT. On the way out it
-stops and removes the containers of tasks still running.
+given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
+when the agent stops: their output goes on into files under the data
+directory, and the agent resumes them, at the byte it had reached, when it
+starts again. To take a node out of service, drain it (podium node drain) and
+let the agent exit with --exit-on-drain once its last task has ended.
+
+Every container runs podium-runner (installed next to podium-agent, or given
+with --runner) as its first process; it must be a static binary.
 
 Flags:
 `
@@ -183,8 +196,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
 	maxTasks := fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
 	minFreeDisk := fs.Int64("min-free-disk-mb", 0, "take no new tasks while the data disk has less free space (0: no check)")
+	runnerPath := fs.String("runner", "", "the podium-runner binary (default: podium-runner next to podium-agent)")
+	exitOnDrain := fs.Bool("exit-on-drain", false, "exit 0 once the node is draining and its last task has ended")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	ts := tsnetFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -213,6 +229,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		MaxTasks:      *maxTasks,
 		MinFreeDiskMB: *minFreeDisk,
 		Logger:        log,
+		RunnerPath:    *runnerPath,
+		ExitOnDrain:   *exitOnDrain,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)
@@ -220,6 +238,12 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, leave, err := ts.join(ctx, *dataDir, "", log)
+	if err != nil {
+		log.Error("podium agent cannot join the tailnet", "err", err)
+		return exitFail
+	}
+	defer leave()
 	if err := a.Run(ctx); err != nil {
 		log.Error("podium agent failed", "err", err)
 		return exitFail

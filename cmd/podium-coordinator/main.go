@@ -19,9 +19,11 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/server"
 )
 
@@ -53,6 +55,72 @@ func env(key, def string) string {
 func envBool(key string) bool {
 	b, _ := strconv.ParseBool(os.Getenv(key))
 	return b
+}
+
+func envBoolDefault(key string, def bool) (bool, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok || v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", key, v)
+	}
+	return b, nil
+}
+
+func envDuration(key string, def time.Duration) (time.Duration, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok || v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 15m", key, v)
+	}
+	return d, nil
+}
+
+// secret is a string flag whose value is never printed, so that -h does not
+// show a secret taken from the environment as the flag's default.
+type secret struct{ p *string }
+
+func (s secret) String() string { return "" }
+
+func (s secret) Set(v string) error {
+	*s.p = v
+	return nil
+}
+
+// sizeFlag is a byte count written as a number with an optional binary unit:
+// 1073741824, 1GiB, 512MiB, 64KiB (K, M, G, T alone mean the same units).
+type sizeFlag struct{ n int64 }
+
+func (f *sizeFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if f.n > 0 && f.n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(f.n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(f.n, 10)
+}
+
+func (f *sizeFlag) Set(v string) error {
+	num := strings.TrimRight(v, "KMGTiB")
+	unit := v[len(num):]
+	shift, ok := map[string]uint{"": 0, "B": 0, "K": 10, "KiB": 10, "M": 20, "MiB": 20, "G": 30, "GiB": 30, "T": 40, "TiB": 40}[unit]
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if !ok || err != nil || n <= 0 || n > (1<<62)>>shift {
+		return fmt.Errorf("%q: want a positive size such as 1GiB, 200MiB or 1048576", v)
+	}
+	f.n = n << shift
+	return nil
 }
 
 func newLogger(format string, w io.Writer) (*slog.Logger, error) {
@@ -98,7 +166,40 @@ func serve(args []string, stderr io.Writer) int {
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
 	hb := fs.Duration("heartbeat-interval", 10*time.Second, "how often nodes heartbeat")
+	ts := tailnetFlags(fs)
+	var art artifacts.Config
+	fs.StringVar(&art.Endpoint, "s3-endpoint", env("PODIUM_S3_ENDPOINT", ""), "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused")
+	fs.StringVar(&art.Bucket, "s3-bucket", env("PODIUM_S3_BUCKET", "podium-artifacts"), "bucket for artifacts, created if missing (PODIUM_S3_BUCKET)")
+	fs.StringVar(&art.Region, "s3-region", env("PODIUM_S3_REGION", "us-east-1"), "the bucket's region (PODIUM_S3_REGION)")
+	fs.StringVar(&art.AccessKey, "s3-access-key", env("PODIUM_S3_ACCESS_KEY", ""), "S3 access key (PODIUM_S3_ACCESS_KEY)")
+	art.SecretKey = env("PODIUM_S3_SECRET_KEY", "")
+	fs.Var(secret{&art.SecretKey}, "s3-secret-key", "S3 secret key (PODIUM_S3_SECRET_KEY; prefer the variable: flags show in ps)")
+	tls, err := envBoolDefault("PODIUM_S3_TLS", true)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.BoolVar(&art.TLS, "s3-tls", tls, "speak HTTPS to the object store (PODIUM_S3_TLS); a URL endpoint's scheme overrides it")
+	maxSize := sizeFlag{n: 1 << 30}
+	if v, ok := os.LookupEnv("PODIUM_S3_MAX_ARTIFACT_SIZE"); ok {
+		if err := maxSize.Set(v); err != nil {
+			fmt.Fprintln(stderr, "podium-coordinator: PODIUM_S3_MAX_ARTIFACT_SIZE:", err)
+			return 2
+		}
+	}
+	fs.Var(&maxSize, "s3-max-artifact-size", "largest artifact accepted, e.g. 1GiB or 200MiB (PODIUM_S3_MAX_ARTIFACT_SIZE)")
+	urlExpiry, err := envDuration("PODIUM_S3_URL_EXPIRY", 15*time.Minute)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	art.MaxSize = maxSize.n
+	if art.URLExpiry <= 0 || art.URLExpiry > 7*24*time.Hour {
+		fmt.Fprintln(stderr, "podium-coordinator: --s3-url-expiry: want more than 0 and at most 168h (S3's limit for presigned URLs)")
 		return 2
 	}
 	log, err := newLogger(*logFormat, stderr)
@@ -110,7 +211,8 @@ func serve(args []string, stderr io.Writer) int {
 	defer stop()
 	cfg := server.Config{
 		DatabaseURL: *db, Listen: *listen, AllowNonLoopback: *allow, Token: *token,
-		Advertise: *advertise, ReplicaID: *replica, Logger: log,
+		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
+		Transport: *ts.transport, Tailnet: ts.config(),
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	srv, err := server.New(ctx, cfg)

@@ -159,6 +159,11 @@ func (c *client) describe(err error, notFound string) string {
 		if !c.hasToken {
 			what = "wants a token and none was given"
 		}
+		if strings.Contains(msg, "tailnet") {
+			// A coordinator on a tailnet takes no token; its words say
+			// what to do.
+			return fmt.Sprintf("the coordinator at %s did not know who is calling: %s", c.server, msg)
+		}
 		if strings.Contains(msg, "PODIUM_TOKEN") {
 			return fmt.Sprintf("the coordinator at %s %s: %s", c.server, what, msg)
 		}

@@ -56,6 +56,12 @@ type fake struct {
 	tasks    []*podiumv1.Task
 	nodes    []*podiumv1.Node
 	cancelFn func(*podiumv1.CancelRequest)
+
+	// artifacts are the task's artifacts; artifactData holds their bytes by
+	// name. artifactsFault, when set, spoils downloads (see artifacts_test.go).
+	artifacts      []*podiumv1.Artifact
+	artifactData   map[string][]byte
+	artifactsFault string
 }
 
 type recorded struct {

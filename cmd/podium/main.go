@@ -24,7 +24,9 @@
 // tools. run uses 125 for usage errors too, so that 1-124 always come from the
 // task. "podium logs" exits 0 once it has printed the output, whatever the
 // task's exit code was: it reports on the command, not on the task (use
-// "podium task get" or "podium run" for the task's code).
+// "podium task get" or "podium run" for the task's code). "podium artifact
+// get" exits 125 when what it received does not match the artifact's stored
+// size and SHA-256 (and leaves no file behind), and 130 when interrupted.
 //
 // # Output
 //
@@ -41,7 +43,8 @@
 // coordinator; http:// URLs are spoken to with HTTP/2 without TLS, as the
 // coordinator serves inside a tailnet. --token (or PODIUM_TOKEN) is sent as
 // "Authorization: Bearer <token>" on every request. Both may be given before
-// or after the command name.
+// or after the command name. A coordinator on a tailnet needs no token: it
+// knows you by your Tailscale device ("podium whoami" shows how).
 package main
 
 import (
@@ -88,6 +91,9 @@ type cli struct {
 	// minBackoff and maxBackoff bound the wait between reconnects of an event
 	// stream; zero means the defaults (250 ms doubling to 5 s).
 	minBackoff, maxBackoff time.Duration
+	// isTerminal, when set, replaces the check that stderr is a terminal
+	// (which decides whether a download draws a progress bar).
+	isTerminal func() bool
 
 	server, token string
 }
@@ -119,6 +125,8 @@ func init() {
 		taskGetCommand,
 		taskCancelCommand,
 		taskSendCommand,
+		artifactsCommand,
+		artifactGetCommand,
 		nodesCommand,
 		nodeGetCommand,
 		nodeDrainCommand,
@@ -126,7 +134,9 @@ func init() {
 		nodeSlotsCommand,
 		nodeLabelCommand,
 		nodeRmCommand,
+		nodeRekeyCommand,
 		tokenCreateCommand,
+		whoamiCommand,
 		versionCommand,
 		helpCommand,
 	}

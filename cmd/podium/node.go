@@ -92,6 +92,26 @@ create).`,
 	run:       runNodeRm,
 }
 
+var nodeRekeyCommand = &command{
+	name:     "node rekey",
+	synopsis: "[--ttl DURATION] NODE",
+	summary:  "Move a node to a new machine: print a token that re-enrolls it.",
+	detail: `
+On a tailnet a node is bound to the Tailscale device it enrolled from, and its
+key is refused from any other. When the node has really moved (a new machine,
+a reinstalled one, a new Tailscale device), rekey it: this prints a
+single-use token on stdout, and on the new machine
+
+    podium-agent enroll --coordinator URL --token T --force
+
+enrolls it as the same node (same ID, labels and settings) with a new key and
+the new device. The old key stops working then, not before: a token that is
+never used changes nothing. --ttl is how long the token may be used (default
+the coordinator's, 1h).`,
+	usageExit: exitUsage,
+	run:       runNodeRekey,
+}
+
 // noNode is the sentence for a node the coordinator does not know.
 func noNode(id string) string {
 	return fmt.Sprintf("no node %s (podium nodes lists them)", id)
@@ -164,6 +184,9 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
 	}
 	line("replica", n.GetReplica())
+	if n.GetTailscaleDeviceId() != "" {
+		line("tailscale device", n.GetTailscaleDevice()+" ("+n.GetTailscaleDeviceId()+")")
+	}
 	heartbeat := "never"
 	if n.GetLastHeartbeatAt() != nil {
 		heartbeat = timeText(n.GetLastHeartbeatAt(), now)
@@ -330,5 +353,45 @@ func runNodeRm(ctx context.Context, c *cli, cmd *command, args []string) int {
 		return c.failed(cl, err, noNode(id))
 	}
 	fmt.Fprintf(c.stdout, "node %s removed\n", id)
+	return exitOK
+}
+
+func runNodeRekey(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	ttl := fs.String("ttl", "", "keep the token usable for `DURATION`, e.g. 30m (default: the coordinator's, 1h)")
+	rest, done, code := c.nodeArgs(cmd, fs, args, 1, "want exactly one node ID")
+	if done {
+		return code
+	}
+	var ttlSeconds int64
+	if *ttl != "" {
+		var err error
+		if ttlSeconds, err = taskspec.ParseSeconds(*ttl); err != nil {
+			return c.usageFailure(cmd, fs, fmt.Errorf("--ttl %v", err))
+		}
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	id := rest[0]
+	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.RekeyNodeResponse], error) {
+		return cl.admin.RekeyNode(ctx, connect.NewRequest(&podiumv1.RekeyNodeRequest{NodeId: id, TtlSeconds: ttlSeconds}))
+	})
+	if err != nil {
+		return c.failed(cl, err, noNode(id))
+	}
+	m := resp.Msg
+	if m.GetToken() == "" {
+		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server)
+		return exitPodium
+	}
+	fmt.Fprintln(c.stdout, m.GetToken())
+	fmt.Fprintf(c.stderr, "→ on the node's new machine: podium-agent enroll --coordinator %s --token TOKEN --force\n", cl.server)
+	fmt.Fprintf(c.stderr, "→ it becomes node %s there; the old key stops working when the token is used", id)
+	if exp := m.GetExpiresAt(); exp != nil {
+		fmt.Fprintf(c.stderr, " (it expires at %s)", exp.AsTime().Local().Format(time.RFC3339))
+	}
+	fmt.Fprintln(c.stderr)
 	return exitOK
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -25,10 +26,15 @@ const DefaultTokenTTL = time.Hour
 type Service struct {
 	store *store.Store
 	log   *slog.Logger
+	// transport is the coordinator's (local, tailnet or host), for WhoAmI.
+	transport string
 }
 
 // NewService returns the admin service.
 func NewService(st *store.Store, log *slog.Logger) *Service { return &Service{store: st, log: log} }
+
+// SetTransport names the transport the coordinator serves on, for WhoAmI.
+func (s *Service) SetTransport(name string) { s.transport = name }
 
 // CreateEnrollmentToken makes a single-use token. The token is shown once;
 // only its SHA-256 is stored.
@@ -63,9 +69,17 @@ func (s *Service) ListNodes(ctx context.Context, _ *connect.Request[podiumv1.Lis
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
+	devices, err := s.store.NodeDevices(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
 	out := &podiumv1.ListNodesResponse{}
 	for _, n := range ns {
-		out.Nodes = append(out.Nodes, nodeProto(n))
+		p := nodeProto(n)
+		if d, ok := devices[n.ID]; ok {
+			p.TailscaleDeviceId, p.TailscaleDevice = d.ID, d.Name
+		}
+		out.Nodes = append(out.Nodes, p)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -149,6 +163,57 @@ func (s *Service) RemoveNode(ctx context.Context, req *connect.Request[podiumv1.
 	_ = s.store.Notify(ctx, store.ChannelTakeover, id) // its session, if any, ends
 	s.log.Info("node removed", "node", id)
 	return connect.NewResponse(&podiumv1.RemoveNodeResponse{}), nil
+}
+
+// RekeyNode makes a single-use token that re-enrolls the node from whichever
+// device uses it. It is the way out of "node key presented from another
+// device": the operator says, once, that the node has moved. Until the token
+// is used the node keeps its key and device, so a token that is never used
+// changes nothing.
+func (s *Service) RekeyNode(ctx context.Context, req *connect.Request[podiumv1.RekeyNodeRequest]) (*connect.Response[podiumv1.RekeyNodeResponse], error) {
+	id := req.Msg.GetNodeId()
+	if id == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("node_id: required (see `podium nodes`)"))
+	}
+	ttl := time.Duration(req.Msg.GetTtlSeconds()) * time.Second
+	switch {
+	case req.Msg.GetTtlSeconds() < 0:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ttl_seconds: must not be negative (0 means one hour)"))
+	case ttl == 0:
+		ttl = DefaultTokenTTL
+	case ttl > 30*24*time.Hour:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ttl_seconds: at most 30 days; rekey tokens are meant to be used soon"))
+	}
+	token, hash := nodes.NewSecret(nodes.TokenPrefix)
+	expires := time.Now().Add(ttl)
+	if err := s.store.CreateRekeyToken(ctx, hash, id, expires); err != nil {
+		return nil, s.nodeError(err, id)
+	}
+	who := "unknown"
+	if c, ok := tailnet.CallerFrom(ctx); ok {
+		who = c.Name()
+	}
+	s.log.Info("rekey token created", "node", id, "by", who, "expires", expires)
+	return connect.NewResponse(&podiumv1.RekeyNodeResponse{Token: token, ExpiresAt: timestamppb.New(expires), NodeId: id}), nil
+}
+
+// WhoAmI tells the caller what the coordinator decided they are: the same
+// decision every other call is admitted or refused on.
+func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmIRequest]) (*connect.Response[podiumv1.WhoAmIResponse], error) {
+	c, ok := tailnet.CallerFrom(ctx)
+	if !ok {
+		return nil, connect.NewError(connect.CodeInternal, errors.New("the coordinator did not identify this call; this is a bug in podium-coordinator"))
+	}
+	out := &podiumv1.WhoAmIResponse{Login: c.Login, Device: c.Device, DeviceId: c.DeviceID, Tags: c.Tags, Transport: s.transport}
+	switch c.Kind {
+	case tailnet.KindPerson:
+		out.Kind = podiumv1.CallerKind_CALLER_KIND_PERSON
+	case tailnet.KindNode:
+		out.Kind = podiumv1.CallerKind_CALLER_KIND_NODE
+	case tailnet.KindToken:
+		out.Kind = podiumv1.CallerKind_CALLER_KIND_TOKEN
+	}
+	return connect.NewResponse(out), nil
 }
 
 func nodeProto(n store.Node) *podiumv1.Node {

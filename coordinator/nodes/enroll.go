@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/internal/ids"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -57,22 +58,40 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 			return nil, connect.NewError(connect.CodeInvalidArgument, err)
 		}
 	}
-	nodeID := ids.New("node")
 	key, keyHash := NewSecret(KeyPrefix)
-	labels, err := s.store.EnrollNode(ctx, Hash(token), store.NewNode{
-		ID: nodeID, KeyHash: keyHash, Hostname: req.Msg.GetHostname(),
+	// On the tailnet the node is bound to the device it enrolls from, so its
+	// key is worth nothing anywhere else (see authenticate).
+	caller, _ := tailnet.CallerFrom(ctx)
+	out, err := s.store.Enroll(ctx, Hash(token), store.NewNode{
+		ID: ids.New("node"), KeyHash: keyHash, Hostname: req.Msg.GetHostname(),
 		AgentVersion: req.Msg.GetAgentVersion(), Labels: req.Msg.GetLabels(),
+		DeviceID: caller.DeviceID, Device: caller.Device,
 	})
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenUsed), errors.Is(err, store.ErrTokenExpired):
 		s.enrollLimit.failed(peer)
-		s.log.Warn("enrollment refused", "peer", peer, "why", err)
+		s.log.Warn("enrollment refused", "peer", peer, "device", caller.Device, "why", err)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	case err != nil:
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("enroll: %w", err))
 	}
-	s.log.Info("node enrolled", "node", nodeID, "hostname", req.Msg.GetHostname(), "labels", labels)
-	return connect.NewResponse(&podiumv1.EnrollResponse{NodeId: nodeID, NodeKey: key, Labels: labels}), nil
+	if caller.OnTailnet() && caller.Kind != tailnet.KindNode {
+		// Only reachable with --allow-untagged-nodes. Said every time, at
+		// warning level, because the node now runs tasks with the rights of
+		// the person whose device it is.
+		s.log.Warn("node enrolled from an UNTAGGED device (allowed by --allow-untagged-nodes): it runs tasks with its owner's tailnet rights; tag the device and rekey the node",
+			"node", out.NodeID, "device", caller.Device, "device_id", caller.DeviceID, "owner", caller.Login)
+	}
+	if out.Rekeyed {
+		// The old key is gone: a stream still open on it is asked to end.
+		_ = s.store.Notify(ctx, store.ChannelTakeover, out.NodeID)
+		s.log.Info("node rekeyed", "node", out.NodeID, "hostname", req.Msg.GetHostname(), "device", caller.Device,
+			"device_id", caller.DeviceID)
+	} else {
+		s.log.Info("node enrolled", "node", out.NodeID, "hostname", req.Msg.GetHostname(), "labels", out.Labels,
+			"device", caller.Device, "device_id", caller.DeviceID)
+	}
+	return connect.NewResponse(&podiumv1.EnrollResponse{NodeId: out.NodeID, NodeKey: key, Labels: out.Labels}), nil
 }
 
 // authenticate checks a node id and key against the stored hash in constant time.
@@ -89,7 +108,37 @@ func (s *Service) authenticate(ctx context.Context, nodeID, key string) (store.N
 		return n, connect.NewError(connect.CodeUnauthenticated,
 			fmt.Errorf("the node key for %s was refused: the agent's identity file does not match; enroll again with `podium-agent enroll`", nodeID))
 	}
+	if err := s.checkDevice(ctx, nodeID); err != nil {
+		return n, err
+	}
 	return n, nil
+}
+
+// checkDevice refuses a node key presented from a tailnet device other than
+// the one the node is bound to. A key is a file on disk; a copy of it (a
+// cloned VM, a stolen backup) would otherwise be the node. A node that has no
+// device yet (enrolled over the local transport) is bound to the first device
+// it connects from. Callers of the local transport have no device and are not
+// checked: there the key is all there is.
+func (s *Service) checkDevice(ctx context.Context, nodeID string) error {
+	caller, _ := tailnet.CallerFrom(ctx)
+	if !caller.OnTailnet() {
+		return nil
+	}
+	bound, err := s.store.BindDevice(ctx, nodeID, store.Device{ID: caller.DeviceID, Name: caller.Device})
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("read the node's device: %w", err))
+	}
+	if bound.ID == caller.DeviceID {
+		return nil
+	}
+	s.log.Warn("node key presented from another device; refused", "node", nodeID,
+		"bound_device", bound.Name, "bound_device_id", bound.ID, "device", caller.Device, "device_id", caller.DeviceID)
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"node %s is bound to the Tailscale device %s (%s), and this is %s (%s): a node's key works only from its own device. "+
+			"If the node has moved to this machine, run `podium node rekey %s` and enroll here with the token it prints "+
+			"(`podium-agent enroll --token T --force`)",
+		nodeID, bound.Name, bound.ID, caller.Device, caller.DeviceID, nodeID))
 }
 
 func validLabel(l string) error {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
@@ -85,6 +86,9 @@ type Service struct {
 
 	enrollLimit *enrollLimiter
 	metrics     *metrics.Metrics
+
+	// artifacts is nil until SetArtifacts.
+	artifacts *artifacts.Service
 }
 
 // SetMetrics makes the service record ingest and heartbeat figures.

@@ -18,12 +18,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/admin"
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
@@ -34,12 +36,17 @@ import (
 type Config struct {
 	DatabaseURL string
 	// Listen is the address to serve on; loopback unless AllowNonLoopback.
+	// On the tailnet transports only its port is used.
 	Listen string
 	// AllowNonLoopback permits a non-loopback Listen in the local transport
 	// (in a container, where the port is published deliberately).
 	AllowNonLoopback bool
-	// Token is the bearer token API callers must present.
+	// Token is the bearer token API callers must present (local transport).
 	Token string
+	// Transport is TransportLocal (the default), TransportTailnet or
+	// TransportHost; see transport.go.
+	Transport string
+	Tailnet   TailnetConfig
 	// Advertise is the URL nodes are told to reach this replica at; defaults to
 	// http://<Listen>.
 	Advertise string
@@ -48,35 +55,39 @@ type Config struct {
 	Nodes     nodes.Config
 	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
+	// Artifacts is the object store task artifacts go to; with no endpoint,
+	// uploads are refused as not configured and everything else works.
+	Artifacts artifacts.Config
 	Logger    *slog.Logger
 }
 
 // Server is one running coordinator replica.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	store    *store.Store
-	bus      *bus.Bus
-	leases   *lease.Keeper
-	nodes    *nodes.Service
-	sched    *scheduler.Scheduler
-	http     *http.Server
-	listener net.Listener
+	cfg       Config
+	log       *slog.Logger
+	store     *store.Store
+	bus       *bus.Bus
+	leases    *lease.Keeper
+	nodes     *nodes.Service
+	sched     *scheduler.Scheduler
+	artifacts *artifacts.Service
+	http      *http.Server
+	// listeners are the transport's: one on loopback, or the tailnet's.
+	listeners []net.Listener
+	addr      string
+	endpoint  *join.Endpoint // nil on the local transport
+	// nodeAuth and apiAuth identify the callers of the node API and of the
+	// task and admin APIs, as the transport allows.
+	nodeAuth, apiAuth connect.HandlerOption
 }
 
 // New connects to Postgres, applies migrations and builds the replica. Nothing
 // is served until Run.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("no API token: set PODIUM_TOKEN (or --token) to a secret that CLI users will present")
-	}
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:7070"
-	}
-	if err := checkListen(cfg.Listen, cfg.AllowNonLoopback); err != nil {
+	if err := checkTransport(&cfg); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -94,19 +105,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	arts, err := artifacts.New(cfg.Artifacts, st, log)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("artifacts: %w", err)
 	}
-	if cfg.Advertise == "" {
-		cfg.Advertise = "http://" + ln.Addr().String()
+	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts}
+	if err := s.openTransport(ctx); err != nil {
+		st.Close()
+		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: st, listener: ln}
 	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover)
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
 	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
+	s.nodes.SetArtifacts(arts)
 	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
 	s.sched.OnLeader = func(ctx context.Context) { s.nodes.RunWatchdog(ctx, cfg.Watchdog) }
 	m := metrics.New(st, s.nodes.Registry().Len, log)
@@ -115,10 +128,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.bus.OnDelivery(m.Delivered)
 
 	mux := http.NewServeMux()
-	auth := connect.WithInterceptors(tokenAuth{token: cfg.Token})
-	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes))
-	mux.Handle(podiumv1connect.NewTaskServiceHandler(tasks.NewService(st, s.bus, log), auth))
-	mux.Handle(podiumv1connect.NewAdminServiceHandler(admin.NewService(st, log), auth))
+	auth := s.apiAuth
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, s.nodeAuth))
+	taskService := tasks.NewService(st, s.bus, log)
+	taskService.SetArtifacts(arts)
+	mux.Handle(podiumv1connect.NewTaskServiceHandler(taskService, auth))
+	adminService := admin.NewService(st, log)
+	adminService.SetTransport(cfg.Transport)
+	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet
@@ -127,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true) // the tailnet's HTTPS listener
 	s.http = &http.Server{Handler: mux, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	return s, nil
@@ -168,11 +186,15 @@ func checkListen(addr string, allow bool) error {
 	return nil
 }
 
-// Addr is the address the replica listens on.
-func (s *Server) Addr() string { return s.listener.Addr().String() }
+// Addr is the address the replica listens on (without TLS).
+func (s *Server) Addr() string { return s.addr }
 
 // URL is the replica's base URL.
 func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Advertise is the URL nodes are told to reach this replica at: on the
+// tailnet, its HTTPS name when it has a certificate.
+func (s *Server) Advertise() string { return s.cfg.Advertise }
 
 // ReplicaID is this replica's id.
 func (s *Server) ReplicaID() string { return s.cfg.ReplicaID }
@@ -186,6 +208,9 @@ func (s *Server) Nodes() *nodes.Service { return s.nodes }
 // Leading reports whether this replica is the scheduling and watchdog leader.
 func (s *Server) Leading() bool { return s.sched.Leading() }
 
+// Artifacts is the replica's artifact store.
+func (s *Server) Artifacts() *artifacts.Service { return s.artifacts }
+
 // Leases is the replica's lease keeper.
 func (s *Server) Leases() *lease.Keeper { return s.leases }
 
@@ -194,6 +219,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.store.Pool.Ping(ctx); err != nil {
 		http.Error(w, "not ready: Postgres does not answer: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	// A configured object store that does not answer makes the replica not
+	// ready: it would refuse every artifact upload. One that was never
+	// configured is a choice, not a fault.
+	if err := s.artifacts.Ready(); err != nil && !errors.Is(err, artifacts.ErrNotConfigured) {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
@@ -216,6 +248,7 @@ func (s *Server) Run(ctx context.Context) error {
 	start(s.leases.Run)
 	start(s.nodes.Run)
 	start(s.sched.Run)
+	start(s.artifacts.Run)
 	// A lost lease ends every session at once: this replica can no longer prove
 	// it holds any node.
 	start(func(c context.Context) {
@@ -233,9 +266,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	})
 
-	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(s.listener) }()
-	s.log.Info("coordinator serving", "addr", s.Addr(), "advertise", s.cfg.Advertise)
+	errc := make(chan error, len(s.listeners))
+	for _, ln := range s.listeners {
+		go func() { errc <- s.http.Serve(ln) }()
+	}
+	s.log.Info("coordinator serving", "transport", s.cfg.Transport, "addr", s.Addr(), "advertise", s.cfg.Advertise)
 	var err error
 	select {
 	case <-ctx.Done():
@@ -251,6 +286,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	stopBG()
 	wg.Wait()
+	if s.endpoint != nil {
+		if cerr := s.endpoint.Close(); cerr != nil {
+			s.log.Warn("leave the tailnet", "err", cerr)
+		}
+	}
 	s.store.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -37,12 +37,16 @@ func TestWatchdogNodeLossPolicy(t *testing.T) {
 		return res.Msg.Task.Id
 	}
 	retried, lost := submit(true), submit(false)
-	for range 2 {
+	for assigned := 0; assigned < 2; {
 		m, err := node.stream.Receive()
 		if err != nil {
 			t.Fatal(err)
 		}
 		a := m.GetAssign()
+		if a == nil {
+			continue // the ack of the first task's event can come before the second assignment
+		}
+		assigned++
 		node.send(t, status(a.TaskId, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil))
 	}
 	nodeStatus := func() podiumv1.NodeStatus {

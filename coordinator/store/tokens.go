@@ -26,6 +26,10 @@ type NewNode struct {
 	Hostname     string
 	AgentVersion string
 	Labels       []string // the node's own; the token's are added
+	// DeviceID and Device bind the node to the Tailscale device it enrolled
+	// from; empty over the local transport.
+	DeviceID string
+	Device   string
 }
 
 // EnrollNode spends a token and creates the node in one transaction. The token
@@ -59,8 +63,9 @@ func (s *Store) EnrollNode(ctx context.Context, tokenHash []byte, n NewNode) ([]
 			return err
 		}
 		labels = unionLabels(tokenLabels, n.Labels)
-		_, err = tx.Exec(ctx, `insert into podium.nodes (id, key_hash, hostname, agent_version, labels)
-			values ($1, $2, $3, $4, $5)`, n.ID, n.KeyHash, n.Hostname, n.AgentVersion, labels)
+		_, err = tx.Exec(ctx, `insert into podium.nodes (id, key_hash, hostname, agent_version, labels,
+				tailscale_device_id, tailscale_device)
+			values ($1, $2, $3, $4, $5, nullif($6, ''), $7)`, n.ID, n.KeyHash, n.Hostname, n.AgentVersion, labels, n.DeviceID, n.Device)
 		return err
 	})
 	return labels, err

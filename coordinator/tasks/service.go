@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
@@ -22,9 +23,10 @@ import (
 
 // Service implements podium.v1.TaskService.
 type Service struct {
-	store *store.Store
-	bus   *bus.Bus
-	log   *slog.Logger
+	store     *store.Store
+	bus       *bus.Bus
+	log       *slog.Logger
+	artifacts *artifacts.Service
 }
 
 // NewService returns the task service.

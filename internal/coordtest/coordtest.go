@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
@@ -41,6 +42,18 @@ type Options struct {
 	Nodes     nodes.Config
 	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
+	// Artifacts points the replica at an object store (see internal/s3test).
+	Artifacts artifacts.Config
+	// Transport and Tailnet put the replica on a tailnet (see
+	// internal/tailnettest) instead of loopback with the test token.
+	Transport string
+	Tailnet   server.TailnetConfig
+	// Logger replaces the replica's logger, for tests that read its log.
+	Logger *slog.Logger
+	// Listen is the address to serve on; empty picks a free loopback port.
+	// A test that replaces a replica gives the new one the old one's
+	// address, so that nodes enrolled with it find it again.
+	Listen string
 }
 
 // Start runs a replica on the database until the test ends.
@@ -51,9 +64,24 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if opts.Logger != nil {
+		log = opts.Logger
+	}
+	listen, token := "127.0.0.1:0", Token
+	if opts.Transport != "" && opts.Transport != server.TransportLocal {
+		listen, token = ":7070", ""
+		if opts.Tailnet.GetCertificate == nil {
+			// Else the replica would ask Let's Encrypt for its tailnet name.
+			t.Fatal("coordtest: a tailnet replica needs Tailnet.GetCertificate (tailnettest.NewCA)")
+		}
+	}
+	if opts.Listen != "" {
+		listen = opts.Listen
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{
-		DatabaseURL: databaseURL, Listen: "127.0.0.1:0", Token: Token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler,
+		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler,
+		Artifacts: opts.Artifacts, Transport: opts.Transport, Tailnet: opts.Tailnet,
 	})
 	if err != nil {
 		cancel()

@@ -17,6 +17,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 )
 
@@ -98,13 +100,37 @@ const LabelKey = "podium.task"
 // by Podium is still in the engine.
 func AssertNothingLeft(t testing.TB, c *client.Client) {
 	t.Helper()
+	AssertNothingLeftFor(t, c, LabelKey)
+}
+
+// AssertNothingLeftFor fails the test if any container, network or volume
+// matching the label filter is still in the engine: "podium.node=ID" scopes
+// the check to one test's node. `go test ./...` runs packages that start
+// containers at the same time, and an engine-wide check would see the other
+// packages' running tasks.
+func AssertNothingLeftFor(t testing.TB, c *client.Client, label string) {
+	t.Helper()
 	ctx := context.Background()
-	f := filters.NewArgs(filters.Arg("label", LabelKey))
+	f := filters.NewArgs(filters.Arg("label", label))
 	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ct := range cs {
-		t.Errorf("container %s (%v) labelled by Podium is still there", ct.ID[:12], ct.Names)
+		t.Errorf("container %s (%v, %s) labelled %s is still there", ct.ID[:12], ct.Names, ct.State, label)
+	}
+	nets, err := c.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nets {
+		t.Errorf("network %s labelled %s is still there", n.Name, label)
+	}
+	vols, err := c.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols.Volumes {
+		t.Errorf("volume %s labelled %s is still there", v.Name, label)
 	}
 }

@@ -16,6 +16,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/internal/coordtest"
 	"github.com/podiumhq/podium/internal/dockertest"
@@ -32,11 +35,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	// podium-runner goes next to podium-agent, where the agent looks for it,
+	// and static, as `make build` makes it: it runs inside the test image,
+	// which has no C library. It is built on its own so that the others keep
+	// the build cache of an ordinary `go build`.
 	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium", "../../cmd/podium-agent")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build the binaries:", err)
-		os.Exit(2)
+	runner := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium-runner")
+	runner.Env = append(os.Environ(), "CGO_ENABLED=0")
+	runner.Stdout, runner.Stderr = os.Stderr, os.Stderr
+	for _, b := range []*exec.Cmd{build, runner} {
+		if err := b.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: build the binaries:", err)
+			os.Exit(2)
+		}
 	}
 	binDir = dir
 	code := pgtest.Run(m)
@@ -48,17 +60,27 @@ func TestMain(m *testing.M) {
 type env struct {
 	t     *testing.T
 	r     *coordtest.Replica
+	db    pgtest.Database
 	image string
 	node  string
 	data  string
-	agent *exec.Cmd
-	alog  *syncBuffer
+	// agentArgs are added to every `podium-agent run`.
+	agentArgs []string
+	agent     *exec.Cmd
+	agentDone chan struct{} // closed when the agent process has exited
+	alog      *syncBuffer
 }
 
 func newEnv(t *testing.T, labels ...string) *env {
 	t.Helper()
-	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}}
-	e.r, _ = coordtest.New(t)
+	return newEnvWith(t, nil, labels...)
+}
+
+// newEnvWith is newEnv with flags for the agent.
+func newEnvWith(t *testing.T, agentArgs []string, labels ...string) *env {
+	t.Helper()
+	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs}
+	e.r, e.db = coordtest.New(t)
 	ctx := context.Background()
 	tok, err := e.r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels}))
 	if err != nil {
@@ -75,12 +97,37 @@ func newEnv(t *testing.T, labels ...string) *env {
 	e.node = string(bytes.TrimSpace(lastLine(out)))
 	t.Cleanup(func() {
 		e.stopAgent()
+		// Stopping the agent leaves tasks running by design, so every test
+		// must see its tasks to their end: anything of its node still in
+		// the engine now is a leak.
+		dc := dockertest.Client(t)
+		dockertest.AssertNothingLeftFor(t, dc, "podium.node="+e.node)
+		removeNode(dc, e.node)
 		if t.Failed() {
 			t.Logf("agent log:\n%s", e.alog.String())
 		}
 	})
 	e.startAgent()
 	return e
+}
+
+// removeNode removes whatever a failed test left of its node, so that one
+// failure does not hold Docker networks and memory for the tests after it.
+func removeNode(c *client.Client, node string) {
+	ctx := context.Background()
+	f := filters.NewArgs(filters.Arg("label", "podium.node="+node))
+	cs, _ := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	for _, ct := range cs {
+		_ = c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true})
+	}
+	nets, _ := c.NetworkList(ctx, network.ListOptions{Filters: f})
+	for _, n := range nets {
+		_ = c.NetworkRemove(ctx, n.ID)
+	}
+	vols, _ := c.VolumeList(ctx, volume.ListOptions{Filters: f})
+	for _, v := range vols.Volumes {
+		_ = c.VolumeRemove(ctx, v.Name, true)
+	}
 }
 
 func lastLine(b []byte) []byte {
@@ -90,12 +137,16 @@ func lastLine(b []byte) []byte {
 
 func (e *env) startAgent() {
 	e.t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), "run", "--data-dir", e.data, "--max-tasks", "4")
+	args := append([]string{"run", "--data-dir", e.data, "--max-tasks", "4"}, e.agentArgs...)
+	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), args...)
 	cmd.Stdout, cmd.Stderr = e.alog, e.alog
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.agent = cmd
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	e.agentDone = done
 	e.waitNode(podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 }
 
@@ -104,15 +155,33 @@ func (e *env) stopAgent() {
 		return
 	}
 	_ = e.agent.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = e.agent.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-e.agentDone:
 	case <-time.After(30 * time.Second):
 		_ = e.agent.Process.Kill()
-		<-done
+		<-e.agentDone
 	}
 	e.agent = nil
+}
+
+// killAgent kills the agent with SIGKILL: a crash, with no chance to tidy up.
+func (e *env) killAgent() {
+	e.t.Helper()
+	if err := e.agent.Process.Kill(); err != nil {
+		e.t.Fatal(err)
+	}
+	<-e.agentDone
+	e.agent = nil
+}
+
+// replaceCoordinator stops the coordinator replica and starts a new one on
+// the same database and the same address, where the agent and the CLI find
+// it again.
+func (e *env) replaceCoordinator() {
+	e.t.Helper()
+	addr := e.r.Addr()
+	e.r.Stop()
+	e.r = coordtest.Start(e.t, e.db.URL, coordtest.Options{Listen: addr})
 }
 
 func (e *env) waitNode(want podiumv1.NodeStatus) {

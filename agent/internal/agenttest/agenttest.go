@@ -3,43 +3,76 @@
 package agenttest
 
 import (
-	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/podiumhq/podium/internal/dockertest"
 )
 
 var nodeSeq atomic.Int64
 
 // NodeID returns a node id no other test, in this process or in another test
-// binary running at the same time, uses. Containers carry it in their
+// binary running at the same time, uses. Objects carry it in their
 // podium.node label, so checks and clean-ups scoped to it cannot touch
 // another test's containers.
 func NodeID(t testing.TB) string {
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(strings.ToLower(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
 	return fmt.Sprintf("n-%d-%d-%s", os.Getpid(), nodeSeq.Add(1), name)
 }
 
-// AssertNoContainers fails the test if any container labelled with nodeID is
-// still in the engine. It is dockertest.AssertNothingLeft scoped to one node:
-// `go test ./...` runs the packages that start containers at the same time,
-// and an engine-wide check would see the other packages' running tasks.
+// AssertNoContainers fails the test if any container, network or volume
+// labelled with nodeID is still in the engine.
 func AssertNoContainers(t testing.TB, c *client.Client, nodeID string) {
 	t.Helper()
-	list, err := c.ContainerList(context.Background(), container.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", "podium.node="+nodeID)),
+	dockertest.AssertNothingLeftFor(t, c, "podium.node="+nodeID)
+}
+
+var (
+	runnerOnce sync.Once
+	runnerDir  string
+	runnerPath string
+	runnerErr  error
+)
+
+// Runner builds podium-runner (static, as `make build` does) once per test
+// binary and returns its path.
+func Runner(t testing.TB) string {
+	t.Helper()
+	runnerOnce.Do(func() {
+		runnerDir, runnerErr = os.MkdirTemp("", "podium-runner-test-")
+		if runnerErr != nil {
+			return
+		}
+		runnerPath = filepath.Join(runnerDir, "podium-runner")
+		cmd := exec.Command("go", "build", "-o", runnerPath, "github.com/podiumhq/podium/cmd/podium-runner")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			runnerErr = fmt.Errorf("build podium-runner: %v\n%s", err, out)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
+	if runnerErr != nil {
+		t.Fatal(runnerErr)
 	}
-	for _, ct := range list {
-		t.Errorf("container %s (%v) of node %s is still there", ct.ID[:12], ct.Names, nodeID)
+	return runnerPath
+}
+
+// Main runs a package's tests and removes the runner Runner built. Use it
+// from TestMain: os.Exit(agenttest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if runnerDir != "" {
+		_ = os.RemoveAll(runnerDir)
 	}
+	return code
 }

@@ -75,6 +75,63 @@ func (NodeStatus) EnumDescriptor() ([]byte, []int) {
 	return file_podium_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// CallerKind is what the coordinator decided a caller is.
+type CallerKind int32
+
+const (
+	CallerKind_CALLER_KIND_UNSPECIFIED CallerKind = 0
+	// CALLER_KIND_PERSON is an untagged tailnet device with a user login.
+	CallerKind_CALLER_KIND_PERSON CallerKind = 1
+	// CALLER_KIND_NODE is a tailnet device carrying the node tag.
+	CallerKind_CALLER_KIND_NODE CallerKind = 2
+	// CALLER_KIND_TOKEN is a caller of the local transport that presented the
+	// API token; the coordinator knows nothing more about it.
+	CallerKind_CALLER_KIND_TOKEN CallerKind = 3
+)
+
+// Enum value maps for CallerKind.
+var (
+	CallerKind_name = map[int32]string{
+		0: "CALLER_KIND_UNSPECIFIED",
+		1: "CALLER_KIND_PERSON",
+		2: "CALLER_KIND_NODE",
+		3: "CALLER_KIND_TOKEN",
+	}
+	CallerKind_value = map[string]int32{
+		"CALLER_KIND_UNSPECIFIED": 0,
+		"CALLER_KIND_PERSON":      1,
+		"CALLER_KIND_NODE":        2,
+		"CALLER_KIND_TOKEN":       3,
+	}
+)
+
+func (x CallerKind) Enum() *CallerKind {
+	p := new(CallerKind)
+	*p = x
+	return p
+}
+
+func (x CallerKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CallerKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_podium_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (CallerKind) Type() protoreflect.EnumType {
+	return &file_podium_v1_admin_proto_enumTypes[1]
+}
+
+func (x CallerKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CallerKind.Descriptor instead.
+func (CallerKind) EnumDescriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 type CreateEnrollmentTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Labels []string               `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty"`
@@ -201,10 +258,16 @@ type Node struct {
 	FreeSlots       int32                  `protobuf:"varint,8,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	LastHeartbeatAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_heartbeat_at,json=lastHeartbeatAt,proto3" json:"last_heartbeat_at,omitempty"`
 	// replica is the coordinator replica holding the node's stream, empty when none.
-	Replica       string                 `protobuf:"bytes,10,opt,name=replica,proto3" json:"replica,omitempty"`
-	EnrolledAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=enrolled_at,json=enrolledAt,proto3" json:"enrolled_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replica    string                 `protobuf:"bytes,10,opt,name=replica,proto3" json:"replica,omitempty"`
+	EnrolledAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=enrolled_at,json=enrolledAt,proto3" json:"enrolled_at,omitempty"`
+	// tailscale_device_id is the Tailscale stable device ID the node is bound
+	// to (empty when it enrolled over the local transport). Only a stream from
+	// that device is accepted with the node's key.
+	TailscaleDeviceId string `protobuf:"bytes,12,opt,name=tailscale_device_id,json=tailscaleDeviceId,proto3" json:"tailscale_device_id,omitempty"`
+	// tailscale_device is that device's name when it was bound.
+	TailscaleDevice string `protobuf:"bytes,13,opt,name=tailscale_device,json=tailscaleDevice,proto3" json:"tailscale_device,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -312,6 +375,20 @@ func (x *Node) GetEnrolledAt() *timestamppb.Timestamp {
 		return x.EnrolledAt
 	}
 	return nil
+}
+
+func (x *Node) GetTailscaleDeviceId() string {
+	if x != nil {
+		return x.TailscaleDeviceId
+	}
+	return ""
+}
+
+func (x *Node) GetTailscaleDevice() string {
+	if x != nil {
+		return x.TailscaleDevice
+	}
+	return ""
 }
 
 type ListNodesRequest struct {
@@ -772,6 +849,246 @@ func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
 	return file_podium_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
+type RekeyNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// ttl_seconds is how long the token may be used; 0 means one hour.
+	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RekeyNodeRequest) Reset() {
+	*x = RekeyNodeRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RekeyNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RekeyNodeRequest) ProtoMessage() {}
+
+func (x *RekeyNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RekeyNodeRequest.ProtoReflect.Descriptor instead.
+func (*RekeyNodeRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RekeyNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RekeyNodeRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type RekeyNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token re-enrolls the node (same id, labels and settings) from whichever
+	// device uses it, once: `podium-agent enroll --token T --force`. Only its
+	// SHA-256 is stored. The node's current key works until it is used.
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RekeyNodeResponse) Reset() {
+	*x = RekeyNodeResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RekeyNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RekeyNodeResponse) ProtoMessage() {}
+
+func (x *RekeyNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RekeyNodeResponse.ProtoReflect.Descriptor instead.
+func (*RekeyNodeResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RekeyNodeResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RekeyNodeResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *RekeyNodeResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  CallerKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=podium.v1.CallerKind" json:"kind,omitempty"`
+	// login is the person's Tailscale login name (recorded as requested_by on
+	// what they submit); empty for nodes and token callers.
+	Login string `protobuf:"bytes,2,opt,name=login,proto3" json:"login,omitempty"`
+	// device is the caller's Tailscale device name, device_id its stable ID.
+	Device   string   `protobuf:"bytes,3,opt,name=device,proto3" json:"device,omitempty"`
+	DeviceId string   `protobuf:"bytes,4,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Tags     []string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	// transport is the coordinator's: local, tailnet or host.
+	Transport     string `protobuf:"bytes,6,opt,name=transport,proto3" json:"transport,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WhoAmIResponse) GetKind() CallerKind {
+	if x != nil {
+		return x.Kind
+	}
+	return CallerKind_CALLER_KIND_UNSPECIFIED
+}
+
+func (x *WhoAmIResponse) GetLogin() string {
+	if x != nil {
+		return x.Login
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -785,7 +1102,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xa9\x03\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"\x84\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -800,7 +1117,9 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\areplica\x18\n" +
 	" \x01(\tR\areplica\x12;\n" +
 	"\venrolled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enrolledAt\"\x12\n" +
+	"enrolledAt\x12.\n" +
+	"\x13tailscale_device_id\x18\f \x01(\tR\x11tailscaleDeviceId\x12)\n" +
+	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\"\x12\n" +
 	"\x10ListNodesRequest\":\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +
@@ -822,13 +1141,36 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x0f.podium.v1.NodeR\x04node\",\n" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
-	"\x12RemoveNodeResponse*w\n" +
+	"\x12RemoveNodeResponse\"L\n" +
+	"\x10RekeyNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\"}\n" +
+	"\x11RekeyNodeResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x0f\n" +
+	"\rWhoAmIRequest\"\xb8\x01\n" +
+	"\x0eWhoAmIResponse\x12)\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x15.podium.v1.CallerKindR\x04kind\x12\x14\n" +
+	"\x05login\x18\x02 \x01(\tR\x05login\x12\x16\n" +
+	"\x06device\x18\x03 \x01(\tR\x06device\x12\x1b\n" +
+	"\tdevice_id\x18\x04 \x01(\tR\bdeviceId\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x1c\n" +
+	"\ttransport\x18\x06 \x01(\tR\ttransport*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATUS_ONLINE\x10\x01\x12\x1b\n" +
 	"\x17NODE_STATUS_UNREACHABLE\x10\x02\x12\x17\n" +
-	"\x13NODE_STATUS_OFFLINE\x10\x032\x86\x04\n" +
+	"\x13NODE_STATUS_OFFLINE\x10\x03*n\n" +
+	"\n" +
+	"CallerKind\x12\x1b\n" +
+	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
+	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
+	"\x11CALLER_KIND_TOKEN\x10\x032\x91\x05\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -836,7 +1178,9 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\fSetNodeSlots\x12\x1e.podium.v1.SetNodeSlotsRequest\x1a\x1f.podium.v1.SetNodeSlotsResponse\"\x00\x12T\n" +
 	"\rSetNodeLabels\x12\x1f.podium.v1.SetNodeLabelsRequest\x1a .podium.v1.SetNodeLabelsResponse\"\x00\x12K\n" +
 	"\n" +
-	"RemoveNode\x12\x1c.podium.v1.RemoveNodeRequest\x1a\x1d.podium.v1.RemoveNodeResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"RemoveNode\x12\x1c.podium.v1.RemoveNodeRequest\x1a\x1d.podium.v1.RemoveNodeResponse\"\x00\x12H\n" +
+	"\tRekeyNode\x12\x1b.podium.v1.RekeyNodeRequest\x1a\x1c.podium.v1.RekeyNodeResponse\"\x00\x12?\n" +
+	"\x06WhoAmI\x12\x18.podium.v1.WhoAmIRequest\x1a\x19.podium.v1.WhoAmIResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -850,53 +1194,64 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 	return file_podium_v1_admin_proto_rawDescData
 }
 
-var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
-	(*CreateEnrollmentTokenRequest)(nil),  // 1: podium.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 2: podium.v1.CreateEnrollmentTokenResponse
-	(*Node)(nil),                          // 3: podium.v1.Node
-	(*ListNodesRequest)(nil),              // 4: podium.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 5: podium.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),              // 6: podium.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),             // 7: podium.v1.DrainNodeResponse
-	(*SetNodeSlotsRequest)(nil),           // 8: podium.v1.SetNodeSlotsRequest
-	(*SetNodeSlotsResponse)(nil),          // 9: podium.v1.SetNodeSlotsResponse
-	(*SetNodeLabelsRequest)(nil),          // 10: podium.v1.SetNodeLabelsRequest
-	(*SetNodeLabelsResponse)(nil),         // 11: podium.v1.SetNodeLabelsResponse
-	(*RemoveNodeRequest)(nil),             // 12: podium.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),            // 13: podium.v1.RemoveNodeResponse
-	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 15: podium.v1.Capacity
+	(CallerKind)(0),                       // 1: podium.v1.CallerKind
+	(*CreateEnrollmentTokenRequest)(nil),  // 2: podium.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 3: podium.v1.CreateEnrollmentTokenResponse
+	(*Node)(nil),                          // 4: podium.v1.Node
+	(*ListNodesRequest)(nil),              // 5: podium.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 6: podium.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),              // 7: podium.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 8: podium.v1.DrainNodeResponse
+	(*SetNodeSlotsRequest)(nil),           // 9: podium.v1.SetNodeSlotsRequest
+	(*SetNodeSlotsResponse)(nil),          // 10: podium.v1.SetNodeSlotsResponse
+	(*SetNodeLabelsRequest)(nil),          // 11: podium.v1.SetNodeLabelsRequest
+	(*SetNodeLabelsResponse)(nil),         // 12: podium.v1.SetNodeLabelsResponse
+	(*RemoveNodeRequest)(nil),             // 13: podium.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),            // 14: podium.v1.RemoveNodeResponse
+	(*RekeyNodeRequest)(nil),              // 15: podium.v1.RekeyNodeRequest
+	(*RekeyNodeResponse)(nil),             // 16: podium.v1.RekeyNodeResponse
+	(*WhoAmIRequest)(nil),                 // 17: podium.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                // 18: podium.v1.WhoAmIResponse
+	(*timestamppb.Timestamp)(nil),         // 19: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 20: podium.v1.Capacity
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	14, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	15, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	14, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	14, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	3,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
-	3,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
-	3,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
-	3,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	1,  // 9: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	4,  // 10: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	6,  // 11: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	8,  // 12: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	10, // 13: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	12, // 14: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	2,  // 15: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	5,  // 16: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	7,  // 17: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	9,  // 18: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	11, // 19: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	13, // 20: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	20, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	19, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	19, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	4,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
+	4,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
+	4,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
+	4,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
+	19, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
+	2,  // 11: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 12: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 13: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 14: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 15: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 16: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 17: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 18: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	3,  // 19: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 20: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 21: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 22: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 23: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 24: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 25: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 26: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	19, // [19:27] is the sub-list for method output_type
+	11, // [11:19] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -910,8 +1265,8 @@ func file_podium_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

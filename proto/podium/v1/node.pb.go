@@ -1219,13 +1219,23 @@ func (*StreamResponse_Config) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Inject) isStreamResponse_Msg() {}
 
+// ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
+// no session, so it carries the node's credentials itself, the same node_id and
+// node_key Hello presents.
 type ArtifactMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	NodeKey       string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
-	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Name          string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeKey string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
+	// task_id and attempt name a task attempt the node holds: one that is on the
+	// node now, or that ended on it less than ten minutes ago (artifacts are
+	// collected when the task exits, after its final status was sent).
+	TaskId  string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// name is the file's path relative to the task's workspace, "/"-separated
+	// ("out/report.xml"). It is refused if absolute, if it has an empty, "." or
+	// ".." segment, a backslash or a control character, or is longer than 1024
+	// bytes (255 per segment).
+	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,6 +1305,22 @@ func (x *ArtifactMeta) GetName() string {
 	return ""
 }
 
+// UploadArtifactRequest is one message of an upload: the first is meta, every
+// later one a chunk of the file's bytes, in order (at most 4 MiB each; 256 KiB
+// is a good size). Closing the request side ends the file. Chunks are streamed
+// through to the object store as they come; a file is never buffered whole.
+//
+// An upload is answered with one of:
+//   - OK: the artifact is stored (object first, then its row) and noted in the
+//     task's log. An upload of a (task, attempt, name) that is already stored
+//     replaces it, so a retry after any failure ends with exactly one artifact.
+//   - Unavailable: the object store or Postgres could not be reached. Nothing
+//     was stored; retry later with backoff.
+//   - Unauthenticated (wrong node key), PermissionDenied (the node does not hold
+//     that task attempt), InvalidArgument (bad name, no meta, chunk too big),
+//     ResourceExhausted (bigger than the coordinator's per-artifact cap),
+//     FailedPrecondition (the attempt ended too long ago, or the coordinator
+//     has no object store configured): final, do not retry.
 type UploadArtifactRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -1378,11 +1404,16 @@ func (*UploadArtifactRequest_Meta) isUploadArtifactRequest_Msg() {}
 func (*UploadArtifactRequest_Chunk) isUploadArtifactRequest_Msg() {}
 
 type UploadArtifactResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ArtifactId    string                 `protobuf:"bytes,1,opt,name=artifact_id,json=artifactId,proto3" json:"artifact_id,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Sha256        string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// artifact_id is the stored artifact's id ("art_01J…").
+	ArtifactId string `protobuf:"bytes,1,opt,name=artifact_id,json=artifactId,proto3" json:"artifact_id,omitempty"`
+	// size and sha256 (lower-case hex) are what the coordinator received; a node
+	// that hashed the file itself can compare.
+	Size      int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256    string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// replaced is true when this upload replaced an earlier one of the same name.
+	Replaced      bool `protobuf:"varint,5,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1443,6 +1474,13 @@ func (x *UploadArtifactResponse) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *UploadArtifactResponse) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
 }
 
 var File_podium_v1_node_proto protoreflect.FileDescriptor
@@ -1544,14 +1582,15 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x15UploadArtifactRequest\x12-\n" +
 	"\x04meta\x18\x01 \x01(\v2\x17.podium.v1.ArtifactMetaH\x00R\x04meta\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
-	"\x03msg\"\xa0\x01\n" +
+	"\x03msg\"\xbc\x01\n" +
 	"\x16UploadArtifactResponse\x12\x1f\n" +
 	"\vartifact_id\x18\x01 \x01(\tR\n" +
 	"artifactId\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt2\xee\x01\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
+	"\breplaced\x18\x05 \x01(\bR\breplaced2\xee\x01\n" +
 	"\vNodeService\x12?\n" +
 	"\x06Enroll\x12\x18.podium.v1.EnrollRequest\x1a\x19.podium.v1.EnrollResponse\"\x00\x12C\n" +
 	"\x06Stream\x12\x18.podium.v1.StreamRequest\x1a\x19.podium.v1.StreamResponse\"\x00(\x010\x01\x12Y\n" +

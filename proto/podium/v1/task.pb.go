@@ -1566,6 +1566,480 @@ func (x *SendResponse) GetMessageId() int64 {
 	return 0
 }
 
+// Artifact is a file a task produced, stored in the coordinator's object store.
+type Artifact struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TaskId string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// attempt is the run of the task that produced it.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// name is the file's path relative to the task's workspace ("out/report.xml").
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Size int64  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the digest of the stored bytes, lower-case hex.
+	Sha256        string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	NodeId        string                 `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_podium_v1_task_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Artifact) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Artifact) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Artifact) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Artifact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Artifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Artifact) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Artifact) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type ListArtifactsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the task's id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArtifactsRequest) Reset() {
+	*x = ListArtifactsRequest{}
+	mi := &file_podium_v1_task_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArtifactsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArtifactsRequest) ProtoMessage() {}
+
+func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
+func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListArtifactsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ListArtifactsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// artifacts are ordered by attempt, then name.
+	Artifacts     []*Artifact `protobuf:"bytes,1,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArtifactsResponse) Reset() {
+	*x = ListArtifactsResponse{}
+	mi := &file_podium_v1_task_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArtifactsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArtifactsResponse) ProtoMessage() {}
+
+func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
+func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+type DownloadArtifactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the task's id.
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// attempt picks the run; 0 means the newest attempt that has the name.
+	Attempt       int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadArtifactRequest) Reset() {
+	*x = DownloadArtifactRequest{}
+	mi := &file_podium_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadArtifactRequest) ProtoMessage() {}
+
+func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
+func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DownloadArtifactRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DownloadArtifactRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DownloadArtifactRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// DownloadArtifactResponse is one message of a download: the first carries the
+// artifact (its size and digest, so the reader can show progress and verify),
+// every later one a chunk of its bytes, in order.
+type DownloadArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*DownloadArtifactResponse_Artifact
+	//	*DownloadArtifactResponse_Chunk
+	Msg           isDownloadArtifactResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadArtifactResponse) Reset() {
+	*x = DownloadArtifactResponse{}
+	mi := &file_podium_v1_task_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadArtifactResponse) ProtoMessage() {}
+
+func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
+func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *DownloadArtifactResponse) GetArtifact() *Artifact {
+	if x != nil {
+		if x, ok := x.Msg.(*DownloadArtifactResponse_Artifact); ok {
+			return x.Artifact
+		}
+	}
+	return nil
+}
+
+func (x *DownloadArtifactResponse) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*DownloadArtifactResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isDownloadArtifactResponse_Msg interface {
+	isDownloadArtifactResponse_Msg()
+}
+
+type DownloadArtifactResponse_Artifact struct {
+	Artifact *Artifact `protobuf:"bytes,1,opt,name=artifact,proto3,oneof"`
+}
+
+type DownloadArtifactResponse_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*DownloadArtifactResponse_Artifact) isDownloadArtifactResponse_Msg() {}
+
+func (*DownloadArtifactResponse_Chunk) isDownloadArtifactResponse_Msg() {}
+
+type ArtifactURLRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the task's id.
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// attempt picks the run; 0 means the newest attempt that has the name.
+	Attempt       int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactURLRequest) Reset() {
+	*x = ArtifactURLRequest{}
+	mi := &file_podium_v1_task_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactURLRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactURLRequest) ProtoMessage() {}
+
+func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
+func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ArtifactURLRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ArtifactURLRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ArtifactURLRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type ArtifactURLResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is a presigned GET of the object in the object store: anyone holding
+	// it can download the artifact until it expires, without a Podium token.
+	Url       string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// valid_seconds is how long the URL was made valid for.
+	ValidSeconds  int64     `protobuf:"varint,3,opt,name=valid_seconds,json=validSeconds,proto3" json:"valid_seconds,omitempty"`
+	Artifact      *Artifact `protobuf:"bytes,4,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactURLResponse) Reset() {
+	*x = ArtifactURLResponse{}
+	mi := &file_podium_v1_task_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactURLResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactURLResponse) ProtoMessage() {}
+
+func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
+func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ArtifactURLResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ArtifactURLResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *ArtifactURLResponse) GetValidSeconds() int64 {
+	if x != nil {
+		return x.ValidSeconds
+	}
+	return 0
+}
+
+func (x *ArtifactURLResponse) GetArtifact() *Artifact {
+	if x != nil {
+		return x.Artifact
+	}
+	return nil
+}
+
 var File_podium_v1_task_proto protoreflect.FileDescriptor
 
 const file_podium_v1_task_proto_rawDesc = "" +
@@ -1685,7 +2159,39 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"-\n" +
 	"\fSendResponse\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\x03R\tmessageId*\xed\x01\n" +
+	"message_id\x18\x01 \x01(\x03R\tmessageId\"\xe1\x01\n" +
+	"\bArtifact\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
+	"\anode_id\x18\b \x01(\tR\x06nodeId\"&\n" +
+	"\x14ListArtifactsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"J\n" +
+	"\x15ListArtifactsResponse\x121\n" +
+	"\tartifacts\x18\x01 \x03(\v2\x13.podium.v1.ArtifactR\tartifacts\"W\n" +
+	"\x17DownloadArtifactRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\"l\n" +
+	"\x18DownloadArtifactResponse\x121\n" +
+	"\bartifact\x18\x01 \x01(\v2\x13.podium.v1.ArtifactH\x00R\bartifact\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
+	"\x03msg\"R\n" +
+	"\x12ArtifactURLRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\"\xb8\x01\n" +
+	"\x13ArtifactURLResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12#\n" +
+	"\rvalid_seconds\x18\x03 \x01(\x03R\fvalidSeconds\x12/\n" +
+	"\bartifact\x18\x04 \x01(\v2\x13.podium.v1.ArtifactR\bartifact*\xed\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TASK_STATE_QUEUED\x10\x01\x12\x18\n" +
@@ -1699,14 +2205,17 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x022\x80\x03\n" +
+	"\x11LOG_STREAM_STDERR\x10\x022\x87\x05\n" +
 	"\vTaskService\x12?\n" +
 	"\x06Submit\x12\x18.podium.v1.SubmitRequest\x1a\x19.podium.v1.SubmitResponse\"\x00\x126\n" +
 	"\x03Get\x12\x15.podium.v1.GetRequest\x1a\x16.podium.v1.GetResponse\"\x00\x129\n" +
 	"\x04List\x12\x16.podium.v1.ListRequest\x1a\x17.podium.v1.ListResponse\"\x00\x12?\n" +
 	"\x06Cancel\x12\x18.podium.v1.CancelRequest\x1a\x19.podium.v1.CancelResponse\"\x00\x12A\n" +
 	"\x06Events\x12\x18.podium.v1.EventsRequest\x1a\x19.podium.v1.EventsResponse\"\x000\x01\x129\n" +
-	"\x04Send\x12\x16.podium.v1.SendRequest\x1a\x17.podium.v1.SendResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\x04Send\x12\x16.podium.v1.SendRequest\x1a\x17.podium.v1.SendResponse\"\x00\x12T\n" +
+	"\rListArtifacts\x12\x1f.podium.v1.ListArtifactsRequest\x1a .podium.v1.ListArtifactsResponse\"\x00\x12_\n" +
+	"\x10DownloadArtifact\x12\".podium.v1.DownloadArtifactRequest\x1a#.podium.v1.DownloadArtifactResponse\"\x000\x01\x12N\n" +
+	"\vArtifactURL\x12\x1d.podium.v1.ArtifactURLRequest\x1a\x1e.podium.v1.ArtifactURLResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_task_proto_rawDescOnce sync.Once
@@ -1721,50 +2230,57 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_podium_v1_task_proto_goTypes = []any{
-	(TaskState)(0),                // 0: podium.v1.TaskState
-	(LogStream)(0),                // 1: podium.v1.LogStream
-	(*Resources)(nil),             // 2: podium.v1.Resources
-	(*TaskSpec)(nil),              // 3: podium.v1.TaskSpec
-	(*Readiness)(nil),             // 4: podium.v1.Readiness
-	(*Sidecar)(nil),               // 5: podium.v1.Sidecar
-	(*Task)(nil),                  // 6: podium.v1.Task
-	(*LogChunk)(nil),              // 7: podium.v1.LogChunk
-	(*StatusChange)(nil),          // 8: podium.v1.StatusChange
-	(*Note)(nil),                  // 9: podium.v1.Note
-	(*TaskEvent)(nil),             // 10: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),         // 11: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),        // 12: podium.v1.SubmitResponse
-	(*GetRequest)(nil),            // 13: podium.v1.GetRequest
-	(*GetResponse)(nil),           // 14: podium.v1.GetResponse
-	(*ListRequest)(nil),           // 15: podium.v1.ListRequest
-	(*ListResponse)(nil),          // 16: podium.v1.ListResponse
-	(*CancelRequest)(nil),         // 17: podium.v1.CancelRequest
-	(*CancelResponse)(nil),        // 18: podium.v1.CancelResponse
-	(*EventsRequest)(nil),         // 19: podium.v1.EventsRequest
-	(*EventsResponse)(nil),        // 20: podium.v1.EventsResponse
-	(*SendRequest)(nil),           // 21: podium.v1.SendRequest
-	(*SendResponse)(nil),          // 22: podium.v1.SendResponse
-	nil,                           // 23: podium.v1.TaskSpec.EnvEntry
-	nil,                           // 24: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(TaskState)(0),                   // 0: podium.v1.TaskState
+	(LogStream)(0),                   // 1: podium.v1.LogStream
+	(*Resources)(nil),                // 2: podium.v1.Resources
+	(*TaskSpec)(nil),                 // 3: podium.v1.TaskSpec
+	(*Readiness)(nil),                // 4: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 5: podium.v1.Sidecar
+	(*Task)(nil),                     // 6: podium.v1.Task
+	(*LogChunk)(nil),                 // 7: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 8: podium.v1.StatusChange
+	(*Note)(nil),                     // 9: podium.v1.Note
+	(*TaskEvent)(nil),                // 10: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 11: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 12: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 13: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 14: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 15: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 16: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 17: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 18: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 19: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 20: podium.v1.EventsResponse
+	(*SendRequest)(nil),              // 21: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 22: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 23: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 24: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 25: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 26: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 27: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 28: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 29: podium.v1.ArtifactURLResponse
+	nil,                              // 30: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 31: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	23, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	30, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
 	5,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
-	24, // 3: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	31, // 3: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
 	2,  // 4: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
 	4,  // 5: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
 	3,  // 6: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
 	0,  // 7: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	25, // 8: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	25, // 9: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	25, // 10: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	32, // 8: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	32, // 9: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	32, // 10: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
 	0,  // 12: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	25, // 13: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	32, // 13: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
 	7,  // 14: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
 	8,  // 15: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
 	9,  // 16: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
@@ -1776,23 +2292,34 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	6,  // 22: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
 	10, // 23: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
 	6,  // 24: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	11, // 25: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	13, // 26: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	15, // 27: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	17, // 28: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	19, // 29: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	21, // 30: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	12, // 31: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	14, // 32: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	16, // 33: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	18, // 34: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	20, // 35: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	22, // 36: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	32, // 25: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	23, // 26: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	23, // 27: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	32, // 28: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 29: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	11, // 30: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	13, // 31: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	15, // 32: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	17, // 33: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	19, // 34: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	21, // 35: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	24, // 36: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	26, // 37: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	28, // 38: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	12, // 39: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	14, // 40: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	16, // 41: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	18, // 42: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	20, // 43: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	22, // 44: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	25, // 45: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	27, // 46: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	29, // 47: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	39, // [39:48] is the sub-list for method output_type
+	30, // [30:39] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -1807,13 +2334,17 @@ func file_podium_v1_task_proto_init() {
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
+	file_podium_v1_task_proto_msgTypes[25].OneofWrappers = []any{
+		(*DownloadArtifactResponse_Artifact)(nil),
+		(*DownloadArtifactResponse_Chunk)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

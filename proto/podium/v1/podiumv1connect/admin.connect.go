@@ -48,6 +48,10 @@ const (
 	AdminServiceSetNodeLabelsProcedure = "/podium.v1.AdminService/SetNodeLabels"
 	// AdminServiceRemoveNodeProcedure is the fully-qualified name of the AdminService's RemoveNode RPC.
 	AdminServiceRemoveNodeProcedure = "/podium.v1.AdminService/RemoveNode"
+	// AdminServiceRekeyNodeProcedure is the fully-qualified name of the AdminService's RekeyNode RPC.
+	AdminServiceRekeyNodeProcedure = "/podium.v1.AdminService/RekeyNode"
+	// AdminServiceWhoAmIProcedure is the fully-qualified name of the AdminService's WhoAmI RPC.
+	AdminServiceWhoAmIProcedure = "/podium.v1.AdminService/WhoAmI"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -61,6 +65,14 @@ type AdminServiceClient interface {
 	// RemoveNode forgets a node. It is refused while the node is online and not
 	// drained, or holds tasks.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// RekeyNode returns a single-use enrollment token bound to the node: the
+	// device that enrolls with it becomes the node (new key, new device
+	// binding) and the old key stops working. It is how a node moves to a new
+	// machine or Tailscale device.
+	RekeyNode(context.Context, *connect.Request[v1.RekeyNodeRequest]) (*connect.Response[v1.RekeyNodeResponse], error)
+	// WhoAmI says who the coordinator thinks the caller is. Nodes may call it
+	// too.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -110,6 +122,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
 			connect.WithClientOptions(opts...),
 		),
+		rekeyNode: connect.NewClient[v1.RekeyNodeRequest, v1.RekeyNodeResponse](
+			httpClient,
+			baseURL+AdminServiceRekeyNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RekeyNode")),
+			connect.WithClientOptions(opts...),
+		),
+		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
+			httpClient,
+			baseURL+AdminServiceWhoAmIProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -121,6 +145,8 @@ type adminServiceClient struct {
 	setNodeSlots          *connect.Client[v1.SetNodeSlotsRequest, v1.SetNodeSlotsResponse]
 	setNodeLabels         *connect.Client[v1.SetNodeLabelsRequest, v1.SetNodeLabelsResponse]
 	removeNode            *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
+	rekeyNode             *connect.Client[v1.RekeyNodeRequest, v1.RekeyNodeResponse]
+	whoAmI                *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -153,6 +179,16 @@ func (c *adminServiceClient) RemoveNode(ctx context.Context, req *connect.Reques
 	return c.removeNode.CallUnary(ctx, req)
 }
 
+// RekeyNode calls podium.v1.AdminService.RekeyNode.
+func (c *adminServiceClient) RekeyNode(ctx context.Context, req *connect.Request[v1.RekeyNodeRequest]) (*connect.Response[v1.RekeyNodeResponse], error) {
+	return c.rekeyNode.CallUnary(ctx, req)
+}
+
+// WhoAmI calls podium.v1.AdminService.WhoAmI.
+func (c *adminServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return c.whoAmI.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -164,6 +200,14 @@ type AdminServiceHandler interface {
 	// RemoveNode forgets a node. It is refused while the node is online and not
 	// drained, or holds tasks.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// RekeyNode returns a single-use enrollment token bound to the node: the
+	// device that enrolls with it becomes the node (new key, new device
+	// binding) and the old key stops working. It is how a node moves to a new
+	// machine or Tailscale device.
+	RekeyNode(context.Context, *connect.Request[v1.RekeyNodeRequest]) (*connect.Response[v1.RekeyNodeResponse], error)
+	// WhoAmI says who the coordinator thinks the caller is. Nodes may call it
+	// too.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -209,6 +253,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceRekeyNodeHandler := connect.NewUnaryHandler(
+		AdminServiceRekeyNodeProcedure,
+		svc.RekeyNode,
+		connect.WithSchema(adminServiceMethods.ByName("RekeyNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceWhoAmIHandler := connect.NewUnaryHandler(
+		AdminServiceWhoAmIProcedure,
+		svc.WhoAmI,
+		connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -223,6 +279,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceSetNodeLabelsHandler.ServeHTTP(w, r)
 		case AdminServiceRemoveNodeProcedure:
 			adminServiceRemoveNodeHandler.ServeHTTP(w, r)
+		case AdminServiceRekeyNodeProcedure:
+			adminServiceRekeyNodeHandler.ServeHTTP(w, r)
+		case AdminServiceWhoAmIProcedure:
+			adminServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -254,4 +314,12 @@ func (UnimplementedAdminServiceHandler) SetNodeLabels(context.Context, *connect.
 
 func (UnimplementedAdminServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RekeyNode(context.Context, *connect.Request[v1.RekeyNodeRequest]) (*connect.Response[v1.RekeyNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RekeyNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.WhoAmI is not implemented"))
 }

@@ -45,6 +45,14 @@ const (
 	TaskServiceEventsProcedure = "/podium.v1.TaskService/Events"
 	// TaskServiceSendProcedure is the fully-qualified name of the TaskService's Send RPC.
 	TaskServiceSendProcedure = "/podium.v1.TaskService/Send"
+	// TaskServiceListArtifactsProcedure is the fully-qualified name of the TaskService's ListArtifacts
+	// RPC.
+	TaskServiceListArtifactsProcedure = "/podium.v1.TaskService/ListArtifacts"
+	// TaskServiceDownloadArtifactProcedure is the fully-qualified name of the TaskService's
+	// DownloadArtifact RPC.
+	TaskServiceDownloadArtifactProcedure = "/podium.v1.TaskService/DownloadArtifact"
+	// TaskServiceArtifactURLProcedure is the fully-qualified name of the TaskService's ArtifactURL RPC.
+	TaskServiceArtifactURLProcedure = "/podium.v1.TaskService/ArtifactURL"
 )
 
 // TaskServiceClient is a client for the podium.v1.TaskService service.
@@ -57,6 +65,14 @@ type TaskServiceClient interface {
 	// Send puts a message in a running task's inbox. It does not wait for the
 	// task to read it.
 	Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error)
+	// ListArtifacts lists the files a task's attempts uploaded.
+	ListArtifacts(context.Context, *connect.Request[v1.ListArtifactsRequest]) (*connect.Response[v1.ListArtifactsResponse], error)
+	// DownloadArtifact streams one artifact from the object store through the
+	// coordinator, for callers that cannot reach the object store themselves.
+	DownloadArtifact(context.Context, *connect.Request[v1.DownloadArtifactRequest]) (*connect.ServerStreamForClient[v1.DownloadArtifactResponse], error)
+	// ArtifactURL presigns a GET of one artifact, for callers that can reach the
+	// object store directly.
+	ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error)
 }
 
 // NewTaskServiceClient constructs a client for the podium.v1.TaskService service. By default, it
@@ -106,17 +122,38 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("Send")),
 			connect.WithClientOptions(opts...),
 		),
+		listArtifacts: connect.NewClient[v1.ListArtifactsRequest, v1.ListArtifactsResponse](
+			httpClient,
+			baseURL+TaskServiceListArtifactsProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("ListArtifacts")),
+			connect.WithClientOptions(opts...),
+		),
+		downloadArtifact: connect.NewClient[v1.DownloadArtifactRequest, v1.DownloadArtifactResponse](
+			httpClient,
+			baseURL+TaskServiceDownloadArtifactProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("DownloadArtifact")),
+			connect.WithClientOptions(opts...),
+		),
+		artifactURL: connect.NewClient[v1.ArtifactURLRequest, v1.ArtifactURLResponse](
+			httpClient,
+			baseURL+TaskServiceArtifactURLProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("ArtifactURL")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // taskServiceClient implements TaskServiceClient.
 type taskServiceClient struct {
-	submit *connect.Client[v1.SubmitRequest, v1.SubmitResponse]
-	get    *connect.Client[v1.GetRequest, v1.GetResponse]
-	list   *connect.Client[v1.ListRequest, v1.ListResponse]
-	cancel *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	events *connect.Client[v1.EventsRequest, v1.EventsResponse]
-	send   *connect.Client[v1.SendRequest, v1.SendResponse]
+	submit           *connect.Client[v1.SubmitRequest, v1.SubmitResponse]
+	get              *connect.Client[v1.GetRequest, v1.GetResponse]
+	list             *connect.Client[v1.ListRequest, v1.ListResponse]
+	cancel           *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	events           *connect.Client[v1.EventsRequest, v1.EventsResponse]
+	send             *connect.Client[v1.SendRequest, v1.SendResponse]
+	listArtifacts    *connect.Client[v1.ListArtifactsRequest, v1.ListArtifactsResponse]
+	downloadArtifact *connect.Client[v1.DownloadArtifactRequest, v1.DownloadArtifactResponse]
+	artifactURL      *connect.Client[v1.ArtifactURLRequest, v1.ArtifactURLResponse]
 }
 
 // Submit calls podium.v1.TaskService.Submit.
@@ -149,6 +186,21 @@ func (c *taskServiceClient) Send(ctx context.Context, req *connect.Request[v1.Se
 	return c.send.CallUnary(ctx, req)
 }
 
+// ListArtifacts calls podium.v1.TaskService.ListArtifacts.
+func (c *taskServiceClient) ListArtifacts(ctx context.Context, req *connect.Request[v1.ListArtifactsRequest]) (*connect.Response[v1.ListArtifactsResponse], error) {
+	return c.listArtifacts.CallUnary(ctx, req)
+}
+
+// DownloadArtifact calls podium.v1.TaskService.DownloadArtifact.
+func (c *taskServiceClient) DownloadArtifact(ctx context.Context, req *connect.Request[v1.DownloadArtifactRequest]) (*connect.ServerStreamForClient[v1.DownloadArtifactResponse], error) {
+	return c.downloadArtifact.CallServerStream(ctx, req)
+}
+
+// ArtifactURL calls podium.v1.TaskService.ArtifactURL.
+func (c *taskServiceClient) ArtifactURL(ctx context.Context, req *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error) {
+	return c.artifactURL.CallUnary(ctx, req)
+}
+
 // TaskServiceHandler is an implementation of the podium.v1.TaskService service.
 type TaskServiceHandler interface {
 	Submit(context.Context, *connect.Request[v1.SubmitRequest]) (*connect.Response[v1.SubmitResponse], error)
@@ -159,6 +211,14 @@ type TaskServiceHandler interface {
 	// Send puts a message in a running task's inbox. It does not wait for the
 	// task to read it.
 	Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error)
+	// ListArtifacts lists the files a task's attempts uploaded.
+	ListArtifacts(context.Context, *connect.Request[v1.ListArtifactsRequest]) (*connect.Response[v1.ListArtifactsResponse], error)
+	// DownloadArtifact streams one artifact from the object store through the
+	// coordinator, for callers that cannot reach the object store themselves.
+	DownloadArtifact(context.Context, *connect.Request[v1.DownloadArtifactRequest], *connect.ServerStream[v1.DownloadArtifactResponse]) error
+	// ArtifactURL presigns a GET of one artifact, for callers that can reach the
+	// object store directly.
+	ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error)
 }
 
 // NewTaskServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -204,6 +264,24 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("Send")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceListArtifactsHandler := connect.NewUnaryHandler(
+		TaskServiceListArtifactsProcedure,
+		svc.ListArtifacts,
+		connect.WithSchema(taskServiceMethods.ByName("ListArtifacts")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskServiceDownloadArtifactHandler := connect.NewServerStreamHandler(
+		TaskServiceDownloadArtifactProcedure,
+		svc.DownloadArtifact,
+		connect.WithSchema(taskServiceMethods.ByName("DownloadArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskServiceArtifactURLHandler := connect.NewUnaryHandler(
+		TaskServiceArtifactURLProcedure,
+		svc.ArtifactURL,
+		connect.WithSchema(taskServiceMethods.ByName("ArtifactURL")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.TaskService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskServiceSubmitProcedure:
@@ -218,6 +296,12 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceEventsHandler.ServeHTTP(w, r)
 		case TaskServiceSendProcedure:
 			taskServiceSendHandler.ServeHTTP(w, r)
+		case TaskServiceListArtifactsProcedure:
+			taskServiceListArtifactsHandler.ServeHTTP(w, r)
+		case TaskServiceDownloadArtifactProcedure:
+			taskServiceDownloadArtifactHandler.ServeHTTP(w, r)
+		case TaskServiceArtifactURLProcedure:
+			taskServiceArtifactURLHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -249,4 +333,16 @@ func (UnimplementedTaskServiceHandler) Events(context.Context, *connect.Request[
 
 func (UnimplementedTaskServiceHandler) Send(context.Context, *connect.Request[v1.SendRequest]) (*connect.Response[v1.SendResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.Send is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) ListArtifacts(context.Context, *connect.Request[v1.ListArtifactsRequest]) (*connect.Response[v1.ListArtifactsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.ListArtifacts is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) DownloadArtifact(context.Context, *connect.Request[v1.DownloadArtifactRequest], *connect.ServerStream[v1.DownloadArtifactResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.DownloadArtifact is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.ArtifactURL is not implemented"))
 }

@@ -1,0 +1,196 @@
+package executor
+
+import (
+	"context"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/runner"
+	"github.com/podiumhq/podium/internal/taskspec"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// labels are what every object of the attempt carries.
+func (r *run) labels(extra ...string) map[string]string {
+	l := map[string]string{
+		LabelTask:    r.key.TaskID,
+		LabelAttempt: strconv.Itoa(int(r.key.Attempt)),
+		LabelNode:    r.e.nodeID,
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		l[extra[i]] = extra[i+1]
+	}
+	return l
+}
+
+// createNetwork creates the attempt's private bridge network. One that
+// exists already can only be this attempt's own, left by an earlier agent
+// process, and is used as it is.
+func (r *run) createNetwork() error {
+	ctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	defer cancel()
+	_, err := r.e.docker.NetworkCreate(ctx, NetworkName(r.key), network.CreateOptions{Driver: "bridge", Labels: r.labels()})
+	if err != nil && cerrdefs.IsConflict(err) {
+		_, err = r.e.docker.NetworkInspect(ctx, NetworkName(r.key), network.InspectOptions{})
+	}
+	return err
+}
+
+// createVolume creates the workspace volume; creating a named volume that
+// exists returns it.
+func (r *run) createVolume() error {
+	ctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	defer cancel()
+	_, err := r.e.docker.VolumeCreate(ctx, volume.CreateOptions{Name: VolumeName(r.key), Labels: r.labels()})
+	return err
+}
+
+// containerSpec is everything ContainerCreate takes.
+type containerSpec struct {
+	name string
+	cfg  *container.Config
+	host *container.HostConfig
+	net  *network.NetworkingConfig
+}
+
+// runnerEntrypoint makes the runner PID 1, writing to the runner log mounted
+// at runner.LogPath, and appends the runner's directory to the task's PATH so
+// `podium-runner ask` needs no path. The command follows "--".
+func runnerEntrypoint(pathAppend bool) []string {
+	ep := []string{runner.Path, "run", "--log", runner.LogPath}
+	if pathAppend {
+		ep = append(ep, "--path-append", runner.Dir)
+	}
+	return append(ep, "--")
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hardened is the host configuration every container of a task shares:
+// nothing privileged, no way to gain privileges, no log kept by the engine
+// (the runner log is the log), the runner mounted read-only, and the limits.
+func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string, mounts ...mount.Mount) *container.HostConfig {
+	h := &container.HostConfig{
+		NetworkMode: container.NetworkMode(NetworkName(r.key)),
+		Privileged:  false,
+		CapDrop:     []string{"ALL"},
+		CapAdd:      capAdd,
+		SecurityOpt: []string{"no-new-privileges"},
+		LogConfig:   container.LogConfig{Type: "none"},
+		Mounts: append([]mount.Mount{
+			{Type: mount.TypeBind, Source: r.e.runnerPath, Target: runner.Path, ReadOnly: true},
+			{Type: mount.TypeBind, Source: logPath, Target: runner.LogPath},
+		}, mounts...),
+	}
+	if cpu := res.GetCpu(); cpu > 0 {
+		h.NanoCPUs = int64(cpu * 1e9)
+	}
+	if mb := res.GetMemoryMb(); mb > 0 {
+		// Swap equal to memory means no swap at all, so a task over its limit
+		// is OOM-killed (and reported as such) instead of thrashing the node.
+		h.Memory = mb << 20
+		h.MemorySwap = mb << 20
+	}
+	if pids := res.GetPids(); pids > 0 {
+		h.PidsLimit = &pids
+	}
+	return h
+}
+
+// taskContainer is the task's own container: reachable as "task" on its
+// network, its workspace at /workspace, its inbox mounted, and only the
+// capabilities its spec adds back.
+func (r *run) taskContainer(argv []string) containerSpec {
+	spec := r.spec
+	var caps []string
+	for _, c := range spec.GetCapabilities() {
+		n, _ := taskspec.NormalizeCapability(c) // validate refused the rest
+		caps = append(caps, n)
+	}
+	host := r.hardened(spec.GetResources(), caps, filepath.Join(r.dir, logFile),
+		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, inboxDir), Target: inbox.ContainerDir},
+		mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
+	)
+	return containerSpec{
+		name: ContainerName(r.key),
+		cfg: &container.Config{
+			Image:      spec.GetImage(),
+			Entrypoint: runnerEntrypoint(true),
+			Cmd:        argv,
+			Env:        envList(spec.GetEnv()),
+			WorkingDir: spec.GetWorkingDir(),
+			Labels:     r.labels(LabelRole, roleTask),
+		},
+		host: host,
+		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+			NetworkName(r.key): {Aliases: []string{taskspec.TaskHostName}},
+		}},
+	}
+}
+
+// sidecarContainer is one sidecar: reachable by its name on the task's
+// network. A sidecar gets the capabilities of an ordinary `docker run`
+// (taskspec.AllowedCapabilities): the stock images people run as sidecars
+// (databases, brokers) change user and chown their data directories as they
+// start, and the task's own capability list is the task's, not theirs.
+func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpec {
+	name := sc.GetName()
+	return containerSpec{
+		name: SidecarName(r.key, name),
+		cfg: &container.Config{
+			Image:      sc.GetImage(),
+			Hostname:   name,
+			Entrypoint: runnerEntrypoint(false),
+			Cmd:        argv,
+			Env:        envList(sc.GetEnv()),
+			Labels:     r.labels(LabelRole, roleSidecar, LabelSidecar, name),
+		},
+		host: r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name)),
+		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+			NetworkName(r.key): {Aliases: []string{name}},
+		}},
+	}
+}
+
+// createContainer creates a container. One of the same name can only be a
+// leftover of this very attempt (an earlier agent process stopped before it
+// started), so it is removed and the create retried once.
+func (r *run) createContainer(ctx context.Context, cs containerSpec) (string, error) {
+	for try := 0; ; try++ {
+		cctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+		resp, err := r.e.docker.ContainerCreate(cctx, cs.cfg, cs.host, cs.net, nil, cs.name)
+		cancel()
+		if err == nil {
+			for _, w := range resp.Warnings {
+				r.log.Warn("engine warning while creating a container", "container", cs.name, "warning", w)
+			}
+			r.log.Debug("container created", "container", shortID(resp.ID), "name", cs.name)
+			return resp.ID, nil
+		}
+		if cerrdefs.IsConflict(err) && try == 0 && ctx.Err() == nil {
+			r.log.Warn("removing a stale container of the same attempt", "name", cs.name)
+			rctx, cancel := apiCtx(ctx, apiTimeout)
+			rerr := r.e.docker.ContainerRemove(rctx, cs.name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+			if rerr == nil || isNotFound(rerr) {
+				continue
+			}
+		}
+		return "", err
+	}
+}

@@ -1,0 +1,298 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podiumhq/podium/agent/runlog"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// How often a tail looks for more of a runner log. It looks again at once
+// while there is output, then backs off to maxPoll while there is none; each
+// look that finds nothing ends the chunk being gathered, so a task that
+// prints steadily has its output coalesced into chunks of about minPoll's
+// worth, and one that prints a line now and then has each line sent within
+// maxPoll.
+const (
+	minPoll = 10 * time.Millisecond
+	maxPoll = 200 * time.Millisecond
+)
+
+// maxNoteLine bounds one line of a sidecar's output shown as a note.
+const maxNoteLine = 4 << 10
+
+// tail follows one runner log in a goroutine of the run.
+type tail struct {
+	finishC    chan struct{}
+	finishOnce sync.Once
+	done       chan struct{}
+	exit       *runlog.Exit
+	err        error
+}
+
+// finish tells the tail that the container has exited: it reads what is left
+// and stops.
+func (t *tail) finish() { t.finishOnce.Do(func() { close(t.finishC) }) }
+
+// wait waits for the tail to stop and returns the exit record it found, if
+// any, and the error that stopped it early, if any.
+func (t *tail) wait() (*runlog.Exit, error) {
+	<-t.done
+	return t.exit, t.err
+}
+
+// sink turns records into events. after is where the reader stands once rec
+// is consumed.
+type sink interface {
+	add(rec runlog.Record, after runlog.Position)
+	flush()
+}
+
+func (r *run) startTaskTail(ctx context.Context) *tail {
+	r.emitMu.Lock()
+	from := r.cur.Task
+	r.emitMu.Unlock()
+	return r.startTail(ctx, filepath.Join(r.dir, logFile), from, &chunker{r: r})
+}
+
+func (r *run) startSidecarTail(ctx context.Context, name string) {
+	r.emitMu.Lock()
+	from := r.cur.Sidecars[name]
+	r.emitMu.Unlock()
+	if r.sidecarTails == nil {
+		r.sidecarTails = make(map[string]*tail)
+	}
+	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), from, &lineNotes{r: r, name: name})
+}
+
+// stopSidecarTails lets the sidecars' tails read what is left and waits for
+// them.
+func (r *run) stopSidecarTails(ctx context.Context) {
+	for _, t := range r.sidecarTails {
+		t.finish()
+	}
+	for name, t := range r.sidecarTails {
+		if _, err := t.wait(); err != nil && ctx.Err() == nil {
+			r.log.Warn("reading a sidecar's runner log failed", "sidecar", name, "err", err)
+		}
+	}
+	r.sidecarTails = nil
+}
+
+func (r *run) startTail(ctx context.Context, path string, from runlog.Position, s sink) *tail {
+	t := &tail{finishC: make(chan struct{}), done: make(chan struct{})}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		defer close(t.done)
+		t.exit, t.err = follow(ctx, path, from, s, t.finishC)
+	}()
+	return t
+}
+
+// follow reads the runner log at path from a position until its exit record,
+// until the log ends after finishC is closed, or until ctx ends (the agent is
+// stopping: what was not turned into events yet stays in the file for the
+// next agent process).
+func follow(ctx context.Context, path string, from runlog.Position, s sink, finishC <-chan struct{}) (*runlog.Exit, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rd, err := runlog.NewReader(f, from)
+	if err != nil {
+		return nil, err
+	}
+	poll := minPoll
+	finishing := false
+	for {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			s.flush()
+			if finishing {
+				return nil, nil
+			}
+			t := time.NewTimer(poll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-finishC:
+				t.Stop()
+				finishing, finishC = true, nil
+			case <-t.C:
+				poll = min(poll*2, maxPoll)
+			}
+			continue
+		}
+		if err != nil {
+			s.flush()
+			return nil, err
+		}
+		poll = minPoll
+		if rec.Exit != nil {
+			s.flush()
+			return rec.Exit, nil
+		}
+		s.add(rec, rd.Position())
+	}
+}
+
+// chunker gathers consecutive records of one stream into LogChunk events of
+// at most MaxChunk bytes. A chunk ends at a record's end whenever it can, so
+// the cursor stored with it is a plain file position.
+type chunker struct {
+	r      *run
+	stream runlog.Stream
+	off    uint64 // stream offset of buf[0]
+	buf    []byte
+	end    runlog.Position // where the reader stands after buf
+}
+
+func (c *chunker) add(rec runlog.Record, after runlog.Position) {
+	if len(c.buf) > 0 && (rec.Stream != c.stream || rec.Offset != c.off+uint64(len(c.buf)) || len(c.buf)+len(rec.Data) > MaxChunk) {
+		c.flush()
+	}
+	data := rec.Data
+	for len(data) > 0 {
+		if len(c.buf) == 0 {
+			c.stream = rec.Stream
+			c.off = rec.Offset + uint64(len(rec.Data)-len(data))
+		}
+		n := min(len(data), MaxChunk-len(c.buf))
+		c.buf = append(c.buf, data[:n]...)
+		data = data[n:]
+		if len(data) > 0 {
+			// A record bigger than a chunk (not one the runner writes):
+			// this chunk ends inside it.
+			pos := after
+			pos.File = rec.Start
+			c.end = pos.WithConsumed(rec.Stream, c.off+uint64(len(c.buf)))
+			c.flush()
+		}
+	}
+	c.end = after
+}
+
+func (c *chunker) flush() {
+	if len(c.buf) == 0 {
+		return
+	}
+	stream := podiumv1.LogStream_LOG_STREAM_STDOUT
+	if c.stream == runlog.Stderr {
+		stream = podiumv1.LogStream_LOG_STREAM_STDERR
+	}
+	data := bytes.Clone(c.buf)
+	c.buf = c.buf[:0]
+	r := c.r
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	r.cur.Task = c.end
+	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+		Stream: stream, Offset: c.off, Data: data,
+	}}}, r.cur.clone())
+}
+
+// lineNotes turns a sidecar's output into one Note per line, "[name] line":
+// a person reading `podium logs` sees the sidecar's output among Podium's own
+// "→" lines, marked with whose it is, while the task's stdout and stderr stay
+// byte-exact and only the task's. Each note carries the cursor just past its
+// line, so a restart neither repeats nor skips a line.
+type lineNotes struct {
+	r    *run
+	name string
+}
+
+func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
+	data := rec.Data
+	consumed := rec.Offset
+	for len(data) > 0 {
+		n, adv := len(data), len(data)
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			n, adv = i, i+1
+		}
+		if n > maxNoteLine {
+			n, adv = maxNoteLine, maxNoteLine
+		}
+		line := strings.TrimRight(string(data[:n]), "\r")
+		data = data[adv:]
+		consumed += uint64(adv)
+		pos := after
+		if len(data) > 0 {
+			pos.File = rec.Start
+			pos = pos.WithConsumed(rec.Stream, consumed)
+		}
+		if strings.TrimSpace(line) != "" {
+			l.emit(line, pos)
+		}
+	}
+}
+
+func (l *lineNotes) flush() {}
+
+func (l *lineNotes) emit(line string, pos runlog.Position) {
+	r := l.r
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	if r.cur.Sidecars == nil {
+		r.cur.Sidecars = make(map[string]runlog.Position)
+	}
+	r.cur.Sidecars[l.name] = pos
+	text := "[" + l.name + "] " + strings.ToValidUTF8(line, "\uFFFD")
+	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, r.cur.clone())
+}
+
+// lastLines is the end of a sidecar's output, for the reason of a task whose
+// sidecar never became ready: the line that says why is almost always among
+// the last few.
+func lastLines(path, name string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	rd, err := runlog.NewReader(f, runlog.Position{})
+	if err != nil {
+		return ""
+	}
+	const keep = 16 << 10
+	var tailBuf []byte
+	for {
+		rec, err := rd.Next()
+		if err != nil || rec.Exit != nil {
+			break
+		}
+		tailBuf = append(tailBuf, rec.Data...)
+		if len(tailBuf) > 2*keep {
+			tailBuf = append(tailBuf[:0], tailBuf[len(tailBuf)-keep:]...)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(string(tailBuf), "\n"), "\n")
+	var out []string
+	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
+		l := strings.TrimRight(lines[i], "\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if len(l) > 300 {
+			l = l[:300] + "…"
+		}
+		out = append(out, "["+name+"] "+strings.ToValidUTF8(l, "\uFFFD"))
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,364 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/podiumhq/podium/agent/runlog"
+)
+
+// forwarded are the signals passed on to the command's process group. They
+// are the ones a person or an orchestrator sends to ask a program something
+// (stop, reload, dump); signals the kernel raises for a faulting runner
+// (SEGV, BUS, ...) and terminal job control are not the command's business.
+var forwarded = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGALRM, syscall.SIGCONT,
+}
+
+// drainWait bounds how long the runner waits, after the command ended and
+// everything left in its process group was killed, for the output pipes to
+// close. Outside a container a process that left the group (setsid) can hold
+// a pipe open forever; the runner must still exit.
+const drainWait = 10 * time.Second
+
+// writeRetry is how long the runner keeps retrying a failed write of the exit
+// record (a full disk, say) before it gives up and exits anyway.
+const writeRetry = 10 * time.Second
+
+func runCommand(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	logPath := fs.String("log", LogPath, "the runner log to write the command's output and exit status to")
+	pathAppend := fs.String("path-append", "", "a directory to append to the command's PATH")
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(stderr, "podium-runner run: no command given: podium-runner run [--log FILE] -- COMMAND [ARG]...")
+		return ExitUsage
+	}
+	w, err := runlog.OpenWriter(*logPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-runner: cannot open the runner log: %v (the agent mounts it at %s; "+
+			"outside a Podium container pass --log FILE)\n", err, LogPath)
+		return ExitRunnerError
+	}
+	defer w.Close()
+	s := &supervisor{w: w, stderr: stderr, stop: make(chan struct{})}
+	e := s.run(argv, commandEnv(os.Environ(), *pathAppend))
+	return e.Code
+}
+
+// commandEnv is the runner's own environment (what Docker gave PID 1: the
+// image's and the task's variables) with dir appended to PATH.
+func commandEnv(env []string, dir string) []string {
+	if dir == "" {
+		return env
+	}
+	out := make([]string, 0, len(env)+1)
+	found := false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			found = true
+			if v == "" {
+				kv = "PATH=" + dir
+			} else {
+				kv = "PATH=" + v + ":" + dir
+			}
+		}
+		out = append(out, kv)
+	}
+	if !found {
+		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"+dir)
+	}
+	return out
+}
+
+// supervisor runs one command to its end.
+type supervisor struct {
+	w      *runlog.Writer
+	stderr io.Writer     // the runner's own stderr, for trouble with the log itself
+	stop   chan struct{} // closed when the runner gives up on writing
+	warned sync.Once
+}
+
+// run starts argv, supervises it and returns how it ended, after writing that
+// to the log.
+func (s *supervisor) run(argv, env []string) runlog.Exit {
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		// Outside a container the runner is not init, so orphans would be
+		// reparented past it; as a subreaper it still collects them.
+		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+	}
+	// Subscribe before the command starts, so neither its exit nor a signal
+	// sent to the container at once can slip past.
+	sigc := make(chan os.Signal, 64)
+	signal.Notify(sigc, forwarded...)
+	signal.Notify(sigc, syscall.SIGCHLD)
+	defer signal.Stop(sigc)
+
+	path, code, err := lookPath(argv[0], env)
+	if err != nil {
+		return s.cannotStart(argv[0], code, err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return s.cannotStart(argv[0], ExitRunnerError, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return s.cannotStart(argv[0], ExitRunnerError, err)
+	}
+	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   env,
+		Files: []*os.File{os.Stdin, outW, errW},
+		// Its own process group, so a signal reaches everything the
+		// command started (a shell's children too), not just the command.
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	_ = outW.Close()
+	_ = errW.Close()
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		code := ExitCannotExec
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return s.cannotStart(argv[0], code, err)
+	}
+	pid := proc.Pid
+
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go s.copy(&copiers, outR, runlog.Stdout)
+	go s.copy(&copiers, errR, runlog.Stderr)
+
+	var ws syscall.WaitStatus
+	for exited := false; !exited; {
+		sig := <-sigc
+		if sig == syscall.SIGCHLD {
+			exited = reap(pid, &ws)
+			continue
+		}
+		// ESRCH (the group is gone) is no reason to stop: SIGCHLD follows.
+		_ = syscall.Kill(-pid, sig.(syscall.Signal))
+	}
+
+	// What the command left running ends with it, as it would in any
+	// container whose main process exits; until it does, it may hold the
+	// output pipes open. As PID 1, kill(-1) reaches every process in the
+	// container (init itself excepted); elsewhere only the command's group.
+	if pid1 {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	} else {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	drained := make(chan struct{})
+	go func() { copiers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainWait):
+		fmt.Fprintln(s.stderr, "podium-runner: the command's output did not end after it exited; closing it")
+		close(s.stop)
+		_ = outR.Close()
+		_ = errR.Close()
+		<-drained
+	}
+
+	e := runlog.Exit{Time: time.Now().UTC()}
+	if ws.Signaled() {
+		e.Signal = int(ws.Signal())
+		e.Code = 128 + e.Signal
+	} else {
+		e.Code = ws.ExitStatus()
+	}
+	if pid1 {
+		e.OOMKills = oomKills()
+	}
+	s.writeExit(e)
+	return e
+}
+
+// reap collects every child that has exited — the command, and any orphan
+// the kernel handed to the runner — and reports whether the command was
+// among them.
+func reap(pid int, ws *syscall.WaitStatus) bool {
+	found := false
+	for {
+		var st syscall.WaitStatus
+		p, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if p <= 0 || err != nil {
+			return found
+		}
+		if p == pid {
+			*ws = st
+			found = true
+		}
+	}
+}
+
+// copy moves one output pipe into the log until the pipe ends. A write that
+// fails (a full disk) is retried rather than dropped: the pipe then fills and
+// the command blocks on its next write, which loses nothing.
+func (s *supervisor) copy(wg *sync.WaitGroup, r *os.File, stream runlog.Stream) {
+	defer wg.Done()
+	defer r.Close()
+	buf := make([]byte, runlog.MaxRecordData)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && !s.write(stream, buf[:n]) {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *supervisor) write(stream runlog.Stream, p []byte) bool {
+	for {
+		err := s.w.Write(stream, p)
+		if err == nil {
+			return true
+		}
+		s.warned.Do(func() {
+			fmt.Fprintf(s.stderr, "podium-runner: cannot write the runner log (%v); the task's output waits until it can\n", err)
+		})
+		select {
+		case <-s.stop:
+			return false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *supervisor) writeExit(e runlog.Exit) {
+	deadline := time.Now().Add(writeRetry)
+	for {
+		err := s.w.Exit(e)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(s.stderr, "podium-runner: cannot write the exit status to the runner log: %v\n", err)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// cannotStart records a command that could not be started: a line on the
+// task's stderr that a person reading the log understands, and the exit
+// record, with the code a shell would have used.
+func (s *supervisor) cannotStart(name string, code int, err error) runlog.Exit {
+	msg := fmt.Sprintf("podium-runner: cannot run %q: %v", name, err)
+	s.write(runlog.Stderr, []byte(msg+"\n"))
+	e := runlog.Exit{Code: code, Error: msg, Time: time.Now().UTC()}
+	s.writeExit(e)
+	return e
+}
+
+var errNotExecutable = errors.New("permission denied: the file is not executable")
+
+// lookPath finds file the way a shell would, in the PATH of env, and returns
+// the exit code to use when it cannot: 127 for a command that does not exist,
+// 126 for one that exists but cannot be run.
+func lookPath(file string, env []string) (string, int, error) {
+	if strings.Contains(file, "/") {
+		if err := checkExec(file); err != nil {
+			return "", codeOf(err), err
+		}
+		return file, 0, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		err := checkExec(p)
+		if err == nil {
+			return p, 0, nil
+		}
+		if denied == nil && errors.Is(err, errNotExecutable) {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", ExitCannotExec, denied
+	}
+	return "", ExitNotFound, fmt.Errorf("executable file not found in $PATH (%s)", path)
+}
+
+func checkExec(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return fmt.Errorf("%s: %w", p, errIsDir)
+	}
+	if st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s: %w", p, errNotExecutable)
+	}
+	return nil
+}
+
+var errIsDir = errors.New("is a directory")
+
+func codeOf(err error) int {
+	if errors.Is(err, os.ErrNotExist) {
+		return ExitNotFound
+	}
+	return ExitCannotExec
+}
+
+// oomKills reads how many processes the OOM killer ended in this container's
+// memory cgroup: cgroup v2's memory.events, or v1's memory.oom_control. Both
+// count from the cgroup's creation, which for a container is its start.
+func oomKills() int {
+	for _, p := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				_ = f.Close()
+				return n
+			}
+		}
+		_ = f.Close()
+	}
+	return 0
+}
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER, which package
+// syscall does not name.
+const prSetChildSubreaper = 36

@@ -1,0 +1,166 @@
+package runner_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/internal/agenttest"
+	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/agent/runner"
+)
+
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
+
+// logOf reads a runner log back: both streams and the exit record.
+func logOf(t *testing.T, path string) (stdout, stderr string, exit *runlog.Exit) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, _ := runlog.NewReader(f, runlog.Position{})
+	var out, errb bytes.Buffer
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out.String(), errb.String(), nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Exit != nil {
+			return out.String(), errb.String(), rec.Exit
+		}
+		if rec.Stream == runlog.Stdout {
+			out.Write(rec.Data)
+		} else {
+			errb.Write(rec.Data)
+		}
+	}
+}
+
+func TestRunRecordsOutputAndExit(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "out.log")
+	var stderr bytes.Buffer
+	code := runner.Main([]string{"run", "--log", log, "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, io.Discard, &stderr)
+	if code != 3 {
+		t.Fatalf("exit %d, want 3; stderr %s", code, stderr.String())
+	}
+	out, errs, exit := logOf(t, log)
+	if out != "out\n" || errs != "err\n" || exit == nil || exit.Code != 3 || exit.Signal != 0 {
+		t.Fatalf("stdout %q stderr %q exit %+v", out, errs, exit)
+	}
+}
+
+func TestRunCommandNotFound(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "out.log")
+	code := runner.Main([]string{"run", "--log", log, "--", "no-such-command-anywhere"}, io.Discard, io.Discard)
+	_, errs, exit := logOf(t, log)
+	if code != runner.ExitNotFound || exit == nil || exit.Code != runner.ExitNotFound || !strings.Contains(errs, "no-such-command-anywhere") {
+		t.Fatalf("exit %d, record %+v, stderr %q", code, exit, errs)
+	}
+}
+
+func TestRunPathAppend(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "out.log")
+	runner.Main([]string{"run", "--log", log, "--path-append", "/podium", "--", "sh", "-c", `echo "$PATH"`}, io.Discard, io.Discard)
+	if out, _, _ := logOf(t, log); !strings.HasSuffix(strings.TrimSpace(out), ":/podium") {
+		t.Fatalf("PATH %q does not end with :/podium", out)
+	}
+}
+
+// startRunner runs the real binary as a process of its own, so the test can
+// signal it the way Docker signals a container's PID 1.
+func startRunner(t *testing.T, script string) (*exec.Cmd, string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "out.log")
+	cmd := exec.Command(agenttest.Runner(t), "run", "--log", log, "--", "sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, log
+}
+
+func waitLog(t *testing.T, log, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(log); err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if out, _, _ := logOf(t, log); strings.Contains(out, want) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the log never showed %q", want)
+}
+
+func TestSignalsReachTheCommandsGroup(t *testing.T) {
+	// The trap that answers is in a grandchild: the signal must reach the
+	// whole group, not just the runner's direct child.
+	cmd, log := startRunner(t, `trap 'wait $pid; exit $?' TERM
+sh -c 'trap "echo child got TERM; exit 5" TERM; while :; do sleep 0.05; done' &
+pid=$!
+sleep 0.2
+echo ready
+wait $pid`)
+	waitLog(t, log, "ready\n")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	out, _, exit := logOf(t, log)
+	if !strings.Contains(out, "child got TERM") || exit == nil || exit.Code != 5 || cmd.ProcessState.ExitCode() != 5 {
+		t.Fatalf("stdout %q, exit record %+v, runner exit %v", out, exit, err)
+	}
+}
+
+// A command that leaves a background process holding its output open still
+// ends when it ends: what it left behind is killed, as in a container.
+func TestLeftoversDoNotHoldTheRunner(t *testing.T) {
+	start := time.Now()
+	cmd, log := startRunner(t, "sleep 60 & echo started")
+	_ = cmd.Wait()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the runner took %s to end after its command did", d)
+	}
+	if out, _, exit := logOf(t, log); out != "started\n" || exit == nil || exit.Code != 0 {
+		t.Fatalf("stdout %q exit %+v", out, exit)
+	}
+}
+
+func TestAskPrintsTheNextMessage(t *testing.T) {
+	dir := t.TempDir()
+	if err := inbox.Prepare(dir); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := runner.Main([]string{"ask", "--inbox", dir, "--timeout", "50ms"}, &out, &errb); code != runner.ExitNoMessage {
+		t.Fatalf("ask on an empty inbox: exit %d, want %d", code, runner.ExitNoMessage)
+	}
+	_, _ = inbox.Deliver(dir, 1, "hello")
+	_, _ = inbox.Deliver(dir, 2, "two\n")
+	for _, want := range []string{"hello\n", "two\n"} {
+		out.Reset()
+		if code := runner.Main([]string{"ask", "--inbox", dir, "--timeout", "5s"}, &out, &errb); code != 0 || out.String() != want {
+			t.Fatalf("ask: exit %d, printed %q, want %q; stderr %s", code, out.String(), want, errb.String())
+		}
+	}
+	if code := runner.Main([]string{"ask", "--inbox", filepath.Join(dir, "missing")}, &out, &errb); code != runner.ExitRunnerError ||
+		!strings.Contains(errb.String(), "no inbox") {
+		t.Fatalf("ask without an inbox: exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -1,0 +1,591 @@
+// Package spool keeps a node's task events on disk until the coordinator has
+// acknowledged storing them.
+//
+// Events are numbered per task attempt and must reach the coordinator exactly
+// once each, in order, across stream drops, coordinator restarts and agent
+// restarts. Keeping the unacknowledged tail in memory covers the first two;
+// only a file covers the third. So every event is appended to its attempt's
+// spool file before it is queued for sending, every acknowledgement is
+// appended after it arrives, and an agent that starts finds, per attempt, the
+// highest seq it produced (what Hello reports), the highest acknowledged and
+// the events in between (what it re-sends once HelloAck says from where).
+//
+// Each event is stored together with a cursor, an opaque blob from the
+// executor saying how far into the task's runner log that event reaches. The
+// two are written in one record, so after a crash either both are on disk or
+// neither: the agent never re-reads output it already turned into an event,
+// and never skips output it did not.
+//
+// # File format
+//
+// One file per attempt, <task>-<attempt>.spool, of records:
+//
+//	kind    1 byte   'H' header, 'E' event, 'A' ack, 'C' checkpoint
+//	length  4 bytes  big-endian, of payload
+//	payload
+//	crc     4 bytes  big-endian CRC-32C of kind, length and payload
+//
+// H holds the assignment (protobuf, environment removed: it may hold secrets
+// and is not needed once the container exists). E holds the cursor's length
+// (4 bytes), the cursor and the event (protobuf). A holds the acknowledged
+// seq (8 bytes). C, written when a file is compacted, holds the last seq, the
+// acknowledged seq, a flags byte and the cursor, standing in for the records
+// it replaced. A record that fails its CRC ends the file: it can only be the
+// torn tail of a crash, and it is cut off when the file is opened.
+package spool
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// Compaction: a file is rewritten with only its unacknowledged events once it
+// is bigger than compactMin and at least three quarters of it is acknowledged.
+// That bounds a long task's spool to a small multiple of its unacknowledged
+// output, and each rewrite copies at most a quarter of what it reclaims.
+const compactMin = 4 << 20
+
+const (
+	kindHeader     = 'H'
+	kindEvent      = 'E'
+	kindAck        = 'A'
+	kindCheckpoint = 'C'
+
+	flagFinal = 1 << 0
+	flagEnded = 1 << 1
+
+	maxRecord = 64 << 20
+)
+
+const fileSuffix = ".spool"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Key names one task attempt.
+type Key struct {
+	TaskID  string
+	Attempt int32
+}
+
+func (k Key) String() string { return k.TaskID + "/" + strconv.Itoa(int(k.Attempt)) }
+
+// Attempt is what a spool file held when the spool was opened.
+type Attempt struct {
+	Key
+	// Assign is the assignment the attempt was started with (without its
+	// environment); nil for an attempt that only ever had an assignment
+	// rejected.
+	Assign *podiumv1.Assign
+	// LastSeq is the highest seq produced; Acked the highest acknowledged.
+	LastSeq, Acked uint64
+	// Events are the unacknowledged events, seq Acked+1..LastSeq in order.
+	Events []*podiumv1.TaskEvent
+	// Cursor is the newest cursor stored with an event.
+	Cursor []byte
+	// Final reports that the newest event ends the attempt on this node (a
+	// terminal status, or the QUEUED of a rejected assignment); Ended that
+	// it was a terminal status.
+	Final, Ended bool
+}
+
+// Spool is a directory of spool files. It is safe for concurrent use.
+type Spool struct {
+	dir string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	files map[Key]*file
+}
+
+type file struct {
+	path    string
+	f       *os.File
+	size    int64
+	acked   uint64
+	lastSeq uint64
+	cursor  []byte
+	final   bool
+	ended   bool
+	// unackedBytes approximates the bytes of unacknowledged events in the
+	// file, for the compaction rule.
+	sizes map[uint64]int64
+	broke bool // a write failed; the attempt is kept in memory only
+}
+
+// Open opens the spool in dir, creating dir if needed, and returns what its
+// files hold. A file it cannot make sense of is renamed to *.bad and logged,
+// never deleted: it is evidence for whoever investigates.
+func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create the spool directory: %w", err)
+	}
+	s := &Spool{dir: dir, log: log, files: make(map[Key]*file)}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the spool directory: %w", err)
+	}
+	var out []*Attempt
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp") {
+			_ = os.Remove(filepath.Join(dir, name)) // an interrupted compaction
+			continue
+		}
+		if !strings.HasSuffix(name, fileSuffix) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		a, f, err := load(path)
+		if err != nil {
+			log.Error("a spool file cannot be read; setting it aside", "file", path, "err", err)
+			_ = os.Rename(path, path+".bad")
+			continue
+		}
+		if a == nil {
+			_ = os.Remove(path) // empty: nothing was ever spooled
+			continue
+		}
+		if _, dup := s.files[a.Key]; dup {
+			log.Error("two spool files for one task attempt; setting the second aside", "file", path, "attempt", a.Key.String())
+			_ = f.f.Close()
+			_ = os.Rename(path, path+".bad")
+			continue
+		}
+		s.files[a.Key] = f
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	return s, out, nil
+}
+
+// fileName is the file of an attempt. Task ids are ULID-based and safe as
+// file names; anything else is escaped so no id can reach outside the
+// directory.
+func fileName(k Key) string {
+	var b strings.Builder
+	for i := 0; i < len(k.TaskID); i++ {
+		c := k.TaskID[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String() + "-" + strconv.Itoa(int(k.Attempt)) + fileSuffix
+}
+
+// load reads a spool file, cutting off a torn tail, and leaves it open for
+// appending. It returns a nil Attempt for a file with no records.
+func load(path string) (*Attempt, *file, error) {
+	fh, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(fh)
+	if err != nil {
+		_ = fh.Close()
+		return nil, nil, err
+	}
+	a := &Attempt{}
+	f := &file{path: path, f: fh, sizes: make(map[uint64]int64)}
+	known := false
+	events := make(map[uint64]*podiumv1.TaskEvent)
+	pos := 0
+	for pos < len(data) {
+		kind, payload, n, ok := parseRecord(data[pos:])
+		if !ok {
+			break
+		}
+		switch kind {
+		case kindHeader:
+			as := &podiumv1.Assign{}
+			if err := proto.Unmarshal(payload, as); err != nil {
+				_ = fh.Close()
+				return nil, nil, fmt.Errorf("header: %w", err)
+			}
+			a.Assign = as
+			a.Key = Key{TaskID: as.GetTaskId(), Attempt: as.GetAttempt()}
+			known = true
+		case kindEvent:
+			if len(payload) < 4 {
+				_ = fh.Close()
+				return nil, nil, errors.New("short event record")
+			}
+			cl := int(binary.BigEndian.Uint32(payload))
+			if 4+cl > len(payload) {
+				_ = fh.Close()
+				return nil, nil, errors.New("event record with a cursor longer than itself")
+			}
+			ev := &podiumv1.TaskEvent{}
+			if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
+				_ = fh.Close()
+				return nil, nil, fmt.Errorf("event: %w", err)
+			}
+			if !known {
+				a.Key = Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+				known = true
+			}
+			if cl > 0 {
+				a.Cursor = append([]byte(nil), payload[4:4+cl]...)
+			}
+			if ev.GetSeq() > a.Acked {
+				events[ev.GetSeq()] = ev
+				f.sizes[ev.GetSeq()] = int64(n)
+			}
+			a.LastSeq = max(a.LastSeq, ev.GetSeq())
+			a.Final, a.Ended = isFinal(ev)
+		case kindAck:
+			if len(payload) != 8 {
+				_ = fh.Close()
+				return nil, nil, errors.New("bad ack record")
+			}
+			seq := binary.BigEndian.Uint64(payload)
+			if seq > a.Acked {
+				a.Acked = seq
+				for s := range events {
+					if s <= seq {
+						delete(events, s)
+						delete(f.sizes, s)
+					}
+				}
+			}
+		case kindCheckpoint:
+			if len(payload) < 8+8+1+4 {
+				_ = fh.Close()
+				return nil, nil, errors.New("bad checkpoint record")
+			}
+			a.LastSeq = binary.BigEndian.Uint64(payload)
+			a.Acked = binary.BigEndian.Uint64(payload[8:])
+			flags := payload[16]
+			a.Final, a.Ended = flags&flagFinal != 0, flags&flagEnded != 0
+			cl := int(binary.BigEndian.Uint32(payload[17:]))
+			if 21+cl > len(payload) {
+				_ = fh.Close()
+				return nil, nil, errors.New("bad checkpoint cursor")
+			}
+			if cl > 0 {
+				a.Cursor = append([]byte(nil), payload[21:21+cl]...)
+			}
+		default:
+			_ = fh.Close()
+			return nil, nil, fmt.Errorf("unknown record kind %q", kind)
+		}
+		pos += n
+	}
+	if pos < len(data) {
+		if err := fh.Truncate(int64(pos)); err != nil {
+			_ = fh.Close()
+			return nil, nil, fmt.Errorf("cut off a torn tail: %w", err)
+		}
+	}
+	if !known {
+		_ = fh.Close()
+		return nil, nil, nil
+	}
+	a.LastSeq = max(a.LastSeq, a.Acked)
+	for seq := a.Acked + 1; seq <= a.LastSeq; seq++ {
+		ev, ok := events[seq]
+		if !ok {
+			_ = fh.Close()
+			return nil, nil, fmt.Errorf("event %d of %s is missing", seq, a.Key)
+		}
+		a.Events = append(a.Events, ev)
+	}
+	f.size = int64(pos)
+	f.acked, f.lastSeq, f.cursor, f.final, f.ended = a.Acked, a.LastSeq, a.Cursor, a.Final, a.Ended
+	if _, err := fh.Seek(f.size, io.SeekStart); err != nil {
+		_ = fh.Close()
+		return nil, nil, err
+	}
+	return a, f, nil
+}
+
+// isFinal says whether an event ends the attempt on this node.
+func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
+	switch ev.GetStatus().GetState() {
+	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
+		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
+		return true, true
+	case podiumv1.TaskState_TASK_STATE_QUEUED:
+		return true, false
+	}
+	return false, false
+}
+
+func parseRecord(b []byte) (kind byte, payload []byte, n int, ok bool) {
+	if len(b) < 9 {
+		return 0, nil, 0, false
+	}
+	l := binary.BigEndian.Uint32(b[1:5])
+	if l > maxRecord || len(b) < 9+int(l) {
+		return 0, nil, 0, false
+	}
+	n = 5 + int(l) + 4
+	if crc32.Checksum(b[:5+int(l)], castagnoli) != binary.BigEndian.Uint32(b[5+int(l):n]) {
+		return 0, nil, 0, false
+	}
+	return b[0], b[5 : 5+int(l)], n, true
+}
+
+func appendRecord(b []byte, kind byte, payload ...[]byte) []byte {
+	start := len(b)
+	total := 0
+	for _, p := range payload {
+		total += len(p)
+	}
+	b = append(b, kind)
+	b = binary.BigEndian.AppendUint32(b, uint32(total))
+	for _, p := range payload {
+		b = append(b, p...)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// Begin starts the file of an attempt the node accepted, replacing any file
+// it had (a rejected assignment's). lastSeq is the seq its events continue
+// after, all of it already acknowledged.
+func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
+	k := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	hdr := proto.Clone(a).(*podiumv1.Assign)
+	if hdr.GetSpec() != nil {
+		hdr.Spec.Env = nil
+	}
+	hb, err := proto.Marshal(hdr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.files[k]; old != nil {
+		_ = old.f.Close()
+		delete(s.files, k)
+	}
+	path := filepath.Join(s.dir, fileName(k))
+	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the spool file of %s: %w", k, err)
+	}
+	buf := appendRecord(nil, kindHeader, hb)
+	if lastSeq > 0 {
+		buf = appendRecord(buf, kindCheckpoint, checkpoint(lastSeq, lastSeq, 0, nil)...)
+	}
+	if _, err := fh.Write(buf); err != nil {
+		_ = fh.Close()
+		return fmt.Errorf("write the spool file of %s: %w", k, err)
+	}
+	s.files[k] = &file{path: path, f: fh, size: int64(len(buf)), acked: lastSeq, lastSeq: lastSeq, sizes: make(map[uint64]int64)}
+	return nil
+}
+
+func checkpoint(lastSeq, acked uint64, flags byte, cursor []byte) [][]byte {
+	var h [21]byte
+	binary.BigEndian.PutUint64(h[0:], lastSeq)
+	binary.BigEndian.PutUint64(h[8:], acked)
+	h[16] = flags
+	binary.BigEndian.PutUint32(h[17:], uint32(len(cursor)))
+	return [][]byte{h[:], cursor}
+}
+
+// Append stores an event (numbered already) with the cursor it reaches, nil
+// if it moves none. An attempt without a file (a rejected assignment) gets
+// one.
+func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
+	k := Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+	eb, err := proto.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.files[k]
+	if f == nil {
+		path := filepath.Join(s.dir, fileName(k))
+		fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return fmt.Errorf("create the spool file of %s: %w", k, err)
+		}
+		f = &file{path: path, f: fh, sizes: make(map[uint64]int64)}
+		s.files[k] = f
+	}
+	if f.broke {
+		return nil
+	}
+	var cl [4]byte
+	binary.BigEndian.PutUint32(cl[:], uint32(len(cursor)))
+	rec := appendRecord(nil, kindEvent, cl[:], cursor, eb)
+	if err := f.write(rec); err != nil {
+		f.broke = true
+		return fmt.Errorf("spool an event of %s: %w; its events are kept in memory only from now on", k, err)
+	}
+	f.lastSeq = max(f.lastSeq, ev.GetSeq())
+	f.sizes[ev.GetSeq()] = int64(len(rec))
+	if cursor != nil {
+		f.cursor = append(f.cursor[:0], cursor...)
+	}
+	f.final, f.ended = isFinal(ev)
+	return nil
+}
+
+// write appends rec, cutting off whatever part of it a failed write left.
+func (f *file) write(rec []byte) error {
+	n, err := f.f.WriteAt(rec, f.size)
+	if err != nil {
+		if n > 0 {
+			_ = f.f.Truncate(f.size)
+		}
+		return err
+	}
+	f.size += int64(n)
+	return nil
+}
+
+// Ack records that the coordinator stored everything up to seq, and compacts
+// the file when most of it is acknowledged.
+func (s *Spool) Ack(k Key, seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.files[k]
+	if f == nil || f.broke || seq <= f.acked {
+		return nil
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	if err := f.write(appendRecord(nil, kindAck, b[:])); err != nil {
+		f.broke = true
+		return fmt.Errorf("spool an ack of %s: %w", k, err)
+	}
+	f.acked = seq
+	f.lastSeq = max(f.lastSeq, seq)
+	var unacked int64
+	for s, n := range f.sizes {
+		if s <= seq {
+			delete(f.sizes, s)
+		} else {
+			unacked += n
+		}
+	}
+	if f.size > compactMin && unacked*4 < f.size {
+		if err := s.compactLocked(k, f); err != nil {
+			s.log.Warn("could not compact a spool file; it keeps growing until the task ends", "attempt", k.String(), "err", err)
+		}
+	}
+	return nil
+}
+
+// compactLocked rewrites f with its header, a checkpoint and the
+// unacknowledged events, through a temporary file renamed into place, so a
+// crash leaves either the old file or the new one.
+func (s *Spool) compactLocked(k Key, f *file) error {
+	data := make([]byte, f.size)
+	if _, err := f.f.ReadAt(data, 0); err != nil {
+		return err
+	}
+	var flags byte
+	if f.final {
+		flags |= flagFinal
+	}
+	if f.ended {
+		flags |= flagEnded
+	}
+	var out bytes.Buffer
+	var header []byte
+	var events [][]byte
+	for pos := 0; pos < len(data); {
+		kind, payload, n, ok := parseRecord(data[pos:])
+		if !ok {
+			break
+		}
+		switch kind {
+		case kindHeader:
+			header = data[pos : pos+n]
+		case kindEvent:
+			cl := int(binary.BigEndian.Uint32(payload))
+			ev := &podiumv1.TaskEvent{}
+			if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
+				return err
+			}
+			if ev.GetSeq() > f.acked {
+				events = append(events, data[pos:pos+n])
+			}
+		}
+		pos += n
+	}
+	out.Write(header)
+	out.Write(appendRecord(nil, kindCheckpoint, checkpoint(f.lastSeq, f.acked, flags, f.cursor)...))
+	for _, e := range events {
+		out.Write(e)
+	}
+	tmp := filepath.Join(s.dir, "."+filepath.Base(f.path)+".tmp")
+	fh, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := fh.Write(out.Bytes()); err != nil {
+		_ = fh.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := fh.Sync(); err != nil {
+		_ = fh.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, f.path); err != nil {
+		_ = fh.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
+	_ = f.f.Close()
+	f.f = fh
+	f.size = int64(out.Len())
+	s.log.Debug("compacted a spool file", "attempt", k.String(), "bytes", f.size)
+	return nil
+}
+
+// Remove deletes an attempt's file: everything about it is acknowledged, or
+// the coordinator disowned it.
+func (s *Spool) Remove(k Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.files[k]
+	if f == nil {
+		return nil
+	}
+	delete(s.files, k)
+	_ = f.f.Close()
+	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Close closes every file. The files stay: they are what the next agent
+// process starts from.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for k, f := range s.files {
+		errs = append(errs, f.f.Close())
+		delete(s.files, k)
+	}
+	return errors.Join(errs...)
+}

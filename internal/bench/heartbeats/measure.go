@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/podiumhq/podium/internal/pgtest"
+)
+
+// result is everything measured for one node count.
+type result struct {
+	Nodes     int
+	Connected int // nodes holding a stream when the window ended
+	Conns     int // HTTP/2 connections the nodes are spread over
+
+	ConnectTime  time.Duration // first Hello to the last node's HelloAck
+	AllConnected bool
+	HelloP50     time.Duration
+	HelloP99     time.Duration
+	HelloRetries int64
+	Dropped      int64 // streams that ended without the bench asking
+	ErrSamples   map[string]int
+	// During the ramp: CPU (% of one core) and what each Hello cost Postgres.
+	RampCoordCPU  float64
+	RampPGCPU     float64
+	RampBenchCPU  float64
+	StmtsPerHello float64
+	RampTop       []stmtStat
+
+	Window     time.Duration
+	CoordCPU   float64 // % of one core
+	BaseRSSMiB float64 // the coordinator with no nodes, just after it became ready
+	RSSMiB     float64
+	PeakMiB    float64 // VmHWM: the high-water mark, ramp included
+	CoordFDs   int
+	PGConns    int     // the coordinator's connections to Postgres
+	PGCPU      float64 // all Postgres processes, % of one core
+	BenchCPU   float64 // this process (the simulated nodes), % of one core
+	BeatsSent  int64   // heartbeats the simulated nodes sent in the window
+	HBStmts    float64 // heartbeat flush statements per second
+	HBRows     float64 // rows they updated per second
+	NeedRows   float64 // N / interval: what the fleet must get written
+	AllStmts   float64 // every statement the coordinator ran, per second
+	Top        []stmtStat
+	Stale      int
+	NotOnline  int
+	Warnings   int
+	WarnSample []string
+
+	PgbenchRows float64 // naive one-UPDATE-per-heartbeat ceiling
+}
+
+// measure runs one node count from scratch: a fresh database, the naive
+// reference, a fresh coordinator, the fleet, the window.
+func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.Cluster, bin, work string, n int) (result, error) {
+	r := result{Nodes: n, NeedRows: float64(n) / cfg.interval.Seconds()}
+	log = log.With("nodes", n)
+
+	db, err := newBenchDB(ctx, cluster)
+	if err != nil {
+		return r, err
+	}
+	defer db.close()
+	creds, err := db.insertNodes(ctx, n)
+	if err != nil {
+		return r, err
+	}
+
+	// The reference runs first, alone, so neither measurement disturbs the other.
+	log.Info("pgbench reference: one UPDATE per heartbeat", "clients", cfg.pgbenchClients, "for", cfg.pgbenchTime)
+	if r.PgbenchRows, err = runPgbench(ctx, cluster.SocketDir, dbName, n, cfg.pgbenchClients, cfg.pgbenchTime, work); err != nil {
+		return r, err
+	}
+
+	coord, err := startCoordinator(ctx, bin, cluster.URL(dbName), work, cfg.interval, n)
+	if err != nil {
+		return r, err
+	}
+	defer func() {
+		began := time.Now()
+		if err := coord.stop(30 * time.Second); err != nil {
+			log.Warn("coordinator did not stop cleanly", "err", err)
+		}
+		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
+	}()
+	log.Info("coordinator up", "pid", coord.pid, "url", coord.url, "log", coord.logPath)
+	if mem, err := procMem(coord.pid); err == nil {
+		r.BaseRSSMiB = float64(mem.rssKiB) / 1024
+	}
+	pgPID, err := postmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	if err != nil {
+		return r, err
+	}
+
+	// The ramp is measured too: connecting is when a replica that restarts (or
+	// takes over another's nodes) is busiest.
+	if err := db.resetStatements(ctx); err != nil {
+		return r, err
+	}
+	rc0, err := procCPU(coord.pid)
+	if err != nil {
+		return r, err
+	}
+	rpg0, rb0 := treeCPU(pgPID), selfCPU()
+
+	fctx, stopFleet := context.WithCancel(ctx)
+	f := newFleet(coord.url, creds, cfg)
+	r.Conns = len(f.clients)
+	done := f.start(fctx)
+	defer func() { stopFleet(); <-done }()
+
+	log.Info("connecting nodes", "connections", len(f.clients), "hellos in flight", cfg.inflight)
+	progress := time.NewTicker(5 * time.Second)
+	timeout := time.NewTimer(cfg.connectTimeout)
+	defer progress.Stop()
+	defer timeout.Stop()
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-coord.exited:
+			return r, fmt.Errorf("the coordinator exited while nodes were connecting: %v; see %s", coord.waitErr, coord.logPath)
+		case <-f.allUp:
+			r.AllConnected = true
+			break wait
+		case <-timeout.C:
+			log.Warn("not every node connected in time; measuring what is connected", "connected", f.connected.Load())
+			break wait
+		case <-progress.C:
+			log.Info("connecting", "connected", f.connected.Load(), "retries", f.retries.Load())
+		}
+	}
+	r.ConnectTime = f.connectTime()
+	r.HelloP50, r.HelloP99 = f.helloPercentiles()
+	if rc1, err := procCPU(coord.pid); err == nil {
+		ramp := r.ConnectTime.Seconds()
+		r.RampCoordCPU = 100 * (rc1 - rc0).Seconds() / ramp
+		r.RampPGCPU = 100 * treeCPU(pgPID).since(rpg0).Seconds() / ramp
+		r.RampBenchCPU = 100 * (selfCPU() - rb0).Seconds() / ramp
+	}
+	if st, err := db.statements(ctx); err == nil && f.connected.Load() > 0 {
+		r.StmtsPerHello = float64(st.allCalls) / float64(f.connected.Load())
+		r.RampTop = st.top
+	}
+	log.Info("connected", "connected", f.connected.Load(), "took", r.ConnectTime.Round(time.Millisecond),
+		"hello p50", r.HelloP50, "hello p99", r.HelloP99)
+
+	log.Info("settling before the window", "for", cfg.settle)
+	if err := sleep(ctx, cfg.settle); err != nil {
+		return r, err
+	}
+
+	// The window: sample everything, wait, sample again.
+	if err := db.resetStatements(ctx); err != nil {
+		return r, err
+	}
+	c0, err := procCPU(coord.pid)
+	if err != nil {
+		return r, err
+	}
+	pg0 := treeCPU(pgPID)
+	b0 := selfCPU()
+	beats0 := f.beats.Load()
+	t0 := time.Now()
+	log.Info("measuring", "for", cfg.duration)
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-coord.exited:
+		return r, fmt.Errorf("the coordinator exited during the window: %v; see %s", coord.waitErr, coord.logPath)
+	case <-time.After(cfg.duration):
+	}
+	r.Window = time.Since(t0)
+	secs := r.Window.Seconds()
+	c1, err := procCPU(coord.pid)
+	if err != nil {
+		return r, err
+	}
+	r.CoordCPU = 100 * (c1 - c0).Seconds() / secs
+	r.PGCPU = 100 * treeCPU(pgPID).since(pg0).Seconds() / secs
+	r.BenchCPU = 100 * (selfCPU() - b0).Seconds() / secs
+	r.BeatsSent = f.beats.Load() - beats0
+	mem, err := procMem(coord.pid)
+	if err != nil {
+		return r, err
+	}
+	r.RSSMiB, r.PeakMiB = float64(mem.rssKiB)/1024, float64(mem.hwmKiB)/1024
+	r.CoordFDs = procFDs(coord.pid)
+	if r.PGConns, err = db.backends(ctx); err != nil {
+		return r, err
+	}
+	st, err := db.statements(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.HBStmts, r.HBRows = float64(st.hbCalls)/secs, float64(st.hbRows)/secs
+	r.AllStmts = float64(st.allCalls) / secs
+	r.Top = st.top
+	if r.Stale, r.NotOnline, err = db.staleNodes(ctx, cfg.staleAfter); err != nil {
+		return r, err
+	}
+	r.Connected = int(f.connected.Load())
+	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
+	r.ErrSamples = f.errSamples()
+	r.Warnings, r.WarnSample = coord.warnings()
+	return r, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// selfCPU is this process's user+system time: the simulated nodes' cost, shown
+// for context (on a 2-core machine they compete with the coordinator).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
