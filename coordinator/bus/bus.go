@@ -23,7 +23,12 @@ type Bus struct {
 	mu   sync.Mutex
 	subs map[string]map[string]map[*sub]struct{} // channel → key → subscribers
 	l    pgxlisten.Listener
+	// delivered, if set, counts each notification received.
+	delivered func(channel string)
 }
+
+// OnDelivery sets a function called for every notification received (metrics).
+func (b *Bus) OnDelivery(f func(channel string)) { b.delivered = f }
 
 type sub struct{ ch chan struct{} }
 
@@ -46,6 +51,9 @@ func New(databaseURL string, log *slog.Logger, channels ...string) *Bus {
 type handler struct{ b *Bus }
 
 func (h handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if h.b.delivered != nil {
+		h.b.delivered(n.Channel)
+	}
 	h.b.ring(n.Channel, n.Payload)
 	return nil
 }

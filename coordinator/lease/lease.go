@@ -102,10 +102,20 @@ func (l *Lease) exec(ctx context.Context, sql string, key int64) (bool, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// The caller's context is deliberately not passed to the statement: pgx
+	// answers a context cancelled mid-query by closing the connection, and on
+	// this connection that would release every lock the replica holds because
+	// one node gave up its Hello. The statement gets its own short timeout; the
+	// caller's context only decides whether to wait for the mutex above.
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	var ok bool
-	err := l.conn.QueryRow(ctx, sql, key).Scan(&ok)
-	if err != nil {
-		if l.conn.IsClosed() || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if err := l.conn.QueryRow(qctx, sql, key).Scan(&ok); err != nil {
+		if l.conn.IsClosed() {
+			l.log.Error("lease: connection lost; releasing every session and leadership", "err", err)
 			l.markLost()
 			return false, errors.Join(ErrLost, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/store"
 )
 
@@ -37,6 +38,10 @@ type Config struct {
 	// TakeoverWait is how long a new stream waits for another replica to let go
 	// of the node (10 s).
 	TakeoverWait time.Duration
+	// CommandPoll is how often a session looks for commands without a doorbell
+	// (30 s). The doorbell and the bus's re-read after a reconnect make this a
+	// last resort; polling often costs one query per node per poll.
+	CommandPoll time.Duration
 	// EnrollFailures is how many failed enrollments one address may make in a
 	// burst (20); one more is allowed every EnrollRefill (30 s).
 	EnrollFailures int
@@ -55,6 +60,9 @@ func (c *Config) defaults() {
 	}
 	if c.TakeoverWait == 0 {
 		c.TakeoverWait = 10 * time.Second
+	}
+	if c.CommandPoll == 0 {
+		c.CommandPoll = 30 * time.Second
 	}
 	if c.EnrollFailures == 0 {
 		c.EnrollFailures = 20
@@ -77,10 +85,14 @@ type Service struct {
 	beats map[string]store.Heartbeat
 
 	enrollLimit *enrollLimiter
+	metrics     *metrics.Metrics
 
 	// artifacts is nil until SetArtifacts.
 	artifacts *artifacts.Service
 }
+
+// SetMetrics makes the service record ingest and heartbeat figures.
+func (s *Service) SetMetrics(m *metrics.Metrics) { s.metrics = m }
 
 // NewService returns the node service with an empty registry.
 func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Service {
@@ -181,7 +193,12 @@ func (s *Service) flush(ctx context.Context) {
 	}
 	s.beats = map[string]store.Heartbeat{}
 	s.hbMu.Unlock()
-	if _, err := s.store.FlushHeartbeats(ctx, batch); err != nil {
+	start := time.Now()
+	written, err := s.store.FlushHeartbeats(ctx, batch)
+	if err == nil {
+		s.metrics.Flushed(time.Since(start), written)
+	}
+	if err != nil {
 		s.log.Warn("nodes: heartbeat flush failed; they will be written with the next one", "err", err, "nodes", len(batch))
 		s.hbMu.Lock()
 		for _, b := range batch {

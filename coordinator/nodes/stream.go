@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -88,8 +89,15 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
-	go func() { errc <- s.sendLoop(sctx, stream, sess) }()
-	go func() { errc <- s.commandLoop(sctx, sess) }()
+	// The sender and the command loop are waited for before the handler
+	// returns: Connect finishes the response when it does, and a Send still in
+	// flight then would race it. The receiver cannot be waited for — Receive
+	// only returns once the handler has — and touches nothing but the request.
+	var wg sync.WaitGroup
+	wg.Add(2)
+	defer wg.Wait()
+	go func() { defer wg.Done(); errc <- s.sendLoop(sctx, stream, sess) }()
+	go func() { defer wg.Done(); errc <- s.commandLoop(sctx, sess) }()
 	go func() { errc <- s.receiveLoop(sctx, stream, sess) }()
 	select {
 	case err = <-errc:
@@ -286,7 +294,7 @@ func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
 		case <-sess.done:
 			return nil
 		case <-bell:
-		case <-time.After(3 * time.Second):
+		case <-time.After(s.cfg.CommandPoll):
 		}
 	}
 }
@@ -440,6 +448,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 			return err
 		}
 		if res.Stored > 0 {
+			s.metrics.Ingested(res.Stored, res.Bytes)
 			_ = s.store.Notify(ctx, store.ChannelTaskEvents, k.task)
 		}
 		if res.Terminal != "" || res.Requeued {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/store"
 )
 
@@ -44,6 +45,7 @@ type Scheduler struct {
 	leases  *lease.Keeper
 	log     *slog.Logger
 	leading atomic.Bool
+	metrics *metrics.Metrics
 	// OnLeader, if set, runs in its own goroutine while this replica leads; its
 	// context ends when leadership does. The watchdog hangs off it.
 	OnLeader func(ctx context.Context)
@@ -182,6 +184,9 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		notified := map[string]bool{}
 		for _, p := range placed {
 			s.log.Debug("task placed", "task", p.TaskID, "node", p.NodeID, "attempt", p.Attempt)
+			if p.Attempt == 1 {
+				s.metrics.Dispatched(time.Since(p.CreatedAt))
+			}
 			_ = s.store.Notify(ctx, store.ChannelTaskEvents, p.TaskID)
 			if !notified[p.NodeID] {
 				notified[p.NodeID] = true
@@ -195,6 +200,9 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		}
 	}
 }
+
+// SetMetrics makes the scheduler record dispatch latency.
+func (s *Scheduler) SetMetrics(m *metrics.Metrics) { s.metrics = m }
 
 // Leading reports whether this replica currently holds the leader lease.
 func (s *Scheduler) Leading() bool { return s.leading.Load() }

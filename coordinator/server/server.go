@@ -21,6 +21,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -121,6 +122,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.nodes.SetArtifacts(arts)
 	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
 	s.sched.OnLeader = func(ctx context.Context) { s.nodes.RunWatchdog(ctx, cfg.Watchdog) }
+	m := metrics.New(st, s.nodes.Registry().Len, log)
+	s.nodes.SetMetrics(m)
+	s.sched.SetMetrics(m)
+	s.bus.OnDelivery(m.Delivered)
 
 	mux := http.NewServeMux()
 	auth := s.apiAuth
@@ -133,6 +138,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
+	// /metrics is unauthenticated like /healthz: it says how busy the fleet
+	// is, never what any task is. Keep the port off the internet.
+	mux.Handle("GET /metrics", m.Handler())
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

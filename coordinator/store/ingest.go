@@ -25,6 +25,8 @@ type IngestResult struct {
 	Terminal string
 	// Requeued is set when the node gave the task back.
 	Requeued bool
+	// Bytes is how much task output was stored.
+	Bytes int
 }
 
 // IngestEvents stores a batch of one task attempt's events from the node that
@@ -86,6 +88,9 @@ func (s *Store) IngestEvents(ctx context.Context, nodeID string, epoch int64, ta
 			}
 		}
 		res.Stored = len(take)
+		for _, ev := range take {
+			res.Bytes += len(ev.GetLog().GetData())
+		}
 		_, err = tx.Exec(ctx, "update podium.attempts set acked_seq = $3 where task_id = $1 and attempt = $2",
 			taskID, attempt, int64(res.Acked))
 		return err

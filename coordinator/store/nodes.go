@@ -302,3 +302,27 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) error {
 		return err
 	})
 }
+
+// FleetCounts counts tasks by state and nodes by status.
+func (s *Store) FleetCounts(ctx context.Context) (tasks, nodes map[string]int64, err error) {
+	tasks, nodes = map[string]int64{}, map[string]int64{}
+	rows, err := s.Pool.Query(ctx, `select 't', state, count(*) from podium.tasks group by state
+		union all select 'n', status, count(*) from podium.nodes group by status`)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, name string
+		var n int64
+		if err := rows.Scan(&kind, &name, &n); err != nil {
+			return nil, nil, err
+		}
+		if kind == "t" {
+			tasks[name] = n
+		} else {
+			nodes[name] = n
+		}
+	}
+	return tasks, nodes, rows.Err()
+}

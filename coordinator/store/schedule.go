@@ -126,9 +126,10 @@ func Place(n Need, cands []*Candidate) (int, string) {
 
 // Placement is one task given to one node.
 type Placement struct {
-	TaskID  string
-	NodeID  string
-	Attempt int32
+	TaskID    string
+	NodeID    string
+	Attempt   int32
+	CreatedAt time.Time
 }
 
 // candidates reads the connected nodes with what they are already committed to.
@@ -160,13 +161,19 @@ func candidates(ctx context.Context, q querier) ([]*Candidate, error) {
 // after the commit.
 func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error) {
 	var placed []Placement
+	// Most ticks find nothing queued; answer that from the partial index
+	// before reading every connected node.
+	var any bool
+	if err := s.Pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
+		return nil, err
+	}
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
 		placed = nil
 		cands, err := candidates(ctx, tx)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason from podium.tasks
+		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason, created_at from podium.tasks
 			where state = 'queued' order by priority desc, created_at, id
 			for update skip locked limit $1`, batch)
 		if err != nil {
@@ -177,10 +184,11 @@ func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error
 			need    Need
 			attempt int32
 			reason  string
+			created time.Time
 		}
 		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
 			var q queued
-			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.attempt, &q.reason)
+			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.attempt, &q.reason, &q.created)
 			return q, err
 		})
 		if err != nil {
@@ -217,7 +225,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error
 			c.CommittedCPU += q.need.CPU
 			c.CommittedMemMB += q.need.MemoryMB
 			c.LastAssignedAt = now
-			placed = append(placed, Placement{TaskID: q.id, NodeID: c.ID, Attempt: attempt})
+			placed = append(placed, Placement{TaskID: q.id, NodeID: c.ID, Attempt: attempt, CreatedAt: q.created})
 		}
 		seen := map[string]bool{}
 		for _, p := range placed {
