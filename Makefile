@@ -15,7 +15,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/ \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION) -X github.com/podiumhq/podium/agent.Version=$(VERSION) -X github.com/podiumhq/podium/agent/runner.Version=$(VERSION)' -o $(BIN)/ \
 		./cmd/podium ./cmd/podium-agent ./cmd/podium-coordinator ./cmd/podium-runner
 
 # The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -39,6 +41,7 @@ func usage(w io.Writer) {
 commands:
   serve     serve the Podium API and node streams
   migrate   apply the database schema and exit
+  healthcheck  exit 0 if a coordinator's /readyz answers 200 (for container HEALTHCHECKs)
   version   print the version
 
 Run 'podium-coordinator <command> -h' for a command's flags.
@@ -143,6 +146,8 @@ func run(args []string, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "migrate":
 		return migrate(args[1:], stderr)
+	case "healthcheck":
+		return healthcheck(args[1:], stderr)
 	case "version", "--version":
 		fmt.Println(version)
 		return 0
@@ -165,7 +170,16 @@ func serve(args []string, stderr io.Writer) int {
 	advertise := fs.String("advertise", env("PODIUM_ADVERTISE", ""), "URL nodes reach this replica at (PODIUM_ADVERTISE); default http://<listen>")
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
-	hb := fs.Duration("heartbeat-interval", 10*time.Second, "how often nodes heartbeat")
+	hbDefault := 10 * time.Second
+	if v := os.Getenv("PODIUM_HEARTBEAT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			fmt.Fprintf(stderr, "podium-coordinator: PODIUM_HEARTBEAT_INTERVAL %q: want a positive duration such as 10s\n", v)
+			return 2
+		}
+		hbDefault = d
+	}
+	hb := fs.Duration("heartbeat-interval", hbDefault, "how often nodes heartbeat (PODIUM_HEARTBEAT_INTERVAL)")
 	ts := tailnetFlags(fs)
 	var art artifacts.Config
 	fs.StringVar(&art.Endpoint, "s3-endpoint", env("PODIUM_S3_ENDPOINT", ""), "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused")
@@ -245,5 +259,43 @@ func migrate(args []string, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stderr, "schema is up to date")
+	return 0
+}
+
+// healthcheck is what a container's HEALTHCHECK runs: the image is FROM
+// scratch, so there is no curl to do it. It asks /readyz on this machine,
+// at the port PODIUM_LISTEN names unless --url says otherwise.
+func healthcheck(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := "http://127.0.0.1:7070/readyz"
+	if l := os.Getenv("PODIUM_LISTEN"); l != "" {
+		if _, port, err := net.SplitHostPort(l); err == nil && port != "" {
+			def = "http://127.0.0.1:" + port + "/readyz"
+		}
+	}
+	url := fs.String("url", def, "readiness URL to ask")
+	timeout := fs.Duration("timeout", 4*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator healthcheck:", err)
+		return 2
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator healthcheck: not healthy:", err)
+		return 1
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	if res.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "podium-coordinator healthcheck: not healthy: %s: %s\n", res.Status, strings.TrimSpace(string(body)))
+		return 1
+	}
 	return 0
 }

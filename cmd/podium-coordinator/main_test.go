@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
 
 func TestSizeFlag(t *testing.T) {
 	for in, want := range map[string]int64{
@@ -21,5 +27,31 @@ func TestSizeFlag(t *testing.T) {
 		if got := (&sizeFlag{n: n}).String(); got != want {
 			t.Errorf("String(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestHealthcheck(t *testing.T) {
+	ready := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready {
+			http.Error(w, "not ready: Postgres does not answer", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	}))
+	defer srv.Close()
+	var stderr bytes.Buffer
+	if code := run([]string{"healthcheck", "--url", srv.URL}, &stderr); code != 0 {
+		t.Fatalf("healthy coordinator: exit %d: %s", code, stderr.String())
+	}
+	ready = false
+	stderr.Reset()
+	if code := run([]string{"healthcheck", "--url", srv.URL}, &stderr); code != 1 || !strings.Contains(stderr.String(), "Postgres") {
+		t.Fatalf("unready coordinator: exit %d: %s", code, stderr.String())
+	}
+	srv.Close()
+	stderr.Reset()
+	if code := run([]string{"healthcheck", "--url", srv.URL}, &stderr); code != 1 {
+		t.Fatalf("no coordinator: exit %d: %s", code, stderr.String())
 	}
 }
