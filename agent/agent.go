@@ -45,6 +45,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -100,11 +101,15 @@ type Config struct {
 	// ExitOnDrain makes Run return nil once the node is draining and its
 	// last task has ended and been reported: the upgrade path.
 	ExitOnDrain bool
+	// MetricsListen, when set, serves Prometheus metrics at /metrics on that
+	// address (for example 127.0.0.1:9464).
+	MetricsListen string
 }
 
 // Agent is one node agent process.
 type Agent struct {
-	cfg      Config
+	connected atomic.Bool
+	cfg       Config
 	log      *slog.Logger
 	id       *identity.Identity
 	docker   *client.Client
@@ -222,6 +227,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.watchdog(wctx)
 	}()
 
+	if a.cfg.MetricsListen != "" {
+		srv, err := a.serveMetrics(a.cfg.MetricsListen)
+		if err != nil {
+			stopWatchdog()
+			wg.Wait()
+			return err
+		}
+		defer srv.Close()
+	}
+
 	err = a.sess.Run(ctx)
 	stopWatchdog()
 	wg.Wait()
@@ -281,6 +296,7 @@ func (a *Agent) resume(ctx context.Context) {
 // answered (a unit ordered after podium-agent then really has a working
 // node), and a STATUS= line an operator sees in `systemctl status`.
 func (a *Agent) onState(st session.State) {
+	a.connected.Store(st.Connected)
 	var status string
 	switch {
 	case st.Connected:

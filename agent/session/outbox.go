@@ -216,6 +216,16 @@ func (o *outbox) unsent() (bytes, events int) {
 	return bytes, events
 }
 
+// stats reports the events kept until acknowledged and their log bytes.
+func (o *outbox) stats() (events, bytes int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tl := range o.tasks {
+		events += len(tl.events)
+	}
+	return events, o.bytes
+}
+
 // ack drops what the coordinator stored, up to seq. Once the final event of an
 // attempt is stored the attempt is retired: nothing about it is left to send.
 func (o *outbox) ack(key executor.Key, seq uint64) {

@@ -698,6 +698,21 @@ func (s *Session) drained() bool {
 	return draining && s.cfg.Runner.Running() == 0 && s.out.empty()
 }
 
+// Stats is what the session reports for monitoring.
+type Stats struct {
+	FreeSlots int32
+	// EventsSpooled are events kept (on disk) until the coordinator acks them;
+	// UnackedBytes is the task output among them.
+	EventsSpooled int
+	UnackedBytes  int
+}
+
+// Stats returns the session's figures now.
+func (s *Session) Stats() Stats {
+	events, bytes := s.out.stats()
+	return Stats{FreeSlots: s.freeSlots(), EventsSpooled: events, UnackedBytes: bytes}
+}
+
 // maxTasks is the node's budget: the coordinator's override when it set one.
 func (s *Session) maxTasks() int32 {
 	s.mu.Lock()

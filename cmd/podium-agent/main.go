@@ -30,7 +30,7 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
-  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--log-format text|json] [--log-level L]
+  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -176,7 +176,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--log-format text|json] [--log-level L]
+const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -200,6 +200,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	exitOnDrain := fs.Bool("exit-on-drain", false, "exit 0 once the node is draining and its last task has ended")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
+		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
 	ts := tsnetFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
@@ -231,6 +233,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		Logger:        log,
 		RunnerPath:    *runnerPath,
 		ExitOnDrain:   *exitOnDrain,
+		MetricsListen: *metricsListen,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// serveMetrics serves the agent's Prometheus metrics. Every figure is read
+// when scraped, from the executor and the session, so there is nothing to
+// keep in step: what the scrape shows is what the agent knows at that moment.
+func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		gauge("podium_agent_running_tasks", "Task attempts this agent is running.",
+			func() float64 { return float64(a.exec.Running()) }),
+		gauge("podium_agent_free_slots", "Tasks this node would still accept (0 while draining or low on disk).",
+			func() float64 { return float64(a.sess.Stats().FreeSlots) }),
+		gauge("podium_agent_stream_connected", "1 while the stream to the coordinator is up.",
+			func() float64 {
+				if a.connected.Load() {
+					return 1
+				}
+				return 0
+			}),
+		gauge("podium_agent_events_spooled", "Task events kept on disk until the coordinator acknowledges them.",
+			func() float64 { return float64(a.sess.Stats().EventsSpooled) }),
+		gauge("podium_agent_unacked_bytes", "Task output bytes sent or waiting but not yet acknowledged.",
+			func() float64 { return float64(a.sess.Stats().UnackedBytes) }),
+	)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w (set --metrics-listen to a free address, or empty to turn metrics off)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	a.log.Info("serving metrics", "addr", ln.Addr().String())
+	return srv, nil
+}
