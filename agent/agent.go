@@ -110,12 +110,12 @@ type Config struct {
 type Agent struct {
 	connected atomic.Bool
 	cfg       Config
-	log      *slog.Logger
-	id       *identity.Identity
-	docker   *client.Client
-	ownsDock bool
-	exec     *executor.Executor
-	sess     *session.Session
+	log       *slog.Logger
+	id        *identity.Identity
+	docker    *client.Client
+	ownsDock  bool
+	exec      *executor.Executor
+	sess      *session.Session
 }
 
 // New loads the node's identity and prepares the agent. It fails, with the
