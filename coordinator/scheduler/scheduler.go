@@ -181,18 +181,22 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// One statement rings every doorbell of the pass.
 		notified := map[string]bool{}
+		var chans, payloads []string
 		for _, p := range placed {
-			s.log.Debug("task placed", "task", p.TaskID, "node", p.NodeID, "attempt", p.Attempt)
 			if p.Attempt == 1 {
 				s.metrics.Dispatched(time.Since(p.CreatedAt))
 			}
-			_ = s.store.Notify(ctx, store.ChannelTaskEvents, p.TaskID)
+			chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, p.TaskID)
 			if !notified[p.NodeID] {
 				notified[p.NodeID] = true
-				if err := s.store.Notify(ctx, store.ChannelNodeCommands, p.NodeID); err != nil {
-					s.log.Warn("scheduler: ring node (it will poll)", "node", p.NodeID, "err", err)
-				}
+				chans, payloads = append(chans, store.ChannelNodeCommands), append(payloads, p.NodeID)
+			}
+		}
+		if len(chans) > 0 {
+			if err := s.store.NotifyMany(ctx, chans, payloads); err != nil {
+				s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 			}
 		}
 		if len(placed) < s.cfg.Batch {

@@ -207,39 +207,64 @@ func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error
 			}
 			c := cands[i]
 			attempt := q.attempt + 1
-			if _, err := tx.Exec(ctx, `update podium.tasks set state = 'scheduled', node_id = $2, attempt = $3,
-					scheduled_at = now(), reason = '' where id = $1`, q.id, c.ID, attempt); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `insert into podium.attempts (task_id, attempt, node_id) values ($1, $2, $3)`,
-				q.id, attempt, c.ID); err != nil {
-				return err
-			}
-			if err := InsertCommand(ctx, tx, Command{NodeID: c.ID, Kind: "assign", TaskID: q.id, Attempt: attempt}); err != nil {
-				return err
-			}
-			if err := appendStatus(ctx, tx, q.id, attempt, Scheduled, "assigned to "+c.ID, nil, 0); err != nil {
-				return err
-			}
 			c.Running++
 			c.CommittedCPU += q.need.CPU
 			c.CommittedMemMB += q.need.MemoryMB
 			c.LastAssignedAt = now
 			placed = append(placed, Placement{TaskID: q.id, NodeID: c.ID, Attempt: attempt, CreatedAt: q.created})
 		}
-		seen := map[string]bool{}
-		for _, p := range placed {
-			if seen[p.NodeID] {
-				continue
-			}
-			seen[p.NodeID] = true
-			if _, err := tx.Exec(ctx, "update podium.nodes set last_assigned_at = now() where id = $1", p.NodeID); err != nil {
-				return err
-			}
+		if len(placed) == 0 {
+			return nil
 		}
-		return nil
+		return recordPlacements(ctx, tx, placed)
 	})
 	return placed, err
+}
+
+// recordPlacements writes a pass's placements with one statement per table
+// rather than five per task: the leader's round trips to Postgres, not the
+// work in them, are what bound dispatch. The tasks were claimed FOR UPDATE, so
+// extending each one's log position here cannot race another writer.
+func recordPlacements(ctx context.Context, tx pgx.Tx, placed []Placement) error {
+	n := len(placed)
+	ids, nodes, reasons := make([]string, n), make([]string, n), make([]string, n)
+	attempts := make([]int32, n)
+	for i, p := range placed {
+		ids[i], nodes[i], attempts[i], reasons[i] = p.TaskID, p.NodeID, p.Attempt, "assigned to "+p.NodeID
+	}
+	rows, err := tx.Query(ctx, `update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
+			scheduled_at = now(), reason = '', last_seq = t.last_seq + 1
+		from unnest($1::text[], $2::text[], $3::int[]) as u(id, node, attempt)
+		where t.id = u.id returning t.id, t.last_seq`, ids, nodes, attempts)
+	if err != nil {
+		return err
+	}
+	seqOf := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			return err
+		}
+		seqOf[id] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	seqs := make([]int64, n)
+	for i, id := range ids {
+		seqs[i] = seqOf[id]
+	}
+	b := &pgx.Batch{}
+	b.Queue(`insert into podium.attempts (task_id, attempt, node_id)
+		select * from unnest($1::text[], $2::int[], $3::text[])`, ids, attempts, nodes)
+	b.Queue(`insert into podium.node_commands (node_id, kind, task_id, attempt)
+		select n, 'assign', t, a from unnest($1::text[], $2::text[], $3::int[]) as u(n, t, a)`, nodes, ids, attempts)
+	b.Queue(`insert into podium.task_events (task_id, seq, attempt, kind, state, reason)
+		select t, s, a, 'status', 'scheduled', r from unnest($1::text[], $2::bigint[], $3::int[], $4::text[]) as u(t, s, a, r)`,
+		ids, seqs, attempts, reasons)
+	b.Queue("update podium.nodes set last_assigned_at = now() where id = any($1)", nodes)
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // CancelOutcome says what a cancel did.

@@ -73,3 +73,10 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 	_, err := s.Pool.Exec(ctx, "select pg_notify($1, $2)", channel, payload)
 	return err
 }
+
+// NotifyMany rings several doorbells in one statement, so one notifying commit
+// takes the cluster-wide notify lock once for a whole dispatch pass.
+func (s *Store) NotifyMany(ctx context.Context, channels, payloads []string) error {
+	_, err := s.Pool.Exec(ctx, "select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", channels, payloads)
+	return err
+}
