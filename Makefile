@@ -29,6 +29,7 @@ bench: build
 	$(GO) run ./internal/bench/heartbeats -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/artifacts -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/dispatch -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./internal/bench/taskstart -bin $(BIN)
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$' | grep -v '\.connect\.go$$')); \
