@@ -12,7 +12,6 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
-	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runner"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -114,8 +113,7 @@ func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string,
 }
 
 // taskContainer is the task's own container: reachable as "task" on its
-// network, its workspace at /workspace, its inbox and artifacts directory
-// mounted, and only the
+// network, its workspace at /workspace, its inbox mounted, and only the
 // capabilities its spec adds back.
 func (r *run) taskContainer(argv []string) containerSpec {
 	spec := r.spec
@@ -127,9 +125,6 @@ func (r *run) taskContainer(argv []string) containerSpec {
 	host := r.hardened(spec.GetResources(), caps, filepath.Join(r.dir, logFile),
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, inboxDir), Target: inbox.ContainerDir},
 		mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
-		// Over the workspace volume, so the agent reads what the task leaves
-		// there on the host, container or no container.
-		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, artifactsDir), Target: artifacts.ContainerDir},
 	)
 	return containerSpec{
 		name: ContainerName(r.key),
