@@ -12,6 +12,9 @@
 //	  sidecars/<name>.log          each sidecar's runner log
 //	  inbox/                       messages sent to the task (package inbox),
 //	                               mounted at /run/podium/inbox
+//	  artifacts/                   files the task leaves for upload (package
+//	                               artifacts), mounted at
+//	                               /workspace/.podium/artifacts
 //	  stop.json                    why the agent is stopping the task, while it is
 //
 // The directory must be on the Docker engine's own machine: the runner logs
@@ -26,12 +29,24 @@
 // the agent (SIGTERM, a crash, an upgrade) leaves them running, and the next
 // agent resumes each from the byte it had reached. Inside a task, PATH ends
 // with /podium, so `podium-runner ask` prints the next message sent with
-// `podium task send`.
+// `podium task send`, and `podium-runner artifact add FILE` publishes a file
+// as an artifact.
+//
+// # Artifacts
+//
+// When a task's container exits, the agent uploads the regular files it left
+// under /workspace/.podium/artifacts to the coordinator, named by their path
+// there (package artifacts, package artifacts/upload), with the same HTTP
+// client and dialer as its stream. A failed upload never fails the task: the
+// agent retries while the coordinator answers Unavailable, for up to the
+// coordinator's 10-minute window, and keeps the task's directory until then.
+// Uploads still waiting for a retry when the agent stops are dropped.
 //
 // # What a person sees in the task's log
 //
 // The task's stdout and stderr, byte for byte; Podium's notes ("pulling
-// IMAGE", "sidecar db is ready"); and each line a sidecar prints as a note
+// IMAGE", "sidecar db is ready", "artifact NAME: upload failed: … (will
+// retry)"); and each line a sidecar prints as a note
 // of its own, "[db] listening on port 5432", shown by `podium logs` and
 // `podium run` as "→ [db] listening on port 5432" on stderr.
 package agent
@@ -48,9 +63,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/docker/docker/client"
 
+	"github.com/podiumhq/podium/agent/artifacts/upload"
 	"github.com/podiumhq/podium/agent/capacity"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
@@ -146,6 +163,15 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker}
+	uploader, err := upload.New(upload.Config{
+		NodeID: id.NodeID, NodeKey: id.NodeKey,
+		// The session exists by the time a task has ended.
+		Coordinator: func() (connect.HTTPClient, string, error) { return a.sess.Coordinator() },
+		Logger:      a.log.With("component", "artifacts"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	if a.docker == nil {
 		a.docker, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
@@ -159,6 +185,7 @@ func New(cfg Config) (*Agent, error) {
 		RunnerPath: runnerPath,
 		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
 		Logger:     a.log.With("component", "executor"),
+		Artifacts:  uploader,
 	})
 	if err != nil {
 		return nil, err
@@ -238,6 +265,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	err = a.sess.Run(ctx)
+	if errors.Is(err, session.ErrDrained) {
+		// Every task has ended and been reported, but the artifacts of the
+		// last ones may still be uploading; the watchdog keeps being fed
+		// meanwhile, and SIGTERM (ctx) cuts the wait short.
+		waited := make(chan struct{})
+		go func() { a.exec.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(time.Second):
+			a.log.Info("the node is drained; waiting for its last tasks' artifacts to upload before exiting")
+			<-waited
+		}
+	}
 	stopWatchdog()
 	wg.Wait()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
+	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runner"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -34,8 +35,13 @@ func (r *run) labels(extra ...string) map[string]string {
 // createNetwork creates the attempt's private bridge network. One that
 // exists already can only be this attempt's own, left by an earlier agent
 // process, and is used as it is.
+//
+// Neither this nor createVolume gives up when the run is cancelled: the
+// engine finishes a create whose caller went away, and a network created
+// after teardown listed the attempt's objects would be left behind. Both
+// take milliseconds; the cancel is seen right after.
 func (r *run) createNetwork() error {
-	ctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
 	defer cancel()
 	_, err := r.e.docker.NetworkCreate(ctx, NetworkName(r.key), network.CreateOptions{Driver: "bridge", Labels: r.labels()})
 	if err != nil && cerrdefs.IsConflict(err) {
@@ -47,7 +53,7 @@ func (r *run) createNetwork() error {
 // createVolume creates the workspace volume; creating a named volume that
 // exists returns it.
 func (r *run) createVolume() error {
-	ctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
 	defer cancel()
 	_, err := r.e.docker.VolumeCreate(ctx, volume.CreateOptions{Name: VolumeName(r.key), Labels: r.labels()})
 	return err
@@ -113,7 +119,8 @@ func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string,
 }
 
 // taskContainer is the task's own container: reachable as "task" on its
-// network, its workspace at /workspace, its inbox mounted, and only the
+// network, its workspace at /workspace, its inbox and artifacts directory
+// mounted, and only the
 // capabilities its spec adds back.
 func (r *run) taskContainer(argv []string) containerSpec {
 	spec := r.spec
@@ -125,6 +132,9 @@ func (r *run) taskContainer(argv []string) containerSpec {
 	host := r.hardened(spec.GetResources(), caps, filepath.Join(r.dir, logFile),
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, inboxDir), Target: inbox.ContainerDir},
 		mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
+		// Over the workspace volume, so the agent reads what the task leaves
+		// there on the host, container or no container.
+		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, artifactsDir), Target: artifacts.ContainerDir},
 	)
 	return containerSpec{
 		name: ContainerName(r.key),

@@ -24,11 +24,23 @@
 //     container is "task" and each sidecar is its name;
 //   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace;
 //   - a host directory, <data>/tasks/<task>-<attempt>/, holding the runner
-//     logs (output.log, sidecars/<name>.log) and the inbox (inbox/, mounted at
-//     /run/podium/inbox);
+//     logs (output.log, sidecars/<name>.log), the inbox (inbox/, mounted at
+//     /run/podium/inbox) and the artifacts directory (artifacts/, mounted at
+//     /workspace/.podium/artifacts over the workspace volume);
 //   - its sidecars' containers, started and waited for before the task's.
 //
-// Teardown removes all of it. The task's container runs with every capability
+// Teardown removes all of it.
+//
+// # Artifacts
+//
+// When the task's container has exited, the files it left in its artifacts
+// directory are collected (package artifacts) and handed to the uploader
+// (Config.Artifacts). The terminal status waits until each file has been
+// tried once, at most Config.ArtifactWait, so that artifacts are usually
+// stored, and noted in the task's log, before the task counts as ended; an
+// upload that fails never changes the status. Uploads still retrying go on
+// after the status is sent, and the host directory is removed only once they
+// are done: stored, refused, or past the coordinator's window. The task's container runs with every capability
 // dropped except those its spec adds back from taskspec.AllowedCapabilities,
 // with no-new-privileges, never privileged, and with no mounts but the ones
 // above: never the Docker socket.
@@ -60,6 +72,7 @@ import (
 	"github.com/docker/docker/client"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -93,6 +106,11 @@ const WorkspaceDir = "/workspace"
 // DefaultGrace is how long a stopped task gets between SIGTERM and SIGKILL
 // when neither the cancel nor the task's spec says otherwise (DESIGN.md §3).
 const DefaultGrace = 30 * time.Second
+
+// DefaultArtifactWait is how long a task's terminal status waits, at most,
+// for the first try of its artifacts' uploads when Config.ArtifactWait does
+// not say otherwise.
+const DefaultArtifactWait = time.Minute
 
 // ReasonTimeout is the reason of a task stopped because it ran longer than its
 // spec's timeout_seconds.
@@ -207,6 +225,13 @@ type Config struct {
 	// DefaultGrace applies when neither a cancel nor the spec sets one; 0
 	// means DefaultGrace.
 	DefaultGrace time.Duration
+	// Artifacts uploads the files tasks leave in their artifacts directory
+	// (package artifacts/upload). Nil still collects them and notes what
+	// is skipped, but uploads nothing.
+	Artifacts artifacts.Uploader
+	// ArtifactWait bounds how long a terminal status waits for the first
+	// try of the task's uploads; 0 means DefaultArtifactWait.
+	ArtifactWait time.Duration
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -217,6 +242,8 @@ type Executor struct {
 	tasksDir     string
 	log          *slog.Logger
 	defaultGrace time.Duration
+	uploader     artifacts.Uploader
+	artifactWait time.Duration
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -248,7 +275,12 @@ func New(cfg Config) (*Executor, error) {
 		tasksDir:     tasksDir,
 		log:          cfg.Logger,
 		defaultGrace: cfg.DefaultGrace,
+		uploader:     cfg.Artifacts,
+		artifactWait: cfg.ArtifactWait,
 		runs:         make(map[Key]*run),
+	}
+	if e.artifactWait <= 0 {
+		e.artifactWait = DefaultArtifactWait
 	}
 	if e.log == nil {
 		e.log = slog.Default()

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
+	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/dockertest"
@@ -198,13 +199,17 @@ func setup(t *testing.T) *env {
 
 // newExecutor makes an executor of the env's node: a second one stands for
 // the next agent process.
-func (e *env) newExecutor() *executor.Executor {
+func (e *env) newExecutor() *executor.Executor { return e.newExecutorWith(nil) }
+
+// newExecutorWith is newExecutor with an artifact uploader.
+func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 	ex, err := executor.New(executor.Config{
 		Docker:     e.docker,
 		NodeID:     e.nodeID,
 		RunnerPath: agenttest.Runner(e.t),
 		TasksDir:   e.tasksDir,
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Artifacts:  up,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/pkg/jsonmessage"
 
+	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -30,6 +31,9 @@ const (
 	logFile     = "output.log" // the task's runner log
 	inboxDir    = "inbox"      // mounted at inbox.ContainerDir
 	sidecarsDir = "sidecars"   // <name>.log: the sidecars' runner logs
+	// artifactsDir is mounted at artifacts.ContainerDir; what the task
+	// leaves there is uploaded when it exits.
+	artifactsDir = "artifacts"
 	// stopFile records that the agent began stopping the task (cancel or
 	// timeout) and why, so an agent that restarts half-way through a grace
 	// period finishes the stop and reports the right outcome.
@@ -175,7 +179,14 @@ func apiCtx(parent context.Context, d time.Duration) (context.Context, context.C
 // its terminal event goes out, so the slot is free by the time the
 // coordinator hears the task ended; the host directory goes only after the
 // terminal event is stored, because until then a restarted agent may need
-// the runner log to finish the task.
+// the runner log to finish the task, and after the artifacts' uploads, which
+// read from it.
+//
+// Between the two come the artifacts: collected, and tried once each before
+// the terminal status (at most artifactWait), so that the usual task's files
+// are stored by the time anyone hears it ended. An agent that stops during
+// that wait reports nothing: the next one resumes the attempt from its runner
+// log and collects the files again.
 func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.StatusChange) {
 	defer r.e.wg.Done()
 	defer close(r.done)
@@ -193,8 +204,62 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 		attrs = append(attrs, "exit_code", final.GetExitCode())
 	}
 	r.log.Info("task finished", attrs...)
+	job := r.uploadArtifacts(ctx)
+	if job != nil {
+		t := time.NewTimer(r.e.artifactWait)
+		select {
+		case <-job.Tried():
+		case <-t.C:
+			r.log.Info("artifacts are still uploading; reporting the task's status now and uploading on", "waited", r.e.artifactWait)
+		case <-ctx.Done():
+			t.Stop()
+			r.log.Info("agent is stopping while the task's artifacts upload; the next agent process collects them again")
+			<-job.Done()
+			return
+		}
+		t.Stop()
+	}
 	r.emitStatus(final, false)
+	if job != nil {
+		job.Ended()
+		select {
+		case <-job.Done():
+		case <-ctx.Done():
+			// Pending uploads end with the agent; the next agent process
+			// removes the directory (see RemoveOrphans).
+			<-job.Done()
+			return
+		}
+	}
 	r.removeDir()
+}
+
+// uploadArtifacts collects what the task left in its artifacts directory,
+// notes in the task's log what is skipped and why, and starts uploading the
+// rest. It returns nil when there is nothing to wait for.
+func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
+	files, skipped, err := artifacts.Collect(filepath.Join(r.dir, artifactsDir))
+	if err != nil {
+		r.log.Warn("could not read the task's artifacts directory", "err", err)
+		r.note("artifacts: the task's artifacts directory could not be read on the node: %v", err)
+		return nil
+	}
+	for _, s := range skipped {
+		r.note("artifact %s skipped: %s", s.Name, s.Reason)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	var total int64
+	for _, f := range files {
+		total += f.Size
+	}
+	if r.e.uploader == nil {
+		r.log.Info("the task left artifacts, but this executor uploads none", "files", len(files), "bytes", total)
+		return nil
+	}
+	r.log.Info("uploading the task's artifacts", "files", len(files), "bytes", total, "skipped", len(skipped))
+	return r.e.uploader.Upload(ctx, r.key.TaskID, r.key.Attempt, files, func(text string) { r.note("%s", text) })
 }
 
 func (r *run) removeDir() {
@@ -295,7 +360,7 @@ func isDNSLabel(s string) bool {
 }
 
 // prepareDir makes the attempt's host directory: the empty runner logs the
-// containers' runners append to and the inbox.
+// containers' runners append to, the inbox and the artifacts directory.
 func (r *run) prepareDir() error {
 	if err := os.MkdirAll(filepath.Join(r.dir, sidecarsDir), 0o755); err != nil {
 		return err
@@ -307,6 +372,9 @@ func (r *run) prepareDir() error {
 		if err := runlog.Create(r.sidecarLog(sc.GetName())); err != nil {
 			return err
 		}
+	}
+	if err := artifacts.Prepare(filepath.Join(r.dir, artifactsDir)); err != nil {
+		return err
 	}
 	return inbox.Prepare(filepath.Join(r.dir, inboxDir))
 }

@@ -11,10 +11,12 @@
 // keep running without it.
 //
 // Inside a task it also offers `podium-runner ask`, which prints the next
-// message people sent the task (package inbox).
+// message people sent the task (package inbox), and `podium-runner artifact
+// add`, which publishes a file as one of the task's artifacts (package
+// artifacts).
 //
-// The package imports nothing outside the standard library and the two
-// small agent packages that define the files it shares with the agent, so the
+// The package imports nothing outside the standard library and the small
+// agent packages that define the files it shares with the agent, so the
 // binary stays small and builds with CGO_ENABLED=0 into a static executable
 // that runs in any image, even one built FROM scratch.
 package runner
@@ -22,6 +24,8 @@ package runner
 import (
 	"fmt"
 	"io"
+
+	"github.com/podiumhq/podium/agent/artifacts"
 )
 
 // Where things are inside a container the agent starts.
@@ -56,6 +60,7 @@ const usage = `podium-runner is PID 1 of every Podium task container.
 Usage:
   podium-runner run [--log FILE] [--path-append DIR] -- COMMAND [ARG]...
   podium-runner ask [--inbox DIR] [--timeout DURATION]
+  podium-runner artifact add PATH [--name NAME]
   podium-runner version
 
 run    runs COMMAND, writing its output and exit status to the runner log FILE
@@ -63,6 +68,12 @@ run    runs COMMAND, writing its output and exit status to the runner log FILE
 ask    prints the next unread message sent to this task with "podium task
        send" and exits; it waits for one if there is none yet. Messages are
        read in the order they were sent, each once.
+artifact add
+       copies PATH into the task's artifacts directory,
+       ` + artifacts.ContainerDir + `, as NAME (default: PATH's base
+       name; "reports/junit.xml" makes a subdirectory). Everything in that
+       directory is uploaded when the task exits; later changes to PATH are
+       not. Adding a NAME again replaces the copy.
 `
 
 // Main runs the command line args (without the program name) and returns the
@@ -77,6 +88,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return runCommand(args[1:], stderr)
 	case "ask":
 		return ask(args[1:], stdout, stderr)
+	case "artifact":
+		return artifact(args[1:], stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, Version)
 		return 0

@@ -164,3 +164,44 @@ func TestAskPrintsTheNextMessage(t *testing.T) {
 		t.Fatalf("ask without an inbox: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+func TestArtifactAdd(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "junit.xml")
+	if err := os.WriteFile(src, []byte("<testsuite/>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	// Flags before or after PATH; the name defaults to PATH's base name.
+	for _, args := range [][]string{
+		{"artifact", "add", "--dir", dir, src},
+		{"artifact", "add", src, "--dir", dir, "--name", "reports/unit.xml"},
+	} {
+		if code := runner.Main(args, io.Discard, &errb); code != 0 {
+			t.Fatalf("%v: exit %d, stderr %s", args, code, errb.String())
+		}
+	}
+	for _, name := range []string{"junit.xml", "reports/unit.xml"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != "<testsuite/>" {
+			t.Fatalf("%s: %q, %v", name, b, err)
+		}
+	}
+	t.Setenv("PODIUM_ARTIFACTS", dir)
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"artifact", "add", filepath.Join(dir, "missing")}, runner.ExitArtifactFailed, "no such file"},
+		{[]string{"artifact", "add", src, "--name", "../up"}, runner.ExitArtifactFailed, `".." segment`},
+		{[]string{"artifact", "add"}, runner.ExitUsage, "exactly one PATH"},
+		{[]string{"artifact", "add", src, src}, runner.ExitUsage, "exactly one PATH"},
+		{[]string{"artifact", "remove", src}, runner.ExitUsage, "artifact add PATH"},
+		{[]string{"artifact", "add", "--dir", filepath.Join(dir, "nope"), src}, runner.ExitRunnerError, "no artifacts directory"},
+	} {
+		errb.Reset()
+		if code := runner.Main(c.args, io.Discard, &errb); code != c.code || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q; want %d saying %q", c.args, code, errb.String(), c.code, c.says)
+		}
+	}
+}

@@ -38,6 +38,11 @@ type taskLog struct {
 	// progress is when acks last moved, or when sending started after a
 	// quiet period; the stall check measures from it.
 	progress time.Time
+	// volatile marks the notes of an attempt that was already retired (an
+	// artifact upload's, after the terminal status was stored): they are
+	// kept in memory only, because a spool file of them alone would read as
+	// an attempt still running after a restart.
+	volatile bool
 }
 
 type retired struct {
@@ -108,6 +113,13 @@ func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
 // unacknowledged; the executor then stops reading the task's runner log,
 // which keeps growing on disk instead of in the agent's memory. Status
 // changes and notes never block, so a task can always end.
+//
+// Only a status change moves an attempt's final and ended flags: a note that
+// comes after the terminal status (an artifact upload that failed once the
+// task had ended) is sent like any other event, and the attempt stays ended.
+// A note for an attempt the outbox knows nothing of is dropped: a run's
+// first event is a status, so it belongs to an attempt the coordinator
+// disowned, or one retired long ago.
 func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	size := proto.Size(ev)
 	o.mu.Lock()
@@ -129,21 +141,31 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 		}
 		return
 	}
+	isStatus := ev.GetStatus() != nil
 	tl := o.tasks[key]
 	if tl == nil {
+		r, wasRetired := o.retired[key]
+		if ev.GetNote() != nil && !wasRetired {
+			o.log.Debug("dropping an event of a task attempt this node no longer tracks", "task_id", key.TaskID, "attempt", key.Attempt)
+			return
+		}
 		tl = &taskLog{key: key, progress: time.Now()}
-		if r, ok := o.retired[key]; ok {
+		if wasRetired {
 			// Continue where the attempt's earlier events stopped; see
 			// retireAfter.
 			tl.lastSeq, tl.acked, tl.sent = r.lastSeq, r.lastSeq, r.lastSeq
+			tl.final, tl.ended, tl.volatile = true, r.ended, !isStatus
 			delete(o.retired, key)
 		}
 		o.tasks[key] = tl
 		o.order = append(o.order, key)
 	}
+	if isStatus {
+		tl.volatile = false
+	}
 	tl.lastSeq++
 	ev.Seq = tl.lastSeq
-	if o.spool != nil {
+	if o.spool != nil && !tl.volatile {
 		if err := o.spool.Append(ev, cur); err != nil {
 			// Keep going in memory: the task's output is still safe in its
 			// runner log, and only an agent restart from here on would
@@ -153,7 +175,9 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	}
 	tl.events = append(tl.events, ev)
 	tl.bytes += size
-	tl.final, tl.ended = final, ended
+	if isStatus {
+		tl.final, tl.ended = final, ended
+	}
 	o.bytes += size
 	o.wake()
 }

@@ -2,10 +2,13 @@ package session
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -128,5 +131,76 @@ func TestOutboxForget(t *testing.T) {
 	}
 	if len(o.forgotten) != 0 {
 		t.Fatal("the tombstone outlived the attempt's final event")
+	}
+}
+
+func noteEvent(task string) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{TaskId: task, Attempt: 1, Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: "artifact a: upload failed"}}}
+}
+
+// Notes may follow the terminal status (an artifact upload that failed after
+// the task ended): they are sent, numbered on, and the attempt stays ended,
+// whether or not its terminal status was already acknowledged.
+func TestOutboxNotesAfterTheEnd(t *testing.T) {
+	dir := t.TempDir()
+	sp, _, err := spool.Open(dir, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOutbox(1<<20, sp, slog.Default())
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
+	o.add(noteEvent("t"), nil) // before the terminal status is acknowledged
+	if o.active(k) || !o.ended(k) {
+		t.Fatal("a note after the terminal status made the attempt active again")
+	}
+	// A restart now finds the attempt ended, not one to resume.
+	copyDir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(dir, "t-1.spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(copyDir, "t-1.spool"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp2, attempts, err := spool.Open(copyDir, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 1 || !attempts[0].Final || !attempts[0].Ended || attempts[0].LastSeq != 3 {
+		t.Fatalf("the spool reads back %+v, want an ended attempt with last seq 3", attempts)
+	}
+	_ = sp2.Close()
+
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 {
+		t.Fatalf("batch %v", b)
+	}
+	o.ack(k, 3)
+	if !o.empty() {
+		t.Fatal("the attempt was not retired once everything was acknowledged")
+	}
+	// After it was retired: numbered on, sent, and retired again.
+	ev := noteEvent("t")
+	o.add(ev, nil)
+	if ev.GetSeq() != 4 || o.active(k) || !o.ended(k) {
+		t.Fatalf("seq %d, active %v, ended %v; want 4, an ended attempt", ev.GetSeq(), o.active(k), o.ended(k))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the note of a retired attempt was spooled: %v; alone it would read as a running attempt", entries)
+	}
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 4 {
+		t.Fatalf("batch %v", b)
+	}
+	o.ack(k, 4)
+	if !o.empty() || !o.ended(k) {
+		t.Fatal("the late note's attempt was not retired again")
+	}
+
+	// A note for an attempt the node does not know (one the coordinator
+	// disowned) goes nowhere.
+	o.add(noteEvent("other"), nil)
+	if !o.empty() || len(o.running()) != 0 {
+		t.Fatal("a note for an unknown attempt was kept")
 	}
 }

@@ -381,6 +381,19 @@ func (s *Session) httpClient(target string) (connect.HTTPClient, error) {
 	return c, nil
 }
 
+// Coordinator returns the HTTP client and URL of the coordinator the session
+// is connected to, or tries next: what other calls on the node's behalf (an
+// artifact upload) use, so they dial the way the stream does. Requests made
+// with it must use the agent's context (see transport.ContextWithDialer).
+func (s *Session) Coordinator() (connect.HTTPClient, string, error) {
+	target := s.candidate()
+	hc, err := s.httpClient(target)
+	if err != nil {
+		return nil, "", err
+	}
+	return hc, target, nil
+}
+
 func (s *Session) notifyState(st State) {
 	if s.cfg.OnState == nil {
 		return

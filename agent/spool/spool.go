@@ -251,7 +251,11 @@ func load(path string) (*Attempt, *file, error) {
 				f.sizes[ev.GetSeq()] = int64(n)
 			}
 			a.LastSeq = max(a.LastSeq, ev.GetSeq())
-			a.Final, a.Ended = isFinal(ev)
+			if ev.GetStatus() != nil {
+				// A note after the terminal status leaves the attempt
+				// ended.
+				a.Final, a.Ended = isFinal(ev)
+			}
 		case kindAck:
 			if len(payload) != 8 {
 				_ = fh.Close()
@@ -440,7 +444,9 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 	if cursor != nil {
 		f.cursor = append(f.cursor[:0], cursor...)
 	}
-	f.final, f.ended = isFinal(ev)
+	if ev.GetStatus() != nil {
+		f.final, f.ended = isFinal(ev)
+	}
 	return nil
 }
 

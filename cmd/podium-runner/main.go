@@ -2,7 +2,8 @@
 // it runs the command, forwards signals, reaps orphans and writes the
 // command's output and exit status to a runner log on the host, which the
 // agent tails. Inside a task, `podium-runner ask` reads the next message sent
-// to the task. See package agent/runner.
+// to the task, and `podium-runner artifact add PATH [--name NAME]` publishes a
+// file as an artifact, uploaded when the task exits. See package agent/runner.
 //
 // Build it static (CGO_ENABLED=0; `make build` does) and install it next to
 // podium-agent: the agent bind-mounts it into containers whose images may

@@ -20,9 +20,11 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/internal/coordtest"
 	"github.com/podiumhq/podium/internal/dockertest"
 	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -58,9 +60,11 @@ func TestMain(m *testing.M) {
 
 // env is one coordinator with one enrolled agent running as a process.
 type env struct {
-	t     *testing.T
-	r     *coordtest.Replica
-	db    pgtest.Database
+	t  *testing.T
+	r  *coordtest.Replica
+	db pgtest.Database
+	// opts are the replica's options, kept for replaceCoordinator.
+	opts  coordtest.Options
 	image string
 	node  string
 	data  string
@@ -79,8 +83,24 @@ func newEnv(t *testing.T, labels ...string) *env {
 // newEnvWith is newEnv with flags for the agent.
 func newEnvWith(t *testing.T, agentArgs []string, labels ...string) *env {
 	t.Helper()
-	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs}
-	e.r, e.db = coordtest.New(t)
+	return newEnvOpts(t, coordtest.Options{}, agentArgs, labels...)
+}
+
+// newEnvWithArtifacts is newEnv with a replica that stores artifacts in s3.
+func newEnvWithArtifacts(t *testing.T, s3 *s3test.Server) *env {
+	t.Helper()
+	return newEnvOpts(t, coordtest.Options{Artifacts: artifacts.Config{
+		Endpoint: s3.Endpoint, Bucket: "podium-artifacts", AccessKey: s3.AccessKey, SecretKey: s3.SecretKey,
+		PartSize: 5 << 20, // S3's smallest: a 50 MB artifact is a multipart upload of many parts
+	}}, nil)
+}
+
+// newEnvOpts is newEnv with the replica's options and flags for the agent.
+func newEnvOpts(t *testing.T, opts coordtest.Options, agentArgs []string, labels ...string) *env {
+	t.Helper()
+	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs, opts: opts}
+	e.db = pgtest.NewDatabase(t)
+	e.r = coordtest.Start(t, e.db.URL, opts)
 	ctx := context.Background()
 	tok, err := e.r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels}))
 	if err != nil {
@@ -181,7 +201,9 @@ func (e *env) replaceCoordinator() {
 	e.t.Helper()
 	addr := e.r.Addr()
 	e.r.Stop()
-	e.r = coordtest.Start(e.t, e.db.URL, coordtest.Options{Listen: addr})
+	opts := e.opts
+	opts.Listen = addr
+	e.r = coordtest.Start(e.t, e.db.URL, opts)
 }
 
 func (e *env) waitNode(want podiumv1.NodeStatus) {

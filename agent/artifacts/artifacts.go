@@ -1,0 +1,292 @@
+// Package artifacts is the node's side of a task's artifacts: the directory a
+// task leaves files in, how those files are named, collecting them when the
+// task exits, and `podium-runner artifact add`, which publishes a file while
+// the task runs. Uploading them is package artifacts/upload.
+//
+// # The directory
+//
+// Every task container has ContainerDir, /workspace/.podium/artifacts, a bind
+// mount of the attempt's host directory <data>/tasks/<task>-<attempt>/artifacts
+// (mode 0777, so a task running as any user can write it). It is mounted over
+// the workspace volume, so the agent reads the files on the host without
+// asking Docker, and they are there even when the container is gone.
+//
+// When the task's container has exited, every regular file under the
+// directory becomes an artifact named by its path relative to it, "/"-separated
+// ("reports/junit.xml"). Symbolic links (which would point at the node's own
+// files), FIFOs, sockets and devices, names the coordinator would refuse, and
+// files past MaxFiles are skipped, each with a note in the task's log saying
+// why. Files `podium-runner artifact add`
+// was still writing when the task was killed (see TempPrefix) are skipped too.
+//
+// `podium-runner artifact add PATH [--name NAME]` copies PATH into the
+// directory under NAME (default: PATH's base name): into a temporary file
+// first, renamed into place once complete, so the agent never collects half a
+// copy and the task may change or delete PATH afterwards. The copy is uploaded
+// with everything else when the task exits.
+//
+// This package imports only the standard library: podium-runner, which must
+// stay a small static binary, uses it.
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// ContainerDir is where a task's artifacts directory is mounted in its
+// container.
+const ContainerDir = "/workspace/.podium/artifacts"
+
+// DirEnv names the environment variable that overrides ContainerDir for
+// `podium-runner artifact add`, for running it outside a container.
+const DirEnv = "PODIUM_ARTIFACTS"
+
+// TempPrefix starts the name of the temporary file `artifact add` copies
+// into before renaming it into place. Collect skips such files: one can only
+// be left when the task was killed in the middle of a copy.
+const TempPrefix = ".podium-add-"
+
+// MaxFiles is the most files one task attempt uploads. A task that leaves
+// more (a build that writes its object files there by mistake, say) has the
+// rest skipped with a note, instead of tying its node up with uploads.
+const MaxFiles = 1000
+
+// Limits on a name, the same as the coordinator's (coordinator/artifacts).
+const (
+	MaxNameBytes    = 1024
+	MaxSegmentBytes = 255
+)
+
+// File is one artifact found on the host.
+type File struct {
+	// Name is the artifact's name: the path relative to the artifacts
+	// directory, "/"-separated.
+	Name string
+	// Path is the file on the host.
+	Path string
+	// Size is its size when it was collected.
+	Size int64
+}
+
+// Skipped is something in the artifacts directory that is not uploaded.
+type Skipped struct {
+	Name   string
+	Reason string
+}
+
+// Uploader takes the artifacts of a task attempt that has ended (package
+// artifacts/upload is the real one). note writes a line into the task's log.
+type Uploader interface {
+	Upload(ctx context.Context, taskID string, attempt int32, files []File, note func(text string)) Job
+}
+
+// Job is the uploads of one task attempt.
+type Job interface {
+	// Tried is closed once every file has been tried once, whether or not it
+	// was stored. The node reports the task's final status after that (or
+	// after a bounded wait), so that in the usual case the artifacts are
+	// stored, and noted in the log, before the task counts as ended.
+	Tried() <-chan struct{}
+	// Ended says the task's final status has been sent: the coordinator's
+	// window for uploads (10 minutes after the attempt ended) starts now, and
+	// retries stop when it closes.
+	Ended()
+	// Done is closed when every file is stored or given up on. The files
+	// are read until then; the attempt's host directory goes after it.
+	Done() <-chan struct{}
+}
+
+// Prepare creates an artifacts directory that any user can write: the task
+// runs as whatever user its image names.
+func Prepare(dir string) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o777)
+}
+
+// CheckName refuses a name the coordinator would refuse (see CheckName in
+// coordinator/artifacts, whose rules these are): empty, absolute, with an
+// empty, "." or ".." segment, a backslash or a control character, not UTF-8,
+// or too long. Checking on the node turns a refusal into a note written when
+// the task ends, instead of an upload that fails.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("it is empty")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("it is %d bytes, more than %d", len(name), MaxNameBytes)
+	case !utf8.ValidString(name):
+		return errors.New("it is not valid UTF-8")
+	case strings.ContainsRune(name, '\\'):
+		return errors.New(`it contains a backslash; separate directories with "/"`)
+	case strings.HasPrefix(name, "/"):
+		return errors.New("it is an absolute path")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("it contains the control character %U", r)
+		}
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		switch {
+		case seg == "":
+			return errors.New(`it has an empty path segment ("//" or a trailing "/")`)
+		case seg == "." || seg == "..":
+			return fmt.Errorf("it has a %q segment", seg)
+		case len(seg) > MaxSegmentBytes:
+			return fmt.Errorf("a path segment is %d bytes, more than %d", len(seg), MaxSegmentBytes)
+		}
+	}
+	return nil
+}
+
+// Collect lists the artifacts in dir, sorted by name, and what it skipped and
+// why. A directory that does not exist holds no artifacts. Only a failure to
+// read dir itself is an error; a subdirectory that cannot be read is skipped.
+func Collect(dir string) ([]File, []Skipped, error) {
+	var files []File
+	var skipped []Skipped
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if p == dir {
+			return err
+		}
+		rel, rerr := filepath.Rel(dir, p)
+		if rerr != nil {
+			return rerr
+		}
+		name := filepath.ToSlash(rel)
+		if err != nil {
+			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("it could not be read (%v)", unwrapPath(err))})
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		mode := d.Type()
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			skipped = append(skipped, Skipped{Name: name, Reason: "it is a symbolic link; only regular files are uploaded"})
+			return nil
+		case d.IsDir():
+			return nil
+		case !mode.IsRegular():
+			skipped = append(skipped, Skipped{Name: name, Reason: "it is not a regular file (" + kindOf(mode) + ")"})
+			return nil
+		case strings.HasPrefix(d.Name(), TempPrefix):
+			skipped = append(skipped, Skipped{Name: name, Reason: "it is a copy `podium-runner artifact add` did not finish"})
+			return nil
+		}
+		if err := CheckName(name); err != nil {
+			skipped = append(skipped, Skipped{Name: name, Reason: "its name cannot be an artifact's name: " + err.Error()})
+			return nil
+		}
+		if len(files) >= MaxFiles {
+			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("a task uploads at most %d files", MaxFiles)})
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("it could not be read (%v)", unwrapPath(err))})
+			return nil
+		}
+		files = append(files, File{Name: name, Path: p, Size: info.Size()})
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) && len(files) == 0 && len(skipped) == 0 {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, skipped, nil
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Publish copies the file at src into the artifacts directory dir under name,
+// atomically: into a temporary file next to the destination, renamed into
+// place once it is complete. A file of that name already there is replaced.
+func Publish(dir, src, name string) error {
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("%q cannot be an artifact's name: %v", name, err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		if st.IsDir() {
+			return fmt.Errorf("%s is a directory: add the files in it one by one, or write them under %s", src, dir)
+		}
+		return fmt.Errorf("%s is not a regular file", src)
+	}
+	dest := filepath.Join(dir, filepath.FromSlash(name))
+	destDir := filepath.Dir(dest)
+	if err := os.MkdirAll(destDir, 0o755); err != nil {
+		return err
+	}
+	base := path.Base(name)
+	if len(base) > 64 {
+		base = base[:64] // the temporary name must stay within a segment's 255 bytes
+	}
+	tmp, err := os.CreateTemp(destDir, TempPrefix+base+"-*")
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(tmp, in)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if fi, serr := os.Lstat(dest); serr == nil && fi.IsDir() {
+			err = fmt.Errorf("%s is a directory in the artifacts directory; choose another --name", name)
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dest)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}

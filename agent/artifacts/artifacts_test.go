@@ -1,0 +1,182 @@
+package artifacts_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/podiumhq/podium/agent/artifacts"
+	coordartifacts "github.com/podiumhq/podium/coordinator/artifacts"
+)
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectNamesSubdirsAndSkips(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "report.txt"), "hello")
+	write(t, filepath.Join(dir, "reports", "junit.xml"), "<xml/>")
+	write(t, filepath.Join(dir, "a", "b", "c", "deep.bin"), "")
+	write(t, filepath.Join(dir, ".hidden"), "dot files count")
+	write(t, filepath.Join(dir, "reports", artifacts.TempPrefix+"junit.xml-123"), "half a cop")
+	write(t, filepath.Join(dir, "bad\\name"), "x")
+	write(t, filepath.Join(dir, "tab\tname"), "x")
+	outside := filepath.Join(t.TempDir(), "secret")
+	write(t, outside, "not yours")
+	if err := os.Symlink(outside, filepath.Join(dir, "link-to-file")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link-to-dir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "reports", "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	files, skipped, err := artifacts.Collect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []artifacts.File{
+		{Name: ".hidden", Path: filepath.Join(dir, ".hidden"), Size: 15},
+		{Name: "a/b/c/deep.bin", Path: filepath.Join(dir, "a/b/c/deep.bin"), Size: 0},
+		{Name: "report.txt", Path: filepath.Join(dir, "report.txt"), Size: 5},
+		{Name: "reports/junit.xml", Path: filepath.Join(dir, "reports/junit.xml"), Size: 6},
+	}
+	if !reflect.DeepEqual(files, want) {
+		t.Fatalf("files\n%+v\nwant\n%+v", files, want)
+	}
+	reasons := map[string]string{}
+	for _, s := range skipped {
+		reasons[s.Name] = s.Reason
+	}
+	for name, says := range map[string]string{
+		"link-to-file": "symbolic link",
+		"link-to-dir":  "symbolic link",
+		"reports/pipe": "FIFO",
+		"reports/" + artifacts.TempPrefix + "junit.xml-123": "did not finish",
+		`bad\name`:  "backslash",
+		"tab\tname": "control character",
+	} {
+		if !strings.Contains(reasons[name], says) {
+			t.Errorf("skipped %q with reason %q, want one saying %q", name, reasons[name], says)
+		}
+	}
+	if len(skipped) != 6 {
+		t.Errorf("skipped %+v, want exactly the 6 above", skipped)
+	}
+}
+
+func TestCollectMissingOrEmptyDirectory(t *testing.T) {
+	files, skipped, err := artifacts.Collect(filepath.Join(t.TempDir(), "missing"))
+	if err != nil || files != nil || skipped != nil {
+		t.Fatalf("a missing directory: %v %v %v, want nothing", files, skipped, err)
+	}
+	files, skipped, err = artifacts.Collect(t.TempDir())
+	if err != nil || len(files) != 0 || len(skipped) != 0 {
+		t.Fatalf("an empty directory: %v %v %v, want nothing", files, skipped, err)
+	}
+}
+
+func TestCollectCapsTheNumberOfFiles(t *testing.T) {
+	dir := t.TempDir()
+	for i := range artifacts.MaxFiles + 3 {
+		write(t, filepath.Join(dir, "f", strconv.Itoa(i)), "")
+	}
+	files, skipped, err := artifacts.Collect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != artifacts.MaxFiles || len(skipped) != 3 || !strings.Contains(skipped[0].Reason, "at most") {
+		t.Fatalf("%d files, skipped %+v; want %d and 3 skipped", len(files), skipped, artifacts.MaxFiles)
+	}
+}
+
+func TestPrepareMakesAWorldWritableDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "artifacts")
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	if err := artifacts.Prepare(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o777 {
+		t.Fatalf("mode %v (%v), want 0777: the task may run as any user", st.Mode(), err)
+	}
+}
+
+func TestPublishCopiesAtomicallyUnderItsName(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "out.xml")
+	write(t, src, "first")
+	if err := artifacts.Publish(dir, src, "reports/junit.xml"); err != nil {
+		t.Fatal(err)
+	}
+	// The copy is the artifact: changing the source afterwards changes
+	// nothing, and publishing the name again replaces it.
+	write(t, src, "changed")
+	if b, _ := os.ReadFile(filepath.Join(dir, "reports", "junit.xml")); string(b) != "first" {
+		t.Fatalf("published %q, want %q", b, "first")
+	}
+	write(t, src, "second")
+	if err := artifacts.Publish(dir, src, "reports/junit.xml"); err != nil {
+		t.Fatal(err)
+	}
+	files, skipped, err := artifacts.Collect(dir)
+	if err != nil || len(skipped) != 0 || len(files) != 1 || files[0].Name != "reports/junit.xml" || files[0].Size != 6 {
+		t.Fatalf("after two publishes: %+v, skipped %+v, %v; want one file of 6 bytes and no temporary left", files, skipped, err)
+	}
+
+	for name, says := range map[string]string{
+		"../escape": `".." segment`,
+		"/abs":      "absolute",
+		"":          "empty",
+	} {
+		if err := artifacts.Publish(dir, src, name); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("Publish as %q: %v, want an error saying %q", name, err, says)
+		}
+	}
+	if err := artifacts.Publish(dir, filepath.Join(dir, "nope"), "x"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Publish of a missing file: %v", err)
+	}
+	if err := artifacts.Publish(dir, t.TempDir(), "x"); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("Publish of a directory: %v", err)
+	}
+	if err := artifacts.Publish(dir, src, "reports"); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("Publish over a directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("refused publishes left files behind: %v", entries)
+	}
+}
+
+// The node checks names by the coordinator's rules, so that what it skips
+// is exactly what would be refused.
+func TestCheckNameAgreesWithTheCoordinator(t *testing.T) {
+	for _, name := range []string{
+		"a", "out/report.xml", ".hidden", "a/.b/c", "ünïcödé/名前.txt", "with space", "x..y", "...",
+		"", "/abs", "a//b", "a/", "./a", "a/./b", "../a", "a/..", `a\b`, "a\x00b", "a\nb", "a\x7fb",
+		"\xff\xfe", strings.Repeat("a", 255), strings.Repeat("a", 256), strings.Repeat("a/", 512) + "a",
+		strings.Repeat("abcd/", 204) + "abcd",
+	} {
+		node, coord := artifacts.CheckName(name), coordartifacts.CheckName(name)
+		if (node == nil) != (coord == nil) {
+			t.Errorf("name %q: node says %v, coordinator says %v", name, node, coord)
+		}
+	}
+}

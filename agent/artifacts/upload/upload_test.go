@@ -1,0 +1,325 @@
+package upload_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/artifacts/upload"
+	"github.com/podiumhq/podium/agent/transport"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// coordinator is a fake NodeService that keeps what it is sent and answers
+// each upload as the test scripts it.
+type coordinator struct {
+	podiumv1connect.UnimplementedNodeServiceHandler
+
+	mu     sync.Mutex
+	stored map[string][]byte
+	calls  map[string]int
+	metas  []*podiumv1.ArtifactMeta
+	// answer, if set, decides an upload's fate from its name and how many
+	// calls for that name came before; nil stores it.
+	answer   func(name string, call int) error
+	maxChunk int
+}
+
+func (c *coordinator) UploadArtifact(ctx context.Context, st *connect.ClientStream[podiumv1.UploadArtifactRequest]) (*connect.Response[podiumv1.UploadArtifactResponse], error) {
+	if !st.Receive() {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no meta"))
+	}
+	m := st.Msg().GetMeta()
+	c.mu.Lock()
+	c.metas = append(c.metas, m)
+	call := c.calls[m.GetName()]
+	c.calls[m.GetName()]++
+	answer := c.answer
+	c.mu.Unlock()
+	var body bytes.Buffer
+	for st.Receive() {
+		chunk := st.Msg().GetChunk()
+		c.mu.Lock()
+		c.maxChunk = max(c.maxChunk, len(chunk))
+		c.mu.Unlock()
+		body.Write(chunk)
+	}
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	if answer != nil {
+		if err := answer(m.GetName(), call); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	c.stored[m.GetName()] = body.Bytes()
+	c.mu.Unlock()
+	sum := sha256.Sum256(body.Bytes())
+	return connect.NewResponse(&podiumv1.UploadArtifactResponse{ArtifactId: "art_" + m.GetName(),
+		Size: int64(body.Len()), Sha256: hex.EncodeToString(sum[:])}), nil
+}
+
+func (c *coordinator) get(name string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.stored[name]
+	return b, ok
+}
+
+type fixture struct {
+	coord *coordinator
+	url   string
+	hc    *http.Client
+	dials atomic.Int32
+}
+
+// start serves the fake coordinator over cleartext HTTP/2, as a coordinator
+// on a tailnet does, and makes the agent's client for it.
+func start(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{coord: &coordinator{stored: map[string][]byte{}, calls: map[string]int{}}}
+	_, h := podiumv1connect.NewNodeServiceHandler(f.coord)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	hc, err := transport.NewClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hc = hc
+	return f
+}
+
+func (f *fixture) uploader(t *testing.T, window time.Duration) *upload.Uploader {
+	t.Helper()
+	u, err := upload.New(upload.Config{
+		NodeID: "node_1", NodeKey: "key_1",
+		Coordinator: func() (connect.HTTPClient, string, error) { return f.hc, f.url, nil },
+		Logger:      slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		Window:      window, RetryMin: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// ctx carries a dialer that counts, as the agent's context carries its
+// tailnet device's: uploads must dial through it.
+func (f *fixture) ctx() context.Context {
+	var d net.Dialer
+	return transport.ContextWithDialer(context.Background(), func(ctx context.Context, network, addr string) (net.Conn, error) {
+		f.dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	})
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+type notes struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (n *notes) add(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lines = append(n.lines, s)
+}
+
+func (n *notes) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.lines...)
+}
+
+func files(t *testing.T, contents map[string][]byte) []artifacts.File {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range contents {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, skipped, err := artifacts.Collect(dir)
+	if err != nil || len(skipped) > 0 {
+		t.Fatal(err, skipped)
+	}
+	return out
+}
+
+func wait(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("gave up waiting for %s", what)
+	}
+}
+
+func TestUploadStreamsEachFileInChunks(t *testing.T) {
+	f := start(t)
+	big := make([]byte, 3*upload.ChunkSize+12345)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(big)
+	want := map[string][]byte{"empty": {}, "small.txt": []byte("hello\n"), "sub/dir/big.bin": big}
+	var n notes
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 2, files(t, want), n.add)
+	wait(t, job.Tried(), "the first pass")
+	job.Ended()
+	wait(t, job.Done(), "the uploads")
+
+	for name, b := range want {
+		got, ok := f.coord.get(name)
+		if !ok || !bytes.Equal(got, b) {
+			t.Errorf("%s: stored %d bytes (%v), want %d", name, len(got), ok, len(b))
+		}
+	}
+	if f.coord.maxChunk != upload.ChunkSize {
+		t.Errorf("the largest chunk was %d bytes, want %d", f.coord.maxChunk, upload.ChunkSize)
+	}
+	for _, m := range f.coord.metas {
+		if m.GetNodeId() != "node_1" || m.GetNodeKey() != "key_1" || m.GetTaskId() != "task_1" || m.GetAttempt() != 2 {
+			t.Errorf("meta %v, want the node's credentials and task_1 attempt 2", m)
+		}
+	}
+	if len(n.all()) != 0 {
+		t.Errorf("notes %q, want none: the coordinator notes stored artifacts itself", n.all())
+	}
+	if f.dials.Load() == 0 {
+		t.Error("the uploads did not dial through the context's dialer")
+	}
+}
+
+// Unavailable is retried with backoff until the file is stored, with one
+// note; any other refusal is final at once; neither holds up the others.
+func TestRetriesWhileUnavailableAndStopsOnAFinalRefusal(t *testing.T) {
+	f := start(t)
+	f.coord.answer = func(name string, call int) error {
+		switch {
+		case name == "flaky" && call < 3:
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the artifact store is unavailable (try %d)", call+1))
+		case name == "refused":
+			return connect.NewError(connect.CodePermissionDenied, errors.New("the node does not hold this task attempt"))
+		}
+		return nil
+	}
+	var n notes
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 1, files(t, map[string][]byte{
+		"flaky": []byte("eventually"), "refused": []byte("never"), "fine": []byte("at once"),
+	}), n.add)
+	wait(t, job.Tried(), "the first pass")
+	if _, ok := f.coord.get("fine"); !ok {
+		t.Error("the first pass is over but fine is not stored")
+	}
+	job.Ended()
+	wait(t, job.Done(), "the uploads")
+	if b, ok := f.coord.get("flaky"); !ok || string(b) != "eventually" {
+		t.Fatalf("flaky was not stored after its retries: %q", b)
+	}
+	if c := f.coord.calls["flaky"]; c != 4 {
+		t.Errorf("flaky was sent %d times, want 4", c)
+	}
+	if c := f.coord.calls["refused"]; c != 1 {
+		t.Errorf("refused was sent %d times, want once: PermissionDenied is final", c)
+	}
+	got := n.all()
+	if len(got) != 2 ||
+		!strings.HasPrefix(got[0], "artifact flaky: upload failed: unavailable: the artifact store is unavailable (try 1)") ||
+		!strings.HasSuffix(got[0], "(will retry)") ||
+		!strings.HasPrefix(got[1], "artifact refused: not uploaded: permission_denied") {
+		t.Fatalf("notes %q, want one will-retry note for flaky and one final note for refused", got)
+	}
+}
+
+func TestGivesUpWhenTheWindowCloses(t *testing.T) {
+	f := start(t)
+	f.coord.answer = func(string, int) error {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the artifact store is unavailable"))
+	}
+	var n notes
+	job := f.uploader(t, 300*time.Millisecond).Upload(f.ctx(), "task_1", 1, files(t, map[string][]byte{"a": []byte("x")}), n.add)
+	wait(t, job.Tried(), "the first pass")
+	// Retries go on until the task has ended and its window closed.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-job.Done():
+		t.Fatal("the uploads gave up before the task's status was sent")
+	default:
+	}
+	start := time.Now()
+	job.Ended()
+	wait(t, job.Done(), "the uploads to give up")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("gave up %s after the end, want about the 300 ms window", d)
+	}
+	got := n.all()
+	if len(got) != 2 || !strings.HasSuffix(got[0], "(will retry)") ||
+		!strings.Contains(got[1], "artifact a: not uploaded: the coordinator could not store it within 300ms") {
+		t.Fatalf("notes %q", got)
+	}
+	if f.coord.calls["a"] < 3 {
+		t.Errorf("only %d tries", f.coord.calls["a"])
+	}
+}
+
+func TestAgentStoppingEndsTheUploads(t *testing.T) {
+	f := start(t)
+	f.coord.answer = func(string, int) error {
+		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+	}
+	ctx, cancel := context.WithCancel(f.ctx())
+	job := f.uploader(t, time.Hour).Upload(ctx, "task_1", 1, files(t, map[string][]byte{"a": []byte("x")}), nil)
+	wait(t, job.Tried(), "the first pass")
+	cancel()
+	wait(t, job.Done(), "the uploads to end with the agent")
+}
+
+func TestUnreadableFileIsNotRetried(t *testing.T) {
+	f := start(t)
+	fs := files(t, map[string][]byte{"gone": []byte("x"), "kept": []byte("y")})
+	if err := os.Remove(fs[0].Path); err != nil {
+		t.Fatal(err)
+	}
+	var n notes
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 1, fs, n.add)
+	job.Ended()
+	wait(t, job.Done(), "the uploads")
+	if _, ok := f.coord.get("kept"); !ok {
+		t.Error("kept was not stored")
+	}
+	if got := n.all(); len(got) != 1 || !strings.HasPrefix(got[0], "artifact gone: not uploaded: the file cannot be read on the node") {
+		t.Fatalf("notes %q", got)
+	}
+}
