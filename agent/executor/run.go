@@ -42,6 +42,10 @@ const (
 
 // run is one task attempt from acceptance to its terminal status.
 type run struct {
+	// teardownAfterStatus is set by a body that removed the containers and
+	// left the network and volume for after the terminal status.
+	teardownAfterStatus bool
+
 	e      *Executor
 	key    Key
 	assign *podiumv1.Assign
@@ -192,6 +196,14 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	defer close(r.done)
 	defer r.prepCancel()
 	final := body(ctx)
+	// Whatever path main leaves by, the network and volume a finished body
+	// left go before the executor counts this run as done, on a context the
+	// agent's stopping does not cancel.
+	defer func() {
+		if r.teardownAfterStatus {
+			r.teardown(context.WithoutCancel(ctx))
+		}
+	}()
 	r.bg.Wait()
 	r.e.mu.Lock()
 	delete(r.e.runs, r.key)
@@ -657,8 +669,37 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 		waitMsg = exit.Error.Message
 	}
 	st := r.compose(ctx, why, exitRec, &id, waitMsg)
-	r.teardown(ctx)
+	// The containers go now, before anyone hears the task ended; the network
+	// and volume go after the terminal status (see main): removing a network
+	// takes Docker ~170 ms, which a user waiting on `podium run` should not.
+	r.removeContainers(ctx)
+	r.teardownAfterStatus = true
 	return st
+}
+
+// removeContainers removes the attempt's task and sidecar containers.
+func (r *run) removeContainers(ctx context.Context) {
+	tctx, cancel := apiCtx(ctx, apiTimeout)
+	defer cancel()
+	cs, err := r.e.docker.ContainerList(tctx, container.ListOptions{All: true, Filters: r.objectFilter()})
+	if err != nil {
+		r.log.Error("listing the task's containers failed; they are removed with its network", "err", err)
+		return
+	}
+	for _, c := range cs {
+		if err := r.e.docker.ContainerRemove(tctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
+			r.log.Error("removing a task container failed; it is retried with the network", "container", shortID(c.ID), "err", err)
+		}
+	}
+}
+
+// objectFilter selects every Docker object of this attempt.
+func (r *run) objectFilter() filters.Args {
+	return filters.NewArgs(
+		filters.Arg("label", LabelNode+"="+r.e.nodeID),
+		filters.Arg("label", LabelTask+"="+r.key.TaskID),
+		filters.Arg("label", fmt.Sprintf("%s=%d", LabelAttempt, r.key.Attempt)),
+	)
 }
 
 // signalStop sends the container its stop signal and returns the channel
@@ -800,12 +841,7 @@ func (r *run) inspect(ctx context.Context, id string) (container.InspectResponse
 func (r *run) teardown(ctx context.Context) {
 	tctx, cancel := apiCtx(ctx, apiTimeout)
 	defer cancel()
-	f := filters.NewArgs(
-		filters.Arg("label", LabelNode+"="+r.e.nodeID),
-		filters.Arg("label", LabelTask+"="+r.key.TaskID),
-		filters.Arg("label", fmt.Sprintf("%s=%d", LabelAttempt, r.key.Attempt)),
-	)
-	if err := r.e.removeLabelled(tctx, f, func(Key) bool { return true }); err != nil {
+	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
 		r.log.Error("tearing down the task's containers, network or volume failed", "err", err)
 	}
 }

@@ -224,6 +224,22 @@ func (tl *taskLog) unsentLocked() []*podiumv1.TaskEvent {
 	return tl.events[i:]
 }
 
+// urgent reports whether a status change waits to be sent: someone (a
+// `podium run`, the scheduler) is waiting on it, so it is not held back to
+// gather a bigger batch.
+func (o *outbox) urgent() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tl := range o.tasks {
+		for _, ev := range tl.unsentLocked() {
+			if ev.GetStatus() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // unsent reports how much is waiting to be sent on the current stream.
 func (o *outbox) unsent() (bytes, events int) {
 	o.mu.Lock()

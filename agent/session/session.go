@@ -566,10 +566,10 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 }
 
 // flush sends everything the outbox has not sent on this stream, in batches.
-// Unless a full batch is already waiting it first lingers briefly, so a burst
-// of events becomes one batch rather than one message each.
+// Unless a full batch or a status change is already waiting it first lingers
+// briefly, so a burst of output becomes one batch rather than one message each.
 func (s *Session) flush(ctx context.Context, stream *connect.BidiStreamForClient[podiumv1.StreamRequest, podiumv1.StreamResponse], cancel context.CancelCauseFunc) error {
-	if bytes, events := s.out.unsent(); bytes < flushBytes && events < flushEvents {
+	if bytes, events := s.out.unsent(); bytes < flushBytes && events < flushEvents && !s.out.urgent() {
 		t := time.NewTimer(flushLinger)
 		select {
 		case <-ctx.Done():
