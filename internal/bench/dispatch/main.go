@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -123,7 +124,7 @@ func run() int {
 	bin := cfg.coordinator
 	if bin == "" {
 		log.Info("building podium-coordinator")
-		if bin, err = buildCoordinator(ctx, work); err != nil {
+		if bin, err = benchkit.BuildCoordinator(ctx, work); err != nil {
 			fmt.Fprintln(os.Stderr, "dispatch:", err)
 			return 1
 		}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -21,7 +22,7 @@ type cpuUse struct {
 type cpuSnap struct {
 	at    time.Time
 	coord time.Duration
-	pg    cpuByPID
+	pg    benchkit.CPUByPID
 	self  time.Duration
 }
 
@@ -30,8 +31,8 @@ type probe struct {
 }
 
 func (p probe) snap() cpuSnap {
-	c, _ := procCPU(p.coordPID)
-	return cpuSnap{at: time.Now(), coord: c, pg: treeCPU(p.pgPID), self: selfCPU()}
+	c, _ := benchkit.ProcCPU(p.coordPID)
+	return cpuSnap{at: time.Now(), coord: c, pg: benchkit.TreeCPU(p.pgPID), self: selfCPU()}
 }
 
 func (p probe) since(a cpuSnap) cpuUse {
@@ -42,7 +43,7 @@ func (p probe) since(a cpuSnap) cpuUse {
 	}
 	return cpuUse{
 		Coord: 100 * (b.coord - a.coord).Seconds() / secs,
-		PG:    100 * b.pg.since(a.pg).Seconds() / secs,
+		PG:    100 * b.pg.Since(a.pg).Seconds() / secs,
 		Bench: 100 * (b.self - a.self).Seconds() / secs,
 	}
 }
@@ -143,27 +144,27 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 		log.Info("pgbench reference done", "tps", r.RefTPS)
 	}
 
-	coord, err := startCoordinator(ctx, bin, cluster.URL(dbName), work)
+	coord, err := benchkit.StartCoordinator(ctx, bin, cluster.URL(dbName), filepath.Join(work, "coordinator.log"), nil)
 	if err != nil {
 		return r, err
 	}
 	defer func() {
 		began := time.Now()
-		if err := coord.stop(30 * time.Second); err != nil {
+		if err := coord.Stop(30 * time.Second); err != nil {
 			log.Warn("coordinator did not stop cleanly", "err", err)
 		}
 		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
 	}()
-	log.Info("coordinator up", "pid", coord.pid, "url", coord.url, "log", coord.logPath)
-	pgPID, err := postmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	log.Info("coordinator up", "pid", coord.PID, "url", coord.URL, "log", coord.LogPath)
+	pgPID, err := benchkit.PostmasterPID(filepath.Join(cluster.SocketDir, "data"))
 	if err != nil {
 		return r, err
 	}
-	pr := probe{coordPID: coord.pid, pgPID: pgPID}
+	pr := probe{coordPID: coord.PID, pgPID: pgPID}
 
 	tr := newTracker()
 	fctx, stopFleet := context.WithCancel(ctx)
-	f := newFleet(coord.url, creds, cfg, tr)
+	f := newFleet(coord.URL, creds, cfg, tr)
 	r.Conns = len(f.clients)
 	done := f.start(fctx)
 	defer func() { stopFleet(); <-done }()
@@ -207,7 +208,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 	r.IdleTop = idle.byCalls
 	log.Info("idle window", "statements/s", fmt.Sprintf("%.1f", r.IdleStmtsPerSec), "coordinator CPU %", fmt.Sprintf("%.1f", r.IdleCPU.Coord))
 
-	client, ct := taskClient(coord.url)
+	client, ct := taskClient(coord.URL)
 	defer ct.CloseIdleConnections()
 
 	if r.Burst, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, client, r.IdleStmtsPerSec); err != nil {
@@ -227,17 +228,17 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 	if r.PGConns, err = db.backends(ctx); err != nil {
 		return r, err
 	}
-	if mem, err := procMem(coord.pid); err == nil {
-		r.PeakRSSMiB = float64(mem.hwmKiB) / 1024
+	if mem, err := benchkit.ProcMem(coord.PID); err == nil {
+		r.PeakRSSMiB = float64(mem.HWMKiB) / 1024
 	}
 	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
 	r.Repeats, r.Rejected, r.Cancels, r.Other = f.repeats.Load(), f.rejected.Load(), f.cancels.Load(), f.other.Load()
 	r.ErrSamples = f.errSamples()
-	r.Warnings, r.WarnSample = coord.warnings()
+	r.Warnings, r.WarnSample = coord.Warnings()
 	return r, nil
 }
 
-func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *coordinator, pr probe, rp *rttProbe,
+func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
 	tr *tracker, client podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
 	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters}
 	if err := db.resetStatements(ctx); err != nil {
@@ -334,7 +335,7 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord
 	return b, serr
 }
 
-func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *coordinator, pr probe, rp *rttProbe,
+func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
 	tr *tracker, client podiumv1connect.TaskServiceClient, idleRate float64) (steadyResult, error) {
 	s := steadyResult{Rate: cfg.rate, Duration: cfg.steadyTime}
 	if err := db.resetStatements(ctx); err != nil {
@@ -425,7 +426,7 @@ func isTimeout(err error) bool { _, ok := err.(timeoutError); return ok }
 
 // waitFor polls cond every 10 ms until it holds, ctx ends, the coordinator
 // exits or timeout passes; progress, if set, runs every 5 s.
-func waitFor(ctx context.Context, coord *coordinator, timeout time.Duration, cond func() bool, progress func()) error {
+func waitFor(ctx context.Context, coord *benchkit.Coordinator, timeout time.Duration, cond func() bool, progress func()) error {
 	deadline := time.Now().Add(timeout)
 	lastProgress := time.Now()
 	for !cond() {
@@ -439,8 +440,8 @@ func waitFor(ctx context.Context, coord *coordinator, timeout time.Duration, con
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-coord.exited:
-			return fmt.Errorf("the coordinator exited: %v; see %s", coord.waitErr, coord.logPath)
+		case <-coord.Exited:
+			return fmt.Errorf("the coordinator exited: %v; see %s", coord.WaitErr, coord.LogPath)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -107,7 +108,7 @@ func run() int {
 	bin := cfg.coordinator
 	if bin == "" {
 		log.Info("building podium-coordinator")
-		if bin, err = buildCoordinator(ctx, work); err != nil {
+		if bin, err = benchkit.BuildCoordinator(ctx, work); err != nil {
 			fmt.Fprintln(os.Stderr, "heartbeats:", err)
 			return 1
 		}

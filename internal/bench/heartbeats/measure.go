@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -76,22 +77,22 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 		return r, err
 	}
 
-	coord, err := startCoordinator(ctx, bin, cluster.URL(dbName), work, cfg.interval, n)
+	coord, err := benchkit.StartCoordinator(ctx, bin, cluster.URL(dbName), filepath.Join(work, fmt.Sprintf("coordinator-%d.log", n)), nil, "--heartbeat-interval", cfg.interval.String())
 	if err != nil {
 		return r, err
 	}
 	defer func() {
 		began := time.Now()
-		if err := coord.stop(30 * time.Second); err != nil {
+		if err := coord.Stop(30 * time.Second); err != nil {
 			log.Warn("coordinator did not stop cleanly", "err", err)
 		}
 		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
 	}()
-	log.Info("coordinator up", "pid", coord.pid, "url", coord.url, "log", coord.logPath)
-	if mem, err := procMem(coord.pid); err == nil {
-		r.BaseRSSMiB = float64(mem.rssKiB) / 1024
+	log.Info("coordinator up", "pid", coord.PID, "url", coord.URL, "log", coord.LogPath)
+	if mem, err := benchkit.ProcMem(coord.PID); err == nil {
+		r.BaseRSSMiB = float64(mem.RSSKiB) / 1024
 	}
-	pgPID, err := postmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	pgPID, err := benchkit.PostmasterPID(filepath.Join(cluster.SocketDir, "data"))
 	if err != nil {
 		return r, err
 	}
@@ -101,14 +102,14 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 	if err := db.resetStatements(ctx); err != nil {
 		return r, err
 	}
-	rc0, err := procCPU(coord.pid)
+	rc0, err := benchkit.ProcCPU(coord.PID)
 	if err != nil {
 		return r, err
 	}
-	rpg0, rb0 := treeCPU(pgPID), selfCPU()
+	rpg0, rb0 := benchkit.TreeCPU(pgPID), selfCPU()
 
 	fctx, stopFleet := context.WithCancel(ctx)
-	f := newFleet(coord.url, creds, cfg)
+	f := newFleet(coord.URL, creds, cfg)
 	r.Conns = len(f.clients)
 	done := f.start(fctx)
 	defer func() { stopFleet(); <-done }()
@@ -123,8 +124,8 @@ wait:
 		select {
 		case <-ctx.Done():
 			return r, ctx.Err()
-		case <-coord.exited:
-			return r, fmt.Errorf("the coordinator exited while nodes were connecting: %v; see %s", coord.waitErr, coord.logPath)
+		case <-coord.Exited:
+			return r, fmt.Errorf("the coordinator exited while nodes were connecting: %v; see %s", coord.WaitErr, coord.LogPath)
 		case <-f.allUp:
 			r.AllConnected = true
 			break wait
@@ -137,10 +138,10 @@ wait:
 	}
 	r.ConnectTime = f.connectTime()
 	r.HelloP50, r.HelloP99 = f.helloPercentiles()
-	if rc1, err := procCPU(coord.pid); err == nil {
+	if rc1, err := benchkit.ProcCPU(coord.PID); err == nil {
 		ramp := r.ConnectTime.Seconds()
 		r.RampCoordCPU = 100 * (rc1 - rc0).Seconds() / ramp
-		r.RampPGCPU = 100 * treeCPU(pgPID).since(rpg0).Seconds() / ramp
+		r.RampPGCPU = 100 * benchkit.TreeCPU(pgPID).Since(rpg0).Seconds() / ramp
 		r.RampBenchCPU = 100 * (selfCPU() - rb0).Seconds() / ramp
 	}
 	if st, err := db.statements(ctx); err == nil && f.connected.Load() > 0 {
@@ -159,11 +160,11 @@ wait:
 	if err := db.resetStatements(ctx); err != nil {
 		return r, err
 	}
-	c0, err := procCPU(coord.pid)
+	c0, err := benchkit.ProcCPU(coord.PID)
 	if err != nil {
 		return r, err
 	}
-	pg0 := treeCPU(pgPID)
+	pg0 := benchkit.TreeCPU(pgPID)
 	b0 := selfCPU()
 	beats0 := f.beats.Load()
 	t0 := time.Now()
@@ -171,26 +172,26 @@ wait:
 	select {
 	case <-ctx.Done():
 		return r, ctx.Err()
-	case <-coord.exited:
-		return r, fmt.Errorf("the coordinator exited during the window: %v; see %s", coord.waitErr, coord.logPath)
+	case <-coord.Exited:
+		return r, fmt.Errorf("the coordinator exited during the window: %v; see %s", coord.WaitErr, coord.LogPath)
 	case <-time.After(cfg.duration):
 	}
 	r.Window = time.Since(t0)
 	secs := r.Window.Seconds()
-	c1, err := procCPU(coord.pid)
+	c1, err := benchkit.ProcCPU(coord.PID)
 	if err != nil {
 		return r, err
 	}
 	r.CoordCPU = 100 * (c1 - c0).Seconds() / secs
-	r.PGCPU = 100 * treeCPU(pgPID).since(pg0).Seconds() / secs
+	r.PGCPU = 100 * benchkit.TreeCPU(pgPID).Since(pg0).Seconds() / secs
 	r.BenchCPU = 100 * (selfCPU() - b0).Seconds() / secs
 	r.BeatsSent = f.beats.Load() - beats0
-	mem, err := procMem(coord.pid)
+	mem, err := benchkit.ProcMem(coord.PID)
 	if err != nil {
 		return r, err
 	}
-	r.RSSMiB, r.PeakMiB = float64(mem.rssKiB)/1024, float64(mem.hwmKiB)/1024
-	r.CoordFDs = procFDs(coord.pid)
+	r.RSSMiB, r.PeakMiB = float64(mem.RSSKiB)/1024, float64(mem.HWMKiB)/1024
+	r.CoordFDs = benchkit.ProcFDs(coord.PID)
 	if r.PGConns, err = db.backends(ctx); err != nil {
 		return r, err
 	}
@@ -207,7 +208,7 @@ wait:
 	r.Connected = int(f.connected.Load())
 	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
 	r.ErrSamples = f.errSamples()
-	r.Warnings, r.WarnSample = coord.warnings()
+	r.Warnings, r.WarnSample = coord.Warnings()
 	return r, nil
 }
 

@@ -1,4 +1,7 @@
-package main
+// Package benchkit holds what Podium's benchmark programs share: a
+// podium-coordinator run as a subprocess (so its CPU and RSS can be read on
+// their own) and readings from /proc.
+package benchkit
 
 import (
 	"bufio"
@@ -16,9 +19,9 @@ import (
 	"time"
 )
 
-// buildCoordinator builds podium-coordinator the way `make build` does, so a
+// BuildCoordinator builds podium-coordinator the way `make build` does, so a
 // plain `go run` of the benchmark measures the code in the working tree.
-func buildCoordinator(ctx context.Context, dir string) (string, error) {
+func BuildCoordinator(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		return "", fmt.Errorf("find the module root to build podium-coordinator (run from the repository, or pass -coordinator bin/podium-coordinator): %v", err)
@@ -33,32 +36,38 @@ func buildCoordinator(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// coordinator is a podium-coordinator subprocess. Running the real binary,
+// Coordinator is a podium-coordinator subprocess. Running the real binary,
 // rather than the server package inside this process, is what lets its CPU
 // and RSS be read on their own from /proc.
-type coordinator struct {
+type Coordinator struct {
 	cmd     *exec.Cmd
-	pid     int
-	url     string
-	logPath string
+	PID     int
+	URL     string
+	LogPath string
 	logFile *os.File
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // valid after exited is closed
+	Exited  chan struct{} // closed when the process has exited
+	WaitErr error         // valid after Exited is closed
 }
 
-func startCoordinator(ctx context.Context, bin, dbURL, dir string, interval time.Duration, n int) (*coordinator, error) {
-	port, err := freePort()
+// APIToken is the bearer token benchmark coordinators accept.
+const APIToken = "x"
+
+// StartCoordinator runs `podium-coordinator serve` on a free loopback port
+// with the API token "x", logging to logPath, with extra flags and
+// environment, and waits until it is ready.
+func StartCoordinator(ctx context.Context, bin, dbURL, logPath string, env []string, extra ...string) (*Coordinator, error) {
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, fmt.Sprintf("coordinator-%d.log", n))
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(bin, "serve", "--database", dbURL, "--listen", addr, "--token", "x",
-		"--heartbeat-interval", interval.String())
+	args := append([]string{"serve", "--database", dbURL, "--listen", addr, "--token", APIToken}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so ^C reaches only the benchmark, which then
 	// stops the fleet and the coordinator in order. Pdeathsig kills it should
@@ -68,19 +77,19 @@ func startCoordinator(ctx context.Context, bin, dbURL, dir string, interval time
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	c := &coordinator{cmd: cmd, pid: cmd.Process.Pid, url: "http://" + addr, logPath: logPath, logFile: logf, exited: make(chan struct{})}
-	go func() { c.waitErr = cmd.Wait(); close(c.exited) }()
-	if err := c.waitReady(ctx, 30*time.Second); err != nil {
-		_ = c.stop(5 * time.Second)
+	c := &Coordinator{cmd: cmd, PID: cmd.Process.Pid, URL: "http://" + addr, LogPath: logPath, logFile: logf, Exited: make(chan struct{})}
+	go func() { c.WaitErr = cmd.Wait(); close(c.Exited) }()
+	if err := c.WaitReady(ctx, 30*time.Second); err != nil {
+		_ = c.Stop(5 * time.Second)
 		return nil, err
 	}
 	return c, nil
 }
 
-// freePort asks the kernel for a free loopback port. Another process could take
+// FreePort asks the kernel for a free loopback port. Another process could take
 // it before the coordinator binds it; on a benchmark machine that does not
 // happen, and the coordinator would then fail loudly.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -89,11 +98,12 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (c *coordinator) waitReady(ctx context.Context, within time.Duration) error {
+// WaitReady polls /readyz until it answers 200.
+func (c *Coordinator) WaitReady(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	client := &http.Client{Timeout: time.Second}
 	for {
-		res, err := client.Get(c.url + "/readyz")
+		res, err := client.Get(c.URL + "/readyz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
@@ -101,42 +111,42 @@ func (c *coordinator) waitReady(ctx context.Context, within time.Duration) error
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the coordinator was not ready within %s; see %s", within, c.logPath)
+			return fmt.Errorf("the coordinator was not ready within %s; see %s", within, c.LogPath)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.exited:
-			return fmt.Errorf("the coordinator exited at start: %v\n%s", c.waitErr, tail(c.logPath, 20))
+		case <-c.Exited:
+			return fmt.Errorf("the coordinator exited at start: %v\n%s", c.WaitErr, Tail(c.LogPath, 20))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// stop asks the coordinator to shut down (SIGTERM: it ends its sessions and
+// Stop asks the coordinator to shut down (SIGTERM: it ends its sessions and
 // releases its leases) and kills it if it has not within timeout.
-func (c *coordinator) stop(timeout time.Duration) error {
+func (c *Coordinator) Stop(timeout time.Duration) error {
 	defer c.logFile.Close()
 	select {
-	case <-c.exited:
-		return c.waitErr
+	case <-c.Exited:
+		return c.WaitErr
 	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-c.exited:
-		return c.waitErr
+	case <-c.Exited:
+		return c.WaitErr
 	case <-time.After(timeout):
 		_ = c.cmd.Process.Kill()
-		<-c.exited
+		<-c.Exited
 		return errors.New("killed after not stopping within " + timeout.String())
 	}
 }
 
-// warnings counts WARN and ERROR lines in the coordinator's log so far and
+// Warnings counts WARN and ERROR lines in the coordinator's log so far and
 // returns a few distinct ones: a replica struggling under load says so there.
-func (c *coordinator) warnings() (int, []string) {
-	f, err := os.Open(c.logPath)
+func (c *Coordinator) Warnings() (int, []string) {
+	f, err := os.Open(c.LogPath)
 	if err != nil {
 		return 0, nil
 	}
@@ -168,7 +178,8 @@ func (c *coordinator) warnings() (int, []string) {
 	return count, sample
 }
 
-func tail(path string, lines int) string {
+// Tail returns the last lines of a file.
+func Tail(path string, lines int) string {
 	b, _ := os.ReadFile(path)
 	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(all) > lines {

@@ -1,4 +1,4 @@
-package main
+package benchkit
 
 import (
 	"bufio"
@@ -16,10 +16,10 @@ import (
 // needs sysconf, which needs cgo.
 const clockTick = 100
 
-// procStat returns the parent pid and utime+stime of a process. The command
+// ProcStat returns the parent pid and utime+stime of a process. The command
 // name in field 2 may contain spaces and parentheses, so fields are counted
 // from the last ')'.
-func procStat(pid int) (ppid int, cpu time.Duration, err error) {
+func ProcStat(pid int) (ppid int, cpu time.Duration, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, err
@@ -39,23 +39,23 @@ func procStat(pid int) (ppid int, cpu time.Duration, err error) {
 	return ppid, time.Duration(ut+st) * time.Second / clockTick, nil
 }
 
-// procCPU is a process's user+system CPU time so far.
-func procCPU(pid int) (time.Duration, error) {
-	_, cpu, err := procStat(pid)
+// ProcCPU is a process's user+system CPU time so far.
+func ProcCPU(pid int) (time.Duration, error) {
+	_, cpu, err := ProcStat(pid)
 	return cpu, err
 }
 
-type memInfo struct{ rssKiB, hwmKiB int64 }
+type MemInfo struct{ RSSKiB, HWMKiB int64 }
 
-// procMem reads VmRSS (resident now) and VmHWM (the peak resident size since
+// ProcMem reads VmRSS (resident now) and VmHWM (the peak resident size since
 // the process started) from /proc/<pid>/status.
-func procMem(pid int) (memInfo, error) {
+func ProcMem(pid int) (MemInfo, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return memInfo{}, err
+		return MemInfo{}, err
 	}
 	defer f.Close()
-	var m memInfo
+	var m MemInfo
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
@@ -65,17 +65,17 @@ func procMem(pid int) (memInfo, error) {
 		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		switch k {
 		case "VmRSS":
-			m.rssKiB = n
+			m.RSSKiB = n
 		case "VmHWM":
-			m.hwmKiB = n
+			m.HWMKiB = n
 		}
 	}
 	return m, sc.Err()
 }
 
-// procFDs counts a process's open file descriptors: with HTTP/2 the fleet
+// ProcFDs counts a process's open file descriptors: with HTTP/2 the fleet
 // should cost the coordinator about one socket per N/200 nodes, not one each.
-func procFDs(pid int) int {
+func ProcFDs(pid int) int {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		return -1
@@ -84,7 +84,7 @@ func procFDs(pid int) int {
 }
 
 // postmasterPID reads the server's pid from the first line of postmaster.pid.
-func postmasterPID(dataDir string) (int, error) {
+func PostmasterPID(dataDir string) (int, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return 0, fmt.Errorf("find the Postgres server's pid: %w", err)
@@ -93,15 +93,15 @@ func postmasterPID(dataDir string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(line))
 }
 
-// cpuByPID is a snapshot of CPU time per process.
-type cpuByPID map[int]time.Duration
+// CPUByPID is a snapshot of CPU time per process.
+type CPUByPID map[int]time.Duration
 
 // treeCPU snapshots the postmaster and its direct children (every backend and
 // background process is one). Postgres work is a separate process per
 // connection, so the coordinator's queries cost CPU there, not in its own pid.
-func treeCPU(root int) cpuByPID {
-	out := cpuByPID{}
-	if _, cpu, err := procStat(root); err == nil {
+func TreeCPU(root int) CPUByPID {
+	out := CPUByPID{}
+	if _, cpu, err := ProcStat(root); err == nil {
 		out[root] = cpu
 	}
 	ents, _ := os.ReadDir("/proc")
@@ -110,7 +110,7 @@ func treeCPU(root int) cpuByPID {
 		if err != nil || pid == root {
 			continue
 		}
-		ppid, cpu, err := procStat(pid)
+		ppid, cpu, err := ProcStat(pid)
 		if err == nil && ppid == root {
 			out[pid] = cpu
 		}
@@ -121,7 +121,7 @@ func treeCPU(root int) cpuByPID {
 // since is the CPU the processes used after an earlier snapshot; a process
 // that started in between counts from zero, one that ended is lost (backends
 // live as long as their pooled connection, so that is rare).
-func (now cpuByPID) since(before cpuByPID) time.Duration {
+func (now CPUByPID) Since(before CPUByPID) time.Duration {
 	var d time.Duration
 	for pid, cpu := range now {
 		d += cpu - before[pid]
