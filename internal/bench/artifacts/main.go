@@ -121,9 +121,9 @@ func bench(ctx context.Context, log *slog.Logger, cfg config, work string) error
 	if err != nil {
 		return err
 	}
-	defer func() { _ = coord.stop(10 * time.Second) }()
+	defer func() { _ = coord.Stop(10 * time.Second) }()
 
-	node, err := newNode(ctx, coord.url)
+	node, err := newNode(ctx, coord.URL)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func bench(ctx context.Context, log *slog.Logger, cfg config, work string) error
 		direct = append(direct, r)
 	}
 	report(os.Stdout, cfg, through, direct)
-	if n, sample := coord.warnings(); n > 0 {
+	if n, sample := coord.Warnings(); n > 0 {
 		fmt.Printf("\nthe coordinator logged %d warnings, e.g.:\n  %s\n", n, strings.Join(sample, "\n  "))
 	}
 	return nil

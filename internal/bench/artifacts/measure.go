@@ -13,6 +13,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -57,11 +58,11 @@ type result struct {
 
 func (r result) mbps() float64 { return float64(r.bytes) / 1e6 / r.elapsed.Seconds() }
 
-func uploadThroughCoordinator(ctx context.Context, cfg config, c *coordinator, n *node, name, want string) (result, error) {
-	if err := resetPeak(c.pid); err != nil {
+func uploadThroughCoordinator(ctx context.Context, cfg config, c *benchkit.Coordinator, n *node, name, want string) (result, error) {
+	if err := resetPeak(c.PID); err != nil {
 		return result{}, fmt.Errorf("reset the coordinator's peak RSS: %w", err)
 	}
-	before, err := procMem(c.pid)
+	before, err := benchkit.ProcMem(c.PID)
 	if err != nil {
 		return result{}, err
 	}
@@ -69,7 +70,7 @@ func uploadThroughCoordinator(ctx context.Context, cfg config, c *coordinator, n
 	// the samples do not depend on clear_refs.
 	var (
 		mu   sync.Mutex
-		peak = before.rss
+		peak = before.RSSKiB << 10
 		wg   sync.WaitGroup
 	)
 	sctx, stop := context.WithCancel(ctx)
@@ -83,9 +84,9 @@ func uploadThroughCoordinator(ctx context.Context, cfg config, c *coordinator, n
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				if m, err := procMem(c.pid); err == nil {
+				if m, err := benchkit.ProcMem(c.PID); err == nil {
 					mu.Lock()
-					peak = max(peak, m.rss)
+					peak = max(peak, m.RSSKiB<<10)
 					mu.Unlock()
 				}
 			}
@@ -102,11 +103,11 @@ func uploadThroughCoordinator(ctx context.Context, cfg config, c *coordinator, n
 	if res.GetSize() != cfg.size || res.GetSha256() != want {
 		return result{}, fmt.Errorf("the coordinator stored %d bytes with sha256 %s, want %d with %s", res.GetSize(), res.GetSha256(), cfg.size, want)
 	}
-	after, err := procMem(c.pid)
+	after, err := benchkit.ProcMem(c.PID)
 	if err != nil {
 		return result{}, err
 	}
-	return result{bytes: cfg.size, elapsed: elapsed, rssBefore: before.rss, rssPeak: max(peak, after.hwm)}, nil
+	return result{bytes: cfg.size, elapsed: elapsed, rssBefore: before.RSSKiB << 10, rssPeak: max(peak, after.HWMKiB<<10)}, nil
 }
 
 // sendArtifact uploads the payload as an agent does: meta, then chunks.
