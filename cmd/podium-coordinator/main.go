@@ -170,6 +170,7 @@ func serve(args []string, stderr io.Writer) int {
 	advertise := fs.String("advertise", env("PODIUM_ADVERTISE", ""), "URL nodes reach this replica at (PODIUM_ADVERTISE); default http://<listen>")
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
+	debugListen := fs.String("debug-listen", env("PODIUM_DEBUG_LISTEN", ""), "loopback address to serve Go's profiler on, e.g. 127.0.0.1:7071 (PODIUM_DEBUG_LISTEN); off when empty")
 	hbDefault := 10 * time.Second
 	if v := os.Getenv("PODIUM_HEARTBEAT_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -223,6 +224,14 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *debugListen != "" {
+		stopDebug, err := serveDebug(*debugListen, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "podium-coordinator:", err)
+			return 2
+		}
+		defer stopDebug()
+	}
 	cfg := server.Config{
 		DatabaseURL: *db, Listen: *listen, AllowNonLoopback: *allow, Token: *token,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
