@@ -86,30 +86,33 @@ type Service struct {
 
 	enrollLimit *enrollLimiter
 	metrics     *metrics.Metrics
+	ingester    *ingester
 
 	// artifacts is nil until SetArtifacts.
 	artifacts *artifacts.Service
 }
 
 // SetMetrics makes the service record ingest and heartbeat figures.
-func (s *Service) SetMetrics(m *metrics.Metrics) { s.metrics = m }
+func (s *Service) SetMetrics(m *metrics.Metrics) { s.metrics, s.ingester.metrics = m, m }
 
 // NewService returns the node service with an empty registry.
 func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Service {
 	cfg.defaults()
 	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
-		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures)}
+		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
+		ingester: newIngester(st, log)}
 }
 
 // Registry is this replica's live sessions.
 func (s *Service) Registry() *Registry { return s.reg }
 
-// Run does the service's background work until ctx ends: flushing heartbeats,
-// answering other replicas' takeover requests and ending every session when the
-// lease connection is lost.
+// Run does the service's background work until ctx ends: writing the
+// sessions' events, flushing heartbeats and answering other replicas' takeover
+// requests. Sessions cannot store events unless it runs.
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); s.ingester.run(ctx) }()
 	go func() { defer wg.Done(); s.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.takeoverLoop(ctx) }()
 	wg.Wait()

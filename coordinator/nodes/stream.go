@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -402,8 +403,9 @@ type attemptKey struct {
 	attempt int32
 }
 
-// ingest stores a batch, acks each attempt's high-water mark and rings one
-// doorbell per task after the commit.
+// ingest stores a message's events through the replica's shared writer, acks
+// each attempt's high-water mark and tells the node to stop a task it should
+// not have. The writer rings the doorbells after its commit.
 func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.TaskEvent) error {
 	groups := map[attemptKey][]*podiumv1.TaskEvent{}
 	var order []attemptKey
@@ -414,12 +416,24 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 		}
 		groups[k] = append(groups[k], ev)
 	}
-	schedule := false
-	for _, k := range order {
-		res, err := s.store.IngestEvents(ctx, sess.NodeID, sess.Epoch, k.task, k.attempt, groups[k])
+	items := make([]store.IngestItem, len(order))
+	for i, k := range order {
+		items[i] = store.IngestItem{NodeID: sess.NodeID, Epoch: sess.Epoch, TaskID: k.task, Attempt: k.attempt, Events: groups[k]}
+	}
+	outcomes, err := s.ingester.ingest(ctx, items)
+	if err != nil {
+		if errors.Is(err, groupcommit.ErrStopped) {
+			return connect.NewError(connect.CodeUnavailable, err)
+		}
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store events: %w", err))
+	}
+	for i, k := range order {
+		res, err := outcomes[i].Result, outcomes[i].Err
 		switch {
 		case errors.Is(err, store.ErrStaleEpoch):
 			return connect.NewError(connect.CodeAborted, errors.New("this session was replaced by a newer stream for the node"))
+		case errors.Is(err, store.ErrNotFound):
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("node %s was removed from the control plane; enroll it again", sess.NodeID))
 		case errors.Is(err, store.ErrNotHeld):
 			// The node keeps producing events for a task it should not have: drop
 			// them (ack everything) and tell it to stop the task.
@@ -447,18 +461,9 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 		if err := sess.send(ackMsg(k, res.Acked)); err != nil {
 			return err
 		}
-		if res.Stored > 0 {
-			s.metrics.Ingested(res.Stored, res.Bytes)
-			_ = s.store.Notify(ctx, store.ChannelTaskEvents, k.task)
-		}
 		if res.Terminal != "" || res.Requeued {
 			s.reg.Release(k.task)
-			schedule = true
 		}
-	}
-	if schedule {
-		// A slot came free or a task went back to the queue.
-		_ = s.store.Notify(ctx, store.ChannelSubmit, "")
 	}
 	return nil
 }

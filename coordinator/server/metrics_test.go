@@ -39,21 +39,34 @@ func TestMetrics(t *testing.T) {
 	node.send(t, status(task, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil),
 		logEv(task, a.Attempt, 2, 0, podiumv1.LogStream_LOG_STREAM_STDOUT, "12345"),
 		status(task, a.Attempt, 3, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
-	var m string
-	coordtest.Eventually(t, 10*time.Second, "the metrics to show the finished task", func() bool {
-		m = scrape(t, r)
-		return strings.Contains(m, `podium_tasks{state="succeeded"} 1`)
-	})
-	for _, want := range []string{
+	want := []string{
+		`podium_tasks{state="succeeded"} 1`,
 		`podium_nodes{status="online"} 1`,
 		"podium_events_ingested_total 3",
 		"podium_log_bytes_ingested_total 5",
 		"podium_dispatch_latency_seconds_count 1",
 		"podium_node_sessions 1",
 		`podium_bus_deliveries_total{channel="podium_submit"}`,
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("/metrics lacks %q", want)
+	}
+	// A scrape reads the counters and the tables at slightly different
+	// moments, so one taken while the task finishes may see only one side:
+	// scrape until every line is there.
+	var m string
+	var missing []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		m = scrape(t, r)
+		missing = nil
+		for _, w := range want {
+			if !strings.Contains(m, w) {
+				missing = append(missing, w)
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, w := range missing {
+		t.Errorf("/metrics lacks %q:\n%s", w, m)
 	}
 }

@@ -98,12 +98,16 @@ type SessionStart struct {
 // node row with its new epoch. The caller must already hold the node's lease.
 func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error) {
 	var epoch int64
-	err := s.Pool.QueryRow(ctx, `update podium.nodes set
+	// The row is locked FOR UPDATE, not just updated, because that is the
+	// lock that conflicts with ingest's FOR KEY SHARE: a write for the node's
+	// old session commits before the epoch moves, or sees the new one.
+	err := s.Pool.QueryRow(ctx, `with locked as (select id from podium.nodes where id = $1 for update)
+		update podium.nodes n set
 			session_replica = $2, session_epoch = session_epoch + 1, status = 'online',
 			session_started_at = clock_timestamp(),
 			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8
-		where id = $1 returning session_epoch`,
+		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -197,23 +198,86 @@ type Transition struct {
 // TransitionTask is the one function through which a task changes state. It
 // reports whether the move was made.
 func TransitionTask(ctx context.Context, q querier, tr Transition) (bool, error) {
-	if len(tr.From) == 0 {
-		return false, errors.New("store: a transition needs an explicit from set")
-	}
-	tag, err := q.Exec(ctx, `update podium.tasks set
-			state = $3,
-			reason = coalesce($5, reason),
-			exit_code = coalesce($6, exit_code),
-			signal = case when $7 <> 0 then $7 else signal end,
-			started_at = case when $3 = 'running' then coalesce(started_at, now()) else started_at end,
-			finished_at = case when $3 in ('succeeded', 'failed', 'cancelled', 'lost') then now() else finished_at end,
-			node_id = case when $3 = 'queued' then null else node_id end
-		where id = $1 and state = any($2) and ($4 = 0 or attempt = $4)`,
-		tr.TaskID, tr.From, tr.To, tr.Attempt, tr.Reason, tr.ExitCode, tr.Signal)
+	moved, err := TransitionTasks(ctx, q, []Transition{tr})
 	if err != nil {
 		return false, err
 	}
-	return tag.RowsAffected() == 1, nil
+	return moved[0], nil
+}
+
+// transitionSQL moves each task named in the unnest whose state is in that
+// row's from set (a comma-separated list) and, when the row names an attempt,
+// whose attempt is that one. It is the whole of the lifecycle's bookkeeping:
+// started_at on the first running, finished_at on a terminal state, node_id
+// cleared on a requeue.
+const transitionSQL = `update podium.tasks t set
+		state = u.to_state,
+		reason = coalesce(u.reason, t.reason),
+		exit_code = coalesce(u.exit_code, t.exit_code),
+		signal = case when u.signal <> 0 then u.signal else t.signal end,
+		started_at = case when u.to_state = 'running' then coalesce(t.started_at, now()) else t.started_at end,
+		finished_at = case when u.to_state in ('succeeded', 'failed', 'cancelled', 'lost') then now() else t.finished_at end,
+		node_id = case when u.to_state = 'queued' then null else t.node_id end
+	from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[])
+		as u(id, from_states, to_state, attempt, reason, exit_code, signal)
+	where t.id = u.id and t.state = any(string_to_array(u.from_states, ','))
+		and (u.attempt = 0 or t.attempt = u.attempt)
+	returning t.id`
+
+// transitionArgs are transitionSQL's arguments for trs, whose task ids must
+// be distinct: one statement moves a row at most once.
+func transitionArgs(trs []Transition) ([]any, error) {
+	n := len(trs)
+	ids, froms, tos := make([]string, n), make([]string, n), make([]string, n)
+	attempts, signals := make([]int32, n), make([]int32, n)
+	reasons, exits := make([]*string, n), make([]*int32, n)
+	seen := make(map[string]bool, n)
+	for i, tr := range trs {
+		if len(tr.From) == 0 {
+			return nil, errors.New("store: a transition needs an explicit from set")
+		}
+		if seen[tr.TaskID] {
+			return nil, fmt.Errorf("store: task %s appears twice in one set of transitions; apply them in turn", tr.TaskID)
+		}
+		seen[tr.TaskID] = true
+		ids[i], froms[i], tos[i] = tr.TaskID, strings.Join(tr.From, ","), tr.To
+		attempts[i], signals[i], reasons[i], exits[i] = tr.Attempt, tr.Signal, tr.Reason, tr.ExitCode
+	}
+	return []any{ids, froms, tos, attempts, reasons, exits, signals}, nil
+}
+
+// TransitionTasks applies several transitions, of distinct tasks, in one
+// statement, and reports for each whether it was made. It is TransitionTask
+// for many rows: the same rule, written once.
+func TransitionTasks(ctx context.Context, q querier, trs []Transition) ([]bool, error) {
+	if len(trs) == 0 {
+		return nil, nil
+	}
+	args, err := transitionArgs(trs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, transitionSQL, args...)
+	if err != nil {
+		return nil, err
+	}
+	movedIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	return movedFlags(trs, movedIDs), nil
+}
+
+func movedFlags(trs []Transition, movedIDs []string) []bool {
+	moved := make(map[string]bool, len(movedIDs))
+	for _, id := range movedIDs {
+		moved[id] = true
+	}
+	out := make([]bool, len(trs))
+	for i, tr := range trs {
+		out[i] = moved[tr.TaskID]
+	}
+	return out
 }
 
 // Transition runs TransitionTask on its own.

@@ -1,0 +1,116 @@
+package nodes
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/podiumhq/podium/coordinator/groupcommit"
+	"github.com/podiumhq/podium/coordinator/metrics"
+	"github.com/podiumhq/podium/coordinator/store"
+)
+
+// maxIngestBatch bounds one shared transaction, in events: a bigger one holds
+// its row locks longer than the sessions waiting behind it gain.
+const maxIngestBatch = 2048
+
+// ingester writes the events of every session on this replica in shared
+// transactions (store.IngestBatch), one at a time: a session hands over a
+// message's events and waits for its own outcomes, and whatever arrives while
+// a batch is written goes into the next one. After each commit it rings, in
+// one statement, the doorbell of every task whose log grew and, if a slot came
+// free or a task went back to the queue, the scheduler's.
+type ingester struct {
+	store   *store.Store
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	batcher *groupcommit.Batcher[[]store.IngestItem, []store.IngestOutcome]
+}
+
+func newIngester(st *store.Store, log *slog.Logger) *ingester {
+	in := &ingester{store: st, log: log}
+	in.batcher = groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
+		Flush:     in.write,
+		After:     in.ring,
+		MaxWeight: maxIngestBatch,
+		Weight:    countEvents,
+	})
+	return in
+}
+
+// ingest stores one message's items and returns their outcomes, in order.
+func (in *ingester) ingest(ctx context.Context, items []store.IngestItem) ([]store.IngestOutcome, error) {
+	return in.batcher.Do(ctx, items)
+}
+
+// run writes batches until ctx ends.
+func (in *ingester) run(ctx context.Context) { in.batcher.Run(ctx) }
+
+func countEvents(items []store.IngestItem) int {
+	n := 0
+	for _, it := range items {
+		n += len(it.Events)
+	}
+	return n
+}
+
+// write stores the messages of many sessions in one transaction.
+func (in *ingester) write(ctx context.Context, msgs [][]store.IngestItem) ([][]store.IngestOutcome, error) {
+	var items []store.IngestItem
+	for _, m := range msgs {
+		items = append(items, m...)
+	}
+	outcomes, err := in.store.IngestBatch(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	// Counted before anyone is answered: what a session was told is stored
+	// is already in the figures.
+	stored, bytes := 0, 0
+	for _, o := range outcomes {
+		if o.Err == nil {
+			stored += o.Result.Stored
+			bytes += o.Result.Bytes
+		}
+	}
+	if stored > 0 {
+		in.metrics.Ingested(stored, bytes)
+	}
+	res := make([][]store.IngestOutcome, len(msgs))
+	off := 0
+	for i, m := range msgs {
+		res[i] = outcomes[off : off+len(m)]
+		off += len(m)
+	}
+	return res, nil
+}
+
+// ring tells followers of every task whose log grew, and the scheduler when a
+// slot came free or a task went back to the queue, in one statement.
+func (in *ingester) ring(ctx context.Context, msgs [][]store.IngestItem, res [][]store.IngestOutcome) {
+	var chans, payloads []string
+	grew := map[string]bool{}
+	freed := false
+	for i, m := range msgs {
+		for j, o := range res[i] {
+			if o.Err != nil || o.Result.Stored == 0 {
+				continue
+			}
+			if id := m[j].TaskID; !grew[id] {
+				grew[id] = true
+				chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, id)
+			}
+			if o.Result.Terminal != "" || o.Result.Requeued {
+				freed = true
+			}
+		}
+	}
+	if freed {
+		chans, payloads = append(chans, store.ChannelSubmit), append(payloads, "")
+	}
+	if len(chans) == 0 {
+		return
+	}
+	if err := in.store.NotifyMany(ctx, chans, payloads); err != nil && ctx.Err() == nil {
+		in.log.Warn("nodes: ring the doorbells of ingested tasks (followers and the scheduler also poll, so this only delays them)", "err", err)
+	}
+}
