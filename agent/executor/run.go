@@ -391,8 +391,9 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 }
 
 // validate refuses what the node will not run, whatever the coordinator
-// let through: capabilities beyond the allowed list, and sidecar names that
-// cannot be host names on the task's network.
+// let through: capabilities beyond the allowed list, artifacts globs it
+// cannot match, and sidecar names that cannot be host names on the task's
+// network.
 func (r *run) validate() *podiumv1.StatusChange {
 	spec := r.spec
 	if spec.GetImage() == "" {

@@ -303,6 +303,8 @@ func (x *extraction) entry(tr *tar.Reader, hdr *tar.Header, rel, parent string) 
 			err = cerr
 		}
 		if err != nil {
+			// Half a file must not be uploaded as if it were the file.
+			_ = os.Remove(dst)
 			return err
 		}
 		x.links[rel] = dst
