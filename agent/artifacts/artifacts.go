@@ -25,6 +25,10 @@
 // copy and the task may change or delete PATH afterwards. The copy is uploaded
 // with everything else when the task exits.
 //
+// A task spec's artifacts globs may narrow what is collected (CollectWhere).
+// A published file is uploaded whatever they say, so Publish records each
+// name it publishes in PublishedList, which Published reads back.
+//
 // This package imports only the standard library: podium-runner, which must
 // stay a small static binary, uses it.
 package artifacts
@@ -40,6 +44,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 )
@@ -56,6 +61,17 @@ const DirEnv = "PODIUM_ARTIFACTS"
 // into before renaming it into place. Collect skips such files: one can only
 // be left when the task was killed in the middle of a copy.
 const TempPrefix = ".podium-add-"
+
+// PublishedList is the file at the top of the artifacts directory in which
+// Publish records, one a line, the name of every file it published: the
+// agent cannot tell a published file from one the task wrote there itself
+// once the copy is renamed into place, and only the published ones are
+// uploaded whatever the spec's globs say. It is never an artifact itself.
+const PublishedList = ".podium-published"
+
+// maxPublishedListBytes bounds what Published reads: MaxFiles names of the
+// longest kind, with room for a task that publishes some of them again.
+const maxPublishedListBytes = 4 * MaxFiles * (MaxNameBytes + 1)
 
 // MaxFiles is the most files one task attempt uploads. A task that leaves
 // more (a build that writes its object files there by mistake, say) has the
@@ -155,9 +171,16 @@ func CheckName(name string) error {
 // Collect lists the artifacts in dir, sorted by name, and what it skipped and
 // why. A directory that does not exist holds no artifacts. Only a failure to
 // read dir itself is an error; a subdirectory that cannot be read is skipped.
-func Collect(dir string) ([]File, []Skipped, error) {
+func Collect(dir string) ([]File, []Skipped, error) { return CollectWhere(dir, nil) }
+
+// CollectWhere is Collect of only the names want accepts (all of them when
+// want is nil). Anything else under dir is passed over without a note,
+// whatever it is, and does not count towards MaxFiles: what the task's spec
+// did not ask for is none of its artifacts' business.
+func CollectWhere(dir string, want func(name string) bool) ([]File, []Skipped, error) {
 	var files []File
 	var skipped []Skipped
+	list := filepath.Join(dir, PublishedList)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if p == dir {
 			return err
@@ -167,6 +190,9 @@ func Collect(dir string) ([]File, []Skipped, error) {
 			return rerr
 		}
 		name := filepath.ToSlash(rel)
+		if p == list || want != nil && (d == nil || !d.IsDir()) && !want(name) {
+			return nil
+		}
 		if err != nil {
 			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("it could not be read (%v)", unwrapPath(err))})
 			if d != nil && d.IsDir() {
@@ -282,6 +308,12 @@ func Publish(dir, src, name string) error {
 		}
 	}
 	if err == nil {
+		// Recorded before the rename: a task killed in between leaves a
+		// name without a file, which is harmless, rather than a published
+		// file the globs may leave behind.
+		err = recordPublished(dir, name)
+	}
+	if err == nil {
 		err = os.Rename(tmp.Name(), dest)
 	}
 	if err != nil {
@@ -289,4 +321,55 @@ func Publish(dir, src, name string) error {
 		return err
 	}
 	return nil
+}
+
+// recordPublished appends name to the directory's PublishedList. One write
+// of a short line to a file opened for appending lands whole, so tasks that
+// publish from several processes at once do not garble it.
+func recordPublished(dir, name string) error {
+	f, err := os.OpenFile(filepath.Join(dir, PublishedList), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	if err != nil {
+		return fmt.Errorf("recording %s as published: %w", name, err)
+	}
+	// Whoever creates the list lets every user of the task append to it
+	// (the umask would not); for anyone else this fails, and need not work.
+	_ = f.Chmod(0o666)
+	_, err = f.WriteString(name + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording %s as published: %w", name, err)
+	}
+	return nil
+}
+
+// Published returns the names PublishedList in dir records; none when there
+// is no list. The list is the task's to write, so it is read as untrusted:
+// a symbolic link is not followed (it could point at any file of the node,
+// and the names in it decide which files are uploaded), anything but a
+// regular file is refused, and no more than a bounded amount is read.
+func Published(dir string) (map[string]bool, error) {
+	f, err := os.OpenFile(filepath.Join(dir, PublishedList), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s could not be read (is it a symbolic link?): %w", PublishedList, unwrapPath(err))
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", PublishedList)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPublishedListBytes))
+	if err != nil {
+		return nil, fmt.Errorf("%s could not be read: %w", PublishedList, err)
+	}
+	names := map[string]bool{}
+	for n := range strings.SplitSeq(string(b), "\n") {
+		if n != "" {
+			names[n] = true
+		}
+	}
+	return names, nil
 }

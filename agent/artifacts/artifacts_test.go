@@ -160,8 +160,89 @@ func TestPublishCopiesAtomicallyUnderItsName(t *testing.T) {
 	if err := artifacts.Publish(dir, src, "reports"); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("Publish over a directory: %v", err)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("refused publishes left files behind: %v", entries)
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("refused publishes left files behind: %v (want only reports/ and %s)", entries, artifacts.PublishedList)
+	}
+	if names, err := artifacts.Published(dir); err != nil || !reflect.DeepEqual(names, map[string]bool{"reports/junit.xml": true}) {
+		t.Errorf("published %v (%v); want only reports/junit.xml, which the refused publishes did not add to", names, err)
+	}
+}
+
+// CollectWhere takes only what the spec's globs want: anything else, a
+// symbolic link included, is passed over without a note and leaves room
+// under MaxFiles. The list of published names is never an artifact.
+func TestCollectWhere(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.xml"), "<r/>")
+	write(t, filepath.Join(dir, "sub", "s.xml"), "<s/>")
+	write(t, filepath.Join(dir, "x.log"), "log")
+	for i := range artifacts.MaxFiles {
+		write(t, filepath.Join(dir, "many", strconv.Itoa(i)+".o"), "")
+	}
+	write(t, filepath.Join(dir, artifacts.PublishedList), "x.log\n")
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "passwd.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "passwd.xml")); err != nil {
+		t.Fatal(err)
+	}
+	files, skipped, err := artifacts.CollectWhere(dir, func(name string) bool { return strings.HasSuffix(name, ".xml") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"r.xml", "sub/s.xml"}) {
+		t.Errorf("collected %q, want r.xml and sub/s.xml", names)
+	}
+	if len(skipped) != 1 || skipped[0].Name != "passwd.xml" || !strings.Contains(skipped[0].Reason, "symbolic link") {
+		t.Errorf("skipped %+v, want only the link passwd.xml, which the globs asked for", skipped)
+	}
+	files, _, err = artifacts.Collect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.Name == artifacts.PublishedList {
+			t.Errorf("the list of published names was collected as an artifact")
+		}
+	}
+}
+
+// Published reads what Publish recorded, and refuses a list the task swapped
+// for a symbolic link to a file of the node.
+func TestPublished(t *testing.T) {
+	dir := t.TempDir()
+	if names, err := artifacts.Published(dir); err != nil || len(names) != 0 {
+		t.Fatalf("no list: %v, %v; want nothing", names, err)
+	}
+	src := filepath.Join(t.TempDir(), "app.tar")
+	write(t, src, "tar")
+	for _, name := range []string{"app.tar", "dist/app.tar", "app.tar"} {
+		if err := artifacts.Publish(dir, src, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, err := artifacts.Published(dir)
+	if err != nil || !reflect.DeepEqual(names, map[string]bool{"app.tar": true, "dist/app.tar": true}) {
+		t.Fatalf("Published = %v, %v", names, err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, artifacts.PublishedList)); err != nil || st.Mode().Perm() != 0o666 {
+		t.Errorf("the list's mode is %v (%v), want 0666: any user of the task may publish next", st.Mode(), err)
+	}
+
+	if err := os.Remove(filepath.Join(dir, artifacts.PublishedList)); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	write(t, secret, "app.tar\n")
+	if err := os.Symlink(secret, filepath.Join(dir, artifacts.PublishedList)); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := artifacts.Published(dir); err == nil || names != nil {
+		t.Fatalf("a list that is a symbolic link: %v, %v; want an error", names, err)
 	}
 }
 

@@ -2,12 +2,18 @@ package executor_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/executor"
@@ -169,3 +175,187 @@ func TestNoArtifactsNoUpload(t *testing.T) {
 }
 
 var _ executor.Emit = newRecorder().emit
+
+// runWithGlobs runs script with the spec's artifacts globs and returns what
+// was handed to the uploader (name → content) and the run's events.
+func runWithGlobs(t *testing.T, e *env, script string, globs []string) (map[string]string, *recorder) {
+	t.Helper()
+	up := &fakeUploader{release: make(chan struct{})}
+	close(up.release)
+	e.exec = e.newExecutorWith(up)
+	spec := e.sh(script)
+	spec.Artifacts = globs
+	rec, key := e.run(t, spec)
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("final status %v\nstderr: %s", st, rec.output(t, podiumv1.LogStream_LOG_STREAM_STDERR))
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	return up.contents, rec
+}
+
+// skipNotes are the run's "artifact … skipped" notes.
+func skipNotes(rec *recorder) []string {
+	var out []string
+	for _, n := range rec.notes() {
+		if strings.HasPrefix(n, "artifact ") && strings.Contains(n, " skipped: ") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Globs narrow the artifacts directory and widen to the rest of the
+// workspace: exactly the matching regular files are uploaded, byte for byte,
+// those from .podium/artifacts named relative to it and the others relative
+// to /workspace. A hard link is a file like any other; a symbolic link (to
+// the container's /etc/passwd) is skipped with a note, and so is nothing
+// else; a glob whose directory does not exist matches nothing, quietly. A
+// file published with podium-runner artifact add is uploaded though no glob
+// matches it.
+func TestArtifactGlobsNarrowAndWiden(t *testing.T) {
+	e := setup(t)
+	script := `set -e
+cd /workspace
+mkdir -p dist .podium/artifacts
+head -c 300000 /dev/urandom > dist/a.tar.gz
+ln dist/a.tar.gz dist/c.tar.gz
+echo text > dist/b.txt
+ln -s /etc/passwd dist/passwd.tar.gz
+echo '<r/>' > .podium/artifacts/r.xml
+echo log > .podium/artifacts/x.log
+echo published > notes.log
+podium-runner artifact add notes.log --name pub.log
+sha256sum dist/a.tar.gz`
+	got, rec := runWithGlobs(t, e, script, []string{"dist/*.tar.gz", ".podium/artifacts/*.xml", "missing/**"})
+	want := map[string]string{"r.xml": "<r/>\n", "pub.log": "published\n"}
+	sum, _, _ := strings.Cut(string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)), " ")
+	names := make([]string, 0, len(got))
+	for n := range got {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"dist/a.tar.gz", "dist/c.tar.gz", "pub.log", "r.xml"}) {
+		t.Fatalf("uploaded %q, want dist/a.tar.gz, dist/c.tar.gz, pub.log and r.xml", names)
+	}
+	for name, content := range want {
+		if got[name] != content {
+			t.Errorf("%s: uploaded %q, want %q", name, got[name], content)
+		}
+	}
+	for _, name := range []string{"dist/a.tar.gz", "dist/c.tar.gz"} {
+		h := sha256.Sum256([]byte(got[name]))
+		if hex.EncodeToString(h[:]) != sum || len(got[name]) != 300000 {
+			t.Errorf("%s: uploaded %d bytes with sha256 %x, the task's sha256sum says %s", name, len(got[name]), h, sum)
+		}
+	}
+	wantNotes := []string{"artifact dist/passwd.tar.gz skipped: it is a symbolic link; only regular files are uploaded"}
+	if notes := skipNotes(rec); !slices.Equal(notes, wantNotes) {
+		t.Errorf("skip notes %q, want %q", notes, wantNotes)
+	}
+	for _, n := range rec.notes() {
+		if strings.Contains(n, "workspace could not be read") {
+			t.Errorf("note %q: a missing directory is no failure", n)
+		}
+	}
+}
+
+// A glob without a directory of its own reads the whole workspace. Files of
+// the artifacts directory are still named relative to it, once each; when a
+// workspace file would get the same name, the one in .podium/artifacts wins
+// and the other is noted.
+func TestArtifactGlobOverTheWholeWorkspace(t *testing.T) {
+	e := setup(t)
+	script := `set -e
+cd /workspace
+mkdir -p reports/u .podium/artifacts
+echo '<t/>' > reports/u/t.xml
+echo '<r/>' > .podium/artifacts/r.xml
+echo '<ws/>' > dup.xml
+echo '<art/>' > .podium/artifacts/dup.xml
+echo no > a.txt`
+	got, rec := runWithGlobs(t, e, script, []string{"**/*.xml"})
+	want := map[string]string{"reports/u/t.xml": "<t/>\n", "r.xml": "<r/>\n", "dup.xml": "<art/>\n"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("uploaded %q, want %q", got, want)
+	}
+	wantNotes := []string{"artifact dup.xml skipped: a file of the same name in /workspace/.podium/artifacts is uploaded instead"}
+	if notes := skipNotes(rec); !slices.Equal(notes, wantNotes) {
+		t.Errorf("skip notes %q, want %q", notes, wantNotes)
+	}
+}
+
+// The node refuses globs the coordinator would have refused, whatever it
+// was sent, before anything runs.
+func TestArtifactGlobOutsideTheWorkspaceFails(t *testing.T) {
+	e := setup(t)
+	spec := e.sh("true")
+	spec.Artifacts = []string{"dist/*", "../../etc/*"}
+	rec, key := e.run(t, spec)
+	st := rec.final(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetReason(), "spec.artifacts[1]") ||
+		!strings.Contains(st.GetReason(), `".." segment`) {
+		t.Fatalf("final status %v, want FAILED naming spec.artifacts[1] and its \"..\"", st)
+	}
+}
+
+// An agent that stops while the task runs leaves the workspace to the next
+// one: if the task's container is still there, the next agent copies the
+// selected files out of it; if someone removed it, the next agent says in
+// the task's log that they could not be collected.
+func TestArtifactGlobsAfterAnAgentRestart(t *testing.T) {
+	for _, removed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("container removed %v", removed), func(t *testing.T) {
+			e := setup(t)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			spec := e.sh(`mkdir -p /workspace/dist; echo started; sleep 1; echo built > /workspace/dist/app.tar.gz`)
+			spec.Artifacts = []string{"dist/*.tar.gz"}
+			a := e.assign(t, spec)
+			key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
+			first := newRecorder()
+			done, err := e.exec.Start(ctx, a, first.emit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitOutputContains(t, first, "started\n")
+			stop()
+			waitDone(t, done, 30*time.Second)
+			wc, ec := e.docker.ContainerWait(context.Background(), executor.ContainerName(key), container.WaitConditionNotRunning)
+			select {
+			case <-wc:
+			case err := <-ec:
+				t.Fatal(err)
+			}
+			if removed {
+				if err := e.docker.ContainerRemove(context.Background(), executor.ContainerName(key), container.RemoveOptions{Force: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			up := &fakeUploader{release: make(chan struct{})}
+			close(up.release)
+			second := newRecorder()
+			done, err = e.newExecutorWith(up).Resume(context.Background(), a, first.lastCursor(), second.emit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, done, 60*time.Second)
+			if st := second.final2(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+				t.Fatalf("final status %v", st)
+			}
+			up.mu.Lock()
+			got := up.contents
+			up.mu.Unlock()
+			noted := slices.ContainsFunc(second.notes(), func(n string) bool { return strings.Contains(n, "were not collected") })
+			if removed {
+				if got != nil || !noted {
+					t.Fatalf("uploaded %q, notes %q; want nothing uploaded and a note saying why", got, second.notes())
+				}
+				return
+			}
+			if !maps.Equal(got, map[string]string{"dist/app.tar.gz": "built\n"}) || noted {
+				t.Fatalf("uploaded %q, notes %q; want dist/app.tar.gz", got, second.notes())
+			}
+		})
+	}
+}

@@ -25,8 +25,10 @@
 //   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace;
 //   - a host directory, <data>/tasks/<task>-<attempt>/, holding the runner
 //     logs (output.log, sidecars/<name>.log), the inbox (inbox/, mounted at
-//     /run/podium/inbox) and the artifacts directory (artifacts/, mounted at
-//     /workspace/.podium/artifacts over the workspace volume);
+//     /run/podium/inbox), the artifacts directory (artifacts/, mounted at
+//     /workspace/.podium/artifacts over the workspace volume) and, once the
+//     task has exited, the workspace files its artifacts globs select
+//     elsewhere (workspace/);
 //   - its sidecars' containers, started and waited for before the task's.
 //
 // Teardown removes all of it.
@@ -35,7 +37,12 @@
 //
 // When the task's container has exited, the files it left in its artifacts
 // directory are collected (package artifacts) and handed to the uploader
-// (Config.Artifacts). The terminal status waits until each file has been
+// (Config.Artifacts). A spec with artifacts globs narrows that, and may
+// widen it to the rest of the workspace: those files live in the workspace
+// volume, which only the container reaches, so they are copied out of the
+// exited container (CopyFromContainer on each glob's leading directory) into
+// the attempt's host directory before the container is removed, and uploaded
+// from there like the others, retries included. The terminal status waits until each file has been
 // tried once, at most Config.ArtifactWait, so that artifacts are usually
 // stored, and noted in the task's log, before the task counts as ended; an
 // upload that fails never changes the status. Uploads still retrying go on
@@ -440,6 +447,9 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit Emit, 
 	}
 	if r.spec == nil {
 		r.spec = &podiumv1.TaskSpec{}
+	}
+	if r.sel, r.selErr = newSelection(r.spec); r.selErr != nil {
+		r.sel, _ = newSelection(&podiumv1.TaskSpec{})
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

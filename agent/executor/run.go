@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,14 @@ type run struct {
 
 	// sidecarTails are the running tails of the sidecars' runner logs.
 	sidecarTails map[string]*tail
+
+	// sel is what the spec's artifacts globs select (the default when
+	// selErr says they cannot be used, which validate refuses to run).
+	sel    *selection
+	selErr error
+	// workspaceSkipped are the selected workspace files copyWorkspace did
+	// not copy, and why, noted in the task's log with the other artifacts.
+	workspaceSkipped []artifacts.Skipped
 
 	done chan struct{}
 }
@@ -250,7 +259,7 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 // notes in the task's log what is skipped and why, and starts uploading the
 // rest. It returns nil when there is nothing to wait for.
 func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
-	files, skipped, err := artifacts.Collect(filepath.Join(r.dir, artifactsDir))
+	files, skipped, err := r.collectArtifacts()
 	if err != nil {
 		r.log.Warn("could not read the task's artifacts directory", "err", err)
 		r.note("artifacts: the task's artifacts directory could not be read on the node: %v", err)
@@ -272,6 +281,57 @@ func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
 	}
 	r.log.Info("uploading the task's artifacts", "files", len(files), "bytes", total, "skipped", len(skipped))
 	return r.e.uploader.Upload(ctx, r.key.TaskID, r.key.Attempt, files, func(text string) { r.note("%s", text) })
+}
+
+// collectArtifacts lists the files to upload: those of the artifacts
+// directory the spec selects, then those copyWorkspace copied out of the
+// rest of the workspace, at most artifacts.MaxFiles in all. A workspace file
+// whose name a file of the artifacts directory already has is skipped: the
+// file the task put in the artifacts directory, or published, is the one it
+// meant by that name.
+func (r *run) collectArtifacts() ([]artifacts.File, []artifacts.Skipped, error) {
+	dir := filepath.Join(r.dir, artifactsDir)
+	var published map[string]bool
+	if !r.sel.all {
+		var err error
+		if published, err = artifacts.Published(dir); err != nil {
+			r.log.Warn("could not read the names the task published", "err", err)
+			r.note("artifacts: the names of the files published with podium-runner artifact add could not be read (%v); "+
+				"they are uploaded only if the spec's artifacts globs select them", err)
+		}
+	}
+	files, skipped, err := artifacts.CollectWhere(dir, r.sel.inArtifactsDir(published))
+	if err != nil {
+		return nil, nil, err
+	}
+	skipped = append(skipped, r.workspaceSkipped...)
+	if len(r.sel.reads) == 0 {
+		return files, skipped, nil
+	}
+	copied, more, err := artifacts.Collect(filepath.Join(r.dir, workspaceDir))
+	if err != nil {
+		r.log.Warn("could not read the copy of the task's workspace", "err", err)
+		r.note("artifacts: the files copied from the workspace could not be read on the node: %v", err)
+	}
+	skipped = append(skipped, more...)
+	names := make(map[string]bool, len(files))
+	for _, f := range files {
+		names[f.Name] = true
+	}
+	for _, f := range copied {
+		switch {
+		case names[f.Name]:
+			skipped = append(skipped, artifacts.Skipped{Name: f.Name,
+				Reason: "a file of the same name in " + artifacts.ContainerDir + " is uploaded instead"})
+		case len(files) >= artifacts.MaxFiles:
+			skipped = append(skipped, artifacts.Skipped{Name: f.Name,
+				Reason: fmt.Sprintf("a task uploads at most %d files", artifacts.MaxFiles)})
+		default:
+			files = append(files, f)
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, skipped, nil
 }
 
 func (r *run) removeDir() {
@@ -331,12 +391,16 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 }
 
 // validate refuses what the node will not run, whatever the coordinator
-// let through: capabilities beyond the allowed list, and sidecar names that
-// cannot be host names on the task's network.
+// let through: capabilities beyond the allowed list, artifacts globs it
+// cannot match, and sidecar names that cannot be host names on the task's
+// network.
 func (r *run) validate() *podiumv1.StatusChange {
 	spec := r.spec
 	if spec.GetImage() == "" {
 		return failed("the task spec names no image: submit it again with an image")
+	}
+	if r.selErr != nil {
+		return failed("the spec's artifacts globs cannot be used: %v", r.selErr)
 	}
 	for _, c := range spec.GetCapabilities() {
 		if _, err := taskspec.NormalizeCapability(c); err != nil {
@@ -559,6 +623,7 @@ func (r *run) resume(ctx context.Context, found *container.InspectResponse) *pod
 			why = intent.Why
 		}
 		st := r.compose(ctx, why, exit, nil, "")
+		r.checkWorkspaceCopied()
 		r.teardown(ctx)
 		return st
 	}
@@ -669,6 +734,9 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 		waitMsg = exit.Error.Message
 	}
 	st := r.compose(ctx, why, exitRec, &id, waitMsg)
+	if !r.copyWorkspace(ctx, id) {
+		return r.leave()
+	}
 	// The containers go now, before anyone hears the task ended; the network
 	// and volume go after the terminal status (see main): removing a network
 	// takes Docker ~170 ms, which a user waiting on `podium run` should not.

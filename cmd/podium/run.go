@@ -33,7 +33,8 @@ and command; put "--" before it when it has flags of its own.
 Flags override the fields of --spec: --image, --timeout and --priority replace
 theirs, --env sets one variable each (replacing the file's value for that
 key), --label adds to the file's labels, --cap-add to its capabilities, and
-CMD replaces its command. Sidecars are given in the spec file only.
+CMD replaces its command. Sidecars and artifacts (globs) are given in the
+spec file only.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
 back, from Docker's default set only (CHOWN, KILL, NET_BIND_SERVICE, ...;

@@ -96,6 +96,50 @@ cd $A && sha256sum reports/junit.xml logs/build.log >&2`
 	})
 }
 
+// A spec's artifacts globs reach files the task left elsewhere in its
+// workspace: they are stored under their path in /workspace, byte for byte,
+// next to the ones the globs keep from .podium/artifacts, and nothing else.
+func TestArtifactGlobsWidenToTheWorkspace(t *testing.T) {
+	s3 := s3test.Start(t)
+	e := newEnvWithArtifacts(t, s3)
+	spec := filepath.Join(t.TempDir(), "task.yaml")
+	if err := os.WriteFile(spec, []byte(`image: `+e.image+`
+working_dir: /workspace
+command:
+  - sh
+  - -c
+  - |
+    set -e
+    mkdir -p dist reports/unit .podium/artifacts
+    seq 1 20000 | gzip > dist/app.tar.gz
+    echo '<testsuite/>' > reports/unit/junit.xml
+    echo not this > dist/notes.txt
+    echo '{}' > .podium/artifacts/summary.json
+    sha256sum dist/app.tar.gz reports/unit/junit.xml >&2
+    cd .podium/artifacts && sha256sum summary.json >&2
+artifacts:
+  - dist/*.tar.gz
+  - "reports/**/*.xml"
+  - .podium/artifacts/**
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := e.podium("run", "--spec", spec)
+	if r.code != 0 {
+		t.Fatalf("podium run: exit %d\n%s", r.code, r.stderr)
+	}
+	want := sums(r.stderr)
+	list := e.artifactList(r.taskID(t))
+	if len(list) != 3 || len(want) != 3 {
+		t.Fatalf("listed %v; the task's sums %v; want dist/app.tar.gz, reports/unit/junit.xml and summary.json", list, want)
+	}
+	for _, a := range list {
+		if a.GetSha256() != want[a.GetName()] {
+			t.Errorf("%s: stored sha256 %s, the task's sha256sum says %s", a.GetName(), a.GetSha256(), want[a.GetName()])
+		}
+	}
+}
+
 // Three files, one of 50 MB, are uploaded when the task exits; the object
 // store is down just then. The task still succeeds, its log says the upload
 // failed and will be retried, the files wait on the node, and once the store

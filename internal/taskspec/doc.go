@@ -33,6 +33,10 @@
 //	retry_on_node_loss: true         # requeue when the task's node is lost
 //	cancel_grace: 30s                # SIGTERM to SIGKILL on cancel; 0 means 30 s
 //	capabilities: [NET_BIND_SERVICE] # Linux capabilities added back (see below)
+//	artifacts:                       # files uploaded when the task exits (see below)
+//	  - dist/*.tar.gz                # globs relative to /workspace
+//	  - "**/junit.xml"               # quote one that starts with *
+//	  - .podium/artifacts/**         # the default, kept when widening
 //	sidecars:                        # helper containers beside the task (see below)
 //	  - name: db                     # required: the host name the task reaches it by
 //	    image: postgres:16           # required: the sidecar's container image
@@ -96,6 +100,35 @@
 // Anything else (SYS_ADMIN, NET_ADMIN, ALL, ...) is refused, naming the
 // capability and the allowed list. The list applies to the task's container
 // only.
+//
+// # Artifacts
+//
+// A task's artifacts are files it leaves in /workspace, uploaded by its node
+// when its container exits. artifacts says which: a list of at most
+// MaxArtifactGlobs patterns, each relative to /workspace and "/"-separated,
+// in which *, ? and [...] match within one path segment (dot files
+// included) and a segment that is exactly ** matches any number of segments
+// (package internal/glob). Left out or empty, it is [DefaultArtifactGlob]:
+// everything under /workspace/.podium/artifacts. A list narrows that
+// (".podium/artifacts/*.xml") or widens it ("dist/*.tar.gz"); a list that
+// widens it and still wants the directory's files names it too.
+//
+// A file under /workspace/.podium/artifacts is named by its path relative to
+// that directory ("reports/junit.xml"), as it always was; any other file by
+// its path relative to /workspace ("dist/app.tar.gz"). When both give the
+// same name, the file from .podium/artifacts wins. Files published with
+// `podium-runner artifact add` are uploaded whatever the patterns say:
+// publishing a file is asking for it. Only regular files are uploaded;
+// symbolic links and the like are skipped with a note in the task's log.
+//
+// A pattern's leading segments without wildcards ("dist" of
+// "dist/*.tar.gz") are the directory the node reads to find its matches, so
+// "**/*.xml" reads the whole workspace and "reports/**/*.xml" only
+// reports/. A pattern whose directory does not exist matches nothing, which
+// is no error. A pattern that is empty, absolute, has an empty, "." or ".."
+// segment, has ** inside a segment or is not a valid glob (an unclosed "[")
+// is refused. In YAML a value that starts with "*" must be quoted: *name is
+// an alias there.
 //
 // # Errors
 //

@@ -38,6 +38,7 @@ type specFile struct {
 	CancelGrace     specDuration       `yaml:"cancel_grace"`
 	Sidecars        []specSidecar      `yaml:"sidecars"`
 	Capabilities    []string           `yaml:"capabilities"`
+	Artifacts       []string           `yaml:"artifacts"`
 }
 
 type specSidecar struct {
@@ -193,6 +194,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		spec.Sidecars = append(spec.Sidecars, p)
 	}
 	spec.Capabilities = f.Capabilities
+	spec.Artifacts = f.Artifacts
 	return spec, nil
 }
 
@@ -275,7 +277,11 @@ func explain(data []byte, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		// A syntax error: yaml.v3 already says "yaml: line N: ...".
-		return fmt.Errorf("task spec: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if unquotedStar(data, docLine(nil, err)) {
+			msg += `: a value that starts with "*" must be quoted, as in ["**/*.xml"] (YAML reads *name as a reference to an anchor)`
+		}
+		return fmt.Errorf("task spec: %s", msg)
 	}
 	idx := indexKeys(data)
 	msgs := make([]string, 0, len(te.Errors))
@@ -286,6 +292,16 @@ func explain(data []byte, err error) error {
 		return errors.New("task spec: " + msgs[0])
 	}
 	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
+}
+
+// unquotedStarRE finds a plain value that starts with "*" on a line: a
+// glob such as **/*.xml written without quotes, which YAML takes for an alias
+// and reports with a message nobody could act on.
+var unquotedStarRE = regexp.MustCompile(`(^\s*-|[\[,:])\s*\*`)
+
+func unquotedStar(data []byte, line int) bool {
+	lines := strings.Split(string(data), "\n")
+	return line >= 1 && line <= len(lines) && unquotedStarRE.MatchString(lines[line-1])
 }
 
 func explainEntry(e string, idx fileIndex) string {
@@ -346,6 +362,8 @@ func explainEntry(e string, idx fileIndex) string {
 				msg += `: write the command as a list, e.g. [sh, -c, 'echo hi']`
 			case "capabilities":
 				msg += `: write the capabilities as a list, e.g. [NET_BIND_SERVICE]`
+			case "artifacts":
+				msg += `: write the patterns as a list, e.g. ["dist/*.tar.gz"]`
 			}
 		}
 		rest = msg

@@ -33,6 +33,7 @@ max_attempts: 3
 retry_on_node_loss: true
 cancel_grace: 45s
 capabilities: [NET_BIND_SERVICE, cap_chown]
+artifacts: [dist/*.tar.gz, "**/junit.xml"]
 sidecars:
   - name: db
     image: postgres:16
@@ -73,6 +74,7 @@ sidecars:
 		RetryOnNodeLoss:    true,
 		CancelGraceSeconds: 45,
 		Capabilities:       []string{"NET_BIND_SERVICE", "cap_chown"},
+		Artifacts:          []string{"dist/*.tar.gz", "**/junit.xml"},
 		Sidecars: []*podiumv1.Sidecar{
 			{
 				Name:      "db",

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/podiumhq/podium/internal/glob"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -86,10 +87,48 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err != nil {
 		return err
 	}
+	if _, err := ArtifactGlobs("spec.artifacts", spec.GetArtifacts()); err != nil {
+		return err
+	}
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}
 	return nil
+}
+
+// DefaultArtifactGlob is what a spec without artifacts means: every file the
+// task leaves in /workspace/.podium/artifacts.
+const DefaultArtifactGlob = ".podium/artifacts/**"
+
+// MaxArtifactGlobs bounds the artifacts field. A task that needs more
+// patterns than this wants a directory of its own (reports/**) instead, and
+// the agent reads the workspace once for each pattern's directory.
+const MaxArtifactGlobs = 64
+
+// ArtifactGlobs parses a spec's artifacts field, whose name (as the API
+// names it, "spec.artifacts") the errors carry: a *FieldError for the first
+// pattern that is empty, absolute, reaches out with "..", or is not a valid
+// glob (package internal/glob has the syntax), or for too many of them. An
+// empty field gives the default, DefaultArtifactGlob. The agent calls it too,
+// so that it matches files with exactly the patterns the coordinator checked.
+func ArtifactGlobs(field string, globs []string) ([]*glob.Pattern, error) {
+	if len(globs) == 0 {
+		p, err := glob.Parse(DefaultArtifactGlob)
+		return []*glob.Pattern{p}, err
+	}
+	if len(globs) > MaxArtifactGlobs {
+		return nil, fieldErr(field, "has %d patterns, more than %d: match whole directories instead (reports/**), "+
+			"or have the task put its artifacts in /workspace/.podium/artifacts", len(globs), MaxArtifactGlobs)
+	}
+	out := make([]*glob.Pattern, 0, len(globs))
+	for i, g := range globs {
+		p, err := glob.Parse(g)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func checkImage(field, image string) error {

@@ -228,7 +228,17 @@ type TaskSpec struct {
 	Sidecars []*Sidecar `protobuf:"bytes,12,rep,name=sidecars,proto3" json:"sidecars,omitempty"`
 	// capabilities are added back to the task's container, which otherwise runs
 	// with every capability dropped. Only a documented short list is accepted.
-	Capabilities  []string `protobuf:"bytes,13,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities []string `protobuf:"bytes,13,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// artifacts chooses which files of the task's workspace are uploaded when
+	// it exits. Each entry is a glob matched against paths relative to
+	// /workspace, "/"-separated: *, ? and [...] match within one path segment,
+	// and a segment that is exactly ** matches any number of segments. Empty
+	// means [".podium/artifacts/**"]: every file the task leaves in
+	// /workspace/.podium/artifacts. A file there is named by its path relative
+	// to that directory; any other file by its path relative to /workspace.
+	// Files published with `podium-runner artifact add` are uploaded whatever
+	// the globs say. Only regular files are uploaded.
+	Artifacts     []string `protobuf:"bytes,14,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +360,13 @@ func (x *TaskSpec) GetSidecars() []*Sidecar {
 func (x *TaskSpec) GetCapabilities() []string {
 	if x != nil {
 		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetArtifacts() []string {
+	if x != nil {
+		return x.Artifacts
 	}
 	return nil
 }
@@ -2048,7 +2065,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xaa\x04\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xc8\x04\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2064,7 +2081,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	" \x01(\bR\x0fretryOnNodeLoss\x120\n" +
 	"\x14cancel_grace_seconds\x18\v \x01(\x03R\x12cancelGraceSeconds\x12.\n" +
 	"\bsidecars\x18\f \x03(\v2\x12.podium.v1.SidecarR\bsidecars\x12\"\n" +
-	"\fcapabilities\x18\r \x03(\tR\fcapabilities\x1a6\n" +
+	"\fcapabilities\x18\r \x03(\tR\fcapabilities\x12\x1c\n" +
+	"\tartifacts\x18\x0e \x03(\tR\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
