@@ -70,6 +70,7 @@ type Server struct {
 	leases    *lease.Keeper
 	nodes     *nodes.Service
 	sched     *scheduler.Scheduler
+	tasks     *tasks.Service
 	artifacts *artifacts.Service
 	http      *http.Server
 	// listeners are the transport's: one on loopback, or the tailnet's.
@@ -130,9 +131,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	auth := s.apiAuth
 	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, s.nodeAuth))
-	taskService := tasks.NewService(st, s.bus, log)
-	taskService.SetArtifacts(arts)
-	mux.Handle(podiumv1connect.NewTaskServiceHandler(taskService, auth))
+	s.tasks = tasks.NewService(st, s.bus, log)
+	s.tasks.SetArtifacts(arts)
+	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))
 	adminService := admin.NewService(st, log)
 	adminService.SetTransport(cfg.Transport)
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
@@ -248,6 +249,7 @@ func (s *Server) Run(ctx context.Context) error {
 	start(s.leases.Run)
 	start(s.nodes.Run)
 	start(s.sched.Run)
+	start(s.tasks.Run)
 	start(s.artifacts.Run)
 	// A lost lease ends every session at once: this replica can no longer prove
 	// it holds any node.

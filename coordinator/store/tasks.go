@@ -119,26 +119,14 @@ func scanTask(row pgx.Row) (Task, error) {
 	return t, nil
 }
 
-// InsertTask stores a new queued task. The spec must already be valid.
+// InsertTask stores one new queued task and rings ChannelSubmit: InsertTasks
+// with a batch of one. The spec must already be valid.
 func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSpec, requestedBy string) (Task, error) {
-	js, err := protojson.Marshal(spec)
+	ts, err := s.InsertTasks(ctx, []NewTask{{ID: id, Spec: spec, RequestedBy: requestedBy}})
 	if err != nil {
 		return Task{}, err
 	}
-	labels := spec.GetLabels()
-	if labels == nil {
-		labels = []string{}
-	}
-	maxAttempts := spec.GetMaxAttempts()
-	if maxAttempts < 1 {
-		maxAttempts = 1
-	}
-	cpu, mem := Cost(spec)
-	return scanTask(s.Pool.QueryRow(ctx, `insert into podium.tasks
-		(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning `+taskColumns,
-		id, js, spec.GetPriority(), labels, cpu, mem, maxAttempts,
-		spec.GetRetryOnNodeLoss(), requestedBy))
+	return ts[0], nil
 }
 
 // Cost is what a task takes out of a node's budget: its own limits plus every
