@@ -15,6 +15,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -27,19 +28,19 @@ type Service struct {
 	bus       *bus.Bus
 	log       *slog.Logger
 	artifacts *artifacts.Service
-	submits   *batcher
+	submits   *groupcommit.Batcher[store.NewTask, store.Task]
 }
 
 // NewService returns the task service. Submit stores nothing until Run runs.
 func NewService(st *store.Store, b *bus.Bus, log *slog.Logger) *Service {
-	return &Service{store: st, bus: b, log: log, submits: newBatcher(st)}
+	return &Service{store: st, bus: b, log: log, submits: newSubmits(st)}
 }
 
 // Run stores submitted tasks, many to a statement, until ctx ends; a Submit
 // after that is refused with ErrStopped. Call it once, and end it only after
 // the server has stopped taking requests, so that no Submit in flight is cut
 // short.
-func (s *Service) Run(ctx context.Context) { s.submits.run(ctx) }
+func (s *Service) Run(ctx context.Context) { s.submits.Run(ctx) }
 
 // CallerKey is the context key under which the server puts who is calling.
 type CallerKey struct{}
@@ -57,7 +58,7 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	t, err := s.submits.submit(ctx, store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who})
+	t, err := s.submit(ctx, store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who})
 	if err != nil {
 		return nil, err
 	}
