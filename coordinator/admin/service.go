@@ -106,7 +106,7 @@ func (s *Service) change(ctx context.Context, nodeID string, c store.NodeChange)
 	_ = s.store.Notify(ctx, store.ChannelNodeCommands, nodeID)
 	// A drain, a cut or a label change can leave queued tasks with nowhere to go,
 	// and an undrain or a raise can give them somewhere.
-	_ = s.store.Notify(ctx, store.ChannelSubmit, "")
+	_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
 	return nodeProto(n), nil
 }
 
@@ -161,6 +161,7 @@ func (s *Service) RemoveNode(ctx context.Context, req *connect.Request[podiumv1.
 		return nil, s.nodeError(err, id)
 	}
 	_ = s.store.Notify(ctx, store.ChannelTakeover, id) // its session, if any, ends
+	_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
 	s.log.Info("node removed", "node", id)
 	return connect.NewResponse(&podiumv1.RemoveNodeResponse{}), nil
 }

@@ -95,6 +95,22 @@ func (s *Session) send(m *podiumv1.StreamResponse) error {
 	}
 }
 
+// trySend queues m on the stream without waiting: errBacklogged when the
+// queue is full, ErrSessionClosed when the session has ended.
+func (s *Session) trySend(m *podiumv1.StreamResponse) error {
+	select {
+	case <-s.done:
+		return ErrSessionClosed
+	default:
+	}
+	select {
+	case s.out <- m:
+		return nil
+	default:
+		return errBacklogged
+	}
+}
+
 // Snapshot returns the session's state as a value.
 func (s *Session) Snapshot() Snapshot {
 	s.mu.Lock()

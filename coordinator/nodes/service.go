@@ -87,6 +87,7 @@ type Service struct {
 	enrollLimit *enrollLimiter
 	metrics     *metrics.Metrics
 	ingester    *ingester
+	deliverer   *deliverer
 
 	// artifacts is nil until SetArtifacts.
 	artifacts *artifacts.Service
@@ -100,19 +101,21 @@ func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, l
 	cfg.defaults()
 	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
 		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(st, log)}
+		ingester: newIngester(st, log), deliverer: newDeliverer(st, log)}
 }
 
 // Registry is this replica's live sessions.
 func (s *Service) Registry() *Registry { return s.reg }
 
 // Run does the service's background work until ctx ends: writing the
-// sessions' events, flushing heartbeats and answering other replicas' takeover
-// requests. Sessions cannot store events unless it runs.
+// sessions' events, delivering their commands, flushing heartbeats and
+// answering other replicas' takeover requests. Sessions can neither store
+// events nor receive commands unless it runs.
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.ingester.run(ctx) }()
+	go func() { defer wg.Done(); s.deliverer.run(ctx) }()
 	go func() { defer wg.Done(); s.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.takeoverLoop(ctx) }()
 	wg.Wait()

@@ -52,9 +52,11 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	sess.seen(capa)
 	defer close(sess.ended)
 	defer func() {
-		if err := s.store.EndSession(context.WithoutCancel(ctx), node.ID, sess.Epoch); err != nil {
+		ctx := context.WithoutCancel(ctx)
+		if err := s.store.EndSession(ctx, node.ID, sess.Epoch); err != nil {
 			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
 		}
+		_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet) // one candidate fewer
 	}()
 
 	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
@@ -253,9 +255,9 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 		s.log.Warn("task lost with its node's previous run", "node", node.ID, "task", id)
 		_ = s.store.Notify(ctx, store.ChannelTaskEvents, id)
 	}
-	if len(lost) > 0 {
-		_ = s.store.Notify(ctx, store.ChannelSubmit, "")
-	}
+	// The node is a candidate again, with what it really runs: the scheduler
+	// reads the fleet.
+	_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
 	return ack, cancels, nil
 }
 
@@ -282,12 +284,17 @@ func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelNodeCommands, sess.NodeID)
 	defer unsubscribe()
 	for {
-		if err := s.deliverPending(ctx, sess); err != nil {
-			if errors.Is(err, store.ErrStaleEpoch) || errors.Is(err, ErrSessionClosed) {
+		wait := s.cfg.CommandPoll
+		if err := s.deliverer.pending(ctx, sess); err != nil {
+			switch {
+			case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, ErrSessionClosed):
 				sess.Close()
 				return nil
+			case errors.Is(err, errBacklogged):
+				wait = 50 * time.Millisecond // the node is behind; try again soon
+			case ctx.Err() == nil:
+				s.log.Warn("nodes: deliver commands", "node", sess.NodeID, "err", err)
 			}
-			s.log.Warn("nodes: deliver commands", "node", sess.NodeID, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -295,85 +302,9 @@ func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
 		case <-sess.done:
 			return nil
 		case <-bell:
-		case <-time.After(s.cfg.CommandPoll):
+		case <-time.After(wait):
 		}
 	}
-}
-
-func (s *Service) deliverPending(ctx context.Context, sess *Session) error {
-	cmds, err := s.store.PendingCommands(ctx, sess.NodeID)
-	if err != nil {
-		return err
-	}
-	for _, c := range cmds {
-		msg, err := s.commandMessage(ctx, sess, c)
-		if err != nil {
-			return err
-		}
-		if msg != nil {
-			if err := sess.send(msg); err != nil {
-				return err
-			}
-		}
-		ok, err := s.store.MarkDelivered(ctx, c.ID, sess.NodeID, sess.Epoch)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return store.ErrStaleEpoch
-		}
-	}
-	return nil
-}
-
-func (s *Service) commandMessage(ctx context.Context, sess *Session, c store.Command) (*podiumv1.StreamResponse, error) {
-	if c.Kind == "config" {
-		n, err := s.store.GetNode(ctx, sess.NodeID)
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("pushing node settings", "node", sess.NodeID, "draining", n.Draining,
-			"max_tasks_override", n.MaxTasksOverride, "labels", n.Labels)
-		sess.configure(n.Labels, n.Draining, n.MaxTasksOverride)
-		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Config{Config: &podiumv1.NodeConfig{
-			Draining: n.Draining, MaxTasksOverride: n.MaxTasksOverride, Labels: n.Labels}}}, nil
-	}
-	t, err := s.store.GetTask(ctx, c.TaskID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	onNode := t.NodeID != nil && *t.NodeID == sess.NodeID && t.Attempt == c.Attempt
-	switch c.Kind {
-	case "assign":
-		if !onNode || t.State != store.Scheduled {
-			return nil, nil // revoked or moved on before delivery
-		}
-		a := &podiumv1.Assign{TaskId: t.ID, Attempt: t.Attempt, Spec: t.Spec}
-		s.log.Info("assigning task", "node", sess.NodeID, "assign", a)
-		sess.charge(t.ID, costOfSpec(t.Spec))
-		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Assign{Assign: a}}, nil
-	case "cancel":
-		// Always delivered, even when the task has moved on or ended: a revoked
-		// assignment must still be dropped by the node that may yet receive it.
-		// A node that does not have the attempt ignores the cancel.
-		grace := t.Spec.GetCancelGraceSeconds()
-		if grace <= 0 {
-			grace = 30
-		}
-		s.log.Info("cancelling task", "node", sess.NodeID, "task", t.ID, "reason", c.Reason)
-		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
-			TaskId: t.ID, Attempt: c.Attempt, Reason: c.Reason, GraceSeconds: grace}}}, nil
-	case "inject":
-		if !onNode || store.Terminal(t.State) {
-			return nil, nil // the task ended before its message could be delivered
-		}
-		return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
-			TaskId: t.ID, Attempt: t.Attempt, MessageId: c.ID, Text: c.Text}}}, nil
-	}
-	return nil, fmt.Errorf("unknown command kind %q", c.Kind)
 }
 
 func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse], sess *Session) error {

@@ -58,6 +58,9 @@ func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) {
 		for _, c := range changes {
 			s.log.Warn("node health changed", "node", c.NodeID, "from", c.From, "to", c.To)
 		}
+		if len(changes) > 0 {
+			_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
+		}
 		lost, err := s.store.LoseTasksOfOfflineNodes(ctx)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -35,6 +35,12 @@ type Config struct {
 	WriteOffAfter time.Duration
 	// SweepInterval is how often those deadlines are checked (1 s).
 	SweepInterval time.Duration
+	// FleetMaxAge is how long the leader uses the connected nodes it read
+	// before reading them again when nothing says they changed (1 s).
+	FleetMaxAge time.Duration
+	// FleetRecheck is how soon it reads them again when tasks are waiting for
+	// room, which finishing tasks free without a fleet doorbell (100 ms).
+	FleetRecheck time.Duration
 }
 
 // Scheduler runs dispatch passes while it leads.
@@ -49,6 +55,19 @@ type Scheduler struct {
 	// OnLeader, if set, runs in its own goroutine while this replica leads; its
 	// context ends when leadership does. The watchdog hangs off it.
 	OnLeader func(ctx context.Context)
+
+	// fleet is the leader's copy of the connected nodes and what they are
+	// committed to (store.Candidates), charged with each placement it makes.
+	// Reading it aggregates every active task, too much to do for every
+	// pass; it is read again when a fleet doorbell says nodes came, went or
+	// changed, when tasks wait for room, and at least every FleetMaxAge.
+	// Between reads it can only overstate what nodes are committed to (a
+	// finished task still counts), so it never over-commits a node. Only the
+	// lead loop touches it.
+	fleet       []*store.Candidate
+	fleetAt     time.Time
+	fleetStale  bool
+	lastWaiting int
 }
 
 // New returns a scheduler.
@@ -73,6 +92,12 @@ func New(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slo
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = time.Second
+	}
+	if cfg.FleetMaxAge == 0 {
+		cfg.FleetMaxAge = time.Second
+	}
+	if cfg.FleetRecheck == 0 {
+		cfg.FleetRecheck = 100 * time.Millisecond
 	}
 	return &Scheduler{cfg: cfg, store: st, bus: b, leases: leases, log: log}
 }
@@ -121,11 +146,22 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 	}
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
 	defer unsubscribe()
+	fleetBell, unsubscribeFleet := s.bus.Subscribe(store.ChannelSubmit, store.PayloadFleet)
+	defer unsubscribeFleet()
+	s.fleet, s.fleetStale = nil, true
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
 	sweep := time.NewTicker(s.cfg.SweepInterval)
 	defer sweep.Stop()
 	for {
+		// A fleet doorbell rings both bells, in the order the changes were
+		// committed; whichever woke the loop, a drain committed before a
+		// submit must be seen by the pass that places it.
+		select {
+		case <-fleetBell:
+			s.fleetStale = true
+		default:
+		}
 		if err := s.Pass(lctx); err != nil && lctx.Err() == nil {
 			s.log.Warn("scheduler: pass failed; retrying", "err", err)
 		}
@@ -134,6 +170,8 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 			s.log.Info("this replica is no longer the leader")
 			_ = l.Unlock(context.WithoutCancel(ctx), lease.LeaderKey)
 			return
+		case <-fleetBell:
+			s.fleetStale = true
 		case <-bell:
 		case <-t.C:
 		case <-sweep.C:
@@ -177,10 +215,15 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 // rings each node that was given work.
 func (s *Scheduler) Pass(ctx context.Context) error {
 	for {
-		placed, err := s.store.DispatchPass(ctx, s.cfg.Batch)
-		if err != nil {
+		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
+		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.fleet)
+		if err != nil {
+			s.fleetStale = true // it may be charged for placements that were not made
+			return err
+		}
+		s.lastWaiting = waiting
 		// One statement rings every doorbell of the pass.
 		notified := map[string]bool{}
 		var chans, payloads []string
@@ -203,6 +246,24 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// readFleet reads the connected nodes again when the copy is stale: a fleet
+// doorbell rang, it is older than FleetMaxAge, or the last pass left tasks
+// waiting and it is older than FleetRecheck (finished tasks free room
+// without telling the fleet doorbell).
+func (s *Scheduler) readFleet(ctx context.Context) error {
+	age := time.Since(s.fleetAt)
+	if !s.fleetStale && age < s.cfg.FleetMaxAge && (s.lastWaiting == 0 || age < s.cfg.FleetRecheck) {
+		return nil
+	}
+	at := time.Now()
+	fleet, err := s.store.Candidates(ctx)
+	if err != nil {
+		return err
+	}
+	s.fleet, s.fleetAt, s.fleetStale = fleet, at, false
+	return nil
 }
 
 // SetMetrics makes the scheduler record dispatch latency.

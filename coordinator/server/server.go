@@ -82,6 +82,12 @@ type Server struct {
 	nodeAuth, apiAuth connect.HandlerOption
 }
 
+// compressLarge leaves small messages uncompressed. Most of what crosses a
+// node stream or the API is a few dozen bytes (an ack, a status change, an
+// assignment) that gzip cannot shrink, and setting up a compressor for each was
+// a tenth of a busy replica's CPU; log chunks and listings still compress.
+var compressLarge = connect.WithCompressMinBytes(1024)
+
 // New connects to Postgres, applies migrations and builds the replica. Nothing
 // is served until Run.
 func New(ctx context.Context, cfg Config) (*Server, error) {
@@ -129,8 +135,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.bus.OnDelivery(m.Delivered)
 
 	mux := http.NewServeMux()
-	auth := s.apiAuth
-	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, s.nodeAuth))
+	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge)
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, connect.WithHandlerOptions(s.nodeAuth, compressLarge)))
 	s.tasks = tasks.NewService(st, s.bus, log)
 	s.tasks.SetArtifacts(arts)
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))

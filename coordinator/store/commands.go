@@ -7,18 +7,25 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // Command channel names. A NOTIFY on ChannelNodeCommands carries a node id and
 // means "this node has pending commands"; on ChannelTaskEvents a task id and
 // means "this task's log grew"; on ChannelSubmit nothing and means "the queue
-// changed".
+// changed", or PayloadFleet and means "and so did the nodes it can go to".
 const (
 	ChannelNodeCommands = "podium_node_commands"
 	ChannelTaskEvents   = "podium_task_events"
 	ChannelSubmit       = "podium_submit"
 	ChannelTakeover     = "podium_session_takeover"
 )
+
+// PayloadFleet on ChannelSubmit says a node connected, went, or had its
+// drain, slots or labels changed: the scheduler reads the nodes again.
+const PayloadFleet = "fleet"
 
 // Command is a row of podium.node_commands.
 type Command struct {
@@ -44,26 +51,6 @@ func InsertCommandID(ctx context.Context, q querier, c Command) (int64, error) {
 	err := q.QueryRow(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason, text)
 		values ($1, $2, $3, $4, $5, $6) returning id`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason, c.Text).Scan(&id)
 	return id, err
-}
-
-// PendingCommands lists a node's undelivered commands in the order they were made.
-func (s *Store) PendingCommands(ctx context.Context, nodeID string) ([]Command, error) {
-	rows, err := s.Pool.Query(ctx, `select id, node_id, kind, task_id, attempt, reason, text
-		from podium.node_commands where node_id = $1 and delivered_at is null order by id`, nodeID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[Command])
-}
-
-// MarkDelivered records that a command was written to the node's stream by the
-// replica holding the session with this epoch. A replica that lost the node
-// marks nothing, so the new holder delivers it again.
-func (s *Store) MarkDelivered(ctx context.Context, id int64, nodeID string, epoch int64) (bool, error) {
-	tag, err := s.Pool.Exec(ctx, `update podium.node_commands set delivered_at = now()
-		where id = $1 and delivered_at is null
-		  and exists (select 1 from podium.nodes where id = $2 and session_epoch = $3)`, id, nodeID, epoch)
-	return tag.RowsAffected() == 1, err
 }
 
 // ErrNotRunning means a task is not held by a node, so nothing can reach it.
@@ -94,4 +81,78 @@ func (s *Store) InjectMessage(ctx context.Context, taskID, text string) (id int6
 		return AppendNote(ctx, tx, taskID, attempt, fmt.Sprintf("message %d sent to the task's inbox", id))
 	})
 	return id, nodeID, err
+}
+
+// PendingCommand is an undelivered command with what delivering it needs to
+// know of its task, read in the same statement. Task fields are zero when
+// the command has no task or the task is gone.
+type PendingCommand struct {
+	Command
+	// TaskFound says the task row exists.
+	TaskFound   bool
+	TaskState   string
+	TaskNodeID  string
+	TaskAttempt int32
+	TaskSpec    *podiumv1.TaskSpec
+}
+
+// PendingCommandsFor lists the undelivered commands of several nodes, each
+// node's in the order they were made, joined with their tasks: one statement
+// for every node a replica is delivering to at once.
+func (s *Store) PendingCommandsFor(ctx context.Context, nodeIDs []string) ([]PendingCommand, error) {
+	rows, err := s.Pool.Query(ctx, `select c.id, c.node_id, c.kind, c.task_id, c.attempt, c.reason, c.text,
+			t.id is not null, coalesce(t.state, ''), coalesce(t.node_id, ''), coalesce(t.attempt, 0), t.spec
+		from podium.node_commands c left join podium.tasks t on t.id = c.task_id
+		where c.node_id = any($1) and c.delivered_at is null order by c.id`, nodeIDs)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingCommand, error) {
+		var p PendingCommand
+		var spec []byte
+		err := r.Scan(&p.ID, &p.NodeID, &p.Kind, &p.TaskID, &p.Attempt, &p.Reason, &p.Text,
+			&p.TaskFound, &p.TaskState, &p.TaskNodeID, &p.TaskAttempt, &spec)
+		if err != nil || spec == nil {
+			return p, err
+		}
+		p.TaskSpec = &podiumv1.TaskSpec{}
+		if err := protojson.Unmarshal(spec, p.TaskSpec); err != nil {
+			return p, fmt.Errorf("task %s: stored spec does not parse: %w", p.TaskID, err)
+		}
+		return p, nil
+	})
+}
+
+// Delivery is a command written to a node's stream by the session with Epoch.
+type Delivery struct {
+	ID     int64
+	NodeID string
+	Epoch  int64
+}
+
+// MarkDeliveredMany records many deliveries in one statement and returns the
+// ids it marked. A delivery whose session is no longer the node's (its epoch
+// moved on) is not marked, so the node's new holder delivers it again.
+func (s *Store) MarkDeliveredMany(ctx context.Context, ds []Delivery) (map[int64]bool, error) {
+	ids, nodes, epochs := make([]int64, len(ds)), make([]string, len(ds)), make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i], nodes[i], epochs[i] = d.ID, d.NodeID, d.Epoch
+	}
+	rows, err := s.Pool.Query(ctx, `update podium.node_commands c set delivered_at = now()
+		from unnest($1::bigint[], $2::text[], $3::bigint[]) as u(id, node_id, epoch)
+		join podium.nodes n on n.id = u.node_id and n.session_epoch = u.epoch
+		where c.id = u.id and c.node_id = u.node_id and c.delivered_at is null
+		returning c.id`, ids, nodes, epochs)
+	if err != nil {
+		return nil, err
+	}
+	marked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]bool, len(marked))
+	for _, id := range marked {
+		out[id] = true
+	}
+	return out, nil
 }

@@ -65,60 +65,58 @@ func (c *Candidate) fits(n Need) bool {
 // one with the most free slots; ties go to the node assigned longest ago, then
 // the lowest id. When none fits it returns -1 and the reason, checked in an
 // order that names the first thing a user has to fix.
+//
+// It looks at each node once and allocates nothing: a pass places hundreds of
+// tasks among thousands of nodes.
 func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
 	}
-	var labelled, undrained, roomy []int
-	for i, c := range cands {
-		if c.hasLabels(n.Labels) {
-			labelled = append(labelled, i)
-		}
-	}
-	if len(labelled) == 0 {
-		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
-	}
-	for _, i := range labelled {
-		if !cands[i].Draining {
-			undrained = append(undrained, i)
-		}
-	}
-	if len(undrained) == 0 {
-		return -1, "every node with the labels the task needs is draining"
-	}
-	for _, i := range undrained {
-		if cands[i].fits(n) {
-			roomy = append(roomy, i)
-		}
-	}
-	if len(roomy) == 0 {
-		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
-	}
+	labelled, undrained, roomy := false, false, false
 	best := -1
-	for _, i := range roomy {
-		c := cands[i]
-		if c.FreeSlots() == 0 {
+	var bestFree int32
+	for i, c := range cands {
+		if !c.hasLabels(n.Labels) {
 			continue
 		}
-		if best < 0 {
-			best = i
+		labelled = true
+		if c.Draining {
 			continue
 		}
-		b := cands[best]
-		switch {
-		case c.FreeSlots() != b.FreeSlots():
-			if c.FreeSlots() > b.FreeSlots() {
-				best = i
-			}
-		case !c.LastAssignedAt.Equal(b.LastAssignedAt):
-			if c.LastAssignedAt.Before(b.LastAssignedAt) {
-				best = i
-			}
-		case c.ID < b.ID:
-			best = i
+		undrained = true
+		if !c.fits(n) {
+			continue
 		}
+		roomy = true
+		free := c.FreeSlots()
+		if free == 0 {
+			continue
+		}
+		if best >= 0 {
+			b := cands[best]
+			switch {
+			case free != bestFree:
+				if free < bestFree {
+					continue
+				}
+			case !c.LastAssignedAt.Equal(b.LastAssignedAt):
+				if c.LastAssignedAt.After(b.LastAssignedAt) {
+					continue
+				}
+			case c.ID > b.ID:
+				continue
+			}
+		}
+		best, bestFree = i, free
 	}
-	if best < 0 {
+	switch {
+	case !labelled:
+		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
+	case !undrained:
+		return -1, "every node with the labels the task needs is draining"
+	case !roomy:
+		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
+	case best < 0:
 		return -1, "every node that could run the task is busy: it waits for a free slot"
 	}
 	return best, ""
@@ -132,9 +130,11 @@ type Placement struct {
 	CreatedAt time.Time
 }
 
-// candidates reads the connected nodes with what they are already committed to.
-func candidates(ctx context.Context, q querier) ([]*Candidate, error) {
-	rows, err := q.Query(ctx, `select n.id, n.labels, n.draining,
+// Candidates reads the connected nodes with what they are already committed
+// to. It aggregates every active task, so the scheduler keeps the result
+// between passes rather than reading it for each.
+func (s *Store) Candidates(ctx context.Context) ([]*Candidate, error) {
+	rows, err := s.Pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz)
@@ -156,23 +156,21 @@ func candidates(ctx context.Context, q querier) ([]*Candidate, error) {
 }
 
 // DispatchPass claims up to batch queued tasks (highest priority, then oldest)
-// with FOR UPDATE SKIP LOCKED, places each it can, and records why the others
-// wait. It returns the placements so the caller can ring each node's doorbell
-// after the commit.
-func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error) {
-	var placed []Placement
+// with FOR UPDATE SKIP LOCKED, places each it can on cands, and records why
+// the others wait. Each placement is charged to its candidate, so the same
+// candidates can serve the next pass; if the pass fails they may be charged
+// for placements that were not made, and should be read again. It returns
+// the placements, so the caller can ring each node's doorbell after the
+// commit, and how many claimed tasks were left waiting.
+func (s *Store) DispatchPass(ctx context.Context, batch int, cands []*Candidate) (placed []Placement, waiting int, err error) {
 	// Most ticks find nothing queued; answer that from the partial index
-	// before reading every connected node.
+	// before anything else.
 	var any bool
 	if err := s.Pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
-		return nil, err
+		return nil, 0, err
 	}
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
-		placed = nil
-		cands, err := candidates(ctx, tx)
-		if err != nil {
-			return err
-		}
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		placed, waiting = nil, 0
 		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason, created_at from podium.tasks
 			where state = 'queued' order by priority desc, created_at, id
 			for update skip locked limit $1`, batch)
@@ -198,6 +196,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error
 		for _, q := range qs {
 			i, why := Place(q.need, cands)
 			if i < 0 {
+				waiting++
 				if why != q.reason {
 					if _, err := tx.Exec(ctx, "update podium.tasks set reason = $2 where id = $1", q.id, why); err != nil {
 						return err
@@ -218,7 +217,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int) ([]Placement, error
 		}
 		return recordPlacements(ctx, tx, placed)
 	})
-	return placed, err
+	return placed, waiting, err
 }
 
 // recordPlacements writes a pass's placements with one statement per table
