@@ -393,7 +393,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 			return err
 		}
 		if res.Terminal != "" || res.Requeued {
-			s.reg.Release(k.task)
+			sess.release(k.task)
 		}
 	}
 	return nil

@@ -97,9 +97,9 @@ func (s *Store) IngestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 type ingestTask struct {
 	state        string
 	cancelReason string
-	// reserved is the seq of the task's first new event in this batch, next
-	// the seq its next one gets.
-	reserved, next int64
+	// count is how many new events the task has in this batch; the batch's
+	// n-th new event of the task gets seq first+n.
+	count, first int64
 	// statuses are the indexes (into the batch's taken events) of its status
 	// changes, in order.
 	statuses []int
@@ -109,7 +109,8 @@ type ingestTask struct {
 type takenEvent struct {
 	item int
 	ev   *podiumv1.TaskEvent
-	seq  int64
+	// pos is the event's place among its task's new events in this batch.
+	pos int64
 	// tr is the transition a status change asks for; note replaces the status
 	// row when the change may not be made.
 	tr   *Transition
@@ -135,10 +136,11 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 		for i := range out {
 			out[i] = IngestOutcome{}
 		}
-		epochs, acked, tasks, err := lockForIngest(ctx, tx, nodeIDs, attTasks, attNums, taskIDs)
+		epochs, acked, cancelReasons, err := lockForIngest(ctx, tx, nodeIDs, attTasks, attNums, taskIDs)
 		if err != nil {
 			return err
 		}
+		tasks := map[string]*ingestTask{}
 
 		// Which events are new, item by item in arrival order.
 		type attRow struct {
@@ -168,10 +170,11 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 				out[i].Err = ErrNotHeld
 				continue
 			}
+			// The attempt's row exists, so the task's does (it cascades).
 			t := tasks[it.TaskID]
 			if t == nil {
-				out[i].Err = ErrNotHeld
-				continue
+				t = &ingestTask{cancelReason: cancelReasons[it.TaskID]}
+				tasks[it.TaskID] = t
 			}
 			next := uint64(a.acked) + 1
 			for _, ev := range it.Events {
@@ -181,8 +184,8 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 				if ev.GetSeq() > next {
 					break
 				}
-				te := takenEvent{item: i, ev: ev, seq: t.next}
-				t.next++
+				te := takenEvent{item: i, ev: ev, pos: t.count}
+				t.count++
 				if st := ev.GetStatus(); st != nil {
 					te.tr, te.note = statusTransition(it.TaskID, it.Attempt, st, t.cancelReason)
 					if te.tr != nil {
@@ -211,13 +214,17 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 		var seqNs []int32
 		for _, id := range taskIDs {
 			t := tasks[id]
-			if t == nil || t.next == t.reserved {
+			if t == nil || t.count == 0 {
 				continue
 			}
-			seqIDs, seqNs = append(seqIDs, id), append(seqNs, int32(t.next-t.reserved))
+			seqIDs, seqNs = append(seqIDs, id), append(seqNs, int32(t.count))
 		}
+		// This update is also what locks the batch's tasks (the ids are
+		// sorted; a deadlock with another multi-row writer is retried); it
+		// returns each one's state before the changes below.
 		b.Queue(`update podium.tasks t set last_seq = t.last_seq + u.n
-			from unnest($1::text[], $2::int[]) as u(id, n) where t.id = u.id`, seqIDs, seqNs)
+			from unnest($1::text[], $2::int[]) as u(id, n) where t.id = u.id
+			returning t.id, t.last_seq, t.state`, seqIDs, seqNs)
 		var rounds [][]int // indexes into taken
 		for _, id := range taskIDs {
 			t := tasks[id]
@@ -243,7 +250,18 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 			b.Queue(transitionSQL, args...)
 		}
 		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("reserve log positions: %w", err)
+		}
+		var id, state string
+		var last int64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &last, &state}, func() error {
+			t := tasks[id]
+			t.first, t.state = last-t.count+1, state
+			return nil
+		}); err != nil {
 			br.Close()
 			return fmt.Errorf("reserve log positions: %w", err)
 		}
@@ -290,7 +308,8 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 		// The log rows and the attempts' high-water marks.
 		ev := newEventColumns(len(taken))
 		for _, te := range taken {
-			ev.add(items[te.item].TaskID, items[te.item].Attempt, te)
+			it := items[te.item]
+			ev.add(it.TaskID, it.Attempt, tasks[it.TaskID].first+te.pos, te)
 		}
 		var aTasks []string
 		var aNums []int32
@@ -330,17 +349,18 @@ type attemptID struct {
 }
 
 // lockForIngest reads, in one round trip and locking in key order, the
-// epochs of the batch's nodes (FOR KEY SHARE), its attempts (FOR UPDATE) and
-// its tasks (FOR UPDATE). A task's next seq comes from the row it locked.
+// epochs of the batch's nodes (FOR KEY SHARE) and its attempts (FOR UPDATE),
+// and why the control plane asked to stop any of its tasks. That last read
+// takes no lock: a node only reports a task cancelled after it was told to
+// stop it, which is after the reason was committed.
 func lockForIngest(ctx context.Context, tx pgx.Tx, nodeIDs, attTasks []string, attNums []int32, taskIDs []string) (
-	map[string]int64, map[attemptID]lockedAttempt, map[string]*ingestTask, error) {
+	map[string]int64, map[attemptID]lockedAttempt, map[string]string, error) {
 	b := &pgx.Batch{}
 	b.Queue("select id, session_epoch from podium.nodes where id = any($1) order by id for key share", nodeIDs)
 	b.Queue(`select a.task_id, a.attempt, a.node_id, a.acked_seq from podium.attempts a
 		join unnest($1::text[], $2::int[]) as u(task_id, attempt) on a.task_id = u.task_id and a.attempt = u.attempt
 		order by a.task_id, a.attempt for update of a`, attTasks, attNums)
-	b.Queue(`select id, state, coalesce(cancel_reason, ''), last_seq from podium.tasks
-		where id = any($1) order by id for update`, taskIDs)
+	b.Queue(`select id, cancel_reason from podium.tasks where id = any($1) and cancel_reason is not null`, taskIDs)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	epochs := map[string]int64{}
@@ -366,20 +386,16 @@ func lockForIngest(ctx context.Context, tx pgx.Tx, nodeIDs, attTasks []string, a
 	}); err != nil {
 		return nil, nil, nil, err
 	}
-	tasks := map[string]*ingestTask{}
+	reasons := map[string]string{}
 	rows, err = br.Query()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var state, cancelReason string
-	var last int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &cancelReason, &last}, func() error {
-		tasks[id] = &ingestTask{state: state, cancelReason: cancelReason, reserved: last + 1, next: last + 1}
-		return nil
-	}); err != nil {
+	var reason string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error { reasons[id] = reason; return nil }); err != nil {
 		return nil, nil, nil, err
 	}
-	return epochs, acked, tasks, br.Close()
+	return epochs, acked, reasons, br.Close()
 }
 
 // allowedFrom is the lifecycle: for each state a node may report, the states
@@ -436,7 +452,7 @@ func newEventColumns(n int) *eventColumns {
 	}
 }
 
-func (c *eventColumns) add(taskID string, attempt int32, te takenEvent) {
+func (c *eventColumns) add(taskID string, attempt int32, seq int64, te takenEvent) {
 	at := time.Now()
 	if te.ev.GetTime() != nil {
 		at = te.ev.GetTime().AsTime()
@@ -473,7 +489,7 @@ func (c *eventColumns) add(taskID string, attempt int32, te takenEvent) {
 		t := fmt.Sprintf("ignored event %d from the node: it has no body", te.ev.GetSeq())
 		kind, text = "note", &t
 	}
-	c.taskIDs, c.seqs, c.attempts = append(c.taskIDs, taskID), append(c.seqs, te.seq), append(c.attempts, attempt)
+	c.taskIDs, c.seqs, c.attempts = append(c.taskIDs, taskID), append(c.seqs, seq), append(c.attempts, attempt)
 	c.nodeSeqs, c.ats, c.kinds = append(c.nodeSeqs, int64(te.ev.GetSeq())), append(c.ats, at), append(c.kinds, kind)
 	c.offsets, c.data = append(c.offsets, offset), append(c.data, data)
 	c.states, c.reasons, c.texts = append(c.states, state), append(c.reasons, reason), append(c.texts, text)

@@ -1,0 +1,218 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/ids"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// ingestFixture is nodes with live sessions and tasks assigned to them, the
+// way the scheduler leaves them.
+type ingestFixture struct {
+	st     *store.Store
+	epochs map[string]int64
+	onNode map[string]string // task → node
+}
+
+func newIngestFixture(t *testing.T, nodes, tasks int) (*ingestFixture, []string) {
+	t.Helper()
+	ctx := context.Background()
+	st, _ := openStore(t)
+	f := &ingestFixture{st: st, epochs: map[string]int64{}, onNode: map[string]string{}}
+	for i := range nodes {
+		id := fmt.Sprintf("node_%02d", i)
+		if _, err := st.Pool.Exec(ctx, "insert into podium.nodes (id, key_hash) values ($1, '\\x00')", id); err != nil {
+			t.Fatal(err)
+		}
+		n, err := st.StartSession(ctx, store.SessionStart{NodeID: id, Replica: "r1", MaxTasks: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.epochs[id] = n.SessionEpoch
+	}
+	var in []store.NewTask
+	for range tasks {
+		in = append(in, store.NewTask{ID: ids.New("task"), Spec: &podiumv1.TaskSpec{Image: "busybox"}})
+	}
+	if _, err := st.InsertTasks(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	cands, err := st.Candidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed, _, err := st.DispatchPass(ctx, tasks, cands)
+	if err != nil || len(placed) != tasks {
+		t.Fatalf("placed %d of %d: %v", len(placed), tasks, err)
+	}
+	var taskIDs []string
+	for _, p := range placed {
+		f.onNode[p.TaskID] = p.NodeID
+		taskIDs = append(taskIDs, p.TaskID)
+	}
+	return f, taskIDs
+}
+
+func (f *ingestFixture) item(task string, events ...*podiumv1.TaskEvent) store.IngestItem {
+	node := f.onNode[task]
+	return store.IngestItem{NodeID: node, Epoch: f.epochs[node], TaskID: task, Attempt: 1, Events: events}
+}
+
+func statusEv(seq uint64, s podiumv1.TaskState) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{Seq: seq, Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s}}}
+}
+
+func logEv(seq uint64, text string) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{Seq: seq, Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Data: []byte(text)}}}
+}
+
+// One batch carries many nodes' events: each task moves through every status
+// change it was sent, in order, its log is stored once in order, and a batch
+// sent again stores nothing twice.
+func TestIngestBatchManyTasksInOrderAndIdempotent(t *testing.T) {
+	ctx := context.Background()
+	f, tasks := newIngestFixture(t, 3, 6)
+	zero := int32(0)
+	var items []store.IngestItem
+	for _, id := range tasks {
+		done := statusEv(4, podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+		done.GetStatus().ExitCode = &zero
+		items = append(items, f.item(id,
+			statusEv(1, podiumv1.TaskState_TASK_STATE_PROVISIONING),
+			statusEv(2, podiumv1.TaskState_TASK_STATE_RUNNING),
+			logEv(3, "hello "+id), done))
+	}
+	for round := range 2 {
+		out, err := f.st.IngestBatch(ctx, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			want := 4
+			if round == 1 {
+				want = 0 // the replay
+			}
+			if o.Err != nil || o.Result.Acked != 4 || o.Result.Stored != want {
+				t.Errorf("round %d item %d: %+v, want acked 4, stored %d", round, i, o, want)
+			}
+			if round == 0 && o.Result.Terminal != store.Succeeded {
+				t.Errorf("item %d: terminal %q, want succeeded", i, o.Result.Terminal)
+			}
+		}
+	}
+	for _, id := range tasks {
+		task, err := f.st.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State != store.Succeeded || task.StartedAt == nil || task.FinishedAt == nil || task.ExitCode == nil || *task.ExitCode != 0 {
+			t.Errorf("task %s: state %s, started %v, finished %v, exit %v", id, task.State, task.StartedAt, task.FinishedAt, task.ExitCode)
+		}
+		evs, err := f.st.ReadEvents(ctx, id, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			switch b := e.Event.GetBody().(type) {
+			case *podiumv1.TaskEvent_Status:
+				got = append(got, store.StateName(b.Status.GetState()))
+			case *podiumv1.TaskEvent_Log:
+				got = append(got, string(b.Log.GetData()))
+			default:
+				got = append(got, "note: "+e.Event.GetNote().GetText())
+			}
+			if e.Seq != int64(len(got)) {
+				t.Errorf("task %s: event %d has seq %d: the log has a gap or a repeat", id, len(got), e.Seq)
+			}
+		}
+		want := fmt.Sprint([]string{"scheduled", "provisioning", "running", "hello " + id, "succeeded"})
+		if fmt.Sprint(got) != want {
+			t.Errorf("task %s log %v, want %s", id, got, want)
+		}
+	}
+}
+
+// An item the batch must refuse — a stale session, a task its node does not
+// hold, a gap — costs only that item; the others in the batch are stored.
+func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
+	ctx := context.Background()
+	f, tasks := newIngestFixture(t, 2, 4)
+	stale := f.item(tasks[0], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
+	stale.Epoch--
+	notHeld := f.item(tasks[1], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
+	notHeld.NodeID = "node_99"
+	notHeld.Epoch = 0
+	wrongNode := f.item(tasks[1], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
+	for n := range f.epochs {
+		if n != f.onNode[tasks[1]] {
+			wrongNode.NodeID, wrongNode.Epoch = n, f.epochs[n]
+		}
+	}
+	gap := f.item(tasks[2], statusEv(2, podiumv1.TaskState_TASK_STATE_RUNNING))
+	good := f.item(tasks[3], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
+	out, err := f.st.IngestBatch(ctx, []store.IngestItem{stale, notHeld, wrongNode, gap, good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{store.ErrStaleEpoch, store.ErrNotFound, store.ErrNotHeld, nil, nil} {
+		if !errors.Is(out[i].Err, want) {
+			t.Errorf("item %d: err %v, want %v", i, out[i].Err, want)
+		}
+	}
+	if out[3].Result.Stored != 0 || out[3].Result.Acked != 0 {
+		t.Errorf("the item after a gap stored %d, acked %d; want nothing until seq 1 arrives", out[3].Result.Stored, out[3].Result.Acked)
+	}
+	if out[4].Result.Stored != 1 {
+		t.Errorf("the good item stored %d events, want 1", out[4].Result.Stored)
+	}
+	for i, want := range []string{store.Scheduled, store.Scheduled, store.Scheduled, store.Running} {
+		task, err := f.st.GetTask(ctx, tasks[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State != want {
+			t.Errorf("task %d is %s, want %s", i, task.State, want)
+		}
+	}
+}
+
+// A status the lifecycle does not allow is kept as a note in its place, and a
+// node's "cancelled" for a task stopped for its timeout is a failure.
+func TestIngestBatchLateStatusAndTimeout(t *testing.T) {
+	ctx := context.Background()
+	f, tasks := newIngestFixture(t, 1, 2)
+	if _, err := f.st.Pool.Exec(ctx, "update podium.tasks set cancel_reason = 'timeout' where id = $1", tasks[1]); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.st.IngestBatch(ctx, []store.IngestItem{
+		f.item(tasks[0], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING), statusEv(2, podiumv1.TaskState_TASK_STATE_PROVISIONING)),
+		f.item(tasks[1], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING), statusEv(2, podiumv1.TaskState_TASK_STATE_CANCELLED)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Result.Stored != 2 || out[1].Result.Terminal != store.Failed {
+		t.Fatalf("outcomes %+v", out)
+	}
+	evs, err := f.st.ReadEvents(ctx, tasks[0], 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1].Event.GetNote().GetText()
+	if want := `ignored a late "provisioning" from the node: the task is already running`; last != want {
+		t.Errorf("last event %q, want the note %q", last, want)
+	}
+	task, err := f.st.GetTask(ctx, tasks[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.Failed || task.Reason != "timeout" {
+		t.Errorf("timed-out task is %s (%q), want failed (timeout)", task.State, task.Reason)
+	}
+}
