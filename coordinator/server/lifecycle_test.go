@@ -205,3 +205,45 @@ func TestCancelQueuedAndWriteOff(t *testing.T) {
 		t.Fatalf("reason %q, want a write-off", tk.Reason)
 	}
 }
+
+// The leader keeps the fleet in memory between passes; a drain committed
+// before a submit must still be seen by the pass that places it, and an
+// undrain, or a slot freed by a finished task, must be seen without waiting
+// for the copy to age out.
+func TestSchedulerSeesFleetChangesAtOnce(t *testing.T) {
+	r, _ := coordtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	id, key := enroll(t, r)
+	node := connectWith(t, ctx, r, id, key, &podiumv1.Capacity{MaxTasks: 1})
+	zero := int32(0)
+	for i := range 5 {
+		// Room: placed at once; then its finish frees the one slot.
+		task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox"})
+		a := assignOf(t, node)
+		if a.TaskId != task {
+			t.Fatalf("round %d: assigned %s, want %s", i, a.TaskId, task)
+		}
+		node.send(t, status(task, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
+		waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+
+		// Drained, then a submit right after: it must wait, saying why.
+		if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: true})); err != nil {
+			t.Fatal(err)
+		}
+		waiting := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox"})
+		waitReason(t, ctx, r, waiting, "draining")
+		// Undrained: placed well before the leader's copy would age out.
+		began := time.Now()
+		if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: false})); err != nil {
+			t.Fatal(err)
+		}
+		a = assignOf(t, node)
+		if a.TaskId != waiting {
+			t.Fatalf("round %d: assigned %s after the undrain, want %s", i, a.TaskId, waiting)
+		}
+		t.Logf("round %d: placed %s after the undrain", i, time.Since(began).Round(time.Millisecond))
+		node.send(t, status(waiting, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
+		waitState(t, ctx, r, waiting, podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+	}
+}

@@ -117,6 +117,40 @@ type fleet struct {
 	cancels   atomic.Int64
 	other     atomic.Int64 // NodeConfig, Inject, a later HelloAck
 	batches   atomic.Int64 // EventBatches sent
+
+	// hold makes nodes accept their tasks (PROVISIONING) and keep them there
+	// until release: a phase that measures dispatch alone, as the pgbench
+	// reference does, without the rest of each task's life alongside.
+	hold   atomic.Bool
+	heldMu sync.Mutex
+	kept   []heldTask
+}
+
+type heldTask struct {
+	n *simNode
+	k attemptKey
+}
+
+// release lets every held task run its course: RUNNING and SUCCEEDED after
+// the usual delays.
+func (f *fleet) release() {
+	f.heldMu.Lock()
+	held := f.kept
+	f.kept = nil
+	f.heldMu.Unlock()
+	for _, h := range held {
+		f.runCourse(h.n, h.k)
+	}
+}
+
+// runCourse reports a task RUNNING after startDelay and SUCCEEDED runTime
+// later.
+func (f *fleet) runCourse(n *simNode, k attemptKey) {
+	time.AfterFunc(f.cfg.startDelay, func() { n.emit(k, podiumv1.TaskState_TASK_STATE_RUNNING, nil) })
+	time.AfterFunc(f.cfg.startDelay+f.cfg.runTime, func() {
+		var zero int32
+		n.emit(k, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero)
+	})
 }
 
 func newFleet(url string, creds []nodeCred, cfg config, obs observer) *fleet {
@@ -364,11 +398,13 @@ func (f *fleet) handle(i int, m *podiumv1.StreamResponse) {
 			return
 		}
 		n.emit(k, podiumv1.TaskState_TASK_STATE_PROVISIONING, nil)
-		time.AfterFunc(f.cfg.startDelay, func() { n.emit(k, podiumv1.TaskState_TASK_STATE_RUNNING, nil) })
-		time.AfterFunc(f.cfg.startDelay+f.cfg.runTime, func() {
-			var zero int32
-			n.emit(k, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero)
-		})
+		if f.hold.Load() {
+			f.heldMu.Lock()
+			f.kept = append(f.kept, heldTask{n, k})
+			f.heldMu.Unlock()
+			return
+		}
+		f.runCourse(n, k)
 	case *podiumv1.StreamResponse_Ack:
 		f.acks.Add(1)
 		a := body.Ack

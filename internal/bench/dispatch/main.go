@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -66,6 +67,7 @@ type config struct {
 	pgbenchThreads int
 	pgbenchTime    time.Duration
 	keepLogs       bool
+	cpuProfile     string
 }
 
 func main() { os.Exit(run()) }
@@ -92,6 +94,7 @@ func run() int {
 	flag.IntVar(&cfg.pgbenchThreads, "pgbench-threads", 2, "pgbench threads")
 	flag.DurationVar(&cfg.pgbenchTime, "pgbench-time", 15*time.Second, "how long the pgbench reference runs (0: skip it)")
 	flag.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the coordinator's log (and the work directory) instead of removing them at the end")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark itself (the simulated fleet and the submitters) to this file; the coordinator's own is at --debug-listen")
 	flag.Parse()
 	cfg.maxTasks = int32(maxTasks)
 	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 || cfg.perConn <= 0 || cfg.inflight <= 0 {
@@ -106,6 +109,19 @@ func run() int {
 	defer stop()
 
 	raiseFileLimit(log)
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dispatch:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "dispatch:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	loadStart := loadAvg()
 
 	work, err := os.MkdirTemp("", "podium-bench-dispatch-")

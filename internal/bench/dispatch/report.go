@@ -41,23 +41,12 @@ func perTask(w io.Writer, st statementStats, tasks int, window time.Duration, ba
 	}
 }
 
-func report(w io.Writer, cfg config, r result) {
-	all := "all connected"
-	if !r.AllConnected {
-		all = "NOT all connected"
+func printBurst(w io.Writer, b burstResult) {
+	what := "each task runs its course (RUNNING and SUCCEEDED shortly after it is accepted) while the rest are dispatched"
+	if b.Hold {
+		what = "dispatch alone: nodes accept each task and hold it until the last is assigned, the reference's scope"
 	}
-	fmt.Fprintf(w, "\n--- setup ---\n")
-	fmt.Fprintf(w, "%d nodes with %d slots each over %d HTTP/2 connections: %s in %s; the coordinator holds %d Postgres connections; peak RSS %.0f MiB\n",
-		r.Nodes, r.MaxTasks, r.Conns, all, r.ConnectTime.Round(time.Millisecond), r.PGConns, r.PeakRSSMiB)
-	fmt.Fprintf(w, "idle (%s, fleet connected, nothing to dispatch): coordinator CPU %.1f%%, Postgres CPU %.1f%%, bench CPU %.1f%%; %.1f statements/s, most frequent:\n",
-		cfg.settle, r.IdleCPU.Coord, r.IdleCPU.PG, r.IdleCPU.Bench, r.IdleStmtsPerSec)
-	for _, s := range r.IdleTop {
-		fmt.Fprintf(w, "  %8.1f/s  %s\n", float64(s.calls)/cfg.settle.Seconds(), s.query)
-	}
-	fmt.Fprintf(w, "a serial round trip to Postgres (`select 1` every 10 ms from the bench): p50 %s, p90 %s idle\n", us(r.IdleRTT.P50), us(r.IdleRTT.P90))
-
-	b := r.Burst
-	fmt.Fprintf(w, "\n--- throughput: %d tasks, %d concurrent submitters ---\n", b.Tasks, b.Conc)
+	fmt.Fprintf(w, "\n--- throughput: %d tasks, %d concurrent submitters; %s ---\n", b.Tasks, b.Conc, what)
 	fmt.Fprintf(w, "submit: %d calls (%d errors) in %s: %.0f tasks/s (first Submit called → last Submit returned)\n",
 		b.Submitted, b.Errors, b.LastReturn.Sub(b.FirstCall).Round(time.Millisecond), b.SubmitRate)
 	if b.Errors > 0 {
@@ -76,6 +65,26 @@ func report(w io.Writer, cfg config, r result) {
 	fmt.Fprintf(w, "CPU (first Submit → last Assign): coordinator %.1f%%, Postgres %.1f%%, bench (nodes + submitters) %.1f%%; a serial round trip to Postgres: p50 %s, p90 %s\n",
 		b.CPU.Coord, b.CPU.PG, b.CPU.Bench, us(b.RTT.P50), us(b.RTT.P90))
 	perTask(w, b.Stmts, b.Finished, b.StmtWindow, b.BackgroundStmtsInWin)
+
+}
+
+func report(w io.Writer, cfg config, r result) {
+	all := "all connected"
+	if !r.AllConnected {
+		all = "NOT all connected"
+	}
+	fmt.Fprintf(w, "\n--- setup ---\n")
+	fmt.Fprintf(w, "%d nodes with %d slots each over %d HTTP/2 connections: %s in %s; the coordinator holds %d Postgres connections; peak RSS %.0f MiB\n",
+		r.Nodes, r.MaxTasks, r.Conns, all, r.ConnectTime.Round(time.Millisecond), r.PGConns, r.PeakRSSMiB)
+	fmt.Fprintf(w, "idle (%s, fleet connected, nothing to dispatch): coordinator CPU %.1f%%, Postgres CPU %.1f%%, bench CPU %.1f%%; %.1f statements/s, most frequent:\n",
+		cfg.settle, r.IdleCPU.Coord, r.IdleCPU.PG, r.IdleCPU.Bench, r.IdleStmtsPerSec)
+	for _, s := range r.IdleTop {
+		fmt.Fprintf(w, "  %8.1f/s  %s\n", float64(s.calls)/cfg.settle.Seconds(), s.query)
+	}
+	fmt.Fprintf(w, "a serial round trip to Postgres (`select 1` every 10 ms from the bench): p50 %s, p90 %s idle\n", us(r.IdleRTT.P50), us(r.IdleRTT.P90))
+
+	printBurst(w, r.Dispatch)
+	printBurst(w, r.Burst)
 
 	s := r.Steady
 	fmt.Fprintf(w, "\n--- latency: %.0f tasks/s offered for %s (open loop) ---\n", s.Rate, s.Duration)
@@ -105,25 +114,43 @@ func report(w io.Writer, cfg config, r result) {
 		}
 	}
 
+	b, d := r.Burst, r.Dispatch
 	fmt.Fprintf(w, "\nDispatch: one coordinator replica, %d simulated nodes, %d tasks, %d submitters (CPU %% is of one core)\n\n", r.Nodes, b.Tasks, b.Conc)
-	ratio := 0.0
-	if r.RefTPS > 0 {
-		ratio = b.EndToEnd / r.RefTPS
+	ratio := func(x float64) float64 {
+		if r.RefTPS > 0 {
+			return x / r.RefTPS
+		}
+		return 0
 	}
-	fmt.Fprintf(w, "  Podium, Submit → Assign received   %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", b.EndToEnd, b.SubmitRate, b.AssignRate)
+	fmt.Fprintf(w, "  Podium, Submit → Assign received, dispatch alone       %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", d.EndToEnd, d.SubmitRate, d.AssignRate)
+	fmt.Fprintf(w, "  Podium, Submit → Assign received, tasks running along  %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", b.EndToEnd, b.SubmitRate, b.AssignRate)
 	if r.RefTPS > 0 {
-		fmt.Fprintf(w, "  raw SQL, pgbench (%d clients)       %8.0f tasks/s   (insert + claim SKIP LOCKED + mark scheduled)\n", cfg.pgbenchClients, r.RefTPS)
-		fmt.Fprintf(w, "  ratio Podium / raw SQL              %8.2f\n", ratio)
+		fmt.Fprintf(w, "  raw SQL, pgbench (%d clients)                          %8.0f tasks/s   (insert + claim SKIP LOCKED + mark scheduled)\n", cfg.pgbenchClients, r.RefTPS)
+		fmt.Fprintf(w, "  ratio Podium / raw SQL                                 %8.2f dispatch alone, %.2f with tasks running along\n", ratio(d.EndToEnd), ratio(b.EndToEnd))
 	}
 	fmt.Fprintf(w, "  latency at %.0f tasks/s, Submit called → Assign received: p50 %s, p90 %s, p99 %s, max %s\n", s.Rate, ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))
+	fmt.Fprintf(w, "  machine CPU per dispatched task (coordinator + Postgres + the bench's fleet and submitters): %.2f ms dispatch alone, %.2f ms with tasks running along\n",
+		cpuPerTask(d), cpuPerTask(b))
 	if b.Finished > 0 {
 		fmt.Fprintf(w, "  coordinator CPU %.1f%% in the burst, %.1f%% at %.0f tasks/s; %.1f statements per task (%.1f without background)\n",
 			b.CPU.Coord, s.CPU.Coord, s.Rate, float64(b.Stmts.calls)/float64(b.Finished),
 			(float64(b.Stmts.calls)-b.BackgroundStmtsInWin)/float64(b.Finished))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "targets: ≥ 1,000 tasks/s: %s (%.0f); ≥ half the raw SQL rate: %s (%.2f); p99 < 100 ms at %.0f tasks/s: %s (%s)\n",
-		verdict(b.EndToEnd >= 1000), b.EndToEnd,
-		verdict(r.RefTPS > 0 && ratio >= 0.5), ratio,
+	fmt.Fprintf(w, "targets (dispatch alone, the reference's scope): ≥ 1,000 tasks/s: %s (%.0f); ≥ half the raw SQL rate: %s (%.2f); p99 < 100 ms at %.0f tasks/s: %s (%s)\n",
+		verdict(d.EndToEnd >= 1000), d.EndToEnd,
+		verdict(r.RefTPS > 0 && ratio(d.EndToEnd) >= 0.5), ratio(d.EndToEnd),
 		s.Rate, verdict(s.Assigned > 0 && s.P99 < 100*time.Millisecond), ms(s.P99))
+	fmt.Fprintf(w, "         (tasks running along): ≥ 1,000 tasks/s: %s (%.0f); ≥ half the raw SQL rate: %s (%.2f)\n",
+		verdict(b.EndToEnd >= 1000), b.EndToEnd, verdict(r.RefTPS > 0 && ratio(b.EndToEnd) >= 0.5), ratio(b.EndToEnd))
+}
+
+// cpuPerTask is the CPU the whole machine spent per task dispatched in a
+// phase: the coordinator, Postgres and the benchmark itself share two cores.
+func cpuPerTask(b burstResult) float64 {
+	if b.Assigned == 0 {
+		return 0
+	}
+	window := b.LastAssign.Sub(b.FirstCall).Seconds()
+	return (b.CPU.Coord + b.CPU.PG + b.CPU.Bench) / 100 * window * 1000 / float64(b.Assigned)
 }
