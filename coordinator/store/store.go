@@ -36,6 +36,16 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
 	}
+	// The hot statements take whole batches as arrays (unnest($1), any($1)).
+	// A generic plan, which Postgres settles on after a few runs of a
+	// prepared statement, cannot know how long the arrays are and was made
+	// when the tables were small; it chose sequential scans that got slower
+	// as the tables grew (3.6 ms for a one-row dispatch at 30,000 tasks). A
+	// custom plan sees the array and the table as they are; planning these
+	// statements costs far less than one such scan.
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

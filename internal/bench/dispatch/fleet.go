@@ -121,9 +121,9 @@ type fleet struct {
 	// hold makes nodes accept their tasks (PROVISIONING) and keep them there
 	// until release: a phase that measures dispatch alone, as the pgbench
 	// reference does, without the rest of each task's life alongside.
-	hold   atomic.Bool
-	heldMu sync.Mutex
-	kept   []heldTask
+	heldMu  sync.Mutex
+	holding bool // guarded by heldMu, so no Assign slips past a release
+	kept    []heldTask
 }
 
 type heldTask struct {
@@ -131,10 +131,18 @@ type heldTask struct {
 	k attemptKey
 }
 
-// release lets every held task run its course: RUNNING and SUCCEEDED after
-// the usual delays.
+// hold makes nodes keep the tasks they accept from now until release.
+func (f *fleet) hold() {
+	f.heldMu.Lock()
+	f.holding = true
+	f.heldMu.Unlock()
+}
+
+// release stops holding and lets every held task run its course: RUNNING and
+// SUCCEEDED after the usual delays.
 func (f *fleet) release() {
 	f.heldMu.Lock()
+	f.holding = false
 	held := f.kept
 	f.kept = nil
 	f.heldMu.Unlock()
@@ -144,12 +152,16 @@ func (f *fleet) release() {
 }
 
 // runCourse reports a task RUNNING after startDelay and SUCCEEDED runTime
-// later.
+// later. The second timer is set by the first: two timers set at once can
+// fire out of order on a loaded machine, and a node never reports a task
+// succeeded before it reports it running.
 func (f *fleet) runCourse(n *simNode, k attemptKey) {
-	time.AfterFunc(f.cfg.startDelay, func() { n.emit(k, podiumv1.TaskState_TASK_STATE_RUNNING, nil) })
-	time.AfterFunc(f.cfg.startDelay+f.cfg.runTime, func() {
-		var zero int32
-		n.emit(k, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero)
+	time.AfterFunc(f.cfg.startDelay, func() {
+		n.emit(k, podiumv1.TaskState_TASK_STATE_RUNNING, nil)
+		time.AfterFunc(f.cfg.runTime, func() {
+			var zero int32
+			n.emit(k, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero)
+		})
 	})
 }
 
@@ -398,12 +410,13 @@ func (f *fleet) handle(i int, m *podiumv1.StreamResponse) {
 			return
 		}
 		n.emit(k, podiumv1.TaskState_TASK_STATE_PROVISIONING, nil)
-		if f.hold.Load() {
-			f.heldMu.Lock()
+		f.heldMu.Lock()
+		if f.holding {
 			f.kept = append(f.kept, heldTask{n, k})
 			f.heldMu.Unlock()
 			return
 		}
+		f.heldMu.Unlock()
 		f.runCourse(n, k)
 	case *podiumv1.StreamResponse_Ack:
 		f.acks.Add(1)

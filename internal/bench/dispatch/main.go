@@ -76,7 +76,7 @@ func run() int {
 	var cfg config
 	var maxTasks int
 	flag.IntVar(&cfg.nodes, "nodes", 1000, "simulated nodes")
-	flag.IntVar(&cfg.tasks, "tasks", 5000, "tasks submitted in the throughput phase")
+	flag.IntVar(&cfg.tasks, "tasks", 10000, "tasks submitted in each throughput phase")
 	flag.IntVar(&cfg.submitters, "submitters", 32, "concurrent Submit callers in the throughput phase")
 	flag.Float64Var(&cfg.rate, "rate", 200, "offered load in the latency phase, tasks/s")
 	flag.DurationVar(&cfg.steadyTime, "steady-time", 30*time.Second, "how long the latency phase offers its load")

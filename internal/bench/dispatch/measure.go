@@ -254,8 +254,10 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
 	tr *tracker, f *fleet, hold bool, client podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
 	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters, Hold: hold}
-	f.hold.Store(hold)
-	defer func() { f.hold.Store(false); f.release() }()
+	if hold {
+		f.hold()
+	}
+	defer f.release()
 	if err := db.resetStatements(ctx); err != nil {
 		return b, err
 	}
@@ -334,7 +336,6 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord
 	}
 	b.SubmitRate = float64(b.Submitted-b.Errors) / b.LastReturn.Sub(b.FirstCall).Seconds()
 	log.Info("throughput: dispatched", "assigned", b.Assigned, "tasks/s", fmt.Sprintf("%.0f", b.EndToEnd), "held", hold)
-	f.hold.Store(false)
 	f.release()
 
 	// Statements are counted once every task has run to the end, so each one's
@@ -345,6 +346,22 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord
 		return b, err
 	}
 	b.Finished = int(tr.nFinished.Load() - finished0)
+	if b.Finished < b.Assigned {
+		// Say where the stragglers are, as the tables see them.
+		rows, err := db.conn.Query(ctx, "select state, reason, count(*) from podium.tasks where state <> 'succeeded' group by 1, 2 order by 3 desc limit 5")
+		if err != nil {
+			log.Warn("throughput: cannot read the stragglers", "err", err)
+		} else {
+			for rows.Next() {
+				var state, reason string
+				var n int
+				if rows.Scan(&state, &reason, &n) == nil {
+					log.Warn("throughput: tasks that did not finish", "state", state, "reason", reason, "tasks", n)
+				}
+			}
+			rows.Close()
+		}
+	}
 	b.StmtWindow = time.Since(c0.at)
 	b.BackgroundStmtsInWin = idleRate * b.StmtWindow.Seconds()
 	var serr error
