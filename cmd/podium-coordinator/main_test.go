@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -53,5 +56,36 @@ func TestHealthcheck(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"healthcheck", "--url", srv.URL}, &stderr); code != 1 {
 		t.Fatalf("no coordinator: exit %d: %s", code, stderr.String())
+	}
+}
+
+// The profiler listens on loopback only, and says so; on loopback it serves.
+func TestDebugListen(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, bad := range []string{"0.0.0.0:7071", "10.1.2.3:7071", "example.com:7071", "7071"} {
+		if _, err := serveDebug(bad, log); err == nil {
+			t.Errorf("--debug-listen %s was accepted", bad)
+		} else if !strings.Contains(err.Error(), "--debug-listen") {
+			t.Errorf("--debug-listen %s: %v does not name the flag", bad, err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	stop, err := serveDebug(addr, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	res, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/cmdline: %s", res.Status)
 	}
 }
