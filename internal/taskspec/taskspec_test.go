@@ -160,17 +160,7 @@ func TestParseRejects(t *testing.T) {
 		{"only comments", "# nothing\n", []string{"task spec is empty"}},
 		{"tabs", "image: a\n\tcommand: [b]\n", []string{"task spec: line"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			spec, err := Parse(strings.NewReader(tc.file))
-			if err == nil {
-				t.Fatalf("Parse(%q) = %v, want an error", tc.file, spec)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Parse(%q) error\n  %v\nshould contain %q", tc.file, err, w)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantParseError(t, tc.file, tc.want) })
 	}
 }
 
@@ -383,6 +373,21 @@ func TestLabelProblem(t *testing.T) {
 	} {
 		if got := LabelProblem(l) == ""; got != ok {
 			t.Errorf("LabelProblem(%q) = %q, want ok=%v", l, LabelProblem(l), ok)
+		}
+	}
+}
+
+// wantParseError checks that Parse refuses file with an error containing
+// every one of want.
+func wantParseError(t *testing.T, file string, want []string) {
+	t.Helper()
+	spec, err := Parse(strings.NewReader(file))
+	if err == nil {
+		t.Fatalf("Parse(%q) = %v, want an error", file, spec)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Parse(%q) error\n  %v\nshould contain %q", file, err, w)
 		}
 	}
 }
