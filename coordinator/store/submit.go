@@ -26,7 +26,13 @@ const insertTasks = `insert into podium.tasks
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
-	returning ` + taskColumns
+	returning ` + insertedColumns
+
+// insertedColumns are taskColumns without the spec: the caller has it already,
+// and sending it back and parsing it again (protojson) costs CPU for nothing.
+const insertedColumns = `id, state, reason, exit_code, signal, node_id, attempt, priority,
+	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
+	finished_at, cancel_requested_at, last_seq`
 
 // insertTasksAndRing is insertTasks with the scheduler's doorbell in the same
 // statement, so a batch is one round trip and one commit. This departs from
@@ -37,7 +43,7 @@ const insertTasks = `insert into podium.tasks
 // other sessions notifying meanwhile, the flusher stored more tasks per second
 // this way and the other notifiers were no slower.
 const insertTasksAndRing = `with ins as (` + insertTasks + `)
-	select ` + taskColumns + ` from ins cross join (select pg_notify($9, '')) as bell`
+	select ` + insertedColumns + ` from ins cross join (select pg_notify($9, '')) as bell`
 
 // InsertTasks stores tasks queued in one statement and rings ChannelSubmit once
 // for all of them, so submitting N tasks at once costs one statement instead
@@ -81,7 +87,10 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 	out := make([]Task, n)
 	got := 0
 	for rows.Next() {
-		t, err := scanTask(rows)
+		var t Task
+		err := rows.Scan(&t.ID, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
+			&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
+			&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -89,6 +98,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		if !ok {
 			return nil, fmt.Errorf("insert returned task %s, which was not asked for", t.ID)
 		}
+		t.Spec = ts[i].Spec
 		out[i] = t
 		got++
 	}
