@@ -240,6 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			"and make sure this user may use it (the docker group, or DOCKER_HOST)", err)
 	}
 	a.resume(ctx)
+	a.exec.ResumeUploads(ctx, a.sess.Emit, a.sess.ContinueAfter)
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}

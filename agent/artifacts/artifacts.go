@@ -45,6 +45,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -101,10 +102,36 @@ type Skipped struct {
 	Reason string
 }
 
+// UploadWindow is how long after an attempt ended the coordinator takes its
+// artifacts (UploadGrace in coordinator/artifacts). Past it an upload is
+// refused, so the node stops trying, and forgets what it kept for a retry.
+const UploadWindow = 10 * time.Minute
+
 // Uploader takes the artifacts of a task attempt that has ended (package
-// artifacts/upload is the real one). note writes a line into the task's log.
+// artifacts/upload is the real one).
 type Uploader interface {
-	Upload(ctx context.Context, taskID string, attempt int32, files []File, note func(text string)) Job
+	Upload(ctx context.Context, u Uploads) Job
+}
+
+// Uploads is the files of one task attempt, for an Uploader.
+type Uploads struct {
+	TaskID  string
+	Attempt int32
+	Files   []File
+	// Note writes a line into the task's log; nil writes nothing.
+	Note func(text string)
+	// EndedAt, when set, is when the attempt's final status was sent, by an
+	// earlier agent process: the job starts as if Ended had been called then,
+	// so its window is the one the coordinator applies. It does not write
+	// the "upload failed … (will retry)" note again: the earlier process did.
+	EndedAt time.Time
+	// Pending, when set, is told which files are still to be sent whenever
+	// that changes once the attempt has ended (at Ended, or at once with
+	// EndedAt, and after each file is stored or given up), last with none
+	// when nothing is left. It is not told when the job ends because ctx did:
+	// the files it was last told of are the ones a restarted agent resumes.
+	// Calls come one at a time, in order.
+	Pending func(endedAt time.Time, files []File)
 }
 
 // Job is the uploads of one task attempt.

@@ -41,9 +41,10 @@ func (j *fakeJob) Tried() <-chan struct{} { return j.tried }
 func (j *fakeJob) Done() <-chan struct{}  { return j.done }
 func (j *fakeJob) Ended()                 { j.once.Do(func() { close(j.ended) }) }
 
-func (f *fakeUploader) Upload(ctx context.Context, taskID string, attempt int32, files []artifacts.File, note func(string)) artifacts.Job {
+func (f *fakeUploader) Upload(ctx context.Context, u artifacts.Uploads) artifacts.Job {
+	files, note := u.Files, u.Note
 	f.mu.Lock()
-	f.taskID = taskID
+	f.taskID = u.TaskID
 	f.contents = map[string]string{}
 	for _, file := range files {
 		b, err := os.ReadFile(file.Path)

@@ -47,7 +47,10 @@
 // stored, and noted in the task's log, before the task counts as ended; an
 // upload that fails never changes the status. Uploads still retrying go on
 // after the status is sent, and the host directory is removed only once they
-// are done: stored, refused, or past the coordinator's window. The task's container runs with every capability
+// are done: stored, refused, or past the coordinator's window. Meanwhile the
+// files still to send are listed in the directory (uploadsFile), so that an
+// agent restarted before they are done takes them over (ResumeUploads)
+// instead of removing them with the directory. The task's container runs with every capability
 // dropped except those its spec adds back from taskspec.AllowedCapabilities,
 // with no-new-privileges, never privileged, and with no mounts but the ones
 // above: never the Docker socket.
@@ -157,7 +160,10 @@ var ErrNotRunning = errors.New("executor: the task attempt is not running on thi
 // the body; the caller assigns seq. cur, when not nil, is how far the run has
 // read its runner logs once this event is stored: the caller must store the
 // two together (see package spool), and hand the newest cursor back to Resume
-// after a restart. A run calls Emit from one goroutine at a time, in the
+// after a restart. The caller assigns seq by setting ev.Seq before Emit
+// returns: the executor keeps the newest with an attempt's pending uploads,
+// so that the notes of a restarted agent continue the task's log (see
+// ResumeUploads). A run calls Emit from one goroutine at a time, in the
 // order of its events. Emit may block to push back on a task that writes
 // faster than its output can be shipped; the run then reads its runner log
 // later, and nothing is lost or held in memory.
@@ -254,7 +260,9 @@ type Executor struct {
 
 	mu   sync.Mutex
 	runs map[Key]*run
-	wg   sync.WaitGroup
+	// uploading are the attempts whose uploads ResumeUploads took over.
+	uploading map[Key]bool
+	wg        sync.WaitGroup
 }
 
 // New returns an executor. It does not contact the engine; a missing engine
@@ -285,6 +293,7 @@ func New(cfg Config) (*Executor, error) {
 		uploader:     cfg.Artifacts,
 		artifactWait: cfg.ArtifactWait,
 		runs:         make(map[Key]*run),
+		uploading:    make(map[Key]bool),
 	}
 	if e.artifactWait <= 0 {
 		e.artifactWait = DefaultArtifactWait
@@ -533,10 +542,17 @@ func (e *Executor) Tasks() []Key {
 	return keys
 }
 
-// Wait blocks until every run started so far has finished. After the context
+// Wait blocks until every run started so far, and every upload ResumeUploads
+// took over, has finished. After the context
 // the runs were started with ends, this is how the agent waits for them to
 // let go of their containers (which keep running) before it exits.
 func (e *Executor) Wait() { e.wg.Wait() }
+
+func (e *Executor) isUploading(k Key) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.uploading[k]
+}
 
 func (e *Executor) owns(k Key) bool {
 	e.mu.Lock()
@@ -548,7 +564,8 @@ func (e *Executor) owns(k Key) bool {
 // RemoveOrphans removes the containers, networks, volumes and host
 // directories of this node that no run owns: what an earlier agent process
 // left of attempts it did not resume (they were lost, finished, or disowned).
-// Call it once after resuming, before accepting work.
+// Call it once after resuming, and after ResumeUploads, whose directories it
+// keeps, before accepting work.
 func (e *Executor) RemoveOrphans(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -566,7 +583,7 @@ func (e *Executor) RemoveOrphans(ctx context.Context) error {
 	}
 	for _, d := range entries {
 		k, ok := parseDirName(d.Name())
-		if !ok || e.owns(k) {
+		if !ok || e.owns(k) || e.isUploading(k) {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(e.tasksDir, d.Name())); err != nil {

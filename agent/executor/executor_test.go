@@ -49,6 +49,7 @@ func newRecorder() *recorder {
 func (r *recorder) emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
+	ev.Seq = uint64(len(r.events)) // as the session numbers them
 	if cur != nil {
 		r.cursor = *cur
 	}

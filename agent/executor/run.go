@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -74,6 +75,8 @@ type run struct {
 	// sent.
 	emitMu sync.Mutex
 	cur    Cursor
+	// lastSeq is the seq the caller of Emit gave the newest event.
+	lastSeq atomic.Uint64
 
 	// bg counts the run's helper goroutines (log tails, readiness
 	// checks); the run joins them before it ends.
@@ -150,6 +153,9 @@ func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *Cursor) {
 	ev.Attempt = r.key.Attempt
 	ev.Time = now()
 	r.emitFn(ev, cur)
+	if s := ev.GetSeq(); s > 0 {
+		r.lastSeq.Store(s)
+	}
 }
 
 // emitStatus sends a status change; started marks the cursor as past the
@@ -247,7 +253,8 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 		case <-job.Done():
 		case <-ctx.Done():
 			// Pending uploads end with the agent; the next agent process
-			// removes the directory (see RemoveOrphans).
+			// takes them over from their record (ResumeUploads) or, with
+			// nothing left, removes the directory (RemoveOrphans).
 			<-job.Done()
 			return
 		}
@@ -280,7 +287,11 @@ func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
 		return nil
 	}
 	r.log.Info("uploading the task's artifacts", "files", len(files), "bytes", total, "skipped", len(skipped))
-	return r.e.uploader.Upload(ctx, r.key.TaskID, r.key.Attempt, files, func(text string) { r.note("%s", text) })
+	return r.e.uploader.Upload(ctx, artifacts.Uploads{
+		TaskID: r.key.TaskID, Attempt: r.key.Attempt, Files: files,
+		Note:    func(text string) { r.note("%s", text) },
+		Pending: r.e.pendingKeeper(r.key, r.dir, r.lastSeq.Load),
+	})
 }
 
 // collectArtifacts lists the files to upload: those of the artifacts

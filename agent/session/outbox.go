@@ -499,6 +499,21 @@ func (o *outbox) load(attempts []*spool.Attempt) {
 	o.wake()
 }
 
+// continueAfter makes an ended attempt nobody holds retired at lastSeq, so
+// that notes about it are sent after that seq instead of dropped; see
+// Session.ContinueAfter.
+func (o *outbox) continueAfter(key executor.Key, lastSeq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, held := o.tasks[key]; held {
+		return
+	}
+	if _, ok := o.retired[key]; ok {
+		return
+	}
+	o.retired[key] = retired{lastSeq: lastSeq, ended: true, at: time.Now()}
+}
+
 // drop forgets an attempt entirely, spool included: one that an agent
 // restart found nothing left of.
 func (o *outbox) drop(key executor.Key) {

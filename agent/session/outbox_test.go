@@ -204,3 +204,42 @@ func TestOutboxNotesAfterTheEnd(t *testing.T) {
 		t.Fatal("a note for an unknown attempt was kept")
 	}
 }
+
+// After a restart the outbox knows nothing of an attempt whose terminal status
+// an earlier process had stored; continueAfter lets the notes of its resumed
+// artifact uploads go out numbered after the seq the executor recorded, kept
+// in memory only. An attempt the spool still holds keeps its own numbering.
+func TestOutboxContinueAfter(t *testing.T) {
+	dir := t.TempDir()
+	sp, _, err := spool.Open(dir, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOutbox(1<<20, sp, slog.Default())
+	k := executor.Key{TaskID: "t", Attempt: 1}
+	o.continueAfter(k, 7)
+	ev := noteEvent("t")
+	o.add(ev, nil)
+	if ev.GetSeq() != 8 || o.active(k) || !o.ended(k) {
+		t.Fatalf("seq %d, active %v, ended %v; want 8, an ended attempt", ev.GetSeq(), o.active(k), o.ended(k))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the note was spooled: %v; alone it would read as a running attempt", entries)
+	}
+	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 8 {
+		t.Fatalf("batch %v", b)
+	}
+	o.ack(k, 8)
+	if !o.empty() {
+		t.Fatal("the attempt was not retired once its note was acknowledged")
+	}
+
+	held := executor.Key{TaskID: "h", Attempt: 1}
+	o.add(statusEvent("h", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
+	o.continueAfter(held, 40)
+	ev = noteEvent("h")
+	o.add(ev, nil)
+	if ev.GetSeq() != 2 {
+		t.Fatalf("the note of an attempt the outbox holds got seq %d, want 2", ev.GetSeq())
+	}
+}

@@ -237,6 +237,16 @@ func (s *Session) Drop(taskID string, attempt int32) {
 	s.out.drop(executor.Key{TaskID: taskID, Attempt: attempt})
 }
 
+// ContinueAfter readies the session for notes about an attempt whose final
+// status an earlier agent process sent and the coordinator stored: the
+// uploads of its artifacts that the executor took over (ResumeUploads).
+// Their seqs continue after lastSeq, the attempt's newest event, and, like
+// any note after the final status, they are kept in memory only. An attempt
+// the spool still holds keeps its own seqs.
+func (s *Session) ContinueAfter(k executor.Key, lastSeq uint64) {
+	s.out.continueAfter(k, lastSeq)
+}
+
 // Track tells the session when a run it did not start itself (a resumed
 // one) ends, for ExitOnDrain.
 func (s *Session) Track(done <-chan struct{}) {

@@ -254,3 +254,79 @@ echo done`
 		return os.IsNotExist(err)
 	})
 }
+
+// An artifact still waiting for its upload when the task has ended outlives
+// the agent: the object store is down when the task exits, so the task
+// succeeds with a note that the upload failed; the agent then stops (or is
+// killed) before any retry could work, the store comes back, and the next
+// agent process stores the file from the record it finds in the attempt's
+// directory, exactly once and byte for byte, and removes the directory.
+func TestPendingArtifactsSurviveAnAgentRestart(t *testing.T) {
+	for _, how := range []string{"stopped", "killed"} {
+		t.Run(how, func(t *testing.T) {
+			s3 := s3test.Start(t)
+			e := newEnvWithArtifacts(t, s3)
+			s3.Stop()
+			script := `set -e
+A=/workspace/.podium/artifacts
+seq 1 5000 > $A/report.txt
+cd $A && sha256sum report.txt >&2`
+			r := e.podium("run", "--image", e.image, "--", "sh", "-c", script)
+			if r.code != 0 {
+				t.Fatalf("podium run exited %d, want 0: a failed upload must not fail the task\n%s", r.code, r.stderr)
+			}
+			id := r.taskID(t)
+			want := sums(r.stderr)["report.txt"]
+			if want == "" || !bytes.Contains(r.stderr, []byte("→ artifact report.txt: upload failed: ")) {
+				t.Fatalf("podium run did not show the task's sum and the failed upload:\n%s", r.stderr)
+			}
+			taskDir := filepath.Join(e.data, "tasks", id+"-1")
+			coordtest.Eventually(t, 10*time.Second, "the record of the pending upload", func() bool {
+				_, err := os.Stat(filepath.Join(taskDir, "uploads.json"))
+				return err == nil
+			})
+			if how == "killed" {
+				e.killAgent()
+			} else {
+				e.stopAgent()
+			}
+			if _, err := os.Stat(filepath.Join(taskDir, "artifacts", "report.txt")); err != nil {
+				t.Fatalf("the file waiting for its upload is gone with the agent: %v", err)
+			}
+			if err := s3.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if list := e.artifactList(id); len(list) != 0 {
+				t.Fatalf("listed %v before the next agent started", list)
+			}
+
+			e.startAgent()
+			var list []*podiumv1.Artifact
+			coordtest.Eventually(t, 60*time.Second, "the next agent to store the artifact", func() bool {
+				list = e.artifactList(id)
+				return len(list) == 1
+			})
+			if a := list[0]; a.GetName() != "report.txt" || a.GetSha256() != want || a.GetSize() != 23893 {
+				t.Fatalf("stored %s, %d bytes with sha256 %s; the task wrote report.txt, 23893 bytes with sha256 %s",
+					a.GetName(), a.GetSize(), a.GetSha256(), want)
+			}
+			coordtest.Eventually(t, 10*time.Second, "the task's directory on the node to be removed after the upload", func() bool {
+				_, err := os.Stat(taskDir)
+				return os.IsNotExist(err)
+			})
+			var rows int
+			if err := e.r.Store().Pool.QueryRow(context.Background(),
+				"select count(*) from podium.artifacts where task_id = $1", id).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			logs := e.podium("logs", id)
+			stored := "→ artifact report.txt (23893 bytes, sha256 " + want + ") stored"
+			if n := bytes.Count(logs.stderr, []byte("→ artifact report.txt (")); rows != 1 || n != 1 || !bytes.Contains(logs.stderr, []byte(stored)) {
+				t.Fatalf("%d artifact rows and %d stored notes, want one of each, %q:\n%s", rows, n, stored, logs.stderr)
+			}
+			if !strings.Contains(e.alog.String(), "resuming the artifact uploads an earlier agent process left pending") {
+				t.Errorf("the agent's log does not say it resumed the upload:\n%s", e.alog.String())
+			}
+		})
+	}
+}

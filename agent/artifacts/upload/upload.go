@@ -21,11 +21,20 @@
 // with a retryable error, "artifact NAME: not uploaded: …" when it gives up,
 // and nothing for the retries in between (the agent's own log has each one).
 //
-// Pending uploads live in the agent process only: an agent that stops while
-// files are still waiting for a retry drops them (the next agent removes the
-// attempt's directory). An agent that stops before the task's final status was
-// sent loses nothing: the next one resumes the task and collects its files
-// again.
+// # Restarts
+//
+// An agent that stops before the task's final status was sent loses nothing:
+// the next one resumes the task and collects its files again. After the
+// status, the collection cannot be repeated (the task is over for the
+// coordinator), so once a job has been told the attempt ended it reports the
+// files still to be sent through Uploads.Pending, after each one stored or
+// given up, and the executor keeps that list on disk in the attempt's
+// directory. The next agent process hands the list back as a new job with
+// Uploads.EndedAt: the same loop, backoff and window, the window counted from
+// the original end, so a file is sent again only if it had not been stored.
+// Its "upload failed" note is not repeated. A file stored just before a
+// crash, before the list was rewritten, is sent once more, which replaces
+// the stored copy with the same bytes.
 package upload
 
 import (
@@ -37,6 +46,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,7 +65,7 @@ const ChunkSize = 256 << 10
 const (
 	// DefaultWindow is how long after an attempt ended the coordinator
 	// takes its artifacts (artifacts.Config.UploadGrace on its side).
-	DefaultWindow   = 10 * time.Minute
+	DefaultWindow   = artifacts.UploadWindow
 	DefaultRetryMin = time.Second
 	DefaultRetryMax = time.Minute
 )
@@ -111,16 +121,19 @@ func New(cfg Config) (*Uploader, error) {
 }
 
 // Upload starts uploading the files of an attempt in the background and
-// returns at once. ctx is the agent's: the uploads end with it. note writes a
-// line into the task's log.
-func (u *Uploader) Upload(ctx context.Context, taskID string, attempt int32, files []artifacts.File, note func(string)) artifacts.Job {
+// returns at once. ctx is the agent's: the uploads end with it.
+func (u *Uploader) Upload(ctx context.Context, up artifacts.Uploads) artifacts.Job {
 	j := &job{
-		u: u, taskID: taskID, attempt: attempt, files: files, note: note,
-		log:   u.log.With("task_id", taskID, "attempt", attempt),
+		u: u, taskID: up.TaskID, attempt: up.Attempt, files: up.Files, note: up.Note,
+		pending: up.Pending, left: slices.Clone(up.Files), resumed: !up.EndedAt.IsZero(),
+		log:   u.log.With("task_id", up.TaskID, "attempt", up.Attempt),
 		tried: make(chan struct{}), ended: make(chan struct{}), done: make(chan struct{}),
 	}
 	if j.note == nil {
 		j.note = func(string) {}
+	}
+	if j.resumed {
+		j.end(up.EndedAt)
 	}
 	go j.run(ctx)
 	return j
@@ -133,6 +146,8 @@ type job struct {
 	files   []artifacts.File
 	note    func(string)
 	log     *slog.Logger
+	// resumed is a job an earlier agent process started (Uploads.EndedAt).
+	resumed bool
 
 	tried chan struct{}
 	done  chan struct{}
@@ -140,16 +155,49 @@ type job struct {
 	endOnce sync.Once
 	endedAt time.Time // written before ended is closed
 	ended   chan struct{}
+
+	// mu orders the calls of pending and guards left, the files neither
+	// stored nor given up yet.
+	mu      sync.Mutex
+	pending func(time.Time, []artifacts.File)
+	left    []artifacts.File
 }
 
 func (j *job) Tried() <-chan struct{} { return j.tried }
 func (j *job) Done() <-chan struct{}  { return j.done }
 
-func (j *job) Ended() {
+func (j *job) Ended() { j.end(time.Now()) }
+
+func (j *job) end(at time.Time) {
 	j.endOnce.Do(func() {
-		j.endedAt = time.Now()
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.endedAt = at
 		close(j.ended)
+		j.reportLocked()
 	})
+}
+
+// settled takes files off the list of those left: stored, or given up.
+func (j *job) settled(files ...artifacts.File) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.left = slices.DeleteFunc(j.left, func(l artifacts.File) bool {
+		return slices.ContainsFunc(files, func(f artifacts.File) bool { return f.Name == l.Name })
+	})
+	select {
+	case <-j.ended:
+		j.reportLocked()
+	default:
+	}
+}
+
+// reportLocked tells Uploads.Pending what is left. Before the attempt ended
+// there is nothing to tell: a restarted agent collects the files again.
+func (j *job) reportLocked() {
+	if j.pending != nil {
+		j.pending(j.endedAt, slices.Clone(j.left))
+	}
 }
 
 // closesAt is when the coordinator stops taking this attempt's uploads, and
@@ -195,6 +243,12 @@ func (j *job) run(ctx context.Context) {
 
 	pending := j.files
 	noted := map[string]bool{}
+	if j.resumed {
+		// The earlier agent process noted the first failure already.
+		for _, f := range pending {
+			noted[f.Name] = true
+		}
+	}
 	lastErr := map[string]error{}
 	delay := j.u.cfg.RetryMin
 	for {
@@ -207,6 +261,7 @@ func (j *job) run(ctx context.Context) {
 			err := j.uploadOne(ctx, f)
 			switch {
 			case err == nil:
+				j.settled(f)
 			case ctx.Err() != nil:
 				again = append(again, f)
 				lastErr[f.Name] = err
@@ -221,6 +276,7 @@ func (j *job) run(ctx context.Context) {
 			default:
 				j.log.Warn("artifact upload refused; not retrying", "name", f.Name, "err", err)
 				j.note(fmt.Sprintf("artifact %s: not uploaded: %v", f.Name, err))
+				j.settled(f)
 			}
 		}
 		markTried()
@@ -234,6 +290,8 @@ func (j *job) run(ctx context.Context) {
 			}
 			if closes, ok := j.closesAt(); ok && time.Now().After(closes) {
 				j.giveUp(again, lastErr)
+			} else if j.pending != nil {
+				j.log.Warn("the agent is stopping; artifacts not uploaded yet are left for the next agent process", "names", names)
 			} else {
 				j.log.Warn("the agent is stopping; artifacts not uploaded yet are dropped", "names", names)
 			}
@@ -263,6 +321,7 @@ func (j *job) giveUp(files []artifacts.File, lastErr map[string]error) {
 		j.note(fmt.Sprintf("artifact %s: not uploaded: the coordinator could not store it within %s of the task's end (last error: %v)",
 			f.Name, j.u.cfg.Window, lastErr[f.Name]))
 	}
+	j.settled(files...)
 }
 
 // errMismatch is a stored artifact whose size or digest is not what the node

@@ -195,7 +195,7 @@ func TestUploadStreamsEachFileInChunks(t *testing.T) {
 	_, _ = rand.NewChaCha8([32]byte{1}).Read(big)
 	want := map[string][]byte{"empty": {}, "small.txt": []byte("hello\n"), "sub/dir/big.bin": big}
 	var n notes
-	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 2, files(t, want), n.add)
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 2, Files: files(t, want), Note: n.add})
 	wait(t, job.Tried(), "the first pass")
 	job.Ended()
 	wait(t, job.Done(), "the uploads")
@@ -236,9 +236,9 @@ func TestRetriesWhileUnavailableAndStopsOnAFinalRefusal(t *testing.T) {
 		return nil
 	}
 	var n notes
-	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 1, files(t, map[string][]byte{
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1, Files: files(t, map[string][]byte{
 		"flaky": []byte("eventually"), "refused": []byte("never"), "fine": []byte("at once"),
-	}), n.add)
+	}), Note: n.add})
 	wait(t, job.Tried(), "the first pass")
 	if _, ok := f.coord.get("fine"); !ok {
 		t.Error("the first pass is over but fine is not stored")
@@ -269,7 +269,7 @@ func TestGivesUpWhenTheWindowCloses(t *testing.T) {
 		return connect.NewError(connect.CodeUnavailable, errors.New("the artifact store is unavailable"))
 	}
 	var n notes
-	job := f.uploader(t, 300*time.Millisecond).Upload(f.ctx(), "task_1", 1, files(t, map[string][]byte{"a": []byte("x")}), n.add)
+	job := f.uploader(t, 300*time.Millisecond).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1, Files: files(t, map[string][]byte{"a": []byte("x")}), Note: n.add})
 	wait(t, job.Tried(), "the first pass")
 	// Retries go on until the task has ended and its window closed.
 	time.Sleep(200 * time.Millisecond)
@@ -300,7 +300,7 @@ func TestAgentStoppingEndsTheUploads(t *testing.T) {
 		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
 	}
 	ctx, cancel := context.WithCancel(f.ctx())
-	job := f.uploader(t, time.Hour).Upload(ctx, "task_1", 1, files(t, map[string][]byte{"a": []byte("x")}), nil)
+	job := f.uploader(t, time.Hour).Upload(ctx, artifacts.Uploads{TaskID: "task_1", Attempt: 1, Files: files(t, map[string][]byte{"a": []byte("x")})})
 	wait(t, job.Tried(), "the first pass")
 	cancel()
 	wait(t, job.Done(), "the uploads to end with the agent")
@@ -313,7 +313,7 @@ func TestUnreadableFileIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n notes
-	job := f.uploader(t, time.Minute).Upload(f.ctx(), "task_1", 1, fs, n.add)
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1, Files: fs, Note: n.add})
 	job.Ended()
 	wait(t, job.Done(), "the uploads")
 	if _, ok := f.coord.get("kept"); !ok {
@@ -321,5 +321,117 @@ func TestUnreadableFileIsNotRetried(t *testing.T) {
 	}
 	if got := n.all(); len(got) != 1 || !strings.HasPrefix(got[0], "artifact gone: not uploaded: the file cannot be read on the node") {
 		t.Fatalf("notes %q", got)
+	}
+}
+
+// pendingLog records what a job tells Uploads.Pending.
+type pendingLog struct {
+	mu    sync.Mutex
+	calls [][]string
+	ended []time.Time
+}
+
+func (p *pendingLog) add(endedAt time.Time, files []artifacts.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := []string{}
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	p.calls = append(p.calls, names)
+	p.ended = append(p.ended, endedAt)
+}
+
+func (p *pendingLog) all() ([][]string, []time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([][]string(nil), p.calls...), append([]time.Time(nil), p.ended...)
+}
+
+// Before the attempt ended nothing is reported (a restarted agent collects
+// the files again); from Ended on, each change of the files left is, with
+// the end time, down to none.
+func TestPendingFilesAreReportedFromTheEnd(t *testing.T) {
+	f := start(t)
+	release := make(chan struct{})
+	f.coord.answer = func(name string, call int) error {
+		if name == "late" {
+			select {
+			case <-release:
+			default:
+				return connect.NewError(connect.CodeUnavailable, errors.New("the artifact store is unavailable"))
+			}
+		}
+		return nil
+	}
+	var p pendingLog
+	job := f.uploader(t, time.Minute).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1,
+		Files: files(t, map[string][]byte{"now": []byte("a"), "late": []byte("b")}), Pending: p.add})
+	wait(t, job.Tried(), "the first pass")
+	if calls, _ := p.all(); len(calls) != 0 {
+		t.Fatalf("pending reported %v before the attempt ended", calls)
+	}
+	before := time.Now()
+	job.Ended()
+	close(release)
+	wait(t, job.Done(), "the uploads")
+	calls, ended := p.all()
+	if len(calls) != 2 || fmt.Sprint(calls[0]) != "[late]" || len(calls[1]) != 0 {
+		t.Fatalf("pending reported %v, want [late] then nothing", calls)
+	}
+	for _, at := range ended {
+		if at.Before(before) || at.After(time.Now()) {
+			t.Errorf("reported the end as %v, not when Ended was called", at)
+		}
+	}
+}
+
+// A job an earlier agent process left (EndedAt) counts its window from that
+// end, does not repeat the "will retry" note, and says when it gives up.
+func TestResumedJobKeepsTheOriginalWindow(t *testing.T) {
+	f := start(t)
+	f.coord.answer = func(string, int) error {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the artifact store is unavailable"))
+	}
+	var n notes
+	var p pendingLog
+	endedAt := time.Now().Add(-time.Hour + 300*time.Millisecond)
+	start := time.Now()
+	job := f.uploader(t, time.Hour).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1,
+		Files: files(t, map[string][]byte{"a": []byte("x")}), Note: n.add, Pending: p.add, EndedAt: endedAt})
+	wait(t, job.Done(), "the resumed job to give up")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("gave up after %s, want about 300 ms: the window counts from the recorded end", d)
+	}
+	got := n.all()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "artifact a: not uploaded: the coordinator could not store it within 1h0m0s") {
+		t.Fatalf("notes %q, want only the final one", got)
+	}
+	calls, ended := p.all()
+	if len(calls) < 2 || fmt.Sprint(calls[0]) != "[a]" || len(calls[len(calls)-1]) != 0 || !ended[0].Equal(endedAt) {
+		t.Fatalf("pending reported %v at %v, want [a] at %v first and nothing last", calls, ended, endedAt)
+	}
+	if f.coord.calls["a"] < 2 {
+		t.Errorf("only %d tries", f.coord.calls["a"])
+	}
+}
+
+// An agent that stops leaves the last report standing: it is not told the
+// files are gone.
+func TestAgentStoppingLeavesThePendingFiles(t *testing.T) {
+	f := start(t)
+	f.coord.answer = func(string, int) error {
+		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+	}
+	var p pendingLog
+	ctx, cancel := context.WithCancel(f.ctx())
+	job := f.uploader(t, time.Hour).Upload(ctx, artifacts.Uploads{TaskID: "task_1", Attempt: 1,
+		Files: files(t, map[string][]byte{"a": []byte("x")}), Pending: p.add})
+	wait(t, job.Tried(), "the first pass")
+	job.Ended()
+	cancel()
+	wait(t, job.Done(), "the uploads to end with the agent")
+	if calls, _ := p.all(); len(calls) != 1 || fmt.Sprint(calls[0]) != "[a]" {
+		t.Fatalf("pending reported %v, want [a] and nothing after", calls)
 	}
 }
