@@ -210,13 +210,18 @@ func certDomain(magicDNS bool, domains []string) string {
 // Host serves on the addresses of the host's tailscaled and asks it who is
 // calling. It does not start or log in tailscaled: that is the host's.
 func Host(ctx context.Context, port int, log *slog.Logger) (*Endpoint, error) {
+	return host(ctx, &local.Client{}, port, log)
+}
+
+// host is Host with the local client given, so a test can point it at a
+// socket where no tailscaled listens.
+func host(ctx context.Context, lc *local.Client, port int, log *slog.Logger) (*Endpoint, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if port == 0 {
 		port = 7070
 	}
-	lc := &local.Client{}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := lc.StatusWithoutPeers(sctx)
