@@ -4,12 +4,10 @@
 package benchkit
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,27 +98,7 @@ func FreePort() (int, error) {
 
 // WaitReady polls /readyz until it answers 200.
 func (c *Coordinator) WaitReady(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	client := &http.Client{Timeout: time.Second}
-	for {
-		res, err := client.Get(c.URL + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the coordinator was not ready within %s; see %s", within, c.LogPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.Exited:
-			return fmt.Errorf("the coordinator exited at start: %v\n%s", c.WaitErr, Tail(c.LogPath, 20))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return WaitReady(ctx, c.URL, c.LogPath, c.Exited, func() error { return c.WaitErr }, within)
 }
 
 // Stop asks the coordinator to shut down (SIGTERM: it ends its sessions and
@@ -144,39 +122,8 @@ func (c *Coordinator) Stop(timeout time.Duration) error {
 }
 
 // Warnings counts WARN and ERROR lines in the coordinator's log so far and
-// returns a few distinct ones: a replica struggling under load says so there.
-func (c *Coordinator) Warnings() (int, []string) {
-	f, err := os.Open(c.LogPath)
-	if err != nil {
-		return 0, nil
-	}
-	defer f.Close()
-	count := 0
-	seen := map[string]bool{}
-	var sample []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
-			continue
-		}
-		count++
-		_, msg, _ := strings.Cut(line, "msg=")
-		key := msg
-		if len(key) > 60 {
-			key = key[:60]
-		}
-		if !seen[key] && len(sample) < 5 {
-			seen[key] = true
-			if len(msg) > 200 {
-				msg = msg[:200] + "…"
-			}
-			sample = append(sample, msg)
-		}
-	}
-	return count, sample
-}
+// returns a few distinct ones.
+func (c *Coordinator) Warnings() (int, []string) { return LogWarnings(c.LogPath, 5) }
 
 // Tail returns the last lines of a file.
 func Tail(path string, lines int) string {

@@ -39,7 +39,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 	"time"
 
@@ -108,7 +107,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	raiseFileLimit(log)
+	benchkit.RaiseFileLimit(log)
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -122,7 +121,7 @@ func run() int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	loadStart := loadAvg()
+	loadStart := benchkit.LoadAvg()
 
 	work, err := os.MkdirTemp("", "podium-bench-dispatch-")
 	if err != nil {
@@ -168,34 +167,6 @@ func run() int {
 	}
 	report(os.Stdout, cfg, r)
 	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
-		runtime.NumCPU(), loadStart, loadAvg())
+		runtime.NumCPU(), loadStart, benchkit.LoadAvg())
 	return 0
-}
-
-// loadAvg is the 1-minute load average: figures from a machine that was busy
-// with something else are not comparable, so the report says so.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
-}
-
-// raiseFileLimit lifts the soft open-file limit to the hard one; the
-// coordinator subprocess inherits it.
-func raiseFileLimit(log *slog.Logger) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot read the open-file limit", "err", err)
-		return
-	}
-	lim.Cur = lim.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot raise the open-file limit", "err", err)
-	}
 }

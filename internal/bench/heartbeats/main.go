@@ -89,8 +89,8 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	raiseFileLimit(log)
-	loadStart := loadAvg()
+	benchkit.RaiseFileLimit(log)
+	loadStart := benchkit.LoadAvg()
 
 	work, err := os.MkdirTemp("", "podium-bench-heartbeats-")
 	if err != nil {
@@ -141,39 +141,6 @@ func run() int {
 	}
 	printTable(os.Stdout, cfg, results)
 	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
-		runtime.NumCPU(), loadStart, loadAvg())
+		runtime.NumCPU(), loadStart, benchkit.LoadAvg())
 	return 0
-}
-
-// loadAvg is the 1-minute load average: CPU figures from a machine that was
-// busy with something else are not comparable, so the report says so.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
-}
-
-// raiseFileLimit lifts the soft open-file limit to the hard one. Each node is
-// an HTTP/2 stream, not a socket, so the fleet needs only about N/200
-// connections; but the coordinator subprocess inherits this limit, and an
-// explicit Setrlimit is what makes Go pass the raised value on to children
-// rather than restoring the original soft limit.
-func raiseFileLimit(log *slog.Logger) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot read the open-file limit", "err", err)
-		return
-	}
-	lim.Cur = lim.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot raise the open-file limit", "err", err)
-		return
-	}
-	log.Info("open-file limit", "soft", lim.Cur, "hard", lim.Max)
 }

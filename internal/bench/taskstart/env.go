@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
@@ -99,7 +98,7 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 		return nil, err
 	}
 
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 		return nil, err
 	}
 	*cleanups = append(*cleanups, func() { _ = e.coord.stop(10 * time.Second) })
-	if err := waitReady(ctx, e.url, e.coord, 30*time.Second); err != nil {
+	if err := benchkit.WaitReady(ctx, e.url, e.coord.logPath, e.coord.exited, func() error { return e.coord.waitErr }, 30*time.Second); err != nil {
 		return nil, err
 	}
 	e.api = newAPI(e.url, e.token)
@@ -173,41 +172,6 @@ func createDatabase(ctx context.Context, cluster *pgtest.Cluster, name string) (
 	return cluster.URL(name), nil
 }
 
-// freePort asks the kernel for a free loopback port. Another process could
-// take it before the coordinator binds it; the coordinator then fails loudly.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitReady(ctx context.Context, url string, p *proc, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	client := &http.Client{Timeout: time.Second}
-	for {
-		res, err := client.Get(url + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the coordinator was not ready within %s; see %s", within, p.logPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.exited:
-			return fmt.Errorf("the coordinator exited at start: %v\n%s", p.waitErr, tail(p.logPath, 20))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // waitOnline waits until the node holds a stream to the replica.
 func (e *env) waitOnline(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -221,13 +185,13 @@ func (e *env) waitOnline(ctx context.Context, within time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s was not online within %s (last error: %v); agent log:\n%s", e.node, within, err, tail(e.agent.logPath, 20))
+			return fmt.Errorf("node %s was not online within %s (last error: %v); agent log:\n%s", e.node, within, err, benchkit.Tail(e.agent.logPath, 20))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-e.agent.exited:
-			return fmt.Errorf("the agent exited at start: %v\n%s", e.agent.waitErr, tail(e.agent.logPath, 20))
+			return fmt.Errorf("the agent exited at start: %v\n%s", e.agent.waitErr, benchkit.Tail(e.agent.logPath, 20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -260,7 +224,7 @@ func (e *env) podiumCmd(ctx context.Context, args ...string) *exec.Cmd {
 func (e *env) warnings() string {
 	var b strings.Builder
 	for _, p := range []*proc{e.coord, e.agent} {
-		n, sample := logWarnings(p.logPath, 3)
+		n, sample := benchkit.LogWarnings(p.logPath, 3)
 		if n == 0 {
 			continue
 		}
@@ -270,32 +234,6 @@ func (e *env) warnings() string {
 		}
 	}
 	return b.String()
-}
-
-func logWarnings(path string, keep int) (int, []string) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, nil
-	}
-	defer f.Close()
-	n := 0
-	var sample []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
-			continue
-		}
-		n++
-		if len(sample) < keep {
-			if len(line) > 240 {
-				line = line[:240] + "…"
-			}
-			sample = append(sample, line)
-		}
-	}
-	return n, sample
 }
 
 // proc is a long-running subprocess (the coordinator, the agent) logging to
@@ -345,15 +283,6 @@ func (p *proc) stop(timeout time.Duration) error {
 		<-p.exited
 		return errors.New("killed after not stopping within " + timeout.String())
 	}
-}
-
-func tail(path string, lines int) string {
-	b, _ := os.ReadFile(path)
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }
 
 // api is the coordinator's API, for waiting on the node and reading tasks.

@@ -37,10 +37,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/dockertest"
 )
 
@@ -91,7 +91,7 @@ func run() int {
 		return 1
 	}
 
-	loadStart := loadAvg()
+	loadStart := benchkit.LoadAvg()
 	work, err := os.MkdirTemp("", "podium-bench-taskstart-")
 	if err != nil {
 		return fail(err)
@@ -132,29 +132,15 @@ func run() int {
 			return fail(err)
 		}
 		fmt.Fprintf(os.Stderr, "taskstart: %v\nagent log (last lines):\n%s\ncoordinator log (last lines):\n%s\n",
-			err, tail(env.agent.logPath, 15), tail(env.coord.logPath, 15))
+			err, benchkit.Tail(env.agent.logPath, 15), benchkit.Tail(env.coord.logPath, 15))
 		return 1
 	}
 	watch.stop()
 	report(os.Stdout, cfg, res, watch)
 	fmt.Printf("\nmachine: %d CPUs, Docker %s, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
-		runtime.NumCPU(), dockerVersion(), loadStart, loadAvg())
+		runtime.NumCPU(), dockerVersion(), loadStart, benchkit.LoadAvg())
 	if w := env.warnings(); w != "" {
 		fmt.Print(w)
 	}
 	return 0
-}
-
-// loadAvg is the 1-minute load average: timings from a machine that was busy
-// with something else are not comparable, so the report says so.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }
