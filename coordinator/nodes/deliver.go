@@ -130,6 +130,11 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		// Always delivered, even when the task has moved on or ended: a revoked
 		// assignment must still be dropped by the node that may yet receive it.
 		// A node that does not have the attempt ignores the cancel.
+		if !onNode || store.Terminal(c.TaskState) {
+			// Revoked before the node accepted it, or written off without the
+			// node: no terminal event from the node will give the charge back.
+			sess.release(c.TaskID)
+		}
 		grace := c.TaskSpec.GetCancelGraceSeconds()
 		if grace <= 0 {
 			grace = 30

@@ -134,6 +134,10 @@ func TestAckDeadline(t *testing.T) {
 	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 {
 		t.Fatalf("attempts %v, want 1 then 2", attempts)
 	}
+	// The revoked assignments are no longer booked against the node's session.
+	if snap, ok := r.Nodes().Registry().SnapshotOf(id); !ok || snap.RunningTasks != 0 || snap.FreeSlots != 1 {
+		t.Errorf("session after both revocations: %+v (connected %v), want no task booked and its one slot free", snap, ok)
+	}
 	tk := waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_FAILED)
 	if !strings.Contains(tk.Reason, "did not accept") || !strings.Contains(tk.Reason, "all 2 attempts") {
 		t.Fatalf("reason %q", tk.Reason)
