@@ -88,6 +88,9 @@ type Service struct {
 	metrics     *metrics.Metrics
 	ingester    *ingester
 	deliverer   *deliverer
+	// fleetBell says a session started or ended since the fleet doorbell
+	// last rang (capacity 1); see fleetLoop.
+	fleetBell chan struct{}
 
 	// artifacts is nil until SetArtifacts.
 	artifacts *artifacts.Service
@@ -101,7 +104,7 @@ func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, l
 	cfg.defaults()
 	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
 		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(st, log), deliverer: newDeliverer(st, log)}
+		ingester: newIngester(st, log), deliverer: newDeliverer(st, log), fleetBell: make(chan struct{}, 1)}
 }
 
 // Registry is this replica's live sessions.
@@ -113,7 +116,8 @@ func (s *Service) Registry() *Registry { return s.reg }
 // events nor receive commands unless it runs.
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.fleetLoop(ctx) }()
 	go func() { defer wg.Done(); s.ingester.run(ctx) }()
 	go func() { defer wg.Done(); s.deliverer.run(ctx) }()
 	go func() { defer wg.Done(); s.flushLoop(ctx) }()
@@ -163,6 +167,40 @@ func (s *Service) closeStaleSessions(ctx context.Context) {
 		if wanted[sess.NodeID] {
 			s.log.Info("node's stream moved to another replica; ending the session here", "node", sess.NodeID)
 			sess.Close()
+		}
+	}
+}
+
+// fleetChanged tells the scheduler, soon, that a node connected or went.
+func (s *Service) fleetChanged() {
+	select {
+	case s.fleetBell <- struct{}{}:
+	default:
+	}
+}
+
+// fleetInterval is the most often a replica rings the fleet doorbell for its
+// sessions: a restart of the control plane reconnects every node at once, and
+// one notifying commit per node would queue them all behind Postgres's notify
+// lock for nothing — the scheduler reads the whole fleet on one ring.
+const fleetInterval = 100 * time.Millisecond
+
+// fleetLoop rings the fleet doorbell after sessions started or ended, at most
+// once per fleetInterval.
+func (s *Service) fleetLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.fleetBell:
+		}
+		if err := s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet); err != nil && ctx.Err() == nil {
+			s.log.Warn("nodes: ring the fleet doorbell (the scheduler reads the fleet every second anyway)", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(fleetInterval):
 		}
 	}
 }

@@ -56,7 +56,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		if err := s.store.EndSession(ctx, node.ID, sess.Epoch); err != nil {
 			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
 		}
-		_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet) // one candidate fewer
+		s.fleetChanged() // one candidate fewer
 	}()
 
 	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
@@ -257,7 +257,7 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 	}
 	// The node is a candidate again, with what it really runs: the scheduler
 	// reads the fleet.
-	_ = s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
+	s.fleetChanged()
 	return ack, cancels, nil
 }
 
