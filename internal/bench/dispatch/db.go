@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -19,12 +19,7 @@ const (
 	// never show up in the coordinator's queue or in its statement counts.
 	dbName    = "bench"
 	refDBName = "bench_ref"
-	// nodePrefix names the benchmark's nodes; the pgbench script builds the same
-	// ids from a random number.
-	nodePrefix = "node_bench_"
 )
-
-func nodeID(i int) string { return fmt.Sprintf("%s%06d", nodePrefix, i) }
 
 // createDB makes a fresh database from the schema template and returns a
 // connection to it.
@@ -65,29 +60,9 @@ func newBenchDB(ctx context.Context, cluster *pgtest.Cluster) (*benchDB, error) 
 
 func (d *benchDB) close() { _ = d.conn.Close(context.Background()) }
 
-type nodeCred struct{ id, key string }
-
-// insertNodes writes n enrolled nodes straight into the table, with keys made
-// and hashed the way Enroll makes them: enrollment is not what is measured.
-func (d *benchDB) insertNodes(ctx context.Context, n int, maxTasks int32) ([]nodeCred, error) {
-	creds := make([]nodeCred, n)
-	ids := make([]string, n)
-	hashes := make([][]byte, n)
-	for i := range creds {
-		key, hash := nodes.NewSecret(nodes.KeyPrefix)
-		creds[i] = nodeCred{id: nodeID(i + 1), key: key}
-		ids[i], hashes[i] = creds[i].id, hash
-	}
-	_, err := d.conn.Exec(ctx, `insert into podium.nodes (id, key_hash, hostname, max_tasks)
-		select id, h, id, $3 from unnest($1::text[], $2::bytea[]) as t(id, h)`, ids, hashes, maxTasks)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d nodes: %w", n, err)
-	}
-	// Fresh statistics, so the planner sees n rows and not an empty table.
-	if _, err := d.conn.Exec(ctx, "analyze podium.nodes"); err != nil {
-		return nil, err
-	}
-	return creds, nil
+// insertNodes writes n enrolled nodes with maxTasks slots each (benchkit.InsertNodes).
+func (d *benchDB) insertNodes(ctx context.Context, n int, maxTasks int32) ([]benchkit.NodeCred, error) {
+	return benchkit.InsertNodes(ctx, d.conn, n, maxTasks)
 }
 
 // resetStatements starts a phase's statement counts from zero.

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -92,7 +93,7 @@ type observer interface {
 // its slot comes free; events are re-sent after a reconnect from the acked
 // high-water mark. Nothing is mocked on the coordinator's side.
 type fleet struct {
-	creds      []nodeCred
+	creds      []benchkit.NodeCred
 	nodes      []*simNode
 	clients    []podiumv1connect.NodeServiceClient
 	transports []*http.Transport
@@ -165,7 +166,7 @@ func (f *fleet) runCourse(n *simNode, k attemptKey) {
 	})
 }
 
-func newFleet(url string, creds []nodeCred, cfg config, obs observer) *fleet {
+func newFleet(url string, creds []benchkit.NodeCred, cfg config, obs observer) *fleet {
 	nc := (len(creds) + cfg.perConn - 1) / cfg.perConn
 	f := &fleet{creds: creds, inflight: make(chan struct{}, cfg.inflight), cfg: cfg, obs: obs,
 		allUp: make(chan struct{}), errs: map[string]int{}}
@@ -258,7 +259,7 @@ func (f *fleet) hello(ctx context.Context, i int) (*nodeStream, *podiumv1.HelloA
 	deadline := time.Now().Add(f.cfg.helloTimeout)
 	timer := time.AfterFunc(f.cfg.helloTimeout, cancel)
 	err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
-		NodeId: f.creds[i].id, NodeKey: f.creds[i].key, AgentVersion: "bench", Hostname: f.creds[i].id,
+		NodeId: f.creds[i].ID, NodeKey: f.creds[i].Key, AgentVersion: "bench", Hostname: f.creds[i].ID,
 		Capacity: f.capacity(), Running: running,
 	}}})
 	expired := !timer.Stop()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -51,7 +52,7 @@ func runPgbench(ctx context.Context, cluster *pgtest.Cluster, nodes, clients, th
 		return 0, "", fmt.Errorf("create the reference's id sequence: %w", err)
 	}
 	script := filepath.Join(dir, "dispatch-ref.sql")
-	if err := os.WriteFile(script, []byte(fmt.Sprintf(refScript, nodes, nodePrefix)), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(fmt.Sprintf(refScript, nodes, benchkit.NodePrefix)), 0o644); err != nil {
 		return 0, "", err
 	}
 	bin := filepath.Join(pgtest.BinDir, "pgbench")

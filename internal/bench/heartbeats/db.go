@@ -9,21 +9,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
 const (
 	dbName = "bench"
-	// nodePrefix names the benchmark's nodes; the pgbench script builds the same
-	// ids from a random number.
-	nodePrefix = "node_bench_"
 	// heartbeatSQL is a fragment of the coordinator's batched heartbeat UPDATE
 	// (store.FlushHeartbeats), how its row in pg_stat_statements is found.
 	heartbeatSQL = "last_heartbeat_at = h.at"
 )
-
-func nodeID(i int) string { return fmt.Sprintf("%s%06d", nodePrefix, i) }
 
 // benchDB is the database of one node count, made fresh from the schema
 // template so every count starts from the same empty tables.
@@ -58,30 +53,9 @@ func newBenchDB(ctx context.Context, cluster *pgtest.Cluster) (*benchDB, error) 
 
 func (d *benchDB) close() { _ = d.conn.Close(context.Background()) }
 
-type nodeCred struct{ id, key string }
-
-// insertNodes writes n enrolled nodes straight into the table, with keys made
-// and hashed the way Enroll makes them: enrollment is not what is measured,
-// and ten thousand enrollments through the API would only slow the setup.
-func (d *benchDB) insertNodes(ctx context.Context, n int) ([]nodeCred, error) {
-	creds := make([]nodeCred, n)
-	ids := make([]string, n)
-	hashes := make([][]byte, n)
-	for i := range creds {
-		key, hash := nodes.NewSecret(nodes.KeyPrefix)
-		creds[i] = nodeCred{id: nodeID(i + 1), key: key}
-		ids[i], hashes[i] = creds[i].id, hash
-	}
-	_, err := d.conn.Exec(ctx, `insert into podium.nodes (id, key_hash, hostname)
-		select id, h, id from unnest($1::text[], $2::bytea[]) as t(id, h)`, ids, hashes)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d nodes: %w", n, err)
-	}
-	// Fresh statistics, so the planner sees n rows and not an empty table.
-	if _, err := d.conn.Exec(ctx, "analyze podium.nodes"); err != nil {
-		return nil, err
-	}
-	return creds, nil
+// insertNodes writes n enrolled nodes (benchkit.InsertNodes).
+func (d *benchDB) insertNodes(ctx context.Context, n int) ([]benchkit.NodeCred, error) {
+	return benchkit.InsertNodes(ctx, d.conn, n, 0)
 }
 
 // resetStatements starts the window's statement counts from zero.
@@ -143,7 +117,7 @@ func (d *benchDB) staleNodes(ctx context.Context, after time.Duration) (stale, n
 	err = d.conn.QueryRow(ctx, `select
 			count(*) filter (where last_heartbeat_at is null or last_heartbeat_at < now() - make_interval(secs => $2)),
 			count(*) filter (where status <> 'online')
-		from podium.nodes where starts_with(id, $1)`, nodePrefix, after.Seconds()).Scan(&stale, &notOnline)
+		from podium.nodes where starts_with(id, $1)`, benchkit.NodePrefix, after.Seconds()).Scan(&stale, &notOnline)
 	return stale, notOnline, err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -25,7 +26,7 @@ type nodeStream = connect.BidiStreamForClient[podiumv1.StreamRequest, podiumv1.S
 // reading (and discarding) whatever the coordinator sends. Nothing is mocked on
 // the coordinator's side: these are the same bytes an agent sends.
 type fleet struct {
-	creds      []nodeCred
+	creds      []benchkit.NodeCred
 	clients    []podiumv1connect.NodeServiceClient
 	transports []*http.Transport
 	inflight   chan struct{} // bounds Hellos awaiting their HelloAck
@@ -53,7 +54,7 @@ type fleet struct {
 // connection: the Go server allows 250 concurrent streams on one connection,
 // and a real fleet is one connection per machine anyway, so many connections
 // is the closer picture.
-func newFleet(url string, creds []nodeCred, cfg config) *fleet {
+func newFleet(url string, creds []benchkit.NodeCred, cfg config) *fleet {
 	nc := (len(creds) + cfg.perClient - 1) / cfg.perClient
 	f := &fleet{creds: creds, inflight: make(chan struct{}, cfg.inflight), interval: cfg.interval, helloTimeout: cfg.helloTimeout,
 		allUp: make(chan struct{}), errs: map[string]int{}}
@@ -138,7 +139,7 @@ func (f *fleet) hello(ctx context.Context, i int) (*nodeStream, *podiumv1.HelloA
 	timer := time.AfterFunc(f.helloTimeout, cancel)
 	began := time.Now()
 	err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
-		NodeId: f.creds[i].id, NodeKey: f.creds[i].key, AgentVersion: "bench", Hostname: f.creds[i].id,
+		NodeId: f.creds[i].ID, NodeKey: f.creds[i].Key, AgentVersion: "bench", Hostname: f.creds[i].ID,
 		Capacity: capacity(),
 	}}})
 	expired := !timer.Stop()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/pgtest"
 )
 
@@ -27,7 +28,7 @@ var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
 func runPgbench(ctx context.Context, socketDir, db string, n, clients int, d time.Duration, dir string) (float64, error) {
 	script := filepath.Join(dir, "naive-heartbeat.sql")
 	body := fmt.Sprintf("\\set n random(1, %d)\n"+
-		"update podium.nodes set last_heartbeat_at = now() where id = '%s' || lpad(:n::text, 6, '0');\n", n, nodePrefix)
+		"update podium.nodes set last_heartbeat_at = now() where id = '%s' || lpad(:n::text, 6, '0');\n", n, benchkit.NodePrefix)
 	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
 		return 0, err
 	}
