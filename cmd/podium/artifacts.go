@@ -42,18 +42,10 @@ Get one with: podium artifact get ID NAME`,
 func runArtifacts(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
-	}
-	cl, code, ok := c.dial(cmd)
+	id, cl, code, ok := c.taskCommand(cmd, fs, args)
 	if !ok {
 		return code
 	}
-	id := rest[0]
 	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListArtifactsResponse], error) {
 		return cl.tasks.ListArtifacts(ctx, connect.NewRequest(&podiumv1.ListArtifactsRequest{Id: id}))
 	})

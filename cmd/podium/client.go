@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -226,4 +227,19 @@ func (c *cli) dial(cmd *command) (cl *client, code int, ok bool) {
 func (c *cli) failed(cl *client, err error, notFound string) int {
 	fmt.Fprintf(c.stderr, "podium: %s\n", cl.describe(err, notFound))
 	return exitPodium
+}
+
+// taskCommand parses a command that takes exactly one task ID and dials the
+// coordinator. When ok is false the command is over and code is its exit
+// code (a usage error, --help, or a coordinator that cannot be reached).
+func (c *cli) taskCommand(cmd *command, fs *flag.FlagSet, args []string) (id string, cl *client, code int, ok bool) {
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return "", nil, code, false
+	}
+	if len(rest) != 1 {
+		return "", nil, c.usageFailure(cmd, fs, errors.New("want exactly one task ID")), false
+	}
+	cl, code, ok = c.dial(cmd)
+	return rest[0], cl, code, ok
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 )
@@ -28,18 +27,10 @@ func runLogs(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs.BoolVar(&follow, "f", false, "follow: keep printing until the task ends")
 	fs.BoolVar(&follow, "follow", false, "same as -f")
 	fs.BoolVar(&quiet, "quiet", false, "leave out podium's \"→\" lines")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
-	}
-	cl, code, ok := c.dial(cmd)
+	id, cl, code, ok := c.taskCommand(cmd, fs, args)
 	if !ok {
 		return code
 	}
-	id := rest[0]
 	p := newPrinter(c.stdout, c.stderr, quiet)
 	f := &follower{
 		api: cl.tasks, id: id, p: p, follow: follow,

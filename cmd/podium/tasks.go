@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,18 +120,10 @@ var taskGetCommand = &command{
 func runTaskGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the task as JSON")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
-	}
-	cl, code, ok := c.dial(cmd)
+	id, cl, code, ok := c.taskCommand(cmd, fs, args)
 	if !ok {
 		return code
 	}
-	id := rest[0]
 	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
 		return cl.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 	})
@@ -231,18 +222,10 @@ var taskCancelCommand = &command{
 func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	reason := fs.String("reason", "", "`TEXT` saying why, shown in the task's log and state (default: cancelled from the podium CLI)")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want exactly one task ID"))
-	}
-	cl, code, ok := c.dial(cmd)
+	id, cl, code, ok := c.taskCommand(cmd, fs, args)
 	if !ok {
 		return code
 	}
-	id := rest[0]
 	if *reason == "" {
 		*reason = "cancelled from the podium CLI"
 	}
