@@ -21,7 +21,7 @@ import (
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/internal/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )

@@ -27,7 +27,7 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/internal/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -18,9 +18,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
-	"github.com/podiumhq/podium/internal/coordtest"
-	"github.com/podiumhq/podium/internal/pgtest"
-	"github.com/podiumhq/podium/internal/s3test"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/server"
-	"github.com/podiumhq/podium/internal/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )

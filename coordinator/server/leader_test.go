@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/nodes"
-	"github.com/podiumhq/podium/internal/coordtest"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

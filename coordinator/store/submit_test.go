@@ -11,7 +11,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

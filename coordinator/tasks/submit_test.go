@@ -16,7 +16,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )

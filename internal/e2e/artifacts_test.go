@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/podiumhq/podium/internal/coordtest"
-	"github.com/podiumhq/podium/internal/s3test"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
 )
 
 // The agent's /metrics shows its stream, its slots and its work.

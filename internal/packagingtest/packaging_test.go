@@ -21,8 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/internal/dockertest"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

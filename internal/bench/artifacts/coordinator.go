@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/pgtest"
-	"github.com/podiumhq/podium/internal/s3test"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 )
 
 const (

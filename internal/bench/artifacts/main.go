@@ -5,7 +5,7 @@
 //
 //	go run ./internal/bench/artifacts -coordinator bin/podium-coordinator -size 1GiB
 //
-// It starts a throwaway Postgres and a versitygw (internal/s3test), runs the
+// It starts a throwaway Postgres and a versitygw (internal/testenv/s3test), runs the
 // real podium-coordinator binary as a subprocess — so that its resident memory
 // is its own, read from /proc/<pid>/status — and plays a node over the real
 // protocol: enroll, Hello, take an assignment, then UploadArtifact of -size
@@ -36,8 +36,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podiumhq/podium/internal/pgtest"
-	"github.com/podiumhq/podium/internal/s3test"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 )
 
 type config struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/s3test"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

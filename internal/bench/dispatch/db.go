@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 const (

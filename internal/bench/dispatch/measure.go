@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)

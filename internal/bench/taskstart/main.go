@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
 )
 
 type config struct {

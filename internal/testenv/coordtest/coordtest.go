@@ -17,7 +17,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
-	"github.com/podiumhq/podium/internal/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 

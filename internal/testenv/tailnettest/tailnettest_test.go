@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/tailnettest"
+	"github.com/podiumhq/podium/internal/testenv/tailnettest"
 )
 
 // Devices on the in-process tailnet reach each other over WireGuard, and
