@@ -13,6 +13,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -405,7 +406,7 @@ func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 
 // costOfSpec is what a task takes out of a node's budget.
 func costOfSpec(spec *podiumv1.TaskSpec) TaskCost {
-	cpu, mem := store.Cost(spec)
+	cpu, mem := placement.Cost(spec)
 	return TaskCost{CPU: cpu, MemoryMB: mem}
 }
 

@@ -1,7 +1,9 @@
 // Package scheduler places queued tasks on nodes. Exactly one replica
 // schedules at a time — the holder of the leader advisory lock — so placement
 // decisions never race each other; the others stand by and take over within a
-// second or two of the leader's lease going away.
+// second or two of the leader's lease going away. It decides when a pass runs
+// and keeps the leader's copy of the fleet; which node a task goes to is
+// package placement's rule, and the store claims and records.
 package scheduler
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
+	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 )
 
@@ -64,7 +67,7 @@ type Scheduler struct {
 	// Between reads it can only overstate what nodes are committed to (a
 	// finished task still counts), so it never over-commits a node. Only the
 	// lead loop touches it.
-	fleet       []*store.Candidate
+	fleet       []*placement.Candidate
 	fleetAt     time.Time
 	fleetStale  bool
 	lastWaiting int
@@ -218,7 +221,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
-		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.fleet)
+		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
 		if err != nil {
 			s.fleetStale = true // it may be charged for placements that were not made
 			return err
@@ -245,6 +248,23 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		if len(placed) < s.cfg.Batch {
 			return nil
 		}
+	}
+}
+
+// placeOnFleet places each task of a pass on the leader's copy of the fleet
+// and charges it there, so the next task of the pass, and the next pass, see
+// the node as it will be. The charge is made before the pass commits: a pass
+// that fails leaves the copy charged for placements that were never made, so
+// Pass marks it stale.
+func (s *Scheduler) placeOnFleet(now time.Time) store.PlaceFunc {
+	return func(_ string, need placement.Need) (string, string) {
+		i, why := placement.Place(need, s.fleet)
+		if i < 0 {
+			return "", why
+		}
+		c := s.fleet[i]
+		c.Charge(need, now)
+		return c.ID, ""
 	}
 }
 

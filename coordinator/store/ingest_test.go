@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -15,6 +17,7 @@ import (
 // way the scheduler leaves them.
 type ingestFixture struct {
 	st     *store.Store
+	sql    *pgxpool.Pool
 	epochs map[string]int64
 	onNode map[string]string // task → node
 }
@@ -22,11 +25,11 @@ type ingestFixture struct {
 func newIngestFixture(t *testing.T, nodes, tasks int) (*ingestFixture, []string) {
 	t.Helper()
 	ctx := context.Background()
-	st, _ := openStore(t)
-	f := &ingestFixture{st: st, epochs: map[string]int64{}, onNode: map[string]string{}}
+	st, db := openStore(t)
+	f := &ingestFixture{st: st, sql: rawSQL(t, db), epochs: map[string]int64{}, onNode: map[string]string{}}
 	for i := range nodes {
 		id := fmt.Sprintf("node_%02d", i)
-		if _, err := st.Pool.Exec(ctx, "insert into podium.nodes (id, key_hash) values ($1, '\\x00')", id); err != nil {
+		if _, err := f.sql.Exec(ctx, "insert into podium.nodes (id, key_hash) values ($1, '\\x00')", id); err != nil {
 			t.Fatal(err)
 		}
 		n, err := st.StartSession(ctx, store.SessionStart{NodeID: id, Replica: "r1", MaxTasks: 100})
@@ -42,13 +45,9 @@ func newIngestFixture(t *testing.T, nodes, tasks int) (*ingestFixture, []string)
 	if _, err := st.InsertTasks(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	cands, err := st.Candidates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed, _, err := st.DispatchPass(ctx, tasks, cands)
-	if err != nil || len(placed) != tasks {
-		t.Fatalf("placed %d of %d: %v", len(placed), tasks, err)
+	placed, _ := dispatch(t, st, tasks)
+	if len(placed) != tasks {
+		t.Fatalf("placed %d of %d", len(placed), tasks)
 	}
 	var taskIDs []string
 	for _, p := range placed {
@@ -187,7 +186,7 @@ func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
 func TestIngestBatchLateStatusAndTimeout(t *testing.T) {
 	ctx := context.Background()
 	f, tasks := newIngestFixture(t, 1, 2)
-	if _, err := f.st.Pool.Exec(ctx, "update podium.tasks set cancel_reason = 'timeout' where id = $1", tasks[1]); err != nil {
+	if _, err := f.sql.Exec(ctx, "update podium.tasks set cancel_reason = 'timeout' where id = $1", tasks[1]); err != nil {
 		t.Fatal(err)
 	}
 	out, err := f.st.IngestBatch(ctx, []store.IngestItem{

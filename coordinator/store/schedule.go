@@ -4,123 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/placement"
 )
-
-// Candidate is a node the scheduler may place work on, as the tables see it.
-// The scheduler works on its own copy for a pass, charging each placement
-// against it so one pass never over-commits a node.
-type Candidate struct {
-	ID             string
-	Labels         []string
-	Draining       bool
-	SlotLimit      int32
-	Running        int32
-	CPUCores       float64 // 0: unmeasured, no constraint
-	MemoryMB       int64   // 0: unmeasured, no constraint
-	CommittedCPU   float64
-	CommittedMemMB int64
-	LastAssignedAt time.Time // zero when never
-}
-
-// FreeSlots is what is left of the slot limit.
-func (c *Candidate) FreeSlots() int32 {
-	if c.Draining || c.Running >= c.SlotLimit {
-		return 0
-	}
-	return c.SlotLimit - c.Running
-}
-
-// Need is what a task asks of a node.
-type Need struct {
-	Labels   []string
-	CPU      float64
-	MemoryMB int64
-}
-
-func (c *Candidate) hasLabels(want []string) bool {
-	for _, l := range want {
-		if !slices.Contains(c.Labels, l) {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *Candidate) fits(n Need) bool {
-	if c.CPUCores > 0 && n.CPU > 0 && c.CPUCores-c.CommittedCPU < n.CPU-1e-9 {
-		return false
-	}
-	if c.MemoryMB > 0 && n.MemoryMB > 0 && c.MemoryMB-c.CommittedMemMB < n.MemoryMB {
-		return false
-	}
-	return true
-}
-
-// Place picks a node for a task: among the connected, undrained nodes that carry
-// every label the task needs, have the CPU and memory for it and a free slot, the
-// one with the most free slots; ties go to the node assigned longest ago, then
-// the lowest id. When none fits it returns -1 and the reason, checked in an
-// order that names the first thing a user has to fix.
-//
-// It looks at each node once and allocates nothing: a pass places hundreds of
-// tasks among thousands of nodes.
-func Place(n Need, cands []*Candidate) (int, string) {
-	if len(cands) == 0 {
-		return -1, "no node is connected"
-	}
-	labelled, undrained, roomy := false, false, false
-	best := -1
-	var bestFree int32
-	for i, c := range cands {
-		if !c.hasLabels(n.Labels) {
-			continue
-		}
-		labelled = true
-		if c.Draining {
-			continue
-		}
-		undrained = true
-		if !c.fits(n) {
-			continue
-		}
-		roomy = true
-		free := c.FreeSlots()
-		if free == 0 {
-			continue
-		}
-		if best >= 0 {
-			b := cands[best]
-			switch {
-			case free != bestFree:
-				if free < bestFree {
-					continue
-				}
-			case !c.LastAssignedAt.Equal(b.LastAssignedAt):
-				if c.LastAssignedAt.After(b.LastAssignedAt) {
-					continue
-				}
-			case c.ID > b.ID:
-				continue
-			}
-		}
-		best, bestFree = i, free
-	}
-	switch {
-	case !labelled:
-		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
-	case !undrained:
-		return -1, "every node with the labels the task needs is draining"
-	case !roomy:
-		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
-	case best < 0:
-		return -1, "every node that could run the task is busy: it waits for a free slot"
-	}
-	return best, ""
-}
 
 // Placement is one task given to one node.
 type Placement struct {
@@ -131,9 +20,9 @@ type Placement struct {
 }
 
 // Candidates reads the connected nodes with what they are already committed
-// to. It aggregates every active task, so the scheduler keeps the result
-// between passes rather than reading it for each.
-func (s *Store) Candidates(ctx context.Context) ([]*Candidate, error) {
+// to, as placement sees them. It aggregates every active task, so the
+// scheduler keeps the result between passes rather than reading it for each.
+func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) {
 	rows, err := s.Pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
@@ -147,22 +36,29 @@ func (s *Store) Candidates(ctx context.Context) ([]*Candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Candidate, error) {
-		c := &Candidate{}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*placement.Candidate, error) {
+		c := &placement.Candidate{}
 		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
 			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt)
 		return c, err
 	})
 }
 
-// DispatchPass claims up to batch queued tasks (highest priority, then oldest)
-// with FOR UPDATE SKIP LOCKED, places each it can on cands, and records why
-// the others wait. Each placement is charged to its candidate, so the same
-// candidates can serve the next pass; if the pass fails they may be charged
-// for placements that were not made, and should be read again. It returns
-// the placements, so the caller can ring each node's doorbell after the
-// commit, and how many claimed tasks were left waiting.
-func (s *Store) DispatchPass(ctx context.Context, batch int, cands []*Candidate) (placed []Placement, waiting int, err error) {
+// PlaceFunc says which node a claimed task goes to, or, with nodeID "", why
+// it waits. DispatchPass asks it once per task, in the order the tasks are
+// claimed, and writes whatever it answers; the choice is the caller's (the
+// scheduler, through package placement), so no placement rule lives in SQL.
+type PlaceFunc func(taskID string, need placement.Need) (nodeID, why string)
+
+// DispatchPass claims up to batch queued tasks with FOR UPDATE SKIP LOCKED,
+// highest priority first, then oldest, then lowest id, asks place where each
+// goes, records the placements, and records why the others wait. The order is
+// decided here, in the claiming statement, because SKIP LOCKED with a LIMIT
+// takes the rows the statement reaches first: ordering afterwards would order
+// the wrong tasks. It returns the placements, so the caller can ring each
+// node's doorbell after the commit, and how many claimed tasks were left
+// waiting. If it fails, nothing was written, though place may have been asked.
+func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
 	// Most ticks find nothing queued; answer that from the partial index
 	// before anything else.
 	var any bool
@@ -179,7 +75,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, cands []*Candidate)
 		}
 		type queued struct {
 			id      string
-			need    Need
+			need    placement.Need
 			attempt int32
 			reason  string
 			created time.Time
@@ -192,10 +88,9 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, cands []*Candidate)
 		if err != nil {
 			return err
 		}
-		now := time.Now()
 		for _, q := range qs {
-			i, why := Place(q.need, cands)
-			if i < 0 {
+			node, why := place(q.id, q.need)
+			if node == "" {
 				waiting++
 				if why != q.reason {
 					if _, err := tx.Exec(ctx, "update podium.tasks set reason = $2 where id = $1", q.id, why); err != nil {
@@ -204,13 +99,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, cands []*Candidate)
 				}
 				continue
 			}
-			c := cands[i]
-			attempt := q.attempt + 1
-			c.Running++
-			c.CommittedCPU += q.need.CPU
-			c.CommittedMemMB += q.need.MemoryMB
-			c.LastAssignedAt = now
-			placed = append(placed, Placement{TaskID: q.id, NodeID: c.ID, Attempt: attempt, CreatedAt: q.created})
+			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: q.attempt + 1, CreatedAt: q.created})
 		}
 		if len(placed) == 0 {
 			return nil

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/podiumhq/podium/coordinator/placement"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -76,7 +77,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		at[t.ID] = i
 		ids[i], specs[i], who[i] = t.ID, string(js), t.RequestedBy
 		priorities[i], retries[i] = t.Spec.GetPriority(), t.Spec.GetRetryOnNodeLoss()
-		cpus[i], mems[i] = Cost(t.Spec)
+		cpus[i], mems[i] = placement.Cost(t.Spec)
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
 	}
 	rows, err := s.Pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit)

@@ -129,17 +129,6 @@ func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSp
 	return ts[0], nil
 }
 
-// Cost is what a task takes out of a node's budget: its own limits plus every
-// sidecar's, because the sidecars run on the same machine.
-func Cost(spec *podiumv1.TaskSpec) (cpu float64, memoryMB int64) {
-	cpu, memoryMB = spec.GetResources().GetCpu(), spec.GetResources().GetMemoryMb()
-	for _, sc := range spec.GetSidecars() {
-		cpu += sc.GetResources().GetCpu()
-		memoryMB += sc.GetResources().GetMemoryMb()
-	}
-	return cpu, memoryMB
-}
-
 // GetTask reads one task.
 func (s *Store) GetTask(ctx context.Context, id string) (Task, error) {
 	return getTask(ctx, s.Pool, id)

@@ -1,0 +1,252 @@
+package placement_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/placement"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+// tenth and fifth are variables so that their sum is computed in float64 at
+// run time (0.30000000000000004), as committed CPU is, not exactly by the
+// compiler.
+var tenth, fifth = 0.1, 0.2
+
+// node is a connected, undrained candidate with slots free and unmeasured
+// CPU and memory; each case changes what it is about.
+func node(id string, change ...func(*placement.Candidate)) *placement.Candidate {
+	c := &placement.Candidate{ID: id, SlotLimit: 4}
+	for _, f := range change {
+		f(c)
+	}
+	return c
+}
+
+func labels(l ...string) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.Labels = l }
+}
+
+func slots(limit, running int32) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.SlotLimit, c.Running = limit, running }
+}
+
+func cpu(cores, committed float64) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.CPUCores, c.CommittedCPU = cores, committed }
+}
+
+func mem(mb, committed int64) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.MemoryMB, c.CommittedMemMB = mb, committed }
+}
+
+func assigned(at time.Time) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.LastAssignedAt = at }
+}
+
+func draining(c *placement.Candidate) { c.Draining = true }
+
+func TestPlace(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		need  placement.Need
+		cands []*placement.Candidate
+		// want is the id of the chosen node, or "" for none with a reason
+		// containing why.
+		want, why string
+	}{
+		// Labels.
+		{name: "a task without labels goes anywhere",
+			cands: []*placement.Candidate{node("a", labels("gpu"))}, want: "a"},
+		{name: "only a node with every label the task needs",
+			need:  placement.Need{Labels: []string{"gpu", "ssd"}},
+			cands: []*placement.Candidate{node("a", labels("gpu")), node("b", labels("ssd")), node("c", labels("ssd", "x86", "gpu"), slots(4, 3))},
+			want:  "c"},
+		{name: "no node has the labels, and the reason names them",
+			need:  placement.Need{Labels: []string{"gpu", "ssd"}},
+			cands: []*placement.Candidate{node("a", labels("gpu"))}, why: "no connected node has every label the task needs (gpu, ssd)"},
+
+		// CPU and memory.
+		{name: "free CPU is what is left after what the node is committed to",
+			need:  placement.Need{CPU: 2},
+			cands: []*placement.Candidate{node("a", cpu(4, 2.5)), node("b", cpu(4, 2), slots(4, 3))}, want: "b"},
+		{name: "free memory is what is left after what the node is committed to",
+			need:  placement.Need{MemoryMB: 512},
+			cands: []*placement.Candidate{node("a", mem(1024, 600)), node("b", mem(1024, 512), slots(4, 3))}, want: "b"},
+		{name: "a need that fills the node exactly fits, float sums included",
+			need:  placement.Need{CPU: 0.3, MemoryMB: 300},
+			cands: []*placement.Candidate{node("a", cpu(0.6, tenth+fifth), mem(300, 0))}, want: "a"},
+		{name: "unmeasured CPU and memory are no constraint",
+			need:  placement.Need{CPU: 64, MemoryMB: 1 << 20},
+			cands: []*placement.Candidate{node("a")}, want: "a"},
+		{name: "too little CPU, and the reason says how much was asked",
+			need:  placement.Need{CPU: 3},
+			cands: []*placement.Candidate{node("a", cpu(4, 2))}, why: "free CPU and memory the task needs (3 CPU, 0 MB with its sidecars)"},
+		{name: "too little memory",
+			need:  placement.Need{MemoryMB: 512},
+			cands: []*placement.Candidate{node("a", mem(1024, 600))}, why: "(0 CPU, 512 MB with its sidecars)"},
+
+		// Slots, drain, and the order of the reasons.
+		{name: "no node connected", why: "no node is connected"},
+		{name: "a draining node takes nothing new",
+			cands: []*placement.Candidate{node("a", draining), node("b", slots(4, 3))}, want: "b"},
+		{name: "labels are named before draining",
+			need:  placement.Need{Labels: []string{"gpu"}},
+			cands: []*placement.Candidate{node("a", draining)}, why: "every label"},
+		{name: "draining is named before size",
+			need:  placement.Need{Labels: []string{"gpu"}, CPU: 8},
+			cands: []*placement.Candidate{node("a", labels("gpu"), draining), node("b", cpu(16, 0))}, why: "every node with the labels the task needs is draining"},
+		{name: "size is named before busy",
+			need:  placement.Need{CPU: 8},
+			cands: []*placement.Candidate{node("a", cpu(4, 0)), node("b", cpu(16, 0), draining)}, why: "free CPU and memory"},
+		{name: "every fitting node is busy",
+			cands: []*placement.Candidate{node("a", slots(1, 1)), node("b", slots(2, 3))}, why: "every node that could run the task is busy: it waits for a free slot"},
+
+		// The choice among nodes that fit.
+		{name: "most free slots wins over an earlier assignment and a lower id",
+			cands: []*placement.Candidate{
+				node("a", slots(4, 2)),                      // 2 free, never assigned
+				node("b", slots(8, 5), assigned(t0.Add(1))), // 3 free
+			}, want: "b"},
+		{name: "on equal free slots, the node assigned longest ago",
+			cands: []*placement.Candidate{
+				node("a", slots(4, 1), assigned(t0.Add(time.Second))),
+				node("b", slots(5, 2), assigned(t0)),
+				node("c", slots(3, 0), assigned(t0.Add(2*time.Second))),
+			}, want: "b"},
+		{name: "a node never assigned counts as assigned longest ago",
+			cands: []*placement.Candidate{node("a", assigned(t0)), node("b")}, want: "b"},
+		{name: "on equal free slots and assignment time, the lowest id",
+			cands: []*placement.Candidate{node("c", assigned(t0)), node("a", assigned(t0)), node("b", assigned(t0))}, want: "a"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			i, why := placement.Place(c.need, c.cands)
+			switch {
+			case c.want != "" && (i < 0 || c.cands[i].ID != c.want):
+				got := "nothing (" + why + ")"
+				if i >= 0 {
+					got = c.cands[i].ID
+				}
+				t.Fatalf("placed on %s, want %s", got, c.want)
+			case c.want == "" && i >= 0:
+				t.Fatalf("placed on %s, want no placement because %q", c.cands[i].ID, c.why)
+			case c.want == "" && !strings.Contains(why, c.why):
+				t.Fatalf("reason %q, want one containing %q", why, c.why)
+			case c.want != "" && why != "":
+				t.Fatalf("placed with a reason %q; a placement has none", why)
+			}
+		})
+	}
+}
+
+func TestCostCountsEverySidecar(t *testing.T) {
+	t.Parallel()
+	res := func(cpu float64, mb int64) *podiumv1.Resources { return &podiumv1.Resources{Cpu: cpu, MemoryMb: mb} }
+	cases := []struct {
+		name    string
+		spec    *podiumv1.TaskSpec
+		cpu     float64
+		mem     int64
+		comment string
+	}{
+		{name: "no spec", spec: nil},
+		{name: "no limits", spec: &podiumv1.TaskSpec{Image: "busybox"}},
+		{name: "main container only", spec: &podiumv1.TaskSpec{Resources: res(1.5, 256)}, cpu: 1.5, mem: 256},
+		{name: "sidecars add to the main container",
+			spec: &podiumv1.TaskSpec{Resources: res(1, 512), Sidecars: []*podiumv1.Sidecar{
+				{Name: "db", Resources: res(0.5, 1024)}, {Name: "cache", Resources: res(0.25, 128)}}},
+			cpu: 1.75, mem: 1664},
+		{name: "a sidecar without limits adds nothing",
+			spec: &podiumv1.TaskSpec{Resources: res(2, 100), Sidecars: []*podiumv1.Sidecar{{Name: "log"}}},
+			cpu:  2, mem: 100},
+	}
+	for _, c := range cases {
+		cpu, mem := placement.Cost(c.spec)
+		if cpu != c.cpu || mem != c.mem {
+			t.Errorf("%s: cost %g CPU, %d MB; want %g CPU, %d MB", c.name, cpu, mem, c.cpu, c.mem)
+		}
+	}
+}
+
+// A task whose main container fits but whose sidecars do not is refused: the
+// sidecars run on the same node.
+func TestPlaceRefusesATaskWhoseSidecarsDoNotFit(t *testing.T) {
+	t.Parallel()
+	spec := &podiumv1.TaskSpec{
+		Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 512},
+		Sidecars:  []*podiumv1.Sidecar{{Name: "db", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 1024}}},
+	}
+	c, m := placement.Cost(spec)
+	need := placement.Need{CPU: c, MemoryMB: m}
+	small := node("small", cpu(4, 0), mem(1024, 0))
+	if i, why := placement.Place(need, []*placement.Candidate{small}); i >= 0 || !strings.Contains(why, "1536 MB with its sidecars") {
+		t.Fatalf("placed %d (%q) on a node with room for the main container only; want a refusal naming 1536 MB", i, why)
+	}
+	big := node("big", cpu(4, 0), mem(2048, 0))
+	if i, why := placement.Place(need, []*placement.Candidate{small, big}); i != 1 {
+		t.Fatalf("placed %d (%q), want the node with room for the sidecars too", i, why)
+	}
+}
+
+// Charging each placement to its node is what keeps one pass from
+// over-committing: the pass spreads tasks by free slots, and stops at a
+// node's slots, CPU and memory.
+func TestChargedPlacementsNeverOverCommit(t *testing.T) {
+	t.Parallel()
+	cands := []*placement.Candidate{
+		node("a", slots(2, 0)),
+		node("b", slots(3, 0)),
+		node("c", slots(8, 0), cpu(4, 0), mem(4096, 0)),
+	}
+	need := placement.Need{CPU: 1.5, MemoryMB: 1024}
+	var got []string
+	for n := range 10 {
+		i, why := placement.Place(need, cands)
+		if i < 0 {
+			if n != 7 || !strings.Contains(why, "busy") {
+				t.Fatalf("task %d: nothing placed (%s); want 7 placed, then busy", n, why)
+			}
+			break
+		}
+		cands[i].Charge(need, t0.Add(time.Duration(n)*time.Second))
+		got = append(got, cands[i].ID)
+	}
+	// c has the most slots, but only room for two tasks of 1.5 CPU; the
+	// others take turns by free slots, then by the older assignment.
+	if want := "c c b a b a b"; strings.Join(got, " ") != want {
+		t.Fatalf("placed on %s, want %s", strings.Join(got, " "), want)
+	}
+	for _, c := range cands {
+		if c.Running > c.SlotLimit || (c.CPUCores > 0 && c.CommittedCPU > c.CPUCores) || (c.MemoryMB > 0 && c.CommittedMemMB > c.MemoryMB) {
+			t.Errorf("node %s over-committed: %+v", c.ID, *c)
+		}
+	}
+}
+
+func TestPlaceAllocatesNothing(t *testing.T) {
+	cands := make([]*placement.Candidate, 2000)
+	for i := range cands {
+		cands[i] = node(fmt.Sprintf("node_%04d", i), labels("linux", "x86"), slots(8, int32(i%8)),
+			cpu(16, float64(i%16)), mem(32768, int64(i%7)*1024), assigned(t0.Add(time.Duration(i%5)*time.Second)))
+	}
+	placed := placement.Need{Labels: []string{"x86"}, CPU: 1, MemoryMB: 512}
+	refused := placement.Need{Labels: []string{"gpu"}}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if i, _ := placement.Place(placed, cands); i < 0 {
+			t.Fatal("nothing placed")
+		}
+	}); allocs != 0 {
+		t.Fatalf("Place allocated %.0f times per placement; it runs for every task of every pass, and must allocate nothing", allocs)
+	}
+	// A refusal formats its reason: that allocates, once per waiting task,
+	// not per node looked at.
+	if allocs := testing.AllocsPerRun(100, func() { placement.Place(refused, cands) }); allocs > 10 {
+		t.Fatalf("a refusal allocated %.0f times; it should only format its reason", allocs)
+	}
+}

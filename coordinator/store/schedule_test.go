@@ -1,0 +1,122 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// dispatch runs one dispatch pass the way the scheduler does: placement's
+// rule on the fleet as read now, each placement charged to its node.
+func dispatch(t *testing.T, st *store.Store, batch int) ([]store.Placement, int) {
+	t.Helper()
+	ctx := context.Background()
+	fleet, err := st.Candidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	placed, waiting, err := st.DispatchPass(ctx, batch, func(_ string, need placement.Need) (string, string) {
+		i, why := placement.Place(need, fleet)
+		if i < 0 {
+			return "", why
+		}
+		fleet[i].Charge(need, now)
+		return fleet[i].ID, ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return placed, waiting
+}
+
+// Which task is placed first is decided in the statement that claims them
+// (package placement only picks the node): highest priority, then the oldest,
+// then the lowest id; and a pass claims no more than its batch.
+func TestDispatchPassOffersHighestPriorityThenOldestThenLowestID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openStore(t)
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	tasks := []struct {
+		id       string
+		priority int32
+		created  time.Time
+	}{
+		{"task_a", 0, t0},                                    // 7th: low priority, however new
+		{"task_b", 5, t0.Add(2 * time.Second)},               // 4th: the newest of priority 5
+		{"task_c", 5, t0.Add(time.Second)},                   // 2nd: as old as d, lower id
+		{"task_d", 5, t0.Add(time.Second)},                   // 3rd
+		{"task_e", 9, t0.Add(time.Hour)},                     // 1st: highest priority, however new
+		{"task_f", 0, t0.Add(-time.Hour)},                    // 5th: the oldest of priority 0
+		{"task_g", -1, t0.Add(-24 * time.Hour)},              // not claimed: last, past the batch
+		{"task_h", 0, t0.Add(-time.Hour + time.Microsecond)}, // 6th: a microsecond after f
+	}
+	var in []store.NewTask
+	for _, tk := range tasks {
+		in = append(in, store.NewTask{ID: tk.id, Spec: &podiumv1.TaskSpec{Image: "busybox", Priority: tk.priority}})
+	}
+	if _, err := st.InsertTasks(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	sql := rawSQL(t, db)
+	for _, tk := range tasks {
+		if _, err := sql.Exec(ctx, "update podium.tasks set created_at = $2 where id = $1", tk.id, tk.created); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var offered []string
+	const why = "test: no node for it"
+	placed, waiting, err := st.DispatchPass(ctx, len(tasks)-1, func(id string, _ placement.Need) (string, string) {
+		offered = append(offered, id)
+		return "", why
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"task_e", "task_c", "task_d", "task_b", "task_f", "task_h", "task_a"}
+	if !slices.Equal(offered, want) {
+		t.Fatalf("offered %v, want %v: priority first, then created_at, then id", offered, want)
+	}
+	if len(placed) != 0 || waiting != len(want) {
+		t.Fatalf("placed %d and %d waiting, want none placed and %d waiting", len(placed), waiting, len(want))
+	}
+	// The reason a task waits is stored for its owner to read.
+	task, err := st.GetTask(ctx, "task_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.Queued || task.Reason != why {
+		t.Fatalf("waiting task is %s with reason %q, want queued with %q", task.State, task.Reason, why)
+	}
+}
+
+// What a claimed task asks of a node is what was stored with it: its labels,
+// and its Cost, sidecars included.
+func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openStore(t)
+	spec := &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"gpu", "ssd"},
+		Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 256},
+		Sidecars:  []*podiumv1.Sidecar{{Name: "db", Image: "postgres", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 1024}}}}
+	if _, err := st.InsertTask(ctx, "task_x", spec, "me"); err != nil {
+		t.Fatal(err)
+	}
+	var got placement.Need
+	if _, _, err := st.DispatchPass(ctx, 10, func(_ string, n placement.Need) (string, string) {
+		got = n
+		return "", "test"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Labels, spec.Labels) || got.CPU != 1.5 || got.MemoryMB != 1280 {
+		t.Fatalf("offered %+v, want labels %v, 1.5 CPU and 1280 MB (the sidecar counts)", got, spec.Labels)
+	}
+}
