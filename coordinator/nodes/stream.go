@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/lease"
@@ -203,7 +202,8 @@ func (s *Service) takeLease(ctx context.Context, nodeID string) (*lease.Lease, e
 // high-water mark; one the control plane no longer holds there is cancelled with
 // a reason; one the control plane holds but the node did not report was either
 // never received (still scheduled: delivered again) or went down with the
-// node's previous life (node-loss policy).
+// node's previous life (node-loss policy); store.ReconcileNode settles those
+// in one transaction.
 func (s *Service) reconcile(ctx context.Context, node store.Node, running []*podiumv1.RunningTask) (*podiumv1.HelloAck, []*podiumv1.Cancel, error) {
 	ack := &podiumv1.HelloAck{
 		NodeId: node.ID, Replica: s.cfg.Replica, HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
@@ -224,31 +224,7 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 			cancels = append(cancels, &podiumv1.Cancel{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Reason: CancelReasonNotOurs})
 		}
 	}
-	var lost []string
-	err := s.store.Tx(ctx, func(tx pgx.Tx) error {
-		lost = nil
-		held, err := store.TasksOnNode(ctx, tx, node.ID)
-		if err != nil {
-			return err
-		}
-		for _, t := range held {
-			if a, ok := reported[t.ID]; ok && a == t.Attempt {
-				continue
-			}
-			if t.State == store.Scheduled {
-				if _, err := tx.Exec(ctx, `update podium.node_commands set delivered_at = null
-					where node_id = $1 and task_id = $2 and attempt = $3 and kind = 'assign'`, node.ID, t.ID, t.Attempt); err != nil {
-					return err
-				}
-				continue
-			}
-			if _, err := store.LoseTask(ctx, tx, t, fmt.Sprintf("node %s came back without the task", node.ID)); err != nil {
-				return err
-			}
-			lost = append(lost, t.ID)
-		}
-		return nil
-	})
+	lost, err := s.store.ReconcileNode(ctx, node.ID, reported)
 	if err != nil {
 		return nil, nil, err
 	}

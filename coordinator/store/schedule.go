@@ -245,3 +245,41 @@ func TasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
 }
+
+// ReconcileNode settles, in one transaction, the tasks the control plane
+// holds on a node against the ones the node reported when its stream opened
+// (task id → attempt), and returns the tasks it gave up on. A held task the
+// node reported at the same attempt is left alone. One still scheduled that
+// the node did not report never reached it (the assign was lost with the old
+// stream): its assign command is marked undelivered, so the node's delivery
+// loop sends it again, rather than the task losing an attempt it never began.
+// One past scheduled that the node did not report went down with the node's
+// previous life: the node-loss policy applies (LoseTask: a new attempt, or
+// lost), and its id is returned so the caller can ring its watchers.
+func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[string]int32) (lost []string, err error) {
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		lost = nil
+		held, err := TasksOnNode(ctx, tx, nodeID)
+		if err != nil {
+			return err
+		}
+		for _, t := range held {
+			if a, ok := reported[t.ID]; ok && a == t.Attempt {
+				continue
+			}
+			if t.State == Scheduled {
+				if _, err := tx.Exec(ctx, `update podium.node_commands set delivered_at = null
+					where node_id = $1 and task_id = $2 and attempt = $3 and kind = 'assign'`, nodeID, t.ID, t.Attempt); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := LoseTask(ctx, tx, t, fmt.Sprintf("node %s came back without the task", nodeID)); err != nil {
+				return err
+			}
+			lost = append(lost, t.ID)
+		}
+		return nil
+	})
+	return lost, err
+}

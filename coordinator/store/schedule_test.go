@@ -120,3 +120,57 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 		t.Fatalf("offered %+v, want labels %v, 1.5 CPU and 1280 MB (the sidecar counts)", got, spec.Labels)
 	}
 }
+
+// A node that comes back reports what it runs. What it reported at the same
+// attempt is left alone; an assignment it never received (still scheduled)
+// is delivered again; a task that had started and that it no longer has went
+// down with its previous life and gets the node-loss policy.
+func TestReconcileNodeRedeliversUnreceivedAndLosesUnreported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, tasks := newIngestFixture(t, 1, 3)
+	kept, unreceived, gone := tasks[0], tasks[1], tasks[2]
+	node := f.onNode[kept]
+	for _, id := range []string{kept, gone} {
+		out, err := f.st.IngestBatch(ctx, []store.IngestItem{f.item(id, statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))})
+		if err != nil || out[0].Err != nil {
+			t.Fatalf("start %s: %v %v", id, err, out)
+		}
+	}
+	pending, err := f.st.PendingCommandsFor(ctx, []string{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []store.Delivery
+	for _, p := range pending {
+		ds = append(ds, store.Delivery{ID: p.ID, NodeID: node, Epoch: f.epochs[node]})
+	}
+	if marked, err := f.st.MarkDeliveredMany(ctx, ds); err != nil || len(marked) != 3 {
+		t.Fatalf("marked %d of 3 assigns delivered: %v", len(marked), err)
+	}
+
+	lost, err := f.st.ReconcileNode(ctx, node, map[string]int32{kept: 1, "task_unknown": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lost, []string{gone}) {
+		t.Fatalf("lost %v, want only %s (running, not reported)", lost, gone)
+	}
+	want := map[string]string{kept: store.Running, unreceived: store.Scheduled, gone: store.Lost}
+	for id, state := range want {
+		task, err := f.st.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State != state {
+			t.Errorf("task %s is %s, want %s", id, task.State, state)
+		}
+	}
+	pending, err = f.st.PendingCommandsFor(ctx, []string{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].Kind != "assign" || pending[0].TaskID != unreceived {
+		t.Fatalf("pending commands %+v, want the unreceived task's assign again", pending)
+	}
+}
