@@ -224,7 +224,7 @@ func (s *Server) Leases() *lease.Keeper { return s.leases }
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.store.Pool.Ping(ctx); err != nil {
+	if err := s.store.Ping(ctx); err != nil {
 		http.Error(w, "not ready: Postgres does not answer: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

@@ -57,7 +57,7 @@ func scanArtifact(row pgx.Row) (Artifact, error) {
 // has run out.
 func (s *Store) CheckUploadAllowed(ctx context.Context, nodeID, taskID string, attempt int32, grace time.Duration) (endedAt *time.Time, err error) {
 	var open bool
-	err = s.Pool.QueryRow(ctx, `select
+	err = s.pool.QueryRow(ctx, `select
 			case when t.attempt = a.attempt and t.state = any($4) and a.finished_at is null then null
 			     else coalesce(a.finished_at, t.finished_at) end,
 			coalesce((t.attempt = a.attempt and t.state = any($4) and a.finished_at is null)
@@ -124,7 +124,7 @@ func (s *Store) PutArtifact(ctx context.Context, a Artifact, note func(replaced 
 
 // ListArtifacts returns a task's artifacts, by attempt and then name.
 func (s *Store) ListArtifacts(ctx context.Context, taskID string) ([]Artifact, error) {
-	rows, err := s.Pool.Query(ctx, "select "+artifactColumns+` from podium.artifacts
+	rows, err := s.pool.Query(ctx, "select "+artifactColumns+` from podium.artifacts
 		where task_id = $1 order by attempt, name`, taskID)
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (s *Store) ListArtifacts(ctx context.Context, taskID string) ([]Artifact, e
 // GetArtifact finds one artifact of a task by name; attempt 0 means the newest
 // attempt that has one of that name. It returns ErrNotFound when there is none.
 func (s *Store) GetArtifact(ctx context.Context, taskID, name string, attempt int32) (Artifact, error) {
-	a, err := scanArtifact(s.Pool.QueryRow(ctx, "select "+artifactColumns+` from podium.artifacts
+	a, err := scanArtifact(s.pool.QueryRow(ctx, "select "+artifactColumns+` from podium.artifacts
 		where task_id = $1 and name = $2 and ($3 = 0 or attempt = $3)
 		order by attempt desc limit 1`, taskID, name, attempt))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -100,7 +100,7 @@ type PendingCommand struct {
 // node's in the order they were made, joined with their tasks: one statement
 // for every node a replica is delivering to at once.
 func (s *Store) PendingCommandsFor(ctx context.Context, nodeIDs []string) ([]PendingCommand, error) {
-	rows, err := s.Pool.Query(ctx, `select c.id, c.node_id, c.kind, c.task_id, c.attempt, c.reason, c.text,
+	rows, err := s.pool.Query(ctx, `select c.id, c.node_id, c.kind, c.task_id, c.attempt, c.reason, c.text,
 			t.id is not null, coalesce(t.state, ''), coalesce(t.node_id, ''), coalesce(t.attempt, 0), t.spec
 		from podium.node_commands c left join podium.tasks t on t.id = c.task_id
 		where c.node_id = any($1) and c.delivered_at is null order by c.id`, nodeIDs)
@@ -138,7 +138,7 @@ func (s *Store) MarkDeliveredMany(ctx context.Context, ds []Delivery) (map[int64
 	for i, d := range ds {
 		ids[i], nodes[i], epochs[i] = d.ID, d.NodeID, d.Epoch
 	}
-	rows, err := s.Pool.Query(ctx, `update podium.node_commands c set delivered_at = now()
+	rows, err := s.pool.Query(ctx, `update podium.node_commands c set delivered_at = now()
 		from unnest($1::bigint[], $2::text[], $3::bigint[]) as u(id, node_id, epoch)
 		join podium.nodes n on n.id = u.node_id and n.session_epoch = u.epoch
 		where c.id = u.id and c.node_id = u.node_id and c.delivered_at is null

@@ -506,7 +506,7 @@ func (c *eventColumns) args() []any {
 func (s *Store) AckedSeq(ctx context.Context, nodeID, taskID string, attempt int32) (uint64, bool, error) {
 	var acked int64
 	var state string
-	err := s.Pool.QueryRow(ctx, `select a.acked_seq, t.state from podium.attempts a
+	err := s.pool.QueryRow(ctx, `select a.acked_seq, t.state from podium.attempts a
 		join podium.tasks t on t.id = a.task_id and t.attempt = a.attempt and t.node_id = a.node_id
 		where a.task_id = $1 and a.attempt = $2 and a.node_id = $3`, taskID, attempt, nodeID).Scan(&acked, &state)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -66,7 +66,7 @@ func scanNode(row pgx.Row) (Node, error) {
 
 // GetNode reads one node.
 func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
-	n, err := scanNode(s.Pool.QueryRow(ctx, "select "+nodeColumns+" from podium.nodes n where n.id = $1", id))
+	n, err := scanNode(s.pool.QueryRow(ctx, "select "+nodeColumns+" from podium.nodes n where n.id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return n, ErrNotFound
 	}
@@ -75,7 +75,7 @@ func (s *Store) GetNode(ctx context.Context, id string) (Node, error) {
 
 // ListNodes reads every node, oldest enrollment first.
 func (s *Store) ListNodes(ctx context.Context) ([]Node, error) {
-	rows, err := s.Pool.Query(ctx, "select "+nodeColumns+" from podium.nodes n order by n.enrolled_at, n.id")
+	rows, err := s.pool.Query(ctx, "select "+nodeColumns+" from podium.nodes n order by n.enrolled_at, n.id")
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 	// The row is locked FOR UPDATE, not just updated, because that is the
 	// lock that conflicts with ingest's FOR KEY SHARE: a write for the node's
 	// old session commits before the epoch moves, or sees the new one.
-	err := s.Pool.QueryRow(ctx, `with locked as (select id from podium.nodes where id = $1 for update)
+	err := s.pool.QueryRow(ctx, `with locked as (select id from podium.nodes where id = $1 for update)
 		update podium.nodes n set
 			session_replica = $2, session_epoch = session_epoch + 1, status = 'online',
 			session_started_at = clock_timestamp(),
@@ -123,7 +123,7 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 // and marks it unreachable (an offline node stays offline): a node whose stream
 // ended cannot be told anything until it comes back.
 func (s *Store) EndSession(ctx context.Context, nodeID string, epoch int64) error {
-	_, err := s.Pool.Exec(ctx, `update podium.nodes set session_replica = null,
+	_, err := s.pool.Exec(ctx, `update podium.nodes set session_replica = null,
 			status = case when status = 'offline' then 'offline' else 'unreachable' end
 		where id = $1 and session_epoch = $2`, nodeID, epoch)
 	return err
@@ -192,20 +192,20 @@ func checkEpoch(ctx context.Context, q querier, nodeID string, epoch int64) erro
 
 // RegisterReplica records a replica and the address nodes can reach it on.
 func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {
-	_, err := s.Pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
+	_, err := s.pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
 		on conflict (id) do update set address = excluded.address, seen_at = now()`, id, address)
 	return err
 }
 
 // TouchReplica tells the others this replica is still alive.
 func (s *Store) TouchReplica(ctx context.Context, id string) error {
-	_, err := s.Pool.Exec(ctx, "update podium.replicas set seen_at = now() where id = $1", id)
+	_, err := s.pool.Exec(ctx, "update podium.replicas set seen_at = now() where id = $1", id)
 	return err
 }
 
 // ReplicaAddresses lists the advertised addresses of replicas seen recently.
 func (s *Store) ReplicaAddresses(ctx context.Context, within time.Duration) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `select distinct address from podium.replicas
+	rows, err := s.pool.Query(ctx, `select distinct address from podium.replicas
 		where address <> '' and seen_at > now() - make_interval(secs => $1) order by address`, within.Seconds())
 	if err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func (s *Store) ReplicaAddresses(ctx context.Context, within time.Duration) ([]s
 
 // RequestTakeover records that a replica has a newer stream for the node.
 func (s *Store) RequestTakeover(ctx context.Context, nodeID string) error {
-	_, err := s.Pool.Exec(ctx, "update podium.nodes set takeover_requested_at = clock_timestamp() where id = $1", nodeID)
+	_, err := s.pool.Exec(ctx, "update podium.nodes set takeover_requested_at = clock_timestamp() where id = $1", nodeID)
 	return err
 }
 
@@ -223,7 +223,7 @@ func (s *Store) RequestTakeover(ctx context.Context, nodeID string) error {
 // it holds) are stale: the node has a newer session, a newer stream asked for
 // it after the session started, or it was removed.
 func (s *Store) TakeoverRequests(ctx context.Context, nodeIDs []string, epochs []int64) (map[string]bool, error) {
-	rows, err := s.Pool.Query(ctx, `select h.id from unnest($1::text[], $2::bigint[]) as h(id, epoch)
+	rows, err := s.pool.Query(ctx, `select h.id from unnest($1::text[], $2::bigint[]) as h(id, epoch)
 		left join podium.nodes n on n.id = h.id
 		where n.id is null or n.session_epoch <> h.epoch or n.takeover_requested_at > n.session_started_at`, nodeIDs, epochs)
 	if err != nil {
@@ -310,7 +310,7 @@ func (s *Store) RemoveNode(ctx context.Context, nodeID string) error {
 // FleetCounts counts tasks by state and nodes by status.
 func (s *Store) FleetCounts(ctx context.Context) (tasks, nodes map[string]int64, err error) {
 	tasks, nodes = map[string]int64{}, map[string]int64{}
-	rows, err := s.Pool.Query(ctx, `select 't', state, count(*) from podium.tasks group by state
+	rows, err := s.pool.Query(ctx, `select 't', state, count(*) from podium.tasks group by state
 		union all select 'n', status, count(*) from podium.nodes group by status`)
 	if err != nil {
 		return nil, nil, err

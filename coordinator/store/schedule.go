@@ -23,7 +23,7 @@ type Placement struct {
 // to, as placement sees them. It aggregates every active task, so the
 // scheduler keeps the result between passes rather than reading it for each.
 func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) {
-	rows, err := s.Pool.Query(ctx, `select n.id, n.labels, n.draining,
+	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz)
@@ -62,7 +62,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	// Most ticks find nothing queued; answer that from the partial index
 	// before anything else.
 	var any bool
-	if err := s.Pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
+	if err := s.pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
 		return nil, 0, err
 	}
 	err = s.Tx(ctx, func(tx pgx.Tx) error {

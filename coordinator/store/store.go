@@ -25,9 +25,12 @@ var (
 	ErrStaleEpoch = errors.New("store: the node's session has moved on (stale epoch)")
 )
 
-// Store wraps the connection pool.
+// Store is the coordinator's connection pool behind methods. The pool is
+// unexported on purpose: a statement written elsewhere would skip the epoch
+// checks and the transition rule that keep replicas from undoing each other's
+// work, and nobody reading the store would know it exists.
 type Store struct {
-	Pool *pgxpool.Pool
+	pool *pgxpool.Pool
 }
 
 // Open connects to Postgres and checks that it answers.
@@ -54,11 +57,16 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", redactURL(cfg.ConnConfig), err)
 	}
-	return &Store{Pool: pool}, nil
+	return &Store{pool: pool}, nil
 }
 
 // Close closes the pool.
-func (s *Store) Close() { s.Pool.Close() }
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that Postgres answers on a pooled connection, for readiness: a
+// replica whose database is away can serve nothing, and should be taken out
+// of rotation rather than sent work.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 func redactURL(c *pgx.ConnConfig) string {
 	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
@@ -73,20 +81,20 @@ type querier interface {
 
 // Tx runs fn in a transaction, committing when it returns nil.
 func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.Pool, fn)
+	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 
 // Notify rings a doorbell. It is deliberately its own statement, outside any
 // transaction that did the work: Postgres serialises notifying commits on one
 // cluster-wide lock, so hot paths commit first and ring after.
 func (s *Store) Notify(ctx context.Context, channel, payload string) error {
-	_, err := s.Pool.Exec(ctx, "select pg_notify($1, $2)", channel, payload)
+	_, err := s.pool.Exec(ctx, "select pg_notify($1, $2)", channel, payload)
 	return err
 }
 
 // NotifyMany rings several doorbells in one statement, so one notifying commit
 // takes the cluster-wide notify lock once for a whole dispatch pass.
 func (s *Store) NotifyMany(ctx context.Context, channels, payloads []string) error {
-	_, err := s.Pool.Exec(ctx, "select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", channels, payloads)
+	_, err := s.pool.Exec(ctx, "select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", channels, payloads)
 	return err
 }

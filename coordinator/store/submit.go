@@ -80,7 +80,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		cpus[i], mems[i] = placement.Cost(t.Spec)
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
 	}
-	rows, err := s.Pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit)
+	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ type Device struct {
 // NodeDevice reads the device a node is bound to.
 func (s *Store) NodeDevice(ctx context.Context, nodeID string) (Device, error) {
 	var d Device
-	err := s.Pool.QueryRow(ctx, `select coalesce(tailscale_device_id, ''), tailscale_device
+	err := s.pool.QueryRow(ctx, `select coalesce(tailscale_device_id, ''), tailscale_device
 		from podium.nodes where id = $1`, nodeID).Scan(&d.ID, &d.Name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, ErrNotFound
@@ -29,7 +29,7 @@ func (s *Store) NodeDevice(ctx context.Context, nodeID string) (Device, error) {
 // NodeDevices reads every node's device binding, by node id; unbound nodes
 // are left out.
 func (s *Store) NodeDevices(ctx context.Context) (map[string]Device, error) {
-	rows, err := s.Pool.Query(ctx, `select id, tailscale_device_id, tailscale_device
+	rows, err := s.pool.Query(ctx, `select id, tailscale_device_id, tailscale_device
 		from podium.nodes where tailscale_device_id is not null`)
 	if err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func (s *Store) BindDevice(ctx context.Context, nodeID string, d Device) (Device
 	if err != nil || cur.ID != "" {
 		return cur, err
 	}
-	_, err = s.Pool.Exec(ctx, `update podium.nodes set tailscale_device_id = $2, tailscale_device = $3
+	_, err = s.pool.Exec(ctx, `update podium.nodes set tailscale_device_id = $2, tailscale_device = $3
 		where id = $1 and tailscale_device_id is null`, nodeID, d.ID, d.Name)
 	if err != nil {
 		return cur, err
@@ -64,7 +64,7 @@ func (s *Store) BindDevice(ctx context.Context, nodeID string, d Device) (Device
 
 // CreateRekeyToken stores the hash of a token that re-enrolls nodeID.
 func (s *Store) CreateRekeyToken(ctx context.Context, hash []byte, nodeID string, expiresAt time.Time) error {
-	tag, err := s.Pool.Exec(ctx, `insert into podium.enrollment_tokens (token_hash, labels, expires_at, rekey_node)
+	tag, err := s.pool.Exec(ctx, `insert into podium.enrollment_tokens (token_hash, labels, expires_at, rekey_node)
 		select $1, '{}', $2, id from podium.nodes where id = $3`, hash, expiresAt, nodeID)
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ type Enrolled struct {
 // node's stream (on the old key) to end it.
 func (s *Store) Enroll(ctx context.Context, tokenHash []byte, n NewNode) (Enrolled, error) {
 	var rekey *string
-	err := s.Pool.QueryRow(ctx, "select rekey_node from podium.enrollment_tokens where token_hash = $1", tokenHash).Scan(&rekey)
+	err := s.pool.QueryRow(ctx, "select rekey_node from podium.enrollment_tokens where token_hash = $1", tokenHash).Scan(&rekey)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return Enrolled{}, err
 	}

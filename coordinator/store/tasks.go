@@ -131,7 +131,7 @@ func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSp
 
 // GetTask reads one task.
 func (s *Store) GetTask(ctx context.Context, id string) (Task, error) {
-	return getTask(ctx, s.Pool, id)
+	return getTask(ctx, s.pool, id)
 }
 
 func getTask(ctx context.Context, q querier, id string) (Task, error) {
@@ -147,7 +147,7 @@ func (s *Store) ListTasks(ctx context.Context, states []string, limit int) ([]Ta
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.Pool.Query(ctx, "select "+taskColumns+` from podium.tasks
+	rows, err := s.pool.Query(ctx, "select "+taskColumns+` from podium.tasks
 		where coalesce(cardinality($1::text[]), 0) = 0 or state = any($1)
 		order by created_at desc, id desc limit $2`, states, limit)
 	if err != nil {
@@ -259,7 +259,7 @@ func movedFlags(trs []Transition, movedIDs []string) []bool {
 
 // Transition runs TransitionTask on its own.
 func (s *Store) Transition(ctx context.Context, tr Transition) (bool, error) {
-	return TransitionTask(ctx, s.Pool, tr)
+	return TransitionTask(ctx, s.pool, tr)
 }
 
 // nextSeqs reserves n positions in a task's log. The row lock it takes is what
@@ -308,7 +308,7 @@ type StoredEvent struct {
 
 // ReadEvents returns up to limit events after position after.
 func (s *Store) ReadEvents(ctx context.Context, taskID string, after int64, limit int) ([]StoredEvent, error) {
-	rows, err := s.Pool.Query(ctx, `select seq, attempt, coalesce(node_seq, 0), at, kind,
+	rows, err := s.pool.Query(ctx, `select seq, attempt, coalesce(node_seq, 0), at, kind,
 			coalesce(log_offset, 0), data, coalesce(state, ''), coalesce(reason, ''), exit_code,
 			coalesce(signal, 0), coalesce(text, '')
 		from podium.task_events where task_id = $1 and seq > $2 order by seq limit $3`, taskID, after, limit)

@@ -13,7 +13,7 @@ func (s *Store) CreateToken(ctx context.Context, hash []byte, labels []string, e
 	if labels == nil {
 		labels = []string{}
 	}
-	_, err := s.Pool.Exec(ctx,
+	_, err := s.pool.Exec(ctx,
 		"insert into podium.enrollment_tokens (token_hash, labels, expires_at) values ($1, $2, $3)",
 		hash, labels, expiresAt)
 	return err

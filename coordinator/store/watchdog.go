@@ -21,7 +21,7 @@ type HealthChange struct {
 // after a leader change or a restart of every replica the nodes get the whole
 // period to reconnect before anything is declared.
 func (s *Store) SweepHealth(ctx context.Context, unreachable, offline time.Duration, clockStart time.Time) ([]HealthChange, error) {
-	rows, err := s.Pool.Query(ctx, `with h as (
+	rows, err := s.pool.Query(ctx, `with h as (
 			select id, status as old,
 				case when greatest(last_heartbeat_at, $3) < now() - make_interval(secs => $2) then 'offline'
 				     when greatest(last_heartbeat_at, $3) < now() - make_interval(secs => $1) then 'unreachable'

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
@@ -27,8 +28,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // handler, with no scheduler: nothing but Submit touches the rows, so each
 // row's xmin still names the transaction that inserted it.
 type service struct {
-	svc    *tasks.Service
-	st     *store.Store
+	svc *tasks.Service
+	// sql is the test's own pool on the service's database: which transaction
+	// stored a row is nothing the store tells.
+	sql    *pgxpool.Pool
 	client podiumv1connect.TaskServiceClient
 	// stop ends Run and waits for it; it fails the test if Run does not return.
 	stop func()
@@ -42,6 +45,11 @@ func startService(t *testing.T) *service {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	sql, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sql.Close)
 	svc := tasks.NewService(st, nil, slog.New(slog.DiscardHandler))
 	mux := http.NewServeMux()
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(svc))
@@ -63,7 +71,7 @@ func startService(t *testing.T) *service {
 		})
 	}
 	t.Cleanup(stop)
-	return &service{svc: svc, st: st, client: podiumv1connect.NewTaskServiceClient(srv.Client(), srv.URL), stop: stop}
+	return &service{svc: svc, sql: sql, client: podiumv1connect.NewTaskServiceClient(srv.Client(), srv.URL), stop: stop}
 }
 
 // submitAll submits specs concurrently, all released at once, and returns each
@@ -100,7 +108,7 @@ func goodSpec(i int) *podiumv1.TaskSpec {
 // storedTasks returns every stored task id with the transaction that inserted it.
 func (s *service) storedTasks(t *testing.T) map[string]string {
 	t.Helper()
-	rows, err := s.st.Pool.Query(context.Background(), "select id, xmin::text from podium.tasks")
+	rows, err := s.sql.Query(context.Background(), "select id, xmin::text from podium.tasks")
 	if err != nil {
 		t.Fatal(err)
 	}

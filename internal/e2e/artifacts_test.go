@@ -213,12 +213,11 @@ echo done`
 		}
 	}
 	// Exactly one row per name: retries replace, they do not add.
-	var rows int
-	if err := e.r.Store().Pool.QueryRow(context.Background(),
-		"select count(*) from podium.artifacts where task_id = $1", id).Scan(&rows); err != nil {
+	stored, err := e.r.Store().ListArtifacts(context.Background(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if rows != 3 {
+	if rows := len(stored); rows != 3 {
 		t.Fatalf("%d artifact rows for the task, want 3", rows)
 	}
 	if r := e.podium("artifacts", id); r.code != 0 || !bytes.Contains(r.stdout, []byte("big.bin")) ||
@@ -314,11 +313,11 @@ cd $A && sha256sum report.txt >&2`
 				_, err := os.Stat(taskDir)
 				return os.IsNotExist(err)
 			})
-			var rows int
-			if err := e.r.Store().Pool.QueryRow(context.Background(),
-				"select count(*) from podium.artifacts where task_id = $1", id).Scan(&rows); err != nil {
+			listed, err := e.r.Store().ListArtifacts(context.Background(), id)
+			if err != nil {
 				t.Fatal(err)
 			}
+			rows := len(listed)
 			logs := e.podium("logs", id)
 			stored := "→ artifact report.txt (23893 bytes, sha256 " + want + ") stored"
 			if n := bytes.Count(logs.stderr, []byte("→ artifact report.txt (")); rows != 1 || n != 1 || !bytes.Contains(logs.stderr, []byte(stored)) {
