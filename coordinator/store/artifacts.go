@@ -85,7 +85,7 @@ func (s *Store) CheckUploadAllowed(ctx context.Context, nodeID, taskID string, a
 // replaced, so two uploads of one name racing each other still end with one
 // row, and each superseded object is handed back to exactly one of them.
 func (s *Store) PutArtifact(ctx context.Context, a Artifact, note func(replaced bool) string) (stored Artifact, replacedKey string, err error) {
-	err = s.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		replacedKey = ""
 		for range 3 {
 			var old string
@@ -115,7 +115,7 @@ func (s *Store) PutArtifact(ctx context.Context, a Artifact, note func(replaced 
 			if err != nil {
 				return err
 			}
-			return AppendNote(ctx, tx, a.TaskID, a.Attempt, note(replacedKey != ""))
+			return appendNote(ctx, tx, a.TaskID, a.Attempt, note(replacedKey != ""))
 		}
 		return errors.New("store: the artifact's row kept changing under concurrent uploads of the same name; retry")
 	})

@@ -38,15 +38,15 @@ type Command struct {
 	Text    string
 }
 
-// InsertCommand queues a command for a node.
-func InsertCommand(ctx context.Context, q querier, c Command) error {
+// insertCommand queues a command for a node.
+func insertCommand(ctx context.Context, q querier, c Command) error {
 	_, err := q.Exec(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason, text)
 		values ($1, $2, $3, $4, $5, $6)`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason, c.Text)
 	return err
 }
 
-// InsertCommandID queues a command and returns its id.
-func InsertCommandID(ctx context.Context, q querier, c Command) (int64, error) {
+// insertCommandID queues a command and returns its id.
+func insertCommandID(ctx context.Context, q querier, c Command) (int64, error) {
 	var id int64
 	err := q.QueryRow(ctx, `insert into podium.node_commands (node_id, kind, task_id, attempt, reason, text)
 		values ($1, $2, $3, $4, $5, $6) returning id`, c.NodeID, c.Kind, c.TaskID, c.Attempt, c.Reason, c.Text).Scan(&id)
@@ -59,7 +59,7 @@ var ErrNotRunning = errors.New("store: the task is not on a node")
 // InjectMessage queues a person's message for a task's inbox on the node that
 // holds it and returns the message's id and that node.
 func (s *Store) InjectMessage(ctx context.Context, taskID, text string) (id int64, nodeID string, err error) {
-	err = s.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var state string
 		var node *string
 		var attempt int32
@@ -74,11 +74,11 @@ func (s *Store) InjectMessage(ctx context.Context, taskID, text string) (id int6
 			return fmt.Errorf("%w (it is %s)", ErrNotRunning, state)
 		}
 		nodeID = *node
-		id, err = InsertCommandID(ctx, tx, Command{NodeID: nodeID, Kind: "inject", TaskID: taskID, Attempt: attempt, Text: text})
+		id, err = insertCommandID(ctx, tx, Command{NodeID: nodeID, Kind: "inject", TaskID: taskID, Attempt: attempt, Text: text})
 		if err != nil {
 			return err
 		}
-		return AppendNote(ctx, tx, taskID, attempt, fmt.Sprintf("message %d sent to the task's inbox", id))
+		return appendNote(ctx, tx, taskID, attempt, fmt.Sprintf("message %d sent to the task's inbox", id))
 	})
 	return id, nodeID, err
 }

@@ -69,7 +69,7 @@ func (s *Store) IngestEvents(ctx context.Context, nodeID string, epoch int64, ta
 // attempt's stored high-water mark are taken, in order, so a batch re-sent
 // after a reconnect stores nothing twice and a gap stops the ingest until the
 // missing events arrive. Status changes go through the transition rule
-// (TransitionTasks) in the same transaction, so the log and the task's state
+// (transitionTasks) in the same transaction, so the log and the task's state
 // never disagree; a task with several status changes in one batch moves
 // through them in order.
 //
@@ -132,7 +132,7 @@ func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 	slices.Sort(taskIDs)
 	taskIDs = slices.Compact(taskIDs)
 
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		for i := range out {
 			out[i] = IngestOutcome{}
 		}

@@ -20,7 +20,7 @@ type Touched struct {
 // late.
 func (s *Store) ExpireAssignments(ctx context.Context, deadline time.Duration) ([]Touched, error) {
 	var out []Touched
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out = nil
 		rows, err := tx.Query(ctx, "select "+taskColumns+` from podium.tasks
 			where state = 'scheduled' and scheduled_at < now() - make_interval(secs => $1)
@@ -39,13 +39,13 @@ func (s *Store) ExpireAssignments(ctx context.Context, deadline time.Duration) (
 			if t.Attempt >= t.MaxAttempts {
 				to, reason = Failed, fmt.Sprintf("%s; all %d attempts used", why, t.MaxAttempts)
 			}
-			if _, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: []string{Scheduled}, To: to, Attempt: t.Attempt, Reason: &reason}); err != nil {
+			if _, err := transitionTask(ctx, tx, Transition{TaskID: t.ID, From: []string{Scheduled}, To: to, Attempt: t.Attempt, Reason: &reason}); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", t.ID, t.Attempt); err != nil {
 				return err
 			}
-			if err := InsertCommand(ctx, tx, Command{NodeID: node, Kind: "cancel", TaskID: t.ID, Attempt: t.Attempt, Reason: "assignment revoked: " + why}); err != nil {
+			if err := insertCommand(ctx, tx, Command{NodeID: node, Kind: "cancel", TaskID: t.ID, Attempt: t.Attempt, Reason: "assignment revoked: " + why}); err != nil {
 				return err
 			}
 			if err := appendStatus(ctx, tx, t.ID, t.Attempt, to, reason, nil, 0); err != nil {
@@ -63,7 +63,7 @@ func (s *Store) ExpireAssignments(ctx context.Context, deadline time.Duration) (
 // first) to stop it. The node's "cancelled" then lands as failed: timeout.
 func (s *Store) TimeOutTasks(ctx context.Context, margin time.Duration) ([]Touched, error) {
 	var out []Touched
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out = nil
 		rows, err := tx.Query(ctx, `select id, node_id, attempt from podium.tasks
 			where state = 'running' and cancel_requested_at is null
@@ -85,10 +85,10 @@ func (s *Store) TimeOutTasks(ctx context.Context, margin time.Duration) ([]Touch
 			if _, err := tx.Exec(ctx, "update podium.tasks set cancel_requested_at = now(), cancel_reason = 'timeout' where id = $1", r.ID); err != nil {
 				return err
 			}
-			if err := InsertCommand(ctx, tx, Command{NodeID: r.Node, Kind: "cancel", TaskID: r.ID, Attempt: r.Attempt, Reason: "timeout"}); err != nil {
+			if err := insertCommand(ctx, tx, Command{NodeID: r.Node, Kind: "cancel", TaskID: r.ID, Attempt: r.Attempt, Reason: "timeout"}); err != nil {
 				return err
 			}
-			if err := AppendNote(ctx, tx, r.ID, r.Attempt, "timeout: the task ran past its timeout; asking its node to stop it"); err != nil {
+			if err := appendNote(ctx, tx, r.ID, r.Attempt, "timeout: the task ran past its timeout; asking its node to stop it"); err != nil {
 				return err
 			}
 			out = append(out, Touched{TaskID: r.ID, NodeID: r.Node})
@@ -103,7 +103,7 @@ func (s *Store) TimeOutTasks(ctx context.Context, margin time.Duration) ([]Touch
 // a user waiting on the cancel should not wait forever.
 func (s *Store) WriteOffCancelled(ctx context.Context, after time.Duration) ([]Touched, error) {
 	var out []Touched
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out = nil
 		rows, err := tx.Query(ctx, `select t.id, t.node_id, t.attempt, coalesce(t.cancel_reason, '') from podium.tasks t
 			join podium.nodes n on n.id = t.node_id
@@ -128,7 +128,7 @@ func (s *Store) WriteOffCancelled(ctx context.Context, after time.Duration) ([]T
 			if r.Why == "timeout" {
 				to, reason = Failed, "timeout (written off: its node "+r.Node+" is gone)"
 			}
-			moved, err := TransitionTask(ctx, tx, Transition{TaskID: r.ID, From: Active, To: to, Attempt: r.Attempt, Reason: &reason})
+			moved, err := transitionTask(ctx, tx, Transition{TaskID: r.ID, From: Active, To: to, Attempt: r.Attempt, Reason: &reason})
 			if err != nil {
 				return err
 			}

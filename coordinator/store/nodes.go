@@ -157,7 +157,7 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 		cpus[i], mems[i], disks[i], maxes[i] = b.CPUCores, b.MemoryMB, b.DiskFreeMB, b.MaxTasks
 	}
 	var written int64
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "set local synchronous_commit = off"); err != nil {
 			return err
 		}
@@ -250,7 +250,7 @@ type NodeChange struct {
 // config command, so a connected node gets the live half from whichever replica
 // holds it. It returns the node as it now is.
 func (s *Store) ChangeNode(ctx context.Context, nodeID string, c NodeChange) (Node, error) {
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update podium.nodes set
 				draining = coalesce($2, draining),
 				max_tasks_override = coalesce($3, max_tasks_override),
@@ -263,7 +263,7 @@ func (s *Store) ChangeNode(ctx context.Context, nodeID string, c NodeChange) (No
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		return InsertCommand(ctx, tx, Command{NodeID: nodeID, Kind: "config"})
+		return insertCommand(ctx, tx, Command{NodeID: nodeID, Kind: "config"})
 	})
 	if err != nil {
 		return Node{}, err
@@ -285,7 +285,7 @@ var ErrNodeBusy = errors.New("store: node is in use")
 // still holds tasks: removing it then would strand work the control plane
 // could no longer account for.
 func (s *Store) RemoveNode(ctx context.Context, nodeID string) error {
-	return s.Tx(ctx, func(tx pgx.Tx) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
 		n, err := scanNode(tx.QueryRow(ctx, "select "+nodeColumns+" from podium.nodes n where n.id = $1 for update", nodeID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound

@@ -65,7 +65,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	if err := s.pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
 		return nil, 0, err
 	}
-	err = s.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		placed, waiting = nil, 0
 		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason, created_at from podium.tasks
 			where state = 'queued' order by priority desc, created_at, id
@@ -167,7 +167,7 @@ type CancelOutcome struct {
 // reports it stopped. A finished task is left as it is.
 func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcome, error) {
 	var out CancelOutcome
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out = CancelOutcome{}
 		t, err := scanTask(tx.QueryRow(ctx, "select "+taskColumns+" from podium.tasks where id = $1 for update", id))
 		if err != nil {
@@ -179,7 +179,7 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 		switch {
 		case t.State == Queued:
 			r := "cancelled before it ran: " + reason
-			if _, err := TransitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Cancelled, Reason: &r}); err != nil {
+			if _, err := transitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Cancelled, Reason: &r}); err != nil {
 				return err
 			}
 			if err := appendStatus(ctx, tx, id, t.Attempt, Cancelled, r, nil, 0); err != nil {
@@ -191,10 +191,10 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 					return err
 				}
 			}
-			if err := InsertCommand(ctx, tx, Command{NodeID: *t.NodeID, Kind: "cancel", TaskID: id, Attempt: t.Attempt, Reason: reason}); err != nil {
+			if err := insertCommand(ctx, tx, Command{NodeID: *t.NodeID, Kind: "cancel", TaskID: id, Attempt: t.Attempt, Reason: reason}); err != nil {
 				return err
 			}
-			if err := AppendNote(ctx, tx, id, t.Attempt, "cancel requested: "+reason); err != nil {
+			if err := appendNote(ctx, tx, id, t.Attempt, "cancel requested: "+reason); err != nil {
 				return err
 			}
 			out.NotifyNode = *t.NodeID
@@ -205,39 +205,39 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 	return out, err
 }
 
-// LoseTask applies the node-loss policy to a task its node no longer has: a new
+// loseTask applies the node-loss policy to a task its node no longer has: a new
 // attempt when the spec allows re-running it and attempts remain, otherwise
 // lost. It first writes a note into the task's own log so the user reading it
 // learns what happened. A task that has meanwhile left its active states is
 // left alone.
-func LoseTask(ctx context.Context, tx pgx.Tx, t Task, why string) (requeued bool, err error) {
+func loseTask(ctx context.Context, tx pgx.Tx, t Task, why string) (requeued bool, err error) {
 	if !t.RetryOnNodeLoss || t.Attempt >= t.MaxAttempts {
 		reason := why
 		if t.RetryOnNodeLoss {
 			reason += fmt.Sprintf("; not retried: all %d attempts used", t.MaxAttempts)
 		}
-		moved, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Lost, Attempt: t.Attempt, Reason: &reason})
+		moved, err := transitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Lost, Attempt: t.Attempt, Reason: &reason})
 		if err != nil || !moved {
 			return false, err
 		}
-		if err := AppendNote(ctx, tx, t.ID, t.Attempt, "node lost: "+why); err != nil {
+		if err := appendNote(ctx, tx, t.ID, t.Attempt, "node lost: "+why); err != nil {
 			return false, err
 		}
 		return false, appendStatus(ctx, tx, t.ID, t.Attempt, Lost, reason, nil, 0)
 	}
 	reason := why + "; requeued"
-	moved, err := TransitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Queued, Attempt: t.Attempt, Reason: &reason})
+	moved, err := transitionTask(ctx, tx, Transition{TaskID: t.ID, From: Active, To: Queued, Attempt: t.Attempt, Reason: &reason})
 	if err != nil || !moved {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", t.ID, t.Attempt); err != nil {
 		return false, err
 	}
-	return true, AppendNote(ctx, tx, t.ID, t.Attempt, fmt.Sprintf("node lost: %s; requeued for attempt %d of %d", why, t.Attempt+1, t.MaxAttempts))
+	return true, appendNote(ctx, tx, t.ID, t.Attempt, fmt.Sprintf("node lost: %s; requeued for attempt %d of %d", why, t.Attempt+1, t.MaxAttempts))
 }
 
-// TasksOnNode lists the tasks the control plane holds on a node.
-func TasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) {
+// tasksOnNode lists the tasks the control plane holds on a node.
+func tasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) {
 	rows, err := q.Query(ctx, "select "+taskColumns+` from podium.tasks
 		where node_id = $1 and state in ('scheduled', 'provisioning', 'running') order by id`, nodeID)
 	if err != nil {
@@ -254,12 +254,12 @@ func TasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) 
 // stream): its assign command is marked undelivered, so the node's delivery
 // loop sends it again, rather than the task losing an attempt it never began.
 // One past scheduled that the node did not report went down with the node's
-// previous life: the node-loss policy applies (LoseTask: a new attempt, or
+// previous life: the node-loss policy applies (loseTask: a new attempt, or
 // lost), and its id is returned so the caller can ring its watchers.
 func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[string]int32) (lost []string, err error) {
-	err = s.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		lost = nil
-		held, err := TasksOnNode(ctx, tx, nodeID)
+		held, err := tasksOnNode(ctx, tx, nodeID)
 		if err != nil {
 			return err
 		}
@@ -274,7 +274,7 @@ func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[s
 				}
 				continue
 			}
-			if _, err := LoseTask(ctx, tx, t, fmt.Sprintf("node %s came back without the task", nodeID)); err != nil {
+			if _, err := loseTask(ctx, tx, t, fmt.Sprintf("node %s came back without the task", nodeID)); err != nil {
 				return err
 			}
 			lost = append(lost, t.ID)

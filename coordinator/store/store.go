@@ -79,8 +79,10 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Tx runs fn in a transaction, committing when it returns nil.
-func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+// inTx runs fn in a transaction, committing when it returns nil. It is
+// unexported like the pool: a transaction handed outside the store would be a
+// second door to the tables.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 

@@ -100,7 +100,7 @@ func (s *Store) Enroll(ctx context.Context, tokenHash []byte, n NewNode) (Enroll
 		return Enrolled{NodeID: n.ID, Labels: labels}, err
 	}
 	out := Enrolled{NodeID: *rekey, Rekeyed: true}
-	err = s.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update podium.enrollment_tokens set used_at = now(), used_by_node = rekey_node
 			where token_hash = $1 and used_at is null and expires_at > now()`, tokenHash)
 		if err != nil {

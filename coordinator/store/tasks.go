@@ -172,10 +172,10 @@ type Transition struct {
 	Signal   int32
 }
 
-// TransitionTask is the one function through which a task changes state. It
+// transitionTask is the one function through which a task changes state. It
 // reports whether the move was made.
-func TransitionTask(ctx context.Context, q querier, tr Transition) (bool, error) {
-	moved, err := TransitionTasks(ctx, q, []Transition{tr})
+func transitionTask(ctx context.Context, q querier, tr Transition) (bool, error) {
+	moved, err := transitionTasks(ctx, q, []Transition{tr})
 	if err != nil {
 		return false, err
 	}
@@ -223,10 +223,10 @@ func transitionArgs(trs []Transition) ([]any, error) {
 	return []any{ids, froms, tos, attempts, reasons, exits, signals}, nil
 }
 
-// TransitionTasks applies several transitions, of distinct tasks, in one
-// statement, and reports for each whether it was made. It is TransitionTask
+// transitionTasks applies several transitions, of distinct tasks, in one
+// statement, and reports for each whether it was made. It is transitionTask
 // for many rows: the same rule, written once.
-func TransitionTasks(ctx context.Context, q querier, trs []Transition) ([]bool, error) {
+func transitionTasks(ctx context.Context, q querier, trs []Transition) ([]bool, error) {
 	if len(trs) == 0 {
 		return nil, nil
 	}
@@ -257,9 +257,9 @@ func movedFlags(trs []Transition, movedIDs []string) []bool {
 	return out
 }
 
-// Transition runs TransitionTask on its own.
+// Transition runs transitionTask on its own.
 func (s *Store) Transition(ctx context.Context, tr Transition) (bool, error) {
-	return TransitionTask(ctx, s.pool, tr)
+	return transitionTask(ctx, s.pool, tr)
 }
 
 // nextSeqs reserves n positions in a task's log. The row lock it takes is what
@@ -274,8 +274,8 @@ func nextSeqs(ctx context.Context, q querier, taskID string, n int) (first int64
 	return last - int64(n) + 1, err
 }
 
-// AppendNote writes one of Podium's own lines into a task's log.
-func AppendNote(ctx context.Context, q querier, taskID string, attempt int32, text string) error {
+// appendNote writes one of Podium's own lines into a task's log.
+func appendNote(ctx context.Context, q querier, taskID string, attempt int32, text string) error {
 	seq, err := nextSeqs(ctx, q, taskID, 1)
 	if err != nil {
 		return err
@@ -285,9 +285,10 @@ func AppendNote(ctx context.Context, q querier, taskID string, attempt int32, te
 	return err
 }
 
-// AppendNote is the store-level form of the package function.
+// AppendNote writes one of Podium's own lines into a task's log, in a
+// transaction of its own.
 func (s *Store) AppendNote(ctx context.Context, taskID string, attempt int32, text string) error {
-	return s.Tx(ctx, func(tx pgx.Tx) error { return AppendNote(ctx, tx, taskID, attempt, text) })
+	return s.inTx(ctx, func(tx pgx.Tx) error { return appendNote(ctx, tx, taskID, attempt, text) })
 }
 
 func appendStatus(ctx context.Context, q querier, taskID string, attempt int32, state, reason string, exit *int32, signal int32) error {

@@ -38,7 +38,7 @@ type NewNode struct {
 // the token's and the node's.
 func (s *Store) EnrollNode(ctx context.Context, tokenHash []byte, n NewNode) ([]string, error) {
 	var labels []string
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var tokenLabels []string
 		err := tx.QueryRow(ctx, `update podium.enrollment_tokens
 			set used_at = now(), used_by_node = $2

@@ -41,7 +41,7 @@ func (s *Store) SweepHealth(ctx context.Context, unreachable, offline time.Durat
 // finished by the next one. It returns the tasks it changed.
 func (s *Store) LoseTasksOfOfflineNodes(ctx context.Context) ([]string, error) {
 	var changed []string
-	err := s.Tx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		changed = nil
 		rows, err := tx.Query(ctx, "select "+taskColumns+` from podium.tasks
 			where state in ('scheduled', 'provisioning', 'running')
@@ -55,7 +55,7 @@ func (s *Store) LoseTasksOfOfflineNodes(ctx context.Context) ([]string, error) {
 			return err
 		}
 		for _, t := range ts {
-			if _, err := LoseTask(ctx, tx, t, fmt.Sprintf("node %s went offline (no heartbeat)", *t.NodeID)); err != nil {
+			if _, err := loseTask(ctx, tx, t, fmt.Sprintf("node %s went offline (no heartbeat)", *t.NodeID)); err != nil {
 				return err
 			}
 			changed = append(changed, t.ID)
