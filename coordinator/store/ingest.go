@@ -93,249 +93,138 @@ func (s *Store) IngestBatch(ctx context.Context, items []IngestItem) ([]IngestOu
 	}
 }
 
-// ingestTask is what a batch knows of one task while it is written.
-type ingestTask struct {
-	state        string
-	cancelReason string
-	// count is how many new events the task has in this batch; the batch's
-	// n-th new event of the task gets seq first+n.
-	count, first int64
-	// statuses are the indexes (into the batch's taken events) of its status
-	// changes, in order.
-	statuses []int
-}
-
-// takenEvent is an event the batch stores, with what it becomes.
-type takenEvent struct {
-	item int
-	ev   *podiumv1.TaskEvent
-	// pos is the event's place among its task's new events in this batch.
-	pos int64
-	// tr is the transition a status change asks for; note replaces the status
-	// row when the change may not be made.
-	tr   *Transition
-	note string
-}
-
+// ingestBatch is one try of IngestBatch, in phases inside one
+// transaction: lock the rows the batch touches (lockForIngest), choose the
+// events that are new from what was locked (chooseNew, pure), move the tasks
+// their status changes ask for (moveTasks), and write the log rows and the
+// attempts' high-water marks (writeRows). Keeping the choice apart from the
+// statements is what lets the idempotency and ordering rules be tested
+// without a database.
 func (s *Store) ingestBatch(ctx context.Context, items []IngestItem) ([]IngestOutcome, error) {
-	out := make([]IngestOutcome, len(items))
-	var nodeIDs, taskIDs, attTasks []string
-	var attNums []int32
 	for _, it := range items {
-		nodeIDs = append(nodeIDs, it.NodeID)
-		taskIDs = append(taskIDs, it.TaskID)
-		attTasks, attNums = append(attTasks, it.TaskID), append(attNums, it.Attempt)
 		sort.Slice(it.Events, func(i, j int) bool { return it.Events[i].GetSeq() < it.Events[j].GetSeq() })
 	}
-	slices.Sort(nodeIDs)
-	nodeIDs = slices.Compact(nodeIDs)
-	slices.Sort(taskIDs)
-	taskIDs = slices.Compact(taskIDs)
-
+	keys := ingestKeysOf(items)
+	var plan *ingestPlan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		for i := range out {
-			out[i] = IngestOutcome{}
-		}
-		epochs, acked, cancelReasons, err := lockForIngest(ctx, tx, nodeIDs, attTasks, attNums, taskIDs)
+		locked, err := lockForIngest(ctx, tx, keys)
 		if err != nil {
 			return err
 		}
-		tasks := map[string]*ingestTask{}
-
-		// Which events are new, item by item in arrival order.
-		type attRow struct {
-			node  string
-			acked int64
-			// finished is set when the attempt ended or was given back.
-			finished bool
-			touched  bool
-		}
-		atts := map[attemptID]*attRow{}
-		for k, a := range acked {
-			atts[k] = &attRow{node: a.node, acked: a.acked}
-		}
-		var taken []takenEvent
-		for i, it := range items {
-			epoch, ok := epochs[it.NodeID]
-			if !ok {
-				out[i].Err = ErrNotFound
-				continue
-			}
-			if epoch != it.Epoch {
-				out[i].Err = ErrStaleEpoch
-				continue
-			}
-			a, ok := atts[attemptID{it.TaskID, it.Attempt}]
-			if !ok || a.node != it.NodeID {
-				out[i].Err = ErrNotHeld
-				continue
-			}
-			// The attempt's row exists, so the task's does (it cascades).
-			t := tasks[it.TaskID]
-			if t == nil {
-				t = &ingestTask{cancelReason: cancelReasons[it.TaskID]}
-				tasks[it.TaskID] = t
-			}
-			next := uint64(a.acked) + 1
-			for _, ev := range it.Events {
-				if ev.GetSeq() < next {
-					continue
-				}
-				if ev.GetSeq() > next {
-					break
-				}
-				te := takenEvent{item: i, ev: ev, pos: t.count}
-				t.count++
-				if st := ev.GetStatus(); st != nil {
-					te.tr, te.note = statusTransition(it.TaskID, it.Attempt, st, t.cancelReason)
-					if te.tr != nil {
-						t.statuses = append(t.statuses, len(taken))
-					}
-				}
-				taken = append(taken, te)
-				out[i].Result.Stored++
-				out[i].Result.Bytes += len(ev.GetLog().GetData())
-				next++
-			}
-			out[i].Result.Acked = next - 1
-			if uint64(a.acked) < next-1 {
-				a.acked, a.touched = int64(next-1), true
-			}
-		}
-		if len(taken) == 0 {
+		plan = chooseNew(items, locked)
+		if len(plan.taken) == 0 {
 			return nil
 		}
-
-		// Reserve each task's log positions and make its status changes, round
-		// by round (a task's second change in this batch in the second round),
-		// in one round trip: each statement sees the ones before it.
-		b := &pgx.Batch{}
-		var seqIDs []string
-		var seqNs []int32
-		for _, id := range taskIDs {
-			t := tasks[id]
-			if t == nil || t.count == 0 {
-				continue
-			}
-			seqIDs, seqNs = append(seqIDs, id), append(seqNs, int32(t.count))
-		}
-		// This update is also what locks the batch's tasks (the ids are
-		// sorted; a deadlock with another multi-row writer is retried); it
-		// returns each one's state before the changes below.
-		b.Queue(`update podium.tasks t set last_seq = t.last_seq + u.n
-			from unnest($1::text[], $2::int[]) as u(id, n) where t.id = u.id
-			returning t.id, t.last_seq, t.state`, seqIDs, seqNs)
-		var rounds [][]int // indexes into taken
-		for _, id := range taskIDs {
-			t := tasks[id]
-			if t == nil {
-				continue
-			}
-			for r, idx := range t.statuses {
-				if r == len(rounds) {
-					rounds = append(rounds, nil)
-				}
-				rounds[r] = append(rounds[r], idx)
-			}
-		}
-		for _, round := range rounds {
-			trs := make([]Transition, len(round))
-			for j, idx := range round {
-				trs[j] = *taken[idx].tr
-			}
-			args, err := transitionArgs(trs)
-			if err != nil {
-				return err
-			}
-			b.Queue(transitionSQL, args...)
-		}
-		br := tx.SendBatch(ctx, b)
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("reserve log positions: %w", err)
-		}
-		var id, state string
-		var last int64
-		if _, err := pgx.ForEachRow(rows, []any{&id, &last, &state}, func() error {
-			t := tasks[id]
-			t.first, t.state = last-t.count+1, state
-			return nil
-		}); err != nil {
-			br.Close()
-			return fmt.Errorf("reserve log positions: %w", err)
-		}
-		for _, round := range rounds {
-			rows, err := br.Query()
-			if err != nil {
-				br.Close()
-				return fmt.Errorf("move tasks: %w", err)
-			}
-			movedIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				br.Close()
-				return fmt.Errorf("move tasks: %w", err)
-			}
-			moved := make(map[string]bool, len(movedIDs))
-			for _, id := range movedIDs {
-				moved[id] = true
-			}
-			for _, idx := range round {
-				te := &taken[idx]
-				t := tasks[te.tr.TaskID]
-				if !moved[te.tr.TaskID] {
-					te.note = fmt.Sprintf("ignored a late %q from the node: the task is already %s", te.tr.To, t.state)
-					te.tr = nil
-					continue
-				}
-				t.state = te.tr.To
-				res := &out[te.item].Result
-				if Terminal(te.tr.To) {
-					res.Terminal = te.tr.To
-				}
-				if te.tr.To == Queued {
-					res.Requeued = true
-				}
-				if Terminal(te.tr.To) || te.tr.To == Queued {
-					atts[attemptID{te.tr.TaskID, te.tr.Attempt}].finished = true
-				}
-			}
-		}
-		if err := br.Close(); err != nil {
+		if err := moveTasks(ctx, tx, keys.taskIDs, plan); err != nil {
 			return err
 		}
-
-		// The log rows and the attempts' high-water marks.
-		ev := newEventColumns(len(taken))
-		for _, te := range taken {
-			it := items[te.item]
-			ev.add(it.TaskID, it.Attempt, tasks[it.TaskID].first+te.pos, te)
-		}
-		var aTasks []string
-		var aNums []int32
-		var aAcked []int64
-		var aFinished []bool
-		for k, a := range atts {
-			if a.touched || a.finished {
-				aTasks, aNums = append(aTasks, k.task), append(aNums, k.attempt)
-				aAcked, aFinished = append(aAcked, a.acked), append(aFinished, a.finished)
-			}
-		}
-		b = &pgx.Batch{}
-		b.Queue(`insert into podium.task_events
-				(task_id, seq, attempt, node_seq, at, kind, log_offset, data, state, reason, exit_code, signal, text)
-			select * from unnest($1::text[], $2::bigint[], $3::int[], $4::bigint[], $5::timestamptz[], $6::text[],
-				$7::bigint[], $8::bytea[], $9::text[], $10::text[], $11::int[], $12::int[], $13::text[])`, ev.args()...)
-		b.Queue(`update podium.attempts a set acked_seq = greatest(a.acked_seq, u.acked),
-				finished_at = case when u.finished then now() else a.finished_at end
-			from unnest($1::text[], $2::int[], $3::bigint[], $4::bool[]) as u(task_id, attempt, acked, finished)
-			where a.task_id = u.task_id and a.attempt = u.attempt`, aTasks, aNums, aAcked, aFinished)
-		return tx.SendBatch(ctx, b).Close()
+		return writeRows(ctx, tx, items, plan)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return plan.out, nil
+}
+
+// ingestKeys are the rows a batch locks. The node and task ids are sorted and
+// distinct, so every writer locks them in the same order.
+type ingestKeys struct {
+	nodeIDs, taskIDs []string
+	// attTasks and attNums name each item's attempt, one pair per item.
+	attTasks []string
+	attNums  []int32
+}
+
+func ingestKeysOf(items []IngestItem) ingestKeys {
+	var k ingestKeys
+	for _, it := range items {
+		k.nodeIDs = append(k.nodeIDs, it.NodeID)
+		k.taskIDs = append(k.taskIDs, it.TaskID)
+		k.attTasks, k.attNums = append(k.attTasks, it.TaskID), append(k.attNums, it.Attempt)
+	}
+	slices.Sort(k.nodeIDs)
+	k.nodeIDs = slices.Compact(k.nodeIDs)
+	slices.Sort(k.taskIDs)
+	k.taskIDs = slices.Compact(k.taskIDs)
+	return k
+}
+
+// moveTasks reserves each task's log positions and makes its status changes,
+// round by round (a task's second change in this batch in the second round),
+// in one round trip: each statement sees the ones before it. What the rows
+// say back is folded into the plan: where each task's new events start, and
+// which changes were made.
+func moveTasks(ctx context.Context, tx pgx.Tx, taskIDs []string, p *ingestPlan) error {
+	b := &pgx.Batch{}
+	seqIDs, seqNs := p.seqReservations(taskIDs)
+	// This update is also what locks the batch's tasks (the ids are sorted; a
+	// deadlock with another multi-row writer is retried); it returns each
+	// one's state before the changes below.
+	b.Queue(`update podium.tasks t set last_seq = t.last_seq + u.n
+		from unnest($1::text[], $2::int[]) as u(id, n) where t.id = u.id
+		returning t.id, t.last_seq, t.state`, seqIDs, seqNs)
+	rounds := p.statusRounds(taskIDs)
+	for _, round := range rounds {
+		args, err := transitionArgs(p.roundTransitions(round))
+		if err != nil {
+			return err
+		}
+		b.Queue(transitionSQL, args...)
+	}
+	br := tx.SendBatch(ctx, b)
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return fmt.Errorf("reserve log positions: %w", err)
+	}
+	var id, state string
+	var last int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &last, &state}, func() error {
+		p.reserved(id, last, state)
+		return nil
+	}); err != nil {
+		br.Close()
+		return fmt.Errorf("reserve log positions: %w", err)
+	}
+	for _, round := range rounds {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("move tasks: %w", err)
+		}
+		movedIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("move tasks: %w", err)
+		}
+		moved := make(map[string]bool, len(movedIDs))
+		for _, id := range movedIDs {
+			moved[id] = true
+		}
+		p.applyRound(round, moved)
+	}
+	return br.Close()
+}
+
+// writeRows stores the batch's log rows and the attempts' high-water marks
+// (and the end of each attempt that finished), in one round trip.
+func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan) error {
+	ev := newEventColumns(len(p.taken))
+	for _, te := range p.taken {
+		it := items[te.item]
+		ev.add(it.TaskID, it.Attempt, p.tasks[it.TaskID].first+te.pos, te)
+	}
+	aTasks, aNums, aAcked, aFinished := p.attemptColumns()
+	b := &pgx.Batch{}
+	b.Queue(`insert into podium.task_events
+			(task_id, seq, attempt, node_seq, at, kind, log_offset, data, state, reason, exit_code, signal, text)
+		select * from unnest($1::text[], $2::bigint[], $3::int[], $4::bigint[], $5::timestamptz[], $6::text[],
+			$7::bigint[], $8::bytea[], $9::text[], $10::text[], $11::int[], $12::int[], $13::text[])`, ev.args()...)
+	b.Queue(`update podium.attempts a set acked_seq = greatest(a.acked_seq, u.acked),
+			finished_at = case when u.finished then now() else a.finished_at end
+		from unnest($1::text[], $2::int[], $3::bigint[], $4::bool[]) as u(task_id, attempt, acked, finished)
+		where a.task_id = u.task_id and a.attempt = u.attempt`, aTasks, aNums, aAcked, aFinished)
+	return tx.SendBatch(ctx, b).Close()
 }
 
 type lockedAttempt struct {
@@ -348,84 +237,64 @@ type attemptID struct {
 	attempt int32
 }
 
+// lockedRows is what a batch read, under its locks, before choosing anything.
+type lockedRows struct {
+	// epochs are the batch's nodes' session epochs; a node that is gone has
+	// none.
+	epochs map[string]int64
+	// attempts are the batch's attempts that exist, with the node that holds
+	// each and its stored high-water mark.
+	attempts map[attemptID]lockedAttempt
+	// cancelReasons say why the control plane asked to stop a task, for the
+	// tasks it did.
+	cancelReasons map[string]string
+}
+
 // lockForIngest reads, in one round trip and locking in key order, the
 // epochs of the batch's nodes (FOR KEY SHARE) and its attempts (FOR UPDATE),
 // and why the control plane asked to stop any of its tasks. That last read
 // takes no lock: a node only reports a task cancelled after it was told to
 // stop it, which is after the reason was committed.
-func lockForIngest(ctx context.Context, tx pgx.Tx, nodeIDs, attTasks []string, attNums []int32, taskIDs []string) (
-	map[string]int64, map[attemptID]lockedAttempt, map[string]string, error) {
+func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, error) {
 	b := &pgx.Batch{}
-	b.Queue("select id, session_epoch from podium.nodes where id = any($1) order by id for key share", nodeIDs)
+	b.Queue("select id, session_epoch from podium.nodes where id = any($1) order by id for key share", k.nodeIDs)
 	b.Queue(`select a.task_id, a.attempt, a.node_id, a.acked_seq from podium.attempts a
 		join unnest($1::text[], $2::int[]) as u(task_id, attempt) on a.task_id = u.task_id and a.attempt = u.attempt
-		order by a.task_id, a.attempt for update of a`, attTasks, attNums)
-	b.Queue(`select id, cancel_reason from podium.tasks where id = any($1) and cancel_reason is not null`, taskIDs)
+		order by a.task_id, a.attempt for update of a`, k.attTasks, k.attNums)
+	b.Queue(`select id, cancel_reason from podium.tasks where id = any($1) and cancel_reason is not null`, k.taskIDs)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	epochs := map[string]int64{}
+	l := lockedRows{epochs: map[string]int64{}, attempts: map[attemptID]lockedAttempt{}, cancelReasons: map[string]string{}}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, nil, err
+		return l, err
 	}
 	var id string
 	var epoch int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &epoch}, func() error { epochs[id] = epoch; return nil }); err != nil {
-		return nil, nil, nil, err
+	if _, err := pgx.ForEachRow(rows, []any{&id, &epoch}, func() error { l.epochs[id] = epoch; return nil }); err != nil {
+		return l, err
 	}
-	acked := map[attemptID]lockedAttempt{}
 	rows, err = br.Query()
 	if err != nil {
-		return nil, nil, nil, err
+		return l, err
 	}
 	var a attemptID
 	var la lockedAttempt
 	if _, err := pgx.ForEachRow(rows, []any{&a.task, &a.attempt, &la.node, &la.acked}, func() error {
-		acked[a] = la
+		l.attempts[a] = la
 		return nil
 	}); err != nil {
-		return nil, nil, nil, err
+		return l, err
 	}
-	reasons := map[string]string{}
 	rows, err = br.Query()
 	if err != nil {
-		return nil, nil, nil, err
+		return l, err
 	}
 	var reason string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error { reasons[id] = reason; return nil }); err != nil {
-		return nil, nil, nil, err
+	if _, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error { l.cancelReasons[id] = reason; return nil }); err != nil {
+		return l, err
 	}
-	return epochs, acked, reasons, br.Close()
-}
-
-// allowedFrom is the lifecycle: for each state a node may report, the states
-// the task may be in for that report to move it.
-var allowedFrom = map[string][]string{
-	Provisioning: {Scheduled},
-	Running:      {Scheduled, Provisioning},
-	Succeeded:    Active,
-	Failed:       Active,
-	Cancelled:    Active,
-	// A node gives back a task it has no slot for by reporting it queued.
-	Queued: {Scheduled, Provisioning},
-}
-
-// statusTransition is the transition a node's status change asks for, or the
-// note that replaces it when a node may not report that state at all.
-func statusTransition(taskID string, attempt int32, st *podiumv1.StatusChange, cancelReason string) (*Transition, string) {
-	to := StateName(st.GetState())
-	from, ok := allowedFrom[to]
-	if !ok {
-		return nil, fmt.Sprintf("ignored a status %q the node may not report", to)
-	}
-	reason := st.GetReason()
-	// A task the control plane stopped for running past its timeout failed;
-	// the node only knows it was told to stop.
-	if to == Cancelled && cancelReason == "timeout" {
-		to, reason, from = Failed, "timeout", allowedFrom[Failed]
-	}
-	return &Transition{TaskID: taskID, From: from, To: to, Attempt: attempt,
-		Reason: &reason, ExitCode: st.ExitCode, Signal: st.GetSignal()}, ""
+	return l, br.Close()
 }
 
 // eventColumns are task_events rows as one array per column, for an insert

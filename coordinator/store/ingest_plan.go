@@ -1,0 +1,247 @@
+package store
+
+import (
+	"fmt"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// The pure half of an ingest: which of a batch's events are new, what their
+// status changes ask for, and what becomes of the batch once the tasks have
+// moved. Nothing here talks to Postgres, so the rules that make ingest
+// idempotent and ordered are tested without one; ingest.go runs the
+// statements around them.
+
+// ingestPlan is what a batch writes, worked out from the rows it locked and
+// completed as the tasks move.
+type ingestPlan struct {
+	out   []IngestOutcome
+	tasks map[string]*ingestTask
+	atts  map[attemptID]*attRow
+	// taken are the events the batch stores, in the order they were taken.
+	taken []takenEvent
+}
+
+// ingestTask is what a batch knows of one task while it is written.
+type ingestTask struct {
+	state        string
+	cancelReason string
+	// count is how many new events the task has in this batch; the batch's
+	// n-th new event of the task gets seq first+n.
+	count, first int64
+	// statuses are the indexes (into the batch's taken events) of its status
+	// changes, in order.
+	statuses []int
+}
+
+// takenEvent is an event the batch stores, with what it becomes.
+type takenEvent struct {
+	item int
+	ev   *podiumv1.TaskEvent
+	// pos is the event's place among its task's new events in this batch.
+	pos int64
+	// tr is the transition a status change asks for; note replaces the status
+	// row when the change may not be made.
+	tr   *Transition
+	note string
+}
+
+// attRow is what a batch knows of one attempt while it is written.
+type attRow struct {
+	node  string
+	acked int64
+	// finished is set when the attempt ended or was given back.
+	finished bool
+	// touched is set when the batch moved the high-water mark.
+	touched bool
+}
+
+// chooseNew decides, item by item in arrival order, which events are new:
+// only those right after the attempt's stored high-water mark, in order, so a
+// batch sent again stores nothing twice and a gap stops the attempt's ingest
+// until the missing events arrive. Two items for the same attempt in one
+// batch continue from each other. An item from a node that is gone, from a
+// session that is no longer the node's, or for an attempt the node does not
+// hold is refused whole, with the error in its outcome. Each item's events
+// must be sorted by seq.
+func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
+	p := &ingestPlan{
+		out:   make([]IngestOutcome, len(items)),
+		tasks: map[string]*ingestTask{},
+		atts:  make(map[attemptID]*attRow, len(locked.attempts)),
+	}
+	for k, a := range locked.attempts {
+		p.atts[k] = &attRow{node: a.node, acked: a.acked}
+	}
+	for i, it := range items {
+		epoch, ok := locked.epochs[it.NodeID]
+		if !ok {
+			p.out[i].Err = ErrNotFound
+			continue
+		}
+		if epoch != it.Epoch {
+			p.out[i].Err = ErrStaleEpoch
+			continue
+		}
+		a, ok := p.atts[attemptID{it.TaskID, it.Attempt}]
+		if !ok || a.node != it.NodeID {
+			p.out[i].Err = ErrNotHeld
+			continue
+		}
+		// The attempt's row exists, so the task's does (it cascades).
+		t := p.tasks[it.TaskID]
+		if t == nil {
+			t = &ingestTask{cancelReason: locked.cancelReasons[it.TaskID]}
+			p.tasks[it.TaskID] = t
+		}
+		res := &p.out[i].Result
+		next := uint64(a.acked) + 1
+		for _, ev := range it.Events {
+			if ev.GetSeq() < next {
+				continue
+			}
+			if ev.GetSeq() > next {
+				break
+			}
+			te := takenEvent{item: i, ev: ev, pos: t.count}
+			t.count++
+			if st := ev.GetStatus(); st != nil {
+				te.tr, te.note = statusTransition(it.TaskID, it.Attempt, st, t.cancelReason)
+				if te.tr != nil {
+					t.statuses = append(t.statuses, len(p.taken))
+				}
+			}
+			p.taken = append(p.taken, te)
+			res.Stored++
+			res.Bytes += len(ev.GetLog().GetData())
+			next++
+		}
+		res.Acked = next - 1
+		if uint64(a.acked) < next-1 {
+			a.acked, a.touched = int64(next-1), true
+		}
+	}
+	return p
+}
+
+// seqReservations are, for the tasks with new events, in the order of
+// taskIDs (sorted, so the update locks them in key order), how many log
+// positions each needs.
+func (p *ingestPlan) seqReservations(taskIDs []string) (ids []string, counts []int32) {
+	for _, id := range taskIDs {
+		t := p.tasks[id]
+		if t == nil || t.count == 0 {
+			continue
+		}
+		ids, counts = append(ids, id), append(counts, int32(t.count))
+	}
+	return ids, counts
+}
+
+// reserved records what reserving a task's positions returned: its log's new
+// end, and its state before this batch's changes.
+func (p *ingestPlan) reserved(taskID string, last int64, state string) {
+	t := p.tasks[taskID]
+	t.first, t.state = last-t.count+1, state
+}
+
+// statusRounds groups the status changes into rounds, as indexes into taken:
+// the n-th round holds each task's n-th change of this batch. One statement
+// moves a row at most once, so a task that went running then succeeded in
+// one batch needs two statements, and every task's first change can share
+// the first.
+func (p *ingestPlan) statusRounds(taskIDs []string) [][]int {
+	var rounds [][]int
+	for _, id := range taskIDs {
+		t := p.tasks[id]
+		if t == nil {
+			continue
+		}
+		for r, idx := range t.statuses {
+			if r == len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[r] = append(rounds[r], idx)
+		}
+	}
+	return rounds
+}
+
+// roundTransitions are the transitions a round asks for.
+func (p *ingestPlan) roundTransitions(round []int) []Transition {
+	trs := make([]Transition, len(round))
+	for j, idx := range round {
+		trs[j] = *p.taken[idx].tr
+	}
+	return trs
+}
+
+// applyRound records which of a round's transitions were made. One that was
+// not (a late or replayed status the task has moved past) is stored as a
+// note that says so, so the log and the task's state never disagree. One
+// that was made says in its item's outcome whether the task ended or was
+// given back, and ends the attempt.
+func (p *ingestPlan) applyRound(round []int, moved map[string]bool) {
+	for _, idx := range round {
+		te := &p.taken[idx]
+		t := p.tasks[te.tr.TaskID]
+		if !moved[te.tr.TaskID] {
+			te.note = fmt.Sprintf("ignored a late %q from the node: the task is already %s", te.tr.To, t.state)
+			te.tr = nil
+			continue
+		}
+		t.state = te.tr.To
+		res := &p.out[te.item].Result
+		if Terminal(te.tr.To) {
+			res.Terminal = te.tr.To
+		}
+		if te.tr.To == Queued {
+			res.Requeued = true
+		}
+		if Terminal(te.tr.To) || te.tr.To == Queued {
+			p.atts[attemptID{te.tr.TaskID, te.tr.Attempt}].finished = true
+		}
+	}
+}
+
+// attemptColumns are the attempts whose high-water mark moved or that
+// finished, one array per column.
+func (p *ingestPlan) attemptColumns() (tasks []string, attempts []int32, acked []int64, finished []bool) {
+	for k, a := range p.atts {
+		if a.touched || a.finished {
+			tasks, attempts = append(tasks, k.task), append(attempts, k.attempt)
+			acked, finished = append(acked, a.acked), append(finished, a.finished)
+		}
+	}
+	return tasks, attempts, acked, finished
+}
+
+// allowedFrom is the lifecycle: for each state a node may report, the states
+// the task may be in for that report to move it.
+var allowedFrom = map[string][]string{
+	Provisioning: {Scheduled},
+	Running:      {Scheduled, Provisioning},
+	Succeeded:    Active,
+	Failed:       Active,
+	Cancelled:    Active,
+	// A node gives back a task it has no slot for by reporting it queued.
+	Queued: {Scheduled, Provisioning},
+}
+
+// statusTransition is the transition a node's status change asks for, or the
+// note that replaces it when a node may not report that state at all.
+func statusTransition(taskID string, attempt int32, st *podiumv1.StatusChange, cancelReason string) (*Transition, string) {
+	to := StateName(st.GetState())
+	from, ok := allowedFrom[to]
+	if !ok {
+		return nil, fmt.Sprintf("ignored a status %q the node may not report", to)
+	}
+	reason := st.GetReason()
+	// A task the control plane stopped for running past its timeout failed;
+	// the node only knows it was told to stop.
+	if to == Cancelled && cancelReason == "timeout" {
+		to, reason, from = Failed, "timeout", allowedFrom[Failed]
+	}
+	return &Transition{TaskID: taskID, From: from, To: to, Attempt: attempt,
+		Reason: &reason, ExitCode: st.ExitCode, Signal: st.GetSignal()}, ""
+}
