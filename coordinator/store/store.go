@@ -1,7 +1,9 @@
 // Package store is the coordinator's only door to Postgres. Every table Podium
 // keeps is read and written here, so the rules that make several replicas safe
 // (one transition function with an explicit allowed-from set, idempotent event
-// ingest, epoch-checked writes for a node) live in one place.
+// ingest, epoch-checked writes for a node) live in one place. Policy does not:
+// which node a task goes to is package placement's rule, which the store
+// only asks (DispatchPass) and whose Cost it keeps on the task's row.
 package store
 
 import (
