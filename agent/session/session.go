@@ -23,6 +23,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/spool"
 	"github.com/podiumhq/podium/agent/transport"
@@ -233,8 +234,8 @@ func (s *Session) Recovered() []Recovered { return s.recovered }
 // Drop forgets a recovered attempt nothing is left of. The next Hello does
 // not report it, so the coordinator treats it as lost with the node's
 // previous life and applies its node-loss policy.
-func (s *Session) Drop(taskID string, attempt int32) {
-	s.out.drop(executor.Key{TaskID: taskID, Attempt: attempt})
+func (s *Session) Drop(taskID string, n int32) {
+	s.out.drop(attempt.Key{TaskID: taskID, Attempt: n})
 }
 
 // ContinueAfter readies the session for notes about an attempt whose final
@@ -243,7 +244,7 @@ func (s *Session) Drop(taskID string, attempt int32) {
 // Their seqs continue after lastSeq, the attempt's newest event, and, like
 // any note after the final status, they are kept in memory only. An attempt
 // the spool still holds keeps its own seqs.
-func (s *Session) ContinueAfter(k executor.Key, lastSeq uint64) {
+func (s *Session) ContinueAfter(k attempt.Key, lastSeq uint64) {
 	s.out.continueAfter(k, lastSeq)
 }
 
@@ -617,7 +618,7 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 		case *podiumv1.StreamResponse_Cancel:
 			s.handleCancel(m.Cancel)
 		case *podiumv1.StreamResponse_Ack:
-			s.out.ack(executor.Key{TaskID: m.Ack.GetTaskId(), Attempt: m.Ack.GetAttempt()}, m.Ack.GetAckedSeq())
+			s.out.ack(attempt.Of(m.Ack), m.Ack.GetAckedSeq())
 			s.poke()
 		case *podiumv1.StreamResponse_HelloAck:
 			// A HelloAck on a stream that is already up is treated as the
@@ -638,9 +639,9 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 // applyHelloAck settles which attempts this node keeps, then takes the
 // coordinator's settings. reported is what the Hello listed.
 func (s *Session) applyHelloAck(ack *podiumv1.HelloAck, reported []*podiumv1.RunningTask) {
-	answered := make(map[executor.Key]bool)
+	answered := make(map[attempt.Key]bool)
 	for _, a := range ack.GetAdopt() {
-		key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+		key := attempt.Of(a)
 		answered[key] = true
 		if a.GetKeep() {
 			if !s.out.adopt(key, a.GetAckedSeq()) {
@@ -654,7 +655,7 @@ func (s *Session) applyHelloAck(ack *podiumv1.HelloAck, reported []*podiumv1.Run
 		s.out.forget(key, live)
 	}
 	for _, r := range reported {
-		key := executor.Key{TaskID: r.GetTaskId(), Attempt: r.GetAttempt()}
+		key := attempt.Of(r)
 		if !answered[key] {
 			// Keep it and re-send what was not acknowledged: dropping output
 			// because an answer was missing would be the worse mistake.
@@ -786,7 +787,7 @@ func (s *Session) heartbeat(ctx context.Context) *podiumv1.Heartbeat {
 // room. A repeated assignment of an attempt the node already has is ignored:
 // running a task twice is worse than anything a lost message can cause.
 func (s *Session) handleAssign(a *podiumv1.Assign) {
-	key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	key := attempt.Of(a)
 	log := s.log.With("assign", executor.RedactAssign(a))
 	if s.out.ended(key) {
 		log.Warn("ignoring a repeated assignment of a task attempt that already ran on this node")

@@ -45,12 +45,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -76,17 +76,9 @@ const fileSuffix = ".spool"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Key names one task attempt.
-type Key struct {
-	TaskID  string
-	Attempt int32
-}
-
-func (k Key) String() string { return k.TaskID + "/" + strconv.Itoa(int(k.Attempt)) }
-
 // Attempt is what a spool file held when the spool was opened.
 type Attempt struct {
-	Key
+	attempt.Key
 	// Assign is the assignment the attempt was started with (without its
 	// environment); nil for an attempt that only ever had an assignment
 	// rejected.
@@ -109,7 +101,7 @@ type Spool struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	files map[Key]*file
+	files map[attempt.Key]*file
 }
 
 type file struct {
@@ -137,7 +129,7 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create the spool directory: %w", err)
 	}
-	s := &Spool{dir: dir, log: log, files: make(map[Key]*file)}
+	s := &Spool{dir: dir, log: log, files: make(map[attempt.Key]*file)}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the spool directory: %w", err)
@@ -176,21 +168,9 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 	return s, out, nil
 }
 
-// fileName is the file of an attempt. Task ids are ULID-based and safe as
-// file names; anything else is escaped so no id can reach outside the
-// directory.
-func fileName(k Key) string {
-	var b strings.Builder
-	for i := 0; i < len(k.TaskID); i++ {
-		c := k.TaskID[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String() + "-" + strconv.Itoa(int(k.Attempt)) + fileSuffix
-}
+// fileName is the file of an attempt: escaped by attempt.FileName, so no task
+// id can reach outside the directory.
+func fileName(k attempt.Key) string { return attempt.FileName(k) + fileSuffix }
 
 // load reads a spool file, cutting off a torn tail, and leaves it open for
 // appending. It returns a nil Attempt for a file with no records.
@@ -222,7 +202,7 @@ func load(path string) (*Attempt, *file, error) {
 				return nil, nil, fmt.Errorf("header: %w", err)
 			}
 			a.Assign = as
-			a.Key = Key{TaskID: as.GetTaskId(), Attempt: as.GetAttempt()}
+			a.Key = attempt.Of(as)
 			known = true
 		case kindEvent:
 			if len(payload) < 4 {
@@ -240,7 +220,7 @@ func load(path string) (*Attempt, *file, error) {
 				return nil, nil, fmt.Errorf("event: %w", err)
 			}
 			if !known {
-				a.Key = Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+				a.Key = attempt.Of(ev)
 				known = true
 			}
 			if cl > 0 {
@@ -254,7 +234,7 @@ func load(path string) (*Attempt, *file, error) {
 			if ev.GetStatus() != nil {
 				// A note after the terminal status leaves the attempt
 				// ended.
-				a.Final, a.Ended = isFinal(ev)
+				a.Final, a.Ended = attempt.IsFinal(ev)
 			}
 		case kindAck:
 			if len(payload) != 8 {
@@ -322,18 +302,6 @@ func load(path string) (*Attempt, *file, error) {
 	return a, f, nil
 }
 
-// isFinal says whether an event ends the attempt on this node.
-func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
-	switch ev.GetStatus().GetState() {
-	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
-		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
-		return true, true
-	case podiumv1.TaskState_TASK_STATE_QUEUED:
-		return true, false
-	}
-	return false, false
-}
-
 func parseRecord(b []byte) (kind byte, payload []byte, n int, ok bool) {
 	if len(b) < 9 {
 		return 0, nil, 0, false
@@ -367,7 +335,7 @@ func appendRecord(b []byte, kind byte, payload ...[]byte) []byte {
 // it had (a rejected assignment's). lastSeq is the seq its events continue
 // after, all of it already acknowledged.
 func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
-	k := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	k := attempt.Of(a)
 	hdr := proto.Clone(a).(*podiumv1.Assign)
 	if hdr.GetSpec() != nil {
 		hdr.Spec.Env = nil
@@ -412,7 +380,7 @@ func checkpoint(lastSeq, acked uint64, flags byte, cursor []byte) [][]byte {
 // if it moves none. An attempt without a file (a rejected assignment) gets
 // one.
 func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
-	k := Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+	k := attempt.Of(ev)
 	eb, err := proto.Marshal(ev)
 	if err != nil {
 		return err
@@ -445,7 +413,7 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 		f.cursor = append(f.cursor[:0], cursor...)
 	}
 	if ev.GetStatus() != nil {
-		f.final, f.ended = isFinal(ev)
+		f.final, f.ended = attempt.IsFinal(ev)
 	}
 	return nil
 }
@@ -465,7 +433,7 @@ func (f *file) write(rec []byte) error {
 
 // Ack records that the coordinator stored everything up to seq, and compacts
 // the file when most of it is acknowledged.
-func (s *Spool) Ack(k Key, seq uint64) error {
+func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.files[k]
@@ -499,7 +467,7 @@ func (s *Spool) Ack(k Key, seq uint64) error {
 // compactLocked rewrites f with its header, a checkpoint and the
 // unacknowledged events, through a temporary file renamed into place, so a
 // crash leaves either the old file or the new one.
-func (s *Spool) compactLocked(k Key, f *file) error {
+func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 	data := make([]byte, f.size)
 	if _, err := f.f.ReadAt(data, 0); err != nil {
 		return err
@@ -568,7 +536,7 @@ func (s *Spool) compactLocked(k Key, f *file) error {
 
 // Remove deletes an attempt's file: everything about it is acknowledged, or
 // the coordinator disowned it.
-func (s *Spool) Remove(k Key) error {
+func (s *Spool) Remove(k attempt.Key) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.files[k]
