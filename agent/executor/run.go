@@ -421,7 +421,7 @@ func (r *run) validate() *podiumv1.StatusChange {
 	seen := map[string]bool{}
 	for _, sc := range spec.GetSidecars() {
 		n := sc.GetName()
-		if n == "" || n == taskspec.TaskHostName || seen[n] || !isDNSLabel(n) {
+		if n == "" || n == taskspec.TaskHostName || seen[n] || !taskspec.IsDNSLabel(n) {
 			return failed("sidecar name %q cannot be used: give each sidecar a distinct DNS label other than %q, e.g. db",
 				n, taskspec.TaskHostName)
 		}
@@ -431,19 +431,6 @@ func (r *run) validate() *podiumv1.StatusChange {
 		}
 	}
 	return nil
-}
-
-func isDNSLabel(s string) bool {
-	if len(s) < 1 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // prepareDir makes the attempt's host directory: the empty runner logs the
