@@ -39,7 +39,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -60,21 +59,7 @@ import (
 // output, and each rewrite copies at most a quarter of what it reclaims.
 const compactMin = 4 << 20
 
-const (
-	kindHeader     = 'H'
-	kindEvent      = 'E'
-	kindAck        = 'A'
-	kindCheckpoint = 'C'
-
-	flagFinal = 1 << 0
-	flagEnded = 1 << 1
-
-	maxRecord = 64 << 20
-)
-
 const fileSuffix = ".spool"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Attempt is what a spool file held when the spool was opened.
 type Attempt struct {
@@ -173,162 +158,40 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 func fileName(k attempt.Key) string { return attempt.FileName(k) + fileSuffix }
 
 // load reads a spool file, cutting off a torn tail, and leaves it open for
-// appending. It returns a nil Attempt for a file with no records.
-func load(path string) (*Attempt, *file, error) {
+// appending. It returns a nil Attempt for a file with no records. What the
+// bytes mean is decode's business; this is only the file around it, closed
+// here, in one place, whenever load does not hand it on.
+func load(path string) (a *Attempt, f *file, err error) {
 	fh, err := os.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if f == nil {
+			_ = fh.Close()
+		}
+	}()
 	data, err := io.ReadAll(fh)
 	if err != nil {
-		_ = fh.Close()
 		return nil, nil, err
 	}
-	a := &Attempt{}
-	f := &file{path: path, f: fh, sizes: make(map[uint64]int64)}
-	known := false
-	events := make(map[uint64]*podiumv1.TaskEvent)
-	pos := 0
-	for pos < len(data) {
-		kind, payload, n, ok := parseRecord(data[pos:])
-		if !ok {
-			break
-		}
-		switch kind {
-		case kindHeader:
-			as := &podiumv1.Assign{}
-			if err := proto.Unmarshal(payload, as); err != nil {
-				_ = fh.Close()
-				return nil, nil, fmt.Errorf("header: %w", err)
-			}
-			a.Assign = as
-			a.Key = attempt.Of(as)
-			known = true
-		case kindEvent:
-			if len(payload) < 4 {
-				_ = fh.Close()
-				return nil, nil, errors.New("short event record")
-			}
-			cl := int(binary.BigEndian.Uint32(payload))
-			if 4+cl > len(payload) {
-				_ = fh.Close()
-				return nil, nil, errors.New("event record with a cursor longer than itself")
-			}
-			ev := &podiumv1.TaskEvent{}
-			if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
-				_ = fh.Close()
-				return nil, nil, fmt.Errorf("event: %w", err)
-			}
-			if !known {
-				a.Key = attempt.Of(ev)
-				known = true
-			}
-			if cl > 0 {
-				a.Cursor = append([]byte(nil), payload[4:4+cl]...)
-			}
-			if ev.GetSeq() > a.Acked {
-				events[ev.GetSeq()] = ev
-				f.sizes[ev.GetSeq()] = int64(n)
-			}
-			a.LastSeq = max(a.LastSeq, ev.GetSeq())
-			if ev.GetStatus() != nil {
-				// A note after the terminal status leaves the attempt
-				// ended.
-				a.Final, a.Ended = attempt.IsFinal(ev)
-			}
-		case kindAck:
-			if len(payload) != 8 {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad ack record")
-			}
-			seq := binary.BigEndian.Uint64(payload)
-			if seq > a.Acked {
-				a.Acked = seq
-				for s := range events {
-					if s <= seq {
-						delete(events, s)
-						delete(f.sizes, s)
-					}
-				}
-			}
-		case kindCheckpoint:
-			if len(payload) < 8+8+1+4 {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad checkpoint record")
-			}
-			a.LastSeq = binary.BigEndian.Uint64(payload)
-			a.Acked = binary.BigEndian.Uint64(payload[8:])
-			flags := payload[16]
-			a.Final, a.Ended = flags&flagFinal != 0, flags&flagEnded != 0
-			cl := int(binary.BigEndian.Uint32(payload[17:]))
-			if 21+cl > len(payload) {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad checkpoint cursor")
-			}
-			if cl > 0 {
-				a.Cursor = append([]byte(nil), payload[21:21+cl]...)
-			}
-		default:
-			_ = fh.Close()
-			return nil, nil, fmt.Errorf("unknown record kind %q", kind)
-		}
-		pos += n
+	a, sizes, n, err := decode(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	if pos < len(data) {
-		if err := fh.Truncate(int64(pos)); err != nil {
-			_ = fh.Close()
+	if n < len(data) {
+		if err := fh.Truncate(int64(n)); err != nil {
 			return nil, nil, fmt.Errorf("cut off a torn tail: %w", err)
 		}
 	}
-	if !known {
-		_ = fh.Close()
+	if a == nil {
 		return nil, nil, nil
 	}
-	a.LastSeq = max(a.LastSeq, a.Acked)
-	for seq := a.Acked + 1; seq <= a.LastSeq; seq++ {
-		ev, ok := events[seq]
-		if !ok {
-			_ = fh.Close()
-			return nil, nil, fmt.Errorf("event %d of %s is missing", seq, a.Key)
-		}
-		a.Events = append(a.Events, ev)
-	}
-	f.size = int64(pos)
-	f.acked, f.lastSeq, f.cursor, f.final, f.ended = a.Acked, a.LastSeq, a.Cursor, a.Final, a.Ended
-	if _, err := fh.Seek(f.size, io.SeekStart); err != nil {
-		_ = fh.Close()
+	if _, err := fh.Seek(int64(n), io.SeekStart); err != nil {
 		return nil, nil, err
 	}
-	return a, f, nil
-}
-
-func parseRecord(b []byte) (kind byte, payload []byte, n int, ok bool) {
-	if len(b) < 9 {
-		return 0, nil, 0, false
-	}
-	l := binary.BigEndian.Uint32(b[1:5])
-	if l > maxRecord || len(b) < 9+int(l) {
-		return 0, nil, 0, false
-	}
-	n = 5 + int(l) + 4
-	if crc32.Checksum(b[:5+int(l)], castagnoli) != binary.BigEndian.Uint32(b[5+int(l):n]) {
-		return 0, nil, 0, false
-	}
-	return b[0], b[5 : 5+int(l)], n, true
-}
-
-func appendRecord(b []byte, kind byte, payload ...[]byte) []byte {
-	start := len(b)
-	total := 0
-	for _, p := range payload {
-		total += len(p)
-	}
-	b = append(b, kind)
-	b = binary.BigEndian.AppendUint32(b, uint32(total))
-	for _, p := range payload {
-		b = append(b, p...)
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+	return a, &file{path: path, f: fh, size: int64(n), sizes: sizes,
+		acked: a.Acked, lastSeq: a.LastSeq, cursor: a.Cursor, final: a.Final, ended: a.Ended}, nil
 }
 
 // Begin starts the file of an attempt the node accepted, replacing any file
@@ -365,15 +228,6 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	}
 	s.files[k] = &file{path: path, f: fh, size: int64(len(buf)), acked: lastSeq, lastSeq: lastSeq, sizes: make(map[uint64]int64)}
 	return nil
-}
-
-func checkpoint(lastSeq, acked uint64, flags byte, cursor []byte) [][]byte {
-	var h [21]byte
-	binary.BigEndian.PutUint64(h[0:], lastSeq)
-	binary.BigEndian.PutUint64(h[8:], acked)
-	h[16] = flags
-	binary.BigEndian.PutUint32(h[17:], uint32(len(cursor)))
-	return [][]byte{h[:], cursor}
 }
 
 // Append stores an event (numbered already) with the cursor it reaches, nil
