@@ -29,8 +29,9 @@
 // A published file is uploaded whatever they say, so Publish records each
 // name it publishes in PublishedList, which Published reads back.
 //
-// This package imports only the standard library: podium-runner, which must
-// stay a small static binary, uses it.
+// Names are checked by internal/artifactname, the rules the coordinator
+// applies too. This package imports only the standard library and that:
+// podium-runner, which must stay a small static binary, uses it.
 package artifacts
 
 import (
@@ -46,8 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/podiumhq/podium/internal/artifactname"
 )
 
 // ContainerDir is where a task's artifacts directory is mounted in its
@@ -72,18 +73,12 @@ const PublishedList = ".podium-published"
 
 // maxPublishedListBytes bounds what Published reads: MaxFiles names of the
 // longest kind, with room for a task that publishes some of them again.
-const maxPublishedListBytes = 4 * MaxFiles * (MaxNameBytes + 1)
+const maxPublishedListBytes = 4 * MaxFiles * (artifactname.MaxBytes + 1)
 
 // MaxFiles is the most files one task attempt uploads. A task that leaves
 // more (a build that writes its object files there by mistake, say) has the
 // rest skipped with a note, instead of tying its node up with uploads.
 const MaxFiles = 1000
-
-// Limits on a name, the same as the coordinator's (coordinator/artifacts).
-const (
-	MaxNameBytes    = 1024
-	MaxSegmentBytes = 255
-)
 
 // File is one artifact found on the host.
 type File struct {
@@ -159,42 +154,6 @@ func Prepare(dir string) error {
 	return os.Chmod(dir, 0o777)
 }
 
-// CheckName refuses a name the coordinator would refuse (see CheckName in
-// coordinator/artifacts, whose rules these are): empty, absolute, with an
-// empty, "." or ".." segment, a backslash or a control character, not UTF-8,
-// or too long. Checking on the node turns a refusal into a note written when
-// the task ends, instead of an upload that fails.
-func CheckName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("it is empty")
-	case len(name) > MaxNameBytes:
-		return fmt.Errorf("it is %d bytes, more than %d", len(name), MaxNameBytes)
-	case !utf8.ValidString(name):
-		return errors.New("it is not valid UTF-8")
-	case strings.ContainsRune(name, '\\'):
-		return errors.New(`it contains a backslash; separate directories with "/"`)
-	case strings.HasPrefix(name, "/"):
-		return errors.New("it is an absolute path")
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("it contains the control character %U", r)
-		}
-	}
-	for seg := range strings.SplitSeq(name, "/") {
-		switch {
-		case seg == "":
-			return errors.New(`it has an empty path segment ("//" or a trailing "/")`)
-		case seg == "." || seg == "..":
-			return fmt.Errorf("it has a %q segment", seg)
-		case len(seg) > MaxSegmentBytes:
-			return fmt.Errorf("a path segment is %d bytes, more than %d", len(seg), MaxSegmentBytes)
-		}
-	}
-	return nil
-}
-
 // Collect lists the artifacts in dir, sorted by name, and what it skipped and
 // why. A directory that does not exist holds no artifacts. Only a failure to
 // read dir itself is an error; a subdirectory that cannot be read is skipped.
@@ -241,7 +200,7 @@ func CollectWhere(dir string, want func(name string) bool) ([]File, []Skipped, e
 			skipped = append(skipped, Skipped{Name: name, Reason: "it is a copy `podium-runner artifact add` did not finish"})
 			return nil
 		}
-		if err := CheckName(name); err != nil {
+		if err := artifactname.Check(name); err != nil {
 			skipped = append(skipped, Skipped{Name: name, Reason: "its name cannot be an artifact's name: " + err.Error()})
 			return nil
 		}
@@ -291,7 +250,7 @@ func unwrapPath(err error) error {
 // atomically: into a temporary file next to the destination, renamed into
 // place once it is complete. A file of that name already there is replaced.
 func Publish(dir, src, name string) error {
-	if err := CheckName(name); err != nil {
+	if err := artifactname.Check(name); err != nil {
 		return fmt.Errorf("%q cannot be an artifact's name: %v", name, err)
 	}
 	in, err := os.Open(src)

@@ -71,7 +71,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +82,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -209,15 +209,11 @@ func ParseCursor(b []byte) (Cursor, error) {
 	return c, nil
 }
 
-// Key names one attempt of one task. Two attempts of the same task can be on
-// one node at once, briefly: the old one is being torn down while the new one
-// starts.
-type Key struct {
-	TaskID  string
-	Attempt int32
-}
-
-func (k Key) String() string { return k.TaskID + "/" + strconv.Itoa(int(k.Attempt)) }
+// Key names one attempt of one task (see package attempt). It is the same
+// type as attempt.Key, under the name the executor's API has always used, so
+// the session and the spool hand the executor's keys around without a
+// conversion.
+type Key = attempt.Key
 
 // Config is what an Executor needs.
 type Config struct {
@@ -398,7 +394,7 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur Cursor, e
 	if a == nil || a.GetTaskId() == "" {
 		return nil, errors.New("executor: resume without a task id")
 	}
-	key := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	key := attempt.Of(a)
 	ictx, cancel := context.WithTimeout(ctx, apiTimeout)
 	info, err := e.docker.ContainerInspect(ictx, ContainerName(key))
 	cancel()
@@ -438,7 +434,7 @@ func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
 
 // register creates a run and enters it in the table, refusing a duplicate.
 func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit Emit, cur Cursor) (*run, error) {
-	key := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	key := attempt.Of(a)
 	prepCtx, prepCancel := context.WithCancel(ctx)
 	r := &run{
 		e:          e,
@@ -582,7 +578,7 @@ func (e *Executor) RemoveOrphans(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, d := range entries {
-		k, ok := parseDirName(d.Name())
+		k, ok := attempt.ParseFileName(d.Name())
 		if !ok || e.owns(k) || e.isUploading(k) {
 			continue
 		}
@@ -666,49 +662,9 @@ func VolumeName(k Key) string { return ContainerName(k) + "-workspace" }
 // SidecarName is the container name of one of an attempt's sidecars.
 func SidecarName(k Key, name string) string { return ContainerName(k) + "-" + name }
 
-// dirName is the host directory of an attempt within the tasks directory.
-// Task ids are safe as file names; anything else is escaped so no id can
-// reach outside the directory.
-func dirName(k Key) string {
-	var b strings.Builder
-	for i := 0; i < len(k.TaskID); i++ {
-		c := k.TaskID[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String() + "-" + strconv.Itoa(int(k.Attempt))
-}
-
-func parseDirName(name string) (Key, bool) {
-	i := strings.LastIndexByte(name, '-')
-	if i <= 0 {
-		return Key{}, false
-	}
-	n, err := strconv.Atoi(name[i+1:])
-	if err != nil {
-		return Key{}, false
-	}
-	var b strings.Builder
-	s := name[:i]
-	for j := 0; j < len(s); j++ {
-		if s[j] == '%' && j+2 < len(s) {
-			v, err := strconv.ParseUint(s[j+1:j+3], 16, 8)
-			if err != nil {
-				return Key{}, false
-			}
-			b.WriteByte(byte(v))
-			j += 2
-			continue
-		}
-		b.WriteByte(s[j])
-	}
-	return Key{TaskID: b.String(), Attempt: int32(n)}, true
-}
-
-func (e *Executor) dirOf(k Key) string { return filepath.Join(e.tasksDir, dirName(k)) }
+// dirOf is the host directory of an attempt within the tasks directory, named
+// by attempt.FileName so that no task id can reach outside it.
+func (e *Executor) dirOf(k Key) string { return filepath.Join(e.tasksDir, attempt.FileName(k)) }
 
 // RedactAssign is the only way an assignment is logged. An assignment carries
 // the task's environment and command line, which routinely hold secrets, so

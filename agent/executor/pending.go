@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/attempt"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -160,7 +161,7 @@ func (e *Executor) ResumeUploads(ctx context.Context, emit Emit, continueAfter C
 		return
 	}
 	for _, d := range entries {
-		k, ok := parseDirName(d.Name())
+		k, ok := attempt.ParseFileName(d.Name())
 		if !ok || !d.IsDir() || e.owns(k) {
 			continue
 		}

@@ -1,25 +1,22 @@
 package executor
 
+// A run's life: the attempt's host directory, preparing and launching its
+// containers, resuming one an earlier agent started, and watching it to its
+// end. Its image is image.go, stopping it stop.go, what it reports
+// status.go, its artifacts artifacts.go.
+
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/inbox"
@@ -96,44 +93,6 @@ type run struct {
 	done chan struct{}
 }
 
-// outcome is why a started container stopped, when it was not by itself.
-type outcome string
-
-const (
-	outcomeExited  outcome = ""        // the task's own process ended
-	outcomeCancel  outcome = "cancel"  // Cancel asked for it
-	outcomeTimeout outcome = "timeout" // timeout_seconds elapsed
-)
-
-// stopIntent is the content of stopFile.
-type stopIntent struct {
-	Why    outcome   `json:"why"`
-	Reason string    `json:"reason,omitempty"`
-	KillAt time.Time `json:"kill_at"`
-}
-
-func (r *run) cancel(reason string, grace time.Duration) {
-	r.once.Do(func() {
-		if reason == "" {
-			reason = "cancelled"
-		}
-		r.cancelReason = reason
-		r.cancelGrace = grace
-		close(r.cancelled)
-		r.prepCancel()
-		r.log.Info("cancel requested", "reason", reason, "grace", grace)
-	})
-}
-
-func (r *run) isCancelled() bool {
-	select {
-	case <-r.cancelled:
-		return true
-	default:
-		return false
-	}
-}
-
 // interrupted says whether a failed step failed because the run was
 // cancelled (the CANCELLED status to end with) or the agent is stopping (no
 // status at all). Otherwise the step's own error is the story.
@@ -145,46 +104,6 @@ func (r *run) interrupted(ctx context.Context) (*podiumv1.StatusChange, bool) {
 		return nil, true
 	}
 	return nil, false
-}
-
-// emitLocked sends one event; emitMu must be held.
-func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *Cursor) {
-	ev.TaskId = r.key.TaskID
-	ev.Attempt = r.key.Attempt
-	ev.Time = now()
-	r.emitFn(ev, cur)
-	if s := ev.GetSeq(); s > 0 {
-		r.lastSeq.Store(s)
-	}
-}
-
-// emitStatus sends a status change; started marks the cursor as past the
-// container's start, which is what RUNNING means.
-func (r *run) emitStatus(s *podiumv1.StatusChange, started bool) {
-	r.emitMu.Lock()
-	defer r.emitMu.Unlock()
-	var cur *Cursor
-	if started {
-		r.cur.Started = true
-		cur = r.cur.clone()
-	}
-	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: s}}, cur)
-}
-
-func (r *run) note(format string, args ...any) {
-	r.emitMu.Lock()
-	defer r.emitMu.Unlock()
-	text := strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")
-	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, nil)
-}
-
-func (r *run) cancelStatus(exit *int32) *podiumv1.StatusChange {
-	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: exit}
-}
-
-func failed(format string, args ...any) *podiumv1.StatusChange {
-	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED,
-		Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
 }
 
 // apiCtx is a bounded context for one engine call that must happen even when
@@ -260,89 +179,6 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 		}
 	}
 	r.removeDir()
-}
-
-// uploadArtifacts collects what the task left in its artifacts directory,
-// notes in the task's log what is skipped and why, and starts uploading the
-// rest. It returns nil when there is nothing to wait for.
-func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
-	files, skipped, err := r.collectArtifacts()
-	if err != nil {
-		r.log.Warn("could not read the task's artifacts directory", "err", err)
-		r.note("artifacts: the task's artifacts directory could not be read on the node: %v", err)
-		return nil
-	}
-	for _, s := range skipped {
-		r.note("artifact %s skipped: %s", s.Name, s.Reason)
-	}
-	if len(files) == 0 {
-		return nil
-	}
-	var total int64
-	for _, f := range files {
-		total += f.Size
-	}
-	if r.e.uploader == nil {
-		r.log.Info("the task left artifacts, but this executor uploads none", "files", len(files), "bytes", total)
-		return nil
-	}
-	r.log.Info("uploading the task's artifacts", "files", len(files), "bytes", total, "skipped", len(skipped))
-	return r.e.uploader.Upload(ctx, artifacts.Uploads{
-		TaskID: r.key.TaskID, Attempt: r.key.Attempt, Files: files,
-		Note:    func(text string) { r.note("%s", text) },
-		Pending: r.e.pendingKeeper(r.key, r.dir, r.lastSeq.Load),
-	})
-}
-
-// collectArtifacts lists the files to upload: those of the artifacts
-// directory the spec selects, then those copyWorkspace copied out of the
-// rest of the workspace, at most artifacts.MaxFiles in all. A workspace file
-// whose name a file of the artifacts directory already has is skipped: the
-// file the task put in the artifacts directory, or published, is the one it
-// meant by that name.
-func (r *run) collectArtifacts() ([]artifacts.File, []artifacts.Skipped, error) {
-	dir := filepath.Join(r.dir, artifactsDir)
-	var published map[string]bool
-	if !r.sel.all {
-		var err error
-		if published, err = artifacts.Published(dir); err != nil {
-			r.log.Warn("could not read the names the task published", "err", err)
-			r.note("artifacts: the names of the files published with podium-runner artifact add could not be read (%v); "+
-				"they are uploaded only if the spec's artifacts globs select them", err)
-		}
-	}
-	files, skipped, err := artifacts.CollectWhere(dir, r.sel.inArtifactsDir(published))
-	if err != nil {
-		return nil, nil, err
-	}
-	skipped = append(skipped, r.workspaceSkipped...)
-	if len(r.sel.reads) == 0 {
-		return files, skipped, nil
-	}
-	copied, more, err := artifacts.Collect(filepath.Join(r.dir, workspaceDir))
-	if err != nil {
-		r.log.Warn("could not read the copy of the task's workspace", "err", err)
-		r.note("artifacts: the files copied from the workspace could not be read on the node: %v", err)
-	}
-	skipped = append(skipped, more...)
-	names := make(map[string]bool, len(files))
-	for _, f := range files {
-		names[f.Name] = true
-	}
-	for _, f := range copied {
-		switch {
-		case names[f.Name]:
-			skipped = append(skipped, artifacts.Skipped{Name: f.Name,
-				Reason: "a file of the same name in " + artifacts.ContainerDir + " is uploaded instead"})
-		case len(files) >= artifacts.MaxFiles:
-			skipped = append(skipped, artifacts.Skipped{Name: f.Name,
-				Reason: fmt.Sprintf("a task uploads at most %d files", artifacts.MaxFiles)})
-		default:
-			files = append(files, f)
-		}
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
-	return files, skipped, nil
 }
 
 func (r *run) removeDir() {
@@ -421,7 +257,7 @@ func (r *run) validate() *podiumv1.StatusChange {
 	seen := map[string]bool{}
 	for _, sc := range spec.GetSidecars() {
 		n := sc.GetName()
-		if n == "" || n == taskspec.TaskHostName || seen[n] || !isDNSLabel(n) {
+		if n == "" || n == taskspec.TaskHostName || seen[n] || !taskspec.IsDNSLabel(n) {
 			return failed("sidecar name %q cannot be used: give each sidecar a distinct DNS label other than %q, e.g. db",
 				n, taskspec.TaskHostName)
 		}
@@ -431,19 +267,6 @@ func (r *run) validate() *podiumv1.StatusChange {
 		}
 	}
 	return nil
-}
-
-func isDNSLabel(s string) bool {
-	if len(s) < 1 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // prepareDir makes the attempt's host directory: the empty runner logs the
@@ -468,93 +291,6 @@ func (r *run) prepareDir() error {
 
 func (r *run) sidecarLog(name string) string {
 	return filepath.Join(r.dir, sidecarsDir, name+".log")
-}
-
-// resolveArgv is the command the runner starts: the task's own, which
-// replaces the image's entrypoint and cmd, or else the image's entrypoint
-// followed by its cmd — what `docker run IMAGE` would have run. The runner
-// takes the container's entrypoint, so the agent has to work this out itself.
-func resolveArgv(command []string, img *image.InspectResponse) ([]string, error) {
-	if len(command) > 0 {
-		return append([]string(nil), command...), nil
-	}
-	var argv []string
-	if img.Config != nil {
-		argv = append(argv, img.Config.Entrypoint...)
-		argv = append(argv, img.Config.Cmd...)
-	}
-	if len(argv) == 0 {
-		return nil, errors.New("the image has neither an ENTRYPOINT nor a CMD and no command was given: give the command to run")
-	}
-	return argv, nil
-}
-
-// ensureImage makes sure the image is in the engine, pulling it when not,
-// and returns what the engine knows of it. Images already present are used as
-// they are: a node that re-pulled a mutable tag before every task would make
-// tasks slower and results less repeatable. A nil image comes with the status
-// to end with (nil when the agent is stopping).
-func (r *run) ensureImage(ctx context.Context, ref string) (*image.InspectResponse, *podiumv1.StatusChange) {
-	inspect := func() (image.InspectResponse, error) {
-		ictx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
-		defer cancel()
-		return r.e.docker.ImageInspect(ictx, ref)
-	}
-	img, err := inspect()
-	if err == nil {
-		return &img, nil
-	}
-	if !isNotFound(err) {
-		if st, stop := r.interrupted(ctx); stop {
-			return nil, st
-		}
-		return nil, failed("image %q could not be inspected: %v (is the Docker engine on this node running?)", ref, err)
-	}
-
-	r.note("pulling %s", ref)
-	r.log.Info("pulling image", "image", ref)
-	if err := r.pull(r.prepCtx, ref); err != nil {
-		if st, stop := r.interrupted(ctx); stop {
-			return nil, st
-		}
-		r.log.Warn("image pull failed", "image", ref, "err", err)
-		return nil, failed("image %q could not be pulled: %v", ref, err)
-	}
-	r.note("pulled %s", ref)
-	r.log.Info("pulled image", "image", ref)
-	img, err = inspect()
-	if err != nil {
-		if st, stop := r.interrupted(ctx); stop {
-			return nil, st
-		}
-		return nil, failed("image %q could not be inspected after it was pulled: %v", ref, err)
-	}
-	return &img, nil
-}
-
-// pull pulls ref and reads the engine's progress stream to its end. The
-// stream has to be drained: the pull is only finished when it ends, and a
-// failure half-way (a missing layer, a refused blob) arrives in it as an error
-// message, not as an error of the call.
-func (r *run) pull(ctx context.Context, ref string) error {
-	rc, err := r.e.docker.ImagePull(ctx, ref, image.PullOptions{})
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	dec := json.NewDecoder(rc)
-	for {
-		var m jsonmessage.JSONMessage
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("reading pull progress: %w", err)
-		}
-		if m.Error != nil {
-			return m.Error
-		}
-	}
 }
 
 // launch creates the network, the volume and the sidecars, waits for the
@@ -756,153 +492,6 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	return st
 }
 
-// removeContainers removes the attempt's task and sidecar containers.
-func (r *run) removeContainers(ctx context.Context) {
-	tctx, cancel := apiCtx(ctx, apiTimeout)
-	defer cancel()
-	cs, err := r.e.docker.ContainerList(tctx, container.ListOptions{All: true, Filters: r.objectFilter()})
-	if err != nil {
-		r.log.Error("listing the task's containers failed; they are removed with its network", "err", err)
-		return
-	}
-	for _, c := range cs {
-		if err := r.e.docker.ContainerRemove(tctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
-			r.log.Error("removing a task container failed; it is retried with the network", "container", shortID(c.ID), "err", err)
-		}
-	}
-}
-
-// objectFilter selects every Docker object of this attempt.
-func (r *run) objectFilter() filters.Args {
-	return filters.NewArgs(
-		filters.Arg("label", LabelNode+"="+r.e.nodeID),
-		filters.Arg("label", LabelTask+"="+r.key.TaskID),
-		filters.Arg("label", fmt.Sprintf("%s=%d", LabelAttempt, r.key.Attempt)),
-	)
-}
-
-// signalStop sends the container its stop signal and returns the channel
-// that fires when it is time for SIGKILL.
-func (r *run) signalStop(ctx context.Context, id, sig string, killAt time.Time) <-chan time.Time {
-	kctx, cancel := apiCtx(ctx, apiTimeout)
-	err := r.e.docker.ContainerKill(kctx, id, sig)
-	cancel()
-	if err != nil && !isNotFound(err) && !cerrdefs.IsConflict(err) {
-		r.log.Warn("could not signal the task's container; it will be killed after the grace period", "signal", sig, "err", err)
-	}
-	return time.After(max(0, time.Until(killAt)))
-}
-
-func (r *run) kill(ctx context.Context, id string) {
-	kctx, cancel := apiCtx(ctx, apiTimeout)
-	defer cancel()
-	if err := r.e.docker.ContainerKill(kctx, id, "SIGKILL"); err != nil && !isNotFound(err) && !cerrdefs.IsConflict(err) {
-		r.log.Warn("could not kill the task's container", "err", err)
-	}
-}
-
-func (r *run) saveIntent(in stopIntent) {
-	b, _ := json.Marshal(in)
-	if err := os.WriteFile(filepath.Join(r.dir, stopFile), b, 0o600); err != nil {
-		r.log.Warn("could not record why the task is being stopped; an agent restart now would report it as exited", "err", err)
-	}
-}
-
-func (r *run) loadIntent() *stopIntent {
-	b, err := os.ReadFile(filepath.Join(r.dir, stopFile))
-	if err != nil {
-		return nil
-	}
-	var in stopIntent
-	if json.Unmarshal(b, &in) != nil || (in.Why != outcomeCancel && in.Why != outcomeTimeout) {
-		return nil
-	}
-	return &in
-}
-
-func (r *run) reportTailError(err error) {
-	if err == nil {
-		return
-	}
-	r.log.Warn("reading the task's runner log failed", "err", err)
-	r.note("output may be incomplete: the task's output log could not be read to its end (%v)", err)
-}
-
-// compose turns how the task ended into its terminal status. The runner's
-// exit record is the first source: it has the exact signal and the OOM count
-// of the container's cgroup. The engine's record is the fallback for a runner
-// that was killed before it could write (SIGKILL after the grace period).
-// id is the container, nil when it is gone already.
-func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id *string, waitMsg string) *podiumv1.StatusChange {
-	var code *int32
-	var sig int32
-	oom := false
-	if exitRec != nil {
-		c := int32(exitRec.Code)
-		code, sig, oom = &c, int32(exitRec.Signal), exitRec.OOMKills > 0
-	}
-	memLimited := r.spec.GetResources().GetMemoryMb() > 0
-	if id != nil {
-		info, err := r.inspect(ctx, *id)
-		if err == nil && info.State != nil {
-			if code == nil && !info.State.Running {
-				c := int32(info.State.ExitCode)
-				code, sig = &c, signalOf(&c)
-			}
-			oom = oom || info.State.OOMKilled
-		}
-		if !oom && exitRec == nil && memLimited && sig == 9 && why == outcomeExited {
-			// The engine learns about an OOM kill from an event of its own
-			// that can land just after the exit: a SIGKILLed task with a
-			// memory limit is worth asking about again for a moment.
-			for i := 0; i < 10 && !oom; i++ {
-				time.Sleep(100 * time.Millisecond)
-				if info, err := r.inspect(ctx, *id); err == nil && info.State != nil {
-					oom = info.State.OOMKilled
-				}
-			}
-		}
-	}
-	switch why {
-	case outcomeCancel:
-		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: code, Signal: sig}
-	case outcomeTimeout:
-		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: ReasonTimeout, ExitCode: code, Signal: sig}
-	}
-	if code == nil {
-		if waitMsg == "" {
-			waitMsg = "no exit status was recorded"
-		}
-		return failed("lost track of the container: %s (check the Docker engine on this node)", waitMsg)
-	}
-	st := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, ExitCode: code, Signal: sig}
-	switch {
-	case oom && memLimited:
-		st.Reason = fmt.Sprintf("%s: the task used more than its memory limit of %d MB and the kernel killed it; "+
-			"raise resources.memory_mb or make the task use less", ReasonOOM, r.spec.GetResources().GetMemoryMb())
-	case oom:
-		st.Reason = ReasonOOM + ": the node ran out of memory and the kernel killed the task"
-	case exitRec != nil && exitRec.Error != "":
-		st.Reason = strings.TrimPrefix(exitRec.Error, "podium-runner: ")
-	case *code == 0 && sig == 0:
-		st.State = podiumv1.TaskState_TASK_STATE_SUCCEEDED
-	case sig > 0:
-		st.Reason = fmt.Sprintf("killed by signal %d", sig)
-	default:
-		st.Reason = fmt.Sprintf("exit code %d", *code)
-	}
-	return st
-}
-
-// signalOf reads a signal out of a shell-style exit status: 128+N means the
-// process was killed by signal N.
-func signalOf(code *int32) int32 {
-	if code != nil && *code > 128 && *code < 128+65 {
-		return *code - 128
-	}
-	return 0
-}
-
 func (r *run) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
 	ictx, cancel := apiCtx(ctx, apiTimeout)
 	defer cancel()
@@ -911,18 +500,6 @@ func (r *run) inspect(ctx context.Context, id string) (container.InspectResponse
 		err = errors.New("the engine returned no container state")
 	}
 	return info, err
-}
-
-// teardown removes every Docker object of the attempt: its containers, then
-// its network and volume. It finds them by their labels rather than by what
-// this run remembers creating, so it also cleans up after a run an earlier
-// agent process started.
-func (r *run) teardown(ctx context.Context) {
-	tctx, cancel := apiCtx(ctx, apiTimeout)
-	defer cancel()
-	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
-		r.log.Error("tearing down the task's containers, network or volume failed", "err", err)
-	}
 }
 
 func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/internal/artifactname"
 	"github.com/podiumhq/podium/internal/glob"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -269,7 +270,7 @@ func (x *extraction) entry(tr *tar.Reader, hdr *tar.Header, rel, parent string) 
 		x.skip(rel, fmt.Sprintf("it is not a regular file (tar type %q)", hdr.Typeflag))
 		return nil
 	}
-	if err := artifacts.CheckName(rel); err != nil {
+	if err := artifactname.Check(rel); err != nil {
 		x.skip(rel, "its name cannot be an artifact's name: "+err.Error())
 		return nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -22,7 +22,7 @@ const retireAfter = time.Hour
 
 // taskLog is the unacknowledged tail of one task attempt's events.
 type taskLog struct {
-	key executor.Key
+	key attempt.Key
 	// events hold seq acked+1 .. lastSeq, oldest first.
 	events  []*podiumv1.TaskEvent
 	bytes   int
@@ -66,12 +66,12 @@ type outbox struct {
 	log      *slog.Logger
 
 	mu      sync.Mutex
-	tasks   map[executor.Key]*taskLog
-	order   []executor.Key // tasks in the order they first emitted
-	retired map[executor.Key]retired
+	tasks   map[attempt.Key]*taskLog
+	order   []attempt.Key // tasks in the order they first emitted
+	retired map[attempt.Key]retired
 	// forgotten are attempts the coordinator disowned (Adopt keep=false):
 	// whatever they still emit while being torn down is dropped.
-	forgotten map[executor.Key]time.Time
+	forgotten map[attempt.Key]time.Time
 	bytes     int           // unacked bytes over all tasks
 	space     chan struct{} // closed (and replaced) when bytes drop
 	closed    bool
@@ -84,28 +84,12 @@ func newOutbox(maxBytes int, sp *spool.Spool, log *slog.Logger) *outbox {
 		maxBytes:  maxBytes,
 		spool:     sp,
 		log:       log,
-		tasks:     make(map[executor.Key]*taskLog),
-		retired:   make(map[executor.Key]retired),
-		forgotten: make(map[executor.Key]time.Time),
+		tasks:     make(map[attempt.Key]*taskLog),
+		retired:   make(map[attempt.Key]retired),
+		forgotten: make(map[attempt.Key]time.Time),
 		space:     make(chan struct{}),
 		notify:    make(chan struct{}, 1),
 	}
-}
-
-func keyOf(ev *podiumv1.TaskEvent) executor.Key {
-	return executor.Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
-}
-
-// isFinal says whether an event ends the attempt on this node.
-func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
-	switch ev.GetStatus().GetState() {
-	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
-		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
-		return true, true
-	case podiumv1.TaskState_TASK_STATE_QUEUED:
-		return true, false
-	}
-	return false, false
 }
 
 // add numbers ev, spools it with cur (the executor's cursor, nil if
@@ -133,8 +117,8 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	if o.closed {
 		return
 	}
-	key := keyOf(ev)
-	final, ended := isFinal(ev)
+	key := attempt.Of(ev)
+	final, ended := attempt.IsFinal(ev)
 	if _, gone := o.forgotten[key]; gone {
 		if final {
 			delete(o.forgotten, key)
@@ -268,7 +252,7 @@ func (o *outbox) stats() (events, bytes int) {
 
 // ack drops what the coordinator stored, up to seq. Once the final event of an
 // attempt is stored the attempt is retired: nothing about it is left to send.
-func (o *outbox) ack(key executor.Key, seq uint64) {
+func (o *outbox) ack(key attempt.Key, seq uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	tl := o.tasks[key]
@@ -282,7 +266,7 @@ func (o *outbox) ack(key executor.Key, seq uint64) {
 	tl.acked = seq
 	tl.sent = max(tl.sent, seq)
 	if o.spool != nil {
-		if err := o.spool.Ack(spoolKey(key), seq); err != nil {
+		if err := o.spool.Ack(key, seq); err != nil {
 			o.log.Warn("could not record an acknowledgement in the spool; a restart would re-send those events", "err", err)
 		}
 	}
@@ -328,9 +312,9 @@ func (o *outbox) retireLocked(tl *taskLog) {
 	}
 }
 
-func (o *outbox) dropLocked(key executor.Key) {
+func (o *outbox) dropLocked(key attempt.Key) {
 	if o.spool != nil {
-		if err := o.spool.Remove(spoolKey(key)); err != nil {
+		if err := o.spool.Remove(key); err != nil {
 			o.log.Warn("could not remove a spool file", "task_id", key.TaskID, "attempt", key.Attempt, "err", err)
 		}
 	}
@@ -340,14 +324,14 @@ func (o *outbox) dropLocked(key executor.Key) {
 	}
 	o.bytes -= tl.bytes
 	delete(o.tasks, key)
-	o.order = slices.DeleteFunc(o.order, func(k executor.Key) bool { return k == key })
+	o.order = slices.DeleteFunc(o.order, func(k attempt.Key) bool { return k == key })
 	o.signalSpaceLocked()
 }
 
 // forget stops tracking an attempt the coordinator no longer holds on this
 // node, dropping its unsent events and everything it emits from now on. live
 // says whether a run is still tearing it down and will emit a final event.
-func (o *outbox) forget(key executor.Key, live bool) {
+func (o *outbox) forget(key attempt.Key, live bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.dropLocked(key)
@@ -370,7 +354,7 @@ func (o *outbox) resetSent() {
 
 // adopt applies the coordinator's view of an attempt from HelloAck: it has
 // stored everything up to ackedSeq, so sending resumes after it.
-func (o *outbox) adopt(key executor.Key, ackedSeq uint64) (known bool) {
+func (o *outbox) adopt(key attempt.Key, ackedSeq uint64) (known bool) {
 	o.ack(key, ackedSeq)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -385,7 +369,7 @@ func (o *outbox) adopt(key executor.Key, ackedSeq uint64) (known bool) {
 			tl.events, tl.bytes = nil, 0
 			tl.lastSeq, tl.acked = ackedSeq, ackedSeq
 			if o.spool != nil {
-				_ = o.spool.Ack(spoolKey(key), ackedSeq)
+				_ = o.spool.Ack(key, ackedSeq)
 			}
 			o.signalSpaceLocked()
 		}
@@ -432,7 +416,7 @@ func (o *outbox) running() []*podiumv1.RunningTask {
 
 // ended reports whether an attempt already ran to a terminal status on this
 // node, whether or not that status has been acknowledged yet.
-func (o *outbox) ended(key executor.Key) bool {
+func (o *outbox) ended(key attempt.Key) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if tl := o.tasks[key]; tl != nil {
@@ -452,13 +436,11 @@ func (o *outbox) close() {
 	}
 }
 
-func spoolKey(k executor.Key) spool.Key { return spool.Key{TaskID: k.TaskID, Attempt: k.Attempt} }
-
 // begin opens the spool of an attempt the node accepts, so that it can be
 // resumed after a restart. It reports false for an attempt already being run
 // (a repeated assignment), whose spool must not be touched.
 func (o *outbox) begin(a *podiumv1.Assign) bool {
-	key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	key := attempt.Of(a)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var last uint64
@@ -486,7 +468,7 @@ func (o *outbox) load(attempts []*spool.Attempt) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, a := range attempts {
-		key := executor.Key{TaskID: a.TaskID, Attempt: a.Attempt}
+		key := a.Key
 		tl := &taskLog{key: key, lastSeq: a.LastSeq, acked: a.Acked, sent: a.Acked,
 			final: a.Final, ended: a.Ended, progress: time.Now(), events: a.Events}
 		for _, ev := range a.Events {
@@ -502,7 +484,7 @@ func (o *outbox) load(attempts []*spool.Attempt) {
 // continueAfter makes an ended attempt nobody holds retired at lastSeq, so
 // that notes about it are sent after that seq instead of dropped; see
 // Session.ContinueAfter.
-func (o *outbox) continueAfter(key executor.Key, lastSeq uint64) {
+func (o *outbox) continueAfter(key attempt.Key, lastSeq uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, held := o.tasks[key]; held {
@@ -516,7 +498,7 @@ func (o *outbox) continueAfter(key executor.Key, lastSeq uint64) {
 
 // drop forgets an attempt entirely, spool included: one that an agent
 // restart found nothing left of.
-func (o *outbox) drop(key executor.Key) {
+func (o *outbox) drop(key attempt.Key) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.dropLocked(key)
@@ -531,7 +513,7 @@ func (o *outbox) empty() bool {
 
 // active reports whether an attempt is in progress here: it has events and
 // none of them ended it.
-func (o *outbox) active(key executor.Key) bool {
+func (o *outbox) active(key attempt.Key) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	tl := o.tasks[key]

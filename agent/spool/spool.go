@@ -39,18 +39,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -60,33 +59,11 @@ import (
 // output, and each rewrite copies at most a quarter of what it reclaims.
 const compactMin = 4 << 20
 
-const (
-	kindHeader     = 'H'
-	kindEvent      = 'E'
-	kindAck        = 'A'
-	kindCheckpoint = 'C'
-
-	flagFinal = 1 << 0
-	flagEnded = 1 << 1
-
-	maxRecord = 64 << 20
-)
-
 const fileSuffix = ".spool"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Key names one task attempt.
-type Key struct {
-	TaskID  string
-	Attempt int32
-}
-
-func (k Key) String() string { return k.TaskID + "/" + strconv.Itoa(int(k.Attempt)) }
 
 // Attempt is what a spool file held when the spool was opened.
 type Attempt struct {
-	Key
+	attempt.Key
 	// Assign is the assignment the attempt was started with (without its
 	// environment); nil for an attempt that only ever had an assignment
 	// rejected.
@@ -109,7 +86,7 @@ type Spool struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	files map[Key]*file
+	files map[attempt.Key]*file
 }
 
 type file struct {
@@ -137,7 +114,7 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create the spool directory: %w", err)
 	}
-	s := &Spool{dir: dir, log: log, files: make(map[Key]*file)}
+	s := &Spool{dir: dir, log: log, files: make(map[attempt.Key]*file)}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the spool directory: %w", err)
@@ -176,198 +153,52 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 	return s, out, nil
 }
 
-// fileName is the file of an attempt. Task ids are ULID-based and safe as
-// file names; anything else is escaped so no id can reach outside the
-// directory.
-func fileName(k Key) string {
-	var b strings.Builder
-	for i := 0; i < len(k.TaskID); i++ {
-		c := k.TaskID[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String() + "-" + strconv.Itoa(int(k.Attempt)) + fileSuffix
-}
+// fileName is the file of an attempt: escaped by attempt.FileName, so no task
+// id can reach outside the directory.
+func fileName(k attempt.Key) string { return attempt.FileName(k) + fileSuffix }
 
 // load reads a spool file, cutting off a torn tail, and leaves it open for
-// appending. It returns a nil Attempt for a file with no records.
-func load(path string) (*Attempt, *file, error) {
+// appending. It returns a nil Attempt for a file with no records. What the
+// bytes mean is decode's business; this is only the file around it, closed
+// here, in one place, whenever load does not hand it on.
+func load(path string) (a *Attempt, f *file, err error) {
 	fh, err := os.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if f == nil {
+			_ = fh.Close()
+		}
+	}()
 	data, err := io.ReadAll(fh)
 	if err != nil {
-		_ = fh.Close()
 		return nil, nil, err
 	}
-	a := &Attempt{}
-	f := &file{path: path, f: fh, sizes: make(map[uint64]int64)}
-	known := false
-	events := make(map[uint64]*podiumv1.TaskEvent)
-	pos := 0
-	for pos < len(data) {
-		kind, payload, n, ok := parseRecord(data[pos:])
-		if !ok {
-			break
-		}
-		switch kind {
-		case kindHeader:
-			as := &podiumv1.Assign{}
-			if err := proto.Unmarshal(payload, as); err != nil {
-				_ = fh.Close()
-				return nil, nil, fmt.Errorf("header: %w", err)
-			}
-			a.Assign = as
-			a.Key = Key{TaskID: as.GetTaskId(), Attempt: as.GetAttempt()}
-			known = true
-		case kindEvent:
-			if len(payload) < 4 {
-				_ = fh.Close()
-				return nil, nil, errors.New("short event record")
-			}
-			cl := int(binary.BigEndian.Uint32(payload))
-			if 4+cl > len(payload) {
-				_ = fh.Close()
-				return nil, nil, errors.New("event record with a cursor longer than itself")
-			}
-			ev := &podiumv1.TaskEvent{}
-			if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
-				_ = fh.Close()
-				return nil, nil, fmt.Errorf("event: %w", err)
-			}
-			if !known {
-				a.Key = Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
-				known = true
-			}
-			if cl > 0 {
-				a.Cursor = append([]byte(nil), payload[4:4+cl]...)
-			}
-			if ev.GetSeq() > a.Acked {
-				events[ev.GetSeq()] = ev
-				f.sizes[ev.GetSeq()] = int64(n)
-			}
-			a.LastSeq = max(a.LastSeq, ev.GetSeq())
-			if ev.GetStatus() != nil {
-				// A note after the terminal status leaves the attempt
-				// ended.
-				a.Final, a.Ended = isFinal(ev)
-			}
-		case kindAck:
-			if len(payload) != 8 {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad ack record")
-			}
-			seq := binary.BigEndian.Uint64(payload)
-			if seq > a.Acked {
-				a.Acked = seq
-				for s := range events {
-					if s <= seq {
-						delete(events, s)
-						delete(f.sizes, s)
-					}
-				}
-			}
-		case kindCheckpoint:
-			if len(payload) < 8+8+1+4 {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad checkpoint record")
-			}
-			a.LastSeq = binary.BigEndian.Uint64(payload)
-			a.Acked = binary.BigEndian.Uint64(payload[8:])
-			flags := payload[16]
-			a.Final, a.Ended = flags&flagFinal != 0, flags&flagEnded != 0
-			cl := int(binary.BigEndian.Uint32(payload[17:]))
-			if 21+cl > len(payload) {
-				_ = fh.Close()
-				return nil, nil, errors.New("bad checkpoint cursor")
-			}
-			if cl > 0 {
-				a.Cursor = append([]byte(nil), payload[21:21+cl]...)
-			}
-		default:
-			_ = fh.Close()
-			return nil, nil, fmt.Errorf("unknown record kind %q", kind)
-		}
-		pos += n
+	a, sizes, n, err := decode(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	if pos < len(data) {
-		if err := fh.Truncate(int64(pos)); err != nil {
-			_ = fh.Close()
+	if n < len(data) {
+		if err := fh.Truncate(int64(n)); err != nil {
 			return nil, nil, fmt.Errorf("cut off a torn tail: %w", err)
 		}
 	}
-	if !known {
-		_ = fh.Close()
+	if a == nil {
 		return nil, nil, nil
 	}
-	a.LastSeq = max(a.LastSeq, a.Acked)
-	for seq := a.Acked + 1; seq <= a.LastSeq; seq++ {
-		ev, ok := events[seq]
-		if !ok {
-			_ = fh.Close()
-			return nil, nil, fmt.Errorf("event %d of %s is missing", seq, a.Key)
-		}
-		a.Events = append(a.Events, ev)
-	}
-	f.size = int64(pos)
-	f.acked, f.lastSeq, f.cursor, f.final, f.ended = a.Acked, a.LastSeq, a.Cursor, a.Final, a.Ended
-	if _, err := fh.Seek(f.size, io.SeekStart); err != nil {
-		_ = fh.Close()
+	if _, err := fh.Seek(int64(n), io.SeekStart); err != nil {
 		return nil, nil, err
 	}
-	return a, f, nil
-}
-
-// isFinal says whether an event ends the attempt on this node.
-func isFinal(ev *podiumv1.TaskEvent) (final, ended bool) {
-	switch ev.GetStatus().GetState() {
-	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
-		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
-		return true, true
-	case podiumv1.TaskState_TASK_STATE_QUEUED:
-		return true, false
-	}
-	return false, false
-}
-
-func parseRecord(b []byte) (kind byte, payload []byte, n int, ok bool) {
-	if len(b) < 9 {
-		return 0, nil, 0, false
-	}
-	l := binary.BigEndian.Uint32(b[1:5])
-	if l > maxRecord || len(b) < 9+int(l) {
-		return 0, nil, 0, false
-	}
-	n = 5 + int(l) + 4
-	if crc32.Checksum(b[:5+int(l)], castagnoli) != binary.BigEndian.Uint32(b[5+int(l):n]) {
-		return 0, nil, 0, false
-	}
-	return b[0], b[5 : 5+int(l)], n, true
-}
-
-func appendRecord(b []byte, kind byte, payload ...[]byte) []byte {
-	start := len(b)
-	total := 0
-	for _, p := range payload {
-		total += len(p)
-	}
-	b = append(b, kind)
-	b = binary.BigEndian.AppendUint32(b, uint32(total))
-	for _, p := range payload {
-		b = append(b, p...)
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+	return a, &file{path: path, f: fh, size: int64(n), sizes: sizes,
+		acked: a.Acked, lastSeq: a.LastSeq, cursor: a.Cursor, final: a.Final, ended: a.Ended}, nil
 }
 
 // Begin starts the file of an attempt the node accepted, replacing any file
 // it had (a rejected assignment's). lastSeq is the seq its events continue
 // after, all of it already acknowledged.
 func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
-	k := Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+	k := attempt.Of(a)
 	hdr := proto.Clone(a).(*podiumv1.Assign)
 	if hdr.GetSpec() != nil {
 		hdr.Spec.Env = nil
@@ -399,20 +230,11 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	return nil
 }
 
-func checkpoint(lastSeq, acked uint64, flags byte, cursor []byte) [][]byte {
-	var h [21]byte
-	binary.BigEndian.PutUint64(h[0:], lastSeq)
-	binary.BigEndian.PutUint64(h[8:], acked)
-	h[16] = flags
-	binary.BigEndian.PutUint32(h[17:], uint32(len(cursor)))
-	return [][]byte{h[:], cursor}
-}
-
 // Append stores an event (numbered already) with the cursor it reaches, nil
 // if it moves none. An attempt without a file (a rejected assignment) gets
 // one.
 func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
-	k := Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}
+	k := attempt.Of(ev)
 	eb, err := proto.Marshal(ev)
 	if err != nil {
 		return err
@@ -445,7 +267,7 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 		f.cursor = append(f.cursor[:0], cursor...)
 	}
 	if ev.GetStatus() != nil {
-		f.final, f.ended = isFinal(ev)
+		f.final, f.ended = attempt.IsFinal(ev)
 	}
 	return nil
 }
@@ -465,7 +287,7 @@ func (f *file) write(rec []byte) error {
 
 // Ack records that the coordinator stored everything up to seq, and compacts
 // the file when most of it is acknowledged.
-func (s *Spool) Ack(k Key, seq uint64) error {
+func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.files[k]
@@ -499,7 +321,7 @@ func (s *Spool) Ack(k Key, seq uint64) error {
 // compactLocked rewrites f with its header, a checkpoint and the
 // unacknowledged events, through a temporary file renamed into place, so a
 // crash leaves either the old file or the new one.
-func (s *Spool) compactLocked(k Key, f *file) error {
+func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 	data := make([]byte, f.size)
 	if _, err := f.f.ReadAt(data, 0); err != nil {
 		return err
@@ -568,7 +390,7 @@ func (s *Spool) compactLocked(k Key, f *file) error {
 
 // Remove deletes an attempt's file: everything about it is acknowledged, or
 // the coordinator disowned it.
-func (s *Spool) Remove(k Key) error {
+func (s *Spool) Remove(k attempt.Key) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.files[k]

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -42,7 +43,7 @@ func TestSpoolSurvivesReopen(t *testing.T) {
 	_ = s.Append(statusEv("t1", 1, podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)
 	_ = s.Append(logEv("t1", 2, "a"), []byte(`{"c":1}`))
 	_ = s.Append(logEv("t1", 3, "b"), []byte(`{"c":2}`))
-	_ = s.Ack(spool.Key{TaskID: "t1", Attempt: 1}, 2)
+	_ = s.Ack(attempt.Key{TaskID: "t1", Attempt: 1}, 2)
 	// A rejected assignment has no header.
 	_ = s.Append(statusEv("t2", 1, podiumv1.TaskState_TASK_STATE_QUEUED), nil)
 	_ = s.Close()
@@ -102,7 +103,7 @@ func TestCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i > 2 {
-			_ = s.Ack(spool.Key{TaskID: "t1", Attempt: 1}, i-2)
+			_ = s.Ack(attempt.Key{TaskID: "t1", Attempt: 1}, i-2)
 		}
 	}
 	st, _ := os.Stat(filepath.Join(dir, "t1-1.spool"))
@@ -121,8 +122,8 @@ func TestRemoveAndBeginAfterRejection(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := open(t, dir)
 	_ = s.Append(statusEv("t1", 1, podiumv1.TaskState_TASK_STATE_QUEUED), nil)
-	_ = s.Ack(spool.Key{TaskID: "t1", Attempt: 1}, 1)
-	_ = s.Remove(spool.Key{TaskID: "t1", Attempt: 1})
+	_ = s.Ack(attempt.Key{TaskID: "t1", Attempt: 1}, 1)
+	_ = s.Remove(attempt.Key{TaskID: "t1", Attempt: 1})
 	// Assigned again: seqs continue after the stored rejection.
 	_ = s.Begin(&podiumv1.Assign{TaskId: "t1", Attempt: 1}, 1)
 	_ = s.Append(statusEv("t1", 2, podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)

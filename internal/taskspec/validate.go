@@ -195,7 +195,7 @@ func checkSidecar(field string, sc *podiumv1.Sidecar, i int, names map[string]in
 	switch {
 	case name == "":
 		return fieldErr(field+".name", "required: name the sidecar; the task reaches it by this host name, e.g. db")
-	case !isDNSLabel(name):
+	case !IsDNSLabel(name):
 		return fieldErr(field+".name", "%q is not a DNS label: use 1 to 63 lower-case letters, digits and '-', not starting or ending with '-', e.g. db or redis-cache", name)
 	case name == TaskHostName:
 		return fieldErr(field+".name", "%q is the task's own host name: call the sidecar something else", name)
@@ -278,9 +278,13 @@ func checkReadiness(field string, r *podiumv1.Readiness) error {
 
 func isPort(p int32) bool { return p >= 1 && p <= 65535 }
 
-// isDNSLabel is RFC 1123's label: what Docker accepts as a network alias and
-// any resolver as a host name.
-func isDNSLabel(s string) bool {
+// IsDNSLabel reports whether s is an RFC 1123 label: what Docker accepts as
+// a network alias and any resolver as a host name. A sidecar's name must be
+// one, since the task reaches the sidecar by it. The agent checks an
+// assignment's sidecar names with it again, whatever the coordinator let
+// through, so that a task is refused before anything is started for it
+// rather than started with a sidecar it cannot reach.
+func IsDNSLabel(s string) bool {
 	if len(s) < 1 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
 		return false
 	}

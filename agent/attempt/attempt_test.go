@@ -1,0 +1,88 @@
+package attempt_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/podiumhq/podium/agent/attempt"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// safe is every byte FileName may write: nothing that is a path separator
+// or can make "." or "..".
+func safe(name string) bool {
+	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-%") == ""
+}
+
+func TestFileNameEscapesAndRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key  attempt.Key
+		want string
+	}{
+		{attempt.Key{TaskID: "task_01JD5X", Attempt: 1}, "task_01JD5X-1"},
+		{attempt.Key{TaskID: "a-b", Attempt: 12}, "a-b-12"},
+		{attempt.Key{TaskID: "../etc", Attempt: 2}, "%2E%2E%2Fetc-2"},
+		{attempt.Key{TaskID: "a/b", Attempt: 3}, "a%2Fb-3"},
+		{attempt.Key{TaskID: "100%", Attempt: 4}, "100%25-4"},
+		{attempt.Key{TaskID: "é", Attempt: 5}, "%C3%A9-5"},
+	} {
+		got := attempt.FileName(tc.key)
+		if got != tc.want {
+			t.Errorf("FileName(%v) = %q, want %q", tc.key, got, tc.want)
+		}
+		if back, ok := attempt.ParseFileName(got); !ok || back != tc.key {
+			t.Errorf("ParseFileName(%q) = %v, %v; want %v", got, back, ok, tc.key)
+		}
+	}
+	for _, name := range []string{"", "-1", "task", "task-x", "task%zz-1"} {
+		if k, ok := attempt.ParseFileName(name); ok {
+			t.Errorf("ParseFileName(%q) = %v, want refused", name, k)
+		}
+	}
+}
+
+// Whatever a task id holds, its file name stays inside the directory and
+// names the same attempt when read back.
+func FuzzFileName(f *testing.F) {
+	f.Add("task_01JD5X", int32(1))
+	f.Add("../../x", int32(2))
+	f.Add("a-b-%2F", int32(0))
+	f.Fuzz(func(t *testing.T, id string, n int32) {
+		if id == "" || n < 0 {
+			return // neither is ever an attempt
+		}
+		k := attempt.Key{TaskID: id, Attempt: n}
+		name := attempt.FileName(k)
+		if !safe(name) {
+			t.Fatalf("FileName(%v) = %q, which holds a byte it should have escaped", k, name)
+		}
+		if back, ok := attempt.ParseFileName(name); !ok || back != k {
+			t.Fatalf("ParseFileName(FileName(%v)) = %v, %v", k, back, ok)
+		}
+	})
+}
+
+func TestIsFinal(t *testing.T) {
+	t.Parallel()
+	status := func(s podiumv1.TaskState) *podiumv1.TaskEvent {
+		return &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s}}}
+	}
+	for _, tc := range []struct {
+		name         string
+		ev           *podiumv1.TaskEvent
+		final, ended bool
+	}{
+		{"succeeded", status(podiumv1.TaskState_TASK_STATE_SUCCEEDED), true, true},
+		{"failed", status(podiumv1.TaskState_TASK_STATE_FAILED), true, true},
+		{"cancelled", status(podiumv1.TaskState_TASK_STATE_CANCELLED), true, true},
+		{"lost", status(podiumv1.TaskState_TASK_STATE_LOST), true, true},
+		{"rejected (queued)", status(podiumv1.TaskState_TASK_STATE_QUEUED), true, false},
+		{"running", status(podiumv1.TaskState_TASK_STATE_RUNNING), false, false},
+		{"a log chunk", &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{}}}, false, false},
+	} {
+		if final, ended := attempt.IsFinal(tc.ev); final != tc.final || ended != tc.ended {
+			t.Errorf("%s: IsFinal = %v, %v; want %v, %v", tc.name, final, ended, tc.final, tc.ended)
+		}
+	}
+}
