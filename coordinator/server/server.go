@@ -20,6 +20,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
@@ -55,6 +56,7 @@ type Config struct {
 	Nodes     nodes.Config
 	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
+	Leader    leader.Config
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
 	Artifacts artifacts.Config
@@ -69,7 +71,7 @@ type Server struct {
 	bus       *bus.Bus
 	leases    *lease.Keeper
 	nodes     *nodes.Service
-	sched     *scheduler.Scheduler
+	leader    *leader.Elector
 	tasks     *tasks.Service
 	artifacts *artifacts.Service
 	http      *http.Server
@@ -122,16 +124,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover)
+	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, leader.Channel)
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
 	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
 	s.nodes.SetArtifacts(arts)
-	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
-	s.sched.OnLeader = func(ctx context.Context) { s.nodes.RunWatchdog(ctx, cfg.Watchdog) }
 	m := metrics.New(st, s.nodes.Registry().Len, log)
 	s.nodes.SetMetrics(m)
-	s.sched.SetMetrics(m)
+	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
+	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
+	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
 	s.bus.OnDelivery(m.Delivered)
 
 	mux := http.NewServeMux()
@@ -213,7 +215,7 @@ func (s *Server) Store() *store.Store { return s.store }
 func (s *Server) Nodes() *nodes.Service { return s.nodes }
 
 // Leading reports whether this replica is the scheduling and watchdog leader.
-func (s *Server) Leading() bool { return s.sched.Leading() }
+func (s *Server) Leading() bool { return s.leader.Leading() }
 
 // Artifacts is the replica's artifact store.
 func (s *Server) Artifacts() *artifacts.Service { return s.artifacts }
@@ -254,7 +256,7 @@ func (s *Server) Run(ctx context.Context) error {
 	start(func(c context.Context) { _ = s.bus.Run(c) })
 	start(s.leases.Run)
 	start(s.nodes.Run)
-	start(s.sched.Run)
+	start(func(c context.Context) { _ = s.leader.Run(c) })
 	start(s.tasks.Run)
 	start(s.artifacts.Run)
 	// A lost lease ends every session at once: this replica can no longer prove
