@@ -137,7 +137,7 @@ func (c *cluster) start(t *testing.T, db pgtest.Database, name string, retry tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bus.New(db.URL, log, leader.Channel)
+	b := bus.New(bus.Config{DatabaseURL: db.URL, Channels: []string{leader.Channel}}, bus.Deps{Log: log})
 	k := lease.NewKeeper(db.URL, log)
 	svcCtx, stopSvcs := context.WithCancel(context.Background())
 	var svcs errgroup.Group

@@ -124,26 +124,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, leader.Channel)
+	// Each part gets everything it works with when it is made, in the order
+	// they depend on each other; only the sessions' registry comes first,
+	// because the metrics count its sessions and the node service records
+	// into the metrics.
+	sessions := nodes.NewRegistry()
+	m := metrics.New(st, sessions.Len, log)
+	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
+		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, leader.Channel}},
+		bus.Deps{Metrics: m, Log: log})
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
-	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
-	s.nodes.SetArtifacts(arts)
-	m := metrics.New(st, s.nodes.Registry().Len, log)
-	s.nodes.SetMetrics(m)
+	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
+		Metrics: m, Artifacts: arts, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
-	s.bus.OnDelivery(m.Delivered)
+	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Log: log})
+	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Log: log})
 
 	mux := http.NewServeMux()
 	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge)
 	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, connect.WithHandlerOptions(s.nodeAuth, compressLarge)))
-	s.tasks = tasks.NewService(st, s.bus, log)
-	s.tasks.SetArtifacts(arts)
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))
-	adminService := admin.NewService(st, log)
-	adminService.SetTransport(cfg.Transport)
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)

@@ -31,9 +31,21 @@ type Service struct {
 	submits   *groupcommit.Batcher[store.NewTask, store.Task]
 }
 
+// Deps are what the task service works with.
+type Deps struct {
+	Store *store.Store
+	// Bus brings the task-event doorbells that followers of a log wait on.
+	Bus *bus.Bus
+	// Artifacts lists and serves what tasks uploaded; nil lists nothing and
+	// refuses downloads as not configured, so the task service, which has
+	// nothing else to do with the object store, works the same without one.
+	Artifacts *artifacts.Service
+	Log       *slog.Logger
+}
+
 // NewService returns the task service. Submit stores nothing until Run runs.
-func NewService(st *store.Store, b *bus.Bus, log *slog.Logger) *Service {
-	return &Service{store: st, bus: b, log: log, submits: newSubmits(st)}
+func NewService(deps Deps) *Service {
+	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, log: deps.Log, submits: newSubmits(deps.Store)}
 }
 
 // Run stores submitted tasks, many to a statement, until ctx ends; a Submit

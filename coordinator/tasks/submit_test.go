@@ -42,7 +42,7 @@ func startService(t *testing.T) *service {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	svc := tasks.NewService(st, nil, slog.New(slog.DiscardHandler))
+	svc := tasks.NewService(tasks.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(svc))
 	srv := httptest.NewServer(mux)
@@ -245,7 +245,7 @@ func TestSubmitCallerThatGivesUpStopsWaiting(t *testing.T) {
 	}
 	defer st.Close()
 	// Run never starts, so nothing will ever take the task.
-	svc := tasks.NewService(st, nil, slog.New(slog.DiscardHandler))
+	svc := tasks.NewService(tasks.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err = svc.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: goodSpec(0)}))
