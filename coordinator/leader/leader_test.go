@@ -245,7 +245,9 @@ func lockHolder(t *testing.T, url string) uint32 {
 	key := uint64(lease.LeaderKey)
 	query(t, url, func(ctx context.Context, conn *pgx.Conn) error {
 		// A bigint advisory key is stored as its high and low 32 bits.
+		// pg_locks shows every database's locks; advisory locks are per database.
 		err := conn.QueryRow(ctx, `select pid from pg_locks where locktype = 'advisory' and granted
+			and database = (select oid from pg_database where datname = current_database())
 			and classid::bigint = $1 and objid::bigint = $2 and objsubid = 1`,
 			int64(key>>32), int64(key&0xffffffff)).Scan(&pid)
 		if errors.Is(err, pgx.ErrNoRows) {
