@@ -132,19 +132,42 @@ func NewService(cfg Config, deps Deps) *Service {
 // Registry is this replica's live sessions.
 func (s *Service) Registry() *Registry { return s.reg }
 
-// Run does the service's background work until ctx ends: writing the
-// sessions' events, delivering their commands, flushing heartbeats and
-// answering other replicas' takeover requests. Sessions can neither store
-// events nor receive commands unless it runs.
-func (s *Service) Run(ctx context.Context) {
+// Run does the service's background work until ctx ends, then returns nil:
+// writing the sessions' events, delivering their commands, flushing
+// heartbeats, answering other replicas' takeover requests and ending every
+// session when the lease connection breaks. Sessions can neither store events
+// nor receive commands unless it runs.
+func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() { defer wg.Done(); s.fleetLoop(ctx) }()
-	go func() { defer wg.Done(); s.ingester.run(ctx) }()
-	go func() { defer wg.Done(); s.deliverer.run(ctx) }()
-	go func() { defer wg.Done(); s.flushLoop(ctx) }()
-	go func() { defer wg.Done(); s.takeoverLoop(ctx) }()
+	wg.Go(func() { s.fleetLoop(ctx) })
+	wg.Go(func() { s.ingester.run(ctx) })
+	wg.Go(func() { s.deliverer.run(ctx) })
+	wg.Go(func() { s.flushLoop(ctx) })
+	wg.Go(func() { s.takeoverLoop(ctx) })
+	wg.Go(func() { s.leaseLoop(ctx) })
 	wg.Wait()
+	return nil
+}
+
+// leaseLoop ends every session at once when the lease connection breaks. With
+// the connection went the lock on every node this replica served: it can no
+// longer prove it holds any of them, and another replica may already have
+// taken them. Ending the streams makes the nodes reconnect, to this replica on
+// its new lease or to another, instead of staying with a session nothing
+// vouches for.
+func (s *Service) leaseLoop(ctx context.Context) {
+	for {
+		l, err := s.leases.Current(ctx)
+		if err != nil {
+			return // ctx ended
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Lost():
+			s.reg.CloseAll()
+		}
+	}
 }
 
 // takeoverLoop ends a session here when a stream for the same node has landed

@@ -1,7 +1,7 @@
 // Package server wires a coordinator replica together: the HTTP listener
 // (HTTP/1.1 and HTTP/2 cleartext), authentication, the three Connect services,
-// health endpoints and the background loops, and shuts them down in the right
-// order.
+// health endpoints, the background loops and the leader's workers, and shuts
+// them down in the order Run documents.
 package server
 
 import (
@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/artifacts"
@@ -243,41 +244,58 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// Run serves until ctx ends, then shuts down: sessions first, so node stream
-// handlers return before the HTTP server waits on them, then the server, then
-// the background loops and the lease (releasing every lock).
+// Run serves until ctx ends or one of the replica's parts fails, then stops
+// them in this order:
+//
+//  1. Sessions. Every node stream ends, so its handler returns before the HTTP
+//     server waits on it (a stream never ends by itself), and its node starts
+//     reconnecting to another replica at once.
+//  2. HTTP. The listeners close and the requests in flight finish, for up to
+//     10 s, while the loops that store what they send (submits, node events)
+//     still run, so none is cut short.
+//  3. The background loops, together: the bus, the node service (its last
+//     heartbeats flushed), the task submitter, the artifact probe and the
+//     leader. The leader hands over here: its workers stop and it releases its
+//     lock while the lease connection still stands, so a standby takes over
+//     at once rather than at its next try.
+//  4. The lease. Closing the lease connection releases whatever lock is left.
+//     It comes last because the sessions and the leader let go of their locks
+//     on it.
+//  5. The tailnet, if any, and the store's connection pool.
+//
+// Every long-lived part has the same Run(ctx) error and is started in one
+// errgroup: a part that returns an error before ctx ends stops the replica the
+// same way, and Run returns that error, because a replica missing one of its
+// loops would look alive while, say, storing no events.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.store.RegisterReplica(ctx, s.cfg.ReplicaID, s.cfg.Advertise); err != nil {
 		return err
 	}
-	bg, stopBG := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	start := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(bg) }()
+	g, failed := errgroup.WithContext(context.Background())
+	// The lease has a context of its own: it must outlive the loops even when
+	// the failure of one of them is what stops the replica.
+	leaseCtx, releaseLease := context.WithCancel(context.Background())
+	defer releaseLease()
+	g.Go(func() error { return named("lease keeper", s.leases.Run(leaseCtx)) })
+	loopsCtx, stopLoops := context.WithCancel(failed)
+	defer stopLoops()
+	var loops sync.WaitGroup
+	for _, part := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"bus", s.bus.Run},
+		{"node service", s.nodes.Run},
+		{"task service", s.tasks.Run},
+		{"artifact store", s.artifacts.Run},
+		{"leader", s.leader.Run},
+	} {
+		loops.Add(1)
+		g.Go(func() error {
+			defer loops.Done()
+			return named(part.name, part.run(loopsCtx))
+		})
 	}
-	start(func(c context.Context) { _ = s.bus.Run(c) })
-	start(s.leases.Run)
-	start(s.nodes.Run)
-	start(func(c context.Context) { _ = s.leader.Run(c) })
-	start(s.tasks.Run)
-	start(s.artifacts.Run)
-	// A lost lease ends every session at once: this replica can no longer prove
-	// it holds any node.
-	start(func(c context.Context) {
-		for {
-			l, err := s.leases.Current(c)
-			if err != nil {
-				return
-			}
-			select {
-			case <-c.Done():
-				return
-			case <-l.Lost():
-				s.nodes.Registry().CloseAll()
-			}
-		}
-	})
 
 	errc := make(chan error, len(s.listeners))
 	for _, ln := range s.listeners {
@@ -288,6 +306,10 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-failed.Done():
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
 	}
 	s.log.Info("coordinator shutting down")
 	s.nodes.Registry().CloseAll()
@@ -297,16 +319,26 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("http shutdown", "err", serr)
 		_ = s.http.Close()
 	}
-	stopBG()
-	wg.Wait()
+	stopLoops()
+	loops.Wait()
+	releaseLease()
+	if gerr := g.Wait(); gerr != nil {
+		s.log.Error("coordinator part failed", "err", gerr)
+		err = errors.Join(err, gerr)
+	}
 	if s.endpoint != nil {
 		if cerr := s.endpoint.Close(); cerr != nil {
 			s.log.Warn("leave the tailnet", "err", cerr)
 		}
 	}
 	s.store.Close()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
 	return err
+}
+
+// named says which part of the replica an error came from.
+func named(part string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", part, err)
 }

@@ -48,11 +48,14 @@ func NewService(deps Deps) *Service {
 	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, log: deps.Log, submits: newSubmits(deps.Store)}
 }
 
-// Run stores submitted tasks, many to a statement, until ctx ends; a Submit
-// after that is refused with ErrStopped. Call it once, and end it only after
-// the server has stopped taking requests, so that no Submit in flight is cut
-// short.
-func (s *Service) Run(ctx context.Context) { s.submits.Run(ctx) }
+// Run stores submitted tasks, many to a statement, until ctx ends, then
+// returns nil; a Submit after that is refused with ErrStopped. Call it once,
+// and end it only after the server has stopped taking requests, so that no
+// Submit in flight is cut short.
+func (s *Service) Run(ctx context.Context) error {
+	s.submits.Run(ctx)
+	return nil
+}
 
 // CallerKey is the context key under which the server puts who is calling.
 type CallerKey struct{}
