@@ -58,7 +58,9 @@ import (
 
 // Channel is the doorbell a replica rings when it lets go of leadership: a
 // standby that hears it tries for the lock at once instead of at its next
-// Retry. The bus of every replica must listen on it.
+// Retry. The bus of every replica must listen on it. A standby whose bus was
+// not listening yet misses the ring but loses nothing: the bus rings every
+// subscriber once it starts listening, and the standby tries then.
 const Channel = "podium_leader"
 
 // Worker is a job only the leader runs. Run works until ctx ends and then
@@ -135,6 +137,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		ok, err := l.TryLock(ctx, lease.LeaderKey)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrLost) {
 			e.deps.Log.Warn("leader: cannot try for the leader lock; retrying", "err", err, "in", e.cfg.Retry)
+		}
+		if err == nil && !ok {
+			e.deps.Log.Debug("another replica leads; standing by")
 		}
 		if err == nil && ok {
 			e.lead(ctx, l)

@@ -58,17 +58,18 @@ func TestLostLeaseMovesLeadership(t *testing.T) {
 	}
 }
 
-// A leader that shuts down hands over at once: with a retry interval of a
-// minute, only the hand-over's release and doorbell can make the standby lead
-// within the wait below. The old leader's worker has returned before the new
-// one's starts.
+// A leader that shuts down hands over at once. The standby has lost its
+// first try, its retry is a minute away and no start-up ring of its bus is
+// pending (see start), so only the hand-over's release and doorbell can make
+// it lead within the wait below. The old leader's worker has returned before
+// the new one's starts.
 func TestShutdownHandsOverAtOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	var c cluster
 	a, b := c.start(t, db, "a", time.Minute), c.start(t, db, "b", time.Minute)
 	old, standby := waitLeader(t, a, b)
-	waitListening(t, db.URL, 2) // else the doorbell could ring before the standby listens
+	waitStandingBy(t, standby)
 
 	old.stop()
 	select {
@@ -95,7 +96,7 @@ func TestFailedWorkerStepsDown(t *testing.T) {
 	var c cluster
 	a, b := c.start(t, db, "a", time.Minute), c.start(t, db, "b", time.Minute)
 	old, standby := waitLeader(t, a, b)
-	waitListening(t, db.URL, 2)
+	waitStandingBy(t, standby)
 
 	old.worker.fail <- errors.New("the worker broke")
 	waitFor(t, 15*time.Second, "the failed leader to step down", func() bool { return !old.e.Leading() })
@@ -113,6 +114,7 @@ func TestFailedWorkerStepsDown(t *testing.T) {
 type cluster struct {
 	active  atomic.Int32
 	overlap atomic.Bool
+	buses   int
 }
 
 type replica struct {
@@ -122,17 +124,23 @@ type replica struct {
 	worker *probe
 	stop   context.CancelFunc // ends the elector alone, as a shutdown does first
 	done   chan struct{}      // closed when the elector's Run returned
+	// standingBy counts the elector's lost tries for the lock.
+	standingBy atomic.Int32
 }
 
 // start runs an elector with its own store, bus and lease keeper, all stopped
-// when the test ends (the elector first).
+// when the test ends (the elector first). The elector starts only once its bus
+// listens: the bus rings every subscriber when it starts listening, and a
+// test that means to see a hand-over's doorbell wake the standby must not
+// have that ring pending.
 func (c *cluster) start(t *testing.T, db pgtest.Database, name string, retry time.Duration) *replica {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
+	r := &replica{name: name, done: make(chan struct{}), worker: &probe{cluster: c, fail: make(chan error, 1)}}
+	var out slog.Handler = slog.DiscardHandler
 	if os.Getenv("PODIUM_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		out = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
-	log = log.With("replica", name)
+	log := slog.New(counting{Handler: out, msg: standingBy, n: &r.standingBy}).With("replica", name)
 	st, err := store.Open(context.Background(), db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +150,7 @@ func (c *cluster) start(t *testing.T, db pgtest.Database, name string, retry tim
 	svcCtx, stopSvcs := context.WithCancel(context.Background())
 	var svcs errgroup.Group
 	svcs.Go(func() error { return b.Run(svcCtx) })
-	svcs.Go(func() error { k.Run(svcCtx); return nil })
+	svcs.Go(func() error { return k.Run(svcCtx) })
 	t.Cleanup(func() {
 		stopSvcs()
 		if err := svcs.Wait(); err != nil {
@@ -150,9 +158,10 @@ func (c *cluster) start(t *testing.T, db pgtest.Database, name string, retry tim
 		}
 		st.Close()
 	})
+	c.buses++
+	waitListening(t, db.URL, c.buses)
 
-	r := &replica{name: name, leases: k, done: make(chan struct{}),
-		worker: &probe{cluster: c, fail: make(chan error, 1)}}
+	r.leases = k
 	r.e = leader.New(leader.Config{Retry: retry}, leader.Deps{Leases: k, Bus: b, Store: st, Log: log}, r.worker)
 	ctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
@@ -275,7 +284,7 @@ func killBackend(t *testing.T, url string, pid uint32) {
 // waitListening waits for n buses to LISTEN on the leader's channel.
 func waitListening(t *testing.T, url string, n int) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "the buses to listen for the hand-over doorbell", func() bool {
+	waitFor(t, 10*time.Second, "the bus to listen for the hand-over doorbell", func() bool {
 		var listening int
 		query(t, url, func(ctx context.Context, conn *pgx.Conn) error {
 			return conn.QueryRow(ctx, `select count(*) from pg_stat_activity
@@ -283,4 +292,39 @@ func waitListening(t *testing.T, url string, n int) {
 		})
 		return listening >= n
 	})
+}
+
+// standingBy is what an elector logs when it loses a try for the lock.
+const standingBy = "another replica leads; standing by"
+
+func waitStandingBy(t *testing.T, r *replica) {
+	t.Helper()
+	waitFor(t, 10*time.Second, r.name+" to lose a try for the lock", func() bool { return r.standingBy.Load() > 0 })
+}
+
+// counting counts the records with one message and passes every record on.
+type counting struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int32
+}
+
+func (h counting) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h counting) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h counting) WithAttrs(as []slog.Attr) slog.Handler {
+	return counting{Handler: h.Handler.WithAttrs(as), msg: h.msg, n: h.n}
+}
+
+func (h counting) WithGroup(name string) slog.Handler {
+	return counting{Handler: h.Handler.WithGroup(name), msg: h.msg, n: h.n}
 }
