@@ -3,8 +3,9 @@
 //
 // Every replica serves the API and node streams, but some work goes wrong when
 // two replicas do it at once: two schedulers would race each other for the same
-// free slots, and two watchdogs would each run the node-loss policy on the same
-// silent node. That work is written as Workers. An Elector competes for the
+// free slots, and two watchdogs would sweep the same nodes against different
+// clocks, each counting the reconnect grace period from its own start. That
+// work is written as Workers. An Elector competes for the
 // leader advisory lock and runs its workers while it holds the lock; the moment
 // it stops holding it, their context ends. The server gives it:
 //
