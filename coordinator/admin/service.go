@@ -24,17 +24,28 @@ const DefaultTokenTTL = time.Hour
 
 // Service implements podium.v1.AdminService.
 type Service struct {
+	cfg   Config
 	store *store.Store
 	log   *slog.Logger
-	// transport is the coordinator's (local, tailnet or host), for WhoAmI.
-	transport string
+}
+
+// Config is what the admin service reports about the coordinator.
+type Config struct {
+	// Transport is the one the coordinator serves on (local, tailnet or
+	// host), for WhoAmI.
+	Transport string
+}
+
+// Deps are what the admin service works with.
+type Deps struct {
+	Store *store.Store
+	Log   *slog.Logger
 }
 
 // NewService returns the admin service.
-func NewService(st *store.Store, log *slog.Logger) *Service { return &Service{store: st, log: log} }
-
-// SetTransport names the transport the coordinator serves on, for WhoAmI.
-func (s *Service) SetTransport(name string) { s.transport = name }
+func NewService(cfg Config, deps Deps) *Service {
+	return &Service{cfg: cfg, store: deps.Store, log: deps.Log}
+}
 
 // CreateEnrollmentToken makes a single-use token. The token is shown once;
 // only its SHA-256 is stored.
@@ -205,7 +216,7 @@ func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmI
 	if !ok {
 		return nil, connect.NewError(connect.CodeInternal, errors.New("the coordinator did not identify this call; this is a bug in podium-coordinator"))
 	}
-	out := &podiumv1.WhoAmIResponse{Login: c.Login, Device: c.Device, DeviceId: c.DeviceID, Tags: c.Tags, Transport: s.transport}
+	out := &podiumv1.WhoAmIResponse{Login: c.Login, Device: c.Device, DeviceId: c.DeviceID, Tags: c.Tags, Transport: s.cfg.Transport}
 	switch c.Kind {
 	case tailnet.KindPerson:
 		out.Kind = podiumv1.CallerKind_CALLER_KIND_PERSON

@@ -213,9 +213,10 @@ func (s *Service) Config() Config { return s.cfg }
 // Run checks the object store until ctx ends: at once, then every probe
 // interval while it answers and every 2 s while it does not, and at once when
 // an upload failed. The first successful check creates the bucket if needed.
-func (s *Service) Run(ctx context.Context) {
+// It returns nil when ctx ends, or at once when no object store is configured.
+func (s *Service) Run(ctx context.Context) error {
 	if s.obj == nil {
-		return
+		return nil
 	}
 	for {
 		s.probe(ctx)
@@ -227,7 +228,7 @@ func (s *Service) Run(ctx context.Context) {
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-s.kick:
 		case <-time.After(wait):
 		}

@@ -14,34 +14,48 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
+
+	"github.com/podiumhq/podium/coordinator/metrics"
 )
 
 // Bus fans notifications out to in-process subscribers.
 type Bus struct {
-	url  string
-	log  *slog.Logger
-	mu   sync.Mutex
-	subs map[string]map[string]map[*sub]struct{} // channel → key → subscribers
-	l    pgxlisten.Listener
-	// delivered, if set, counts each notification received.
-	delivered func(channel string)
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	mu      sync.Mutex
+	subs    map[string]map[string]map[*sub]struct{} // channel → key → subscribers
+	l       pgxlisten.Listener
 }
-
-// OnDelivery sets a function called for every notification received (metrics).
-func (b *Bus) OnDelivery(f func(channel string)) { b.delivered = f }
 
 type sub struct{ ch chan struct{} }
 
-// New makes a bus listening on the given channels. The listening connection is
-// a direct one: behind PgBouncer in transaction mode LISTEN does not work.
-func New(databaseURL string, log *slog.Logger, channels ...string) *Bus {
-	b := &Bus{url: databaseURL, log: log, subs: map[string]map[string]map[*sub]struct{}{}}
+// Config says what the bus listens to.
+type Config struct {
+	// DatabaseURL is where it listens. It must be a direct connection:
+	// behind PgBouncer in transaction mode LISTEN does not work.
+	DatabaseURL string
+	// Channels are the only ones that can be subscribed to; subscribing to
+	// another is a wiring mistake, and panics.
+	Channels []string
+}
+
+// Deps are what the bus works with.
+type Deps struct {
+	// Metrics counts the notifications received; nil counts nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// New makes a bus. Nothing is heard until Run.
+func New(cfg Config, deps Deps) *Bus {
+	log := deps.Log
+	b := &Bus{log: log, metrics: deps.Metrics, subs: map[string]map[string]map[*sub]struct{}{}}
 	b.l = pgxlisten.Listener{
-		Connect:        func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, databaseURL) },
+		Connect:        func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cfg.DatabaseURL) },
 		LogError:       func(_ context.Context, err error) { log.Warn("bus: listener", "err", err) },
 		ReconnectDelay: time.Second,
 	}
-	for _, c := range channels {
+	for _, c := range cfg.Channels {
 		b.subs[c] = map[string]map[*sub]struct{}{}
 		b.l.Handle(c, handler{b: b})
 	}
@@ -51,9 +65,7 @@ func New(databaseURL string, log *slog.Logger, channels ...string) *Bus {
 type handler struct{ b *Bus }
 
 func (h handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	if h.b.delivered != nil {
-		h.b.delivered(n.Channel)
-	}
+	h.b.metrics.Delivered(n.Channel)
 	h.b.ring(n.Channel, n.Payload)
 	return nil
 }

@@ -24,19 +24,22 @@ func NewKeeper(url string, log *slog.Logger) *Keeper {
 	return &Keeper{url: url, log: log, ready: make(chan struct{})}
 }
 
-// Run keeps a lease open until ctx ends, then closes it (releasing every lock).
-func (k *Keeper) Run(ctx context.Context) {
+// Run keeps a lease open until ctx ends, then closes it (releasing every lock)
+// and returns nil. Whatever holds locks on it should have let go of them by
+// then: the server ends it after every other loop, so that the leader can hand
+// over on a live connection.
+func (k *Keeper) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		l, err := Open(ctx, k.url, k.log)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			k.log.Warn("lease: cannot open the lease connection; retrying", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, 5*time.Second)
@@ -50,7 +53,7 @@ func (k *Keeper) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			l.Close()
-			return
+			return nil
 		case <-l.Lost():
 			l.Close()
 			k.mu.Lock()

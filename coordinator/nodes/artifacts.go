@@ -13,11 +13,6 @@ import (
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// SetArtifacts wires in the artifact store. It is a setter because the server
-// builds the node service before the artifact store, and a coordinator with no
-// object store still serves everything else nodes need.
-func (s *Service) SetArtifacts(a *artifacts.Service) { s.artifacts = a }
-
 // UploadArtifact takes one file a task produced and puts it in the object
 // store.
 //

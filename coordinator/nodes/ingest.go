@@ -26,8 +26,8 @@ type ingester struct {
 	batcher *groupcommit.Batcher[[]store.IngestItem, []store.IngestOutcome]
 }
 
-func newIngester(st *store.Store, log *slog.Logger) *ingester {
-	in := &ingester{store: st, log: log}
+func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger) *ingester {
+	in := &ingester{store: st, metrics: m, log: log}
 	in.batcher = groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
 		Flush:     in.write,
 		After:     in.ring,

@@ -92,37 +92,82 @@ type Service struct {
 	// last rang (capacity 1); see fleetLoop.
 	fleetBell chan struct{}
 
-	// artifacts is nil until SetArtifacts.
+	// artifacts is nil on a coordinator with no object store.
 	artifacts *artifacts.Service
 }
 
-// SetMetrics makes the service record ingest and heartbeat figures.
-func (s *Service) SetMetrics(m *metrics.Metrics) { s.metrics, s.ingester.metrics = m, m }
+// Deps are what the node service works with.
+type Deps struct {
+	Store *store.Store
+	// Bus brings the command, takeover and submit doorbells.
+	Bus *bus.Bus
+	// Leases holds the lock on every node whose stream this replica serves.
+	Leases *lease.Keeper
+	// Registry is where the sessions are kept; nil starts an empty one. The
+	// server makes it first because the metrics count its sessions and the
+	// service records into the metrics.
+	Registry *Registry
+	// Metrics records ingest and heartbeat figures; nil records nothing.
+	Metrics *metrics.Metrics
+	// Artifacts stores uploads; nil refuses them as not configured, and the
+	// node service still serves everything else.
+	Artifacts *artifacts.Service
+	Log       *slog.Logger
+}
 
-// NewService returns the node service with an empty registry.
-func NewService(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Service {
+// NewService returns the node service. Sessions can store nothing until Run.
+func NewService(cfg Config, deps Deps) *Service {
 	cfg.defaults()
-	return &Service{cfg: cfg, store: st, bus: b, leases: leases, log: log, reg: NewRegistry(),
+	reg := deps.Registry
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	return &Service{cfg: cfg, store: deps.Store, bus: deps.Bus, leases: deps.Leases, log: deps.Log, reg: reg,
+		metrics: deps.Metrics, artifacts: deps.Artifacts,
 		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(st, log), deliverer: newDeliverer(st, log), fleetBell: make(chan struct{}, 1)}
+		ingester: newIngester(deps.Store, deps.Metrics, deps.Log), deliverer: newDeliverer(deps.Store, deps.Log),
+		fleetBell: make(chan struct{}, 1)}
 }
 
 // Registry is this replica's live sessions.
 func (s *Service) Registry() *Registry { return s.reg }
 
-// Run does the service's background work until ctx ends: writing the
-// sessions' events, delivering their commands, flushing heartbeats and
-// answering other replicas' takeover requests. Sessions can neither store
-// events nor receive commands unless it runs.
-func (s *Service) Run(ctx context.Context) {
+// Run does the service's background work until ctx ends, then returns nil:
+// writing the sessions' events, delivering their commands, flushing
+// heartbeats, answering other replicas' takeover requests and ending every
+// session when the lease connection breaks. Sessions can neither store events
+// nor receive commands unless it runs.
+func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() { defer wg.Done(); s.fleetLoop(ctx) }()
-	go func() { defer wg.Done(); s.ingester.run(ctx) }()
-	go func() { defer wg.Done(); s.deliverer.run(ctx) }()
-	go func() { defer wg.Done(); s.flushLoop(ctx) }()
-	go func() { defer wg.Done(); s.takeoverLoop(ctx) }()
+	wg.Go(func() { s.fleetLoop(ctx) })
+	wg.Go(func() { s.ingester.run(ctx) })
+	wg.Go(func() { s.deliverer.run(ctx) })
+	wg.Go(func() { s.flushLoop(ctx) })
+	wg.Go(func() { s.takeoverLoop(ctx) })
+	wg.Go(func() { s.leaseLoop(ctx) })
 	wg.Wait()
+	return nil
+}
+
+// leaseLoop ends every session at once when the lease connection breaks. With
+// the connection went the lock on every node this replica served: it can no
+// longer prove it holds any of them, and another replica may already have
+// taken them. Ending the streams makes the nodes reconnect, to this replica on
+// its new lease or to another, instead of staying with a session nothing
+// vouches for.
+func (s *Service) leaseLoop(ctx context.Context) {
+	for {
+		l, err := s.leases.Current(ctx)
+		if err != nil {
+			return // ctx ended
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Lost():
+			s.reg.CloseAll()
+		}
+	}
 }
 
 // takeoverLoop ends a session here when a stream for the same node has landed

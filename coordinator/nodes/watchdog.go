@@ -32,12 +32,16 @@ func (w *Watchdog) defaults() {
 	}
 }
 
-// RunWatchdog sweeps node health until ctx ends. Only the leader runs it.
+// RunWatchdog sweeps node health until ctx ends, then returns nil. This is
+// where a node is decided unreachable or offline. It is a leader worker
+// (coordinator/leader): one replica at a time runs it, so the node-loss policy
+// is applied once, and after a leader change the new leader's grace period
+// (counted from the start of its term) gives nodes time to reconnect.
 //
 // It is driven by the stored heartbeat, not by the sessions: a session ending
 // already marks its node unreachable, but a node whose TCP connection is wedged
 // open keeps a session it is not using, and only the heartbeat clock notices.
-func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) {
+func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) error {
 	w.defaults()
 	start := time.Now()
 	t := time.NewTicker(w.Interval)
@@ -45,7 +49,7 @@ func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		changes, err := s.store.SweepHealth(ctx, w.UnreachableAfter, w.OfflineAfter, start)

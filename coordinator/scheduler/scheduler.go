@@ -1,20 +1,17 @@
-// Package scheduler places queued tasks on nodes. Exactly one replica
-// schedules at a time — the holder of the leader advisory lock — so placement
-// decisions never race each other; the others stand by and take over within a
-// second or two of the leader's lease going away. It decides when a pass runs
-// and keeps the leader's copy of the fleet; which node a task goes to is
-// package placement's rule, and the store claims and records.
+// Package scheduler places queued tasks on nodes. It is a leader worker
+// (coordinator/leader): only the replica holding the leader lock runs it, so
+// placement decisions never race each other, and a standby's scheduler starts
+// when that replica takes over. It decides when a pass runs and keeps the
+// leader's copy of the fleet; which node a task goes to is package placement's
+// rule, and the store claims and records.
 package scheduler
 
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/bus"
-	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -26,8 +23,6 @@ type Config struct {
 	Tick time.Duration
 	// Batch is how many queued tasks one pass claims (256).
 	Batch int
-	// LeaderRetry is how often a standby tries for the leader lock (1 s).
-	LeaderRetry time.Duration
 	// AckDeadline is how long a node has to accept an assignment (15 s).
 	AckDeadline time.Duration
 	// TimeoutMargin is how long past its timeout a task may run before the
@@ -46,18 +41,23 @@ type Config struct {
 	FleetRecheck time.Duration
 }
 
-// Scheduler runs dispatch passes while it leads.
+// Deps are what the scheduler works with.
+type Deps struct {
+	Store *store.Store
+	// Bus brings the submit and fleet doorbells (store.ChannelSubmit).
+	Bus *bus.Bus
+	// Metrics records dispatch latency; nil records nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// Scheduler runs dispatch passes and enforces the lifecycle's deadlines.
 type Scheduler struct {
 	cfg     Config
 	store   *store.Store
 	bus     *bus.Bus
-	leases  *lease.Keeper
 	log     *slog.Logger
-	leading atomic.Bool
 	metrics *metrics.Metrics
-	// OnLeader, if set, runs in its own goroutine while this replica leads; its
-	// context ends when leadership does. The watchdog hangs off it.
-	OnLeader func(ctx context.Context)
 
 	// fleet is the leader's copy of the connected nodes and what they are
 	// committed to (store.Candidates), charged with each placement it makes.
@@ -65,24 +65,21 @@ type Scheduler struct {
 	// pass; it is read again when a fleet doorbell says nodes came, went or
 	// changed, when tasks wait for room, and at least every FleetMaxAge.
 	// Between reads it can only overstate what nodes are committed to (a
-	// finished task still counts), so it never over-commits a node. Only the
-	// lead loop touches it.
+	// finished task still counts), so it never over-commits a node. Only Run
+	// touches it.
 	fleet       []*placement.Candidate
 	fleetAt     time.Time
 	fleetStale  bool
 	lastWaiting int
 }
 
-// New returns a scheduler.
-func New(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slog.Logger) *Scheduler {
+// New returns a scheduler; give it to the leader (coordinator/leader) to run.
+func New(cfg Config, deps Deps) *Scheduler {
 	if cfg.Tick == 0 {
 		cfg.Tick = 500 * time.Millisecond
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 256
-	}
-	if cfg.LeaderRetry == 0 {
-		cfg.LeaderRetry = time.Second
 	}
 	if cfg.AckDeadline == 0 {
 		cfg.AckDeadline = 15 * time.Second
@@ -102,51 +99,14 @@ func New(cfg Config, st *store.Store, b *bus.Bus, leases *lease.Keeper, log *slo
 	if cfg.FleetRecheck == 0 {
 		cfg.FleetRecheck = 100 * time.Millisecond
 	}
-	return &Scheduler{cfg: cfg, store: st, bus: b, leases: leases, log: log}
+	return &Scheduler{cfg: cfg, store: deps.Store, bus: deps.Bus, metrics: deps.Metrics, log: deps.Log}
 }
 
-// Run competes for leadership until ctx ends, scheduling while it leads.
-func (s *Scheduler) Run(ctx context.Context) {
-	for {
-		l, err := s.leases.Current(ctx)
-		if err != nil {
-			return
-		}
-		ok, err := l.TryLock(ctx, lease.LeaderKey)
-		if err == nil && ok {
-			s.lead(ctx, l)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.cfg.LeaderRetry):
-		}
-	}
-}
-
-// lead runs passes until the lease is lost or ctx ends.
-func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
-	s.log.Info("this replica is now the leader: scheduling")
-	s.leading.Store(true)
-	defer s.leading.Store(false)
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-l.Lost():
-			cancel()
-		case <-lctx.Done():
-		}
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait() // runs after cancel: leader-only loops end with leadership
-	if s.OnLeader != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.OnLeader(lctx) }()
-	}
+// Run places tasks and enforces deadlines until ctx ends. The leader calls it
+// for each term it leads and cancels ctx when the term ends; every term starts
+// from a fresh read of the fleet, since another replica's scheduler may have
+// placed tasks in between.
+func (s *Scheduler) Run(ctx context.Context) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
 	defer unsubscribe()
 	fleetBell, unsubscribeFleet := s.bus.Subscribe(store.ChannelSubmit, store.PayloadFleet)
@@ -165,20 +125,18 @@ func (s *Scheduler) lead(ctx context.Context, l *lease.Lease) {
 			s.fleetStale = true
 		default:
 		}
-		if err := s.Pass(lctx); err != nil && lctx.Err() == nil {
+		if err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("scheduler: pass failed; retrying", "err", err)
 		}
 		select {
-		case <-lctx.Done():
-			s.log.Info("this replica is no longer the leader")
-			_ = l.Unlock(context.WithoutCancel(ctx), lease.LeaderKey)
-			return
+		case <-ctx.Done():
+			return nil
 		case <-fleetBell:
 			s.fleetStale = true
 		case <-bell:
 		case <-t.C:
 		case <-sweep.C:
-			s.Sweep(lctx)
+			s.Sweep(ctx)
 		}
 	}
 }
@@ -285,9 +243,3 @@ func (s *Scheduler) readFleet(ctx context.Context) error {
 	s.fleet, s.fleetAt, s.fleetStale = fleet, at, false
 	return nil
 }
-
-// SetMetrics makes the scheduler record dispatch latency.
-func (s *Scheduler) SetMetrics(m *metrics.Metrics) { s.metrics = m }
-
-// Leading reports whether this replica currently holds the leader lease.
-func (s *Scheduler) Leading() bool { return s.leading.Load() }

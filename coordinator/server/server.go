@@ -1,7 +1,7 @@
 // Package server wires a coordinator replica together: the HTTP listener
 // (HTTP/1.1 and HTTP/2 cleartext), authentication, the three Connect services,
-// health endpoints and the background loops, and shuts them down in the right
-// order.
+// health endpoints, the background loops and the leader's workers, and shuts
+// them down in the order Run documents.
 package server
 
 import (
@@ -16,10 +16,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
@@ -55,6 +57,7 @@ type Config struct {
 	Nodes     nodes.Config
 	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
+	Leader    leader.Config
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
 	Artifacts artifacts.Config
@@ -69,7 +72,7 @@ type Server struct {
 	bus       *bus.Bus
 	leases    *lease.Keeper
 	nodes     *nodes.Service
-	sched     *scheduler.Scheduler
+	leader    *leader.Elector
 	tasks     *tasks.Service
 	artifacts *artifacts.Service
 	http      *http.Server
@@ -122,26 +125,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.bus = bus.New(cfg.DatabaseURL, log, store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover)
+	// Each part gets everything it works with when it is made, in the order
+	// they depend on each other; only the sessions' registry comes first,
+	// because the metrics count its sessions and the node service records
+	// into the metrics.
+	sessions := nodes.NewRegistry()
+	m := metrics.New(st, sessions.Len, log)
+	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
+		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, leader.Channel}},
+		bus.Deps{Metrics: m, Log: log})
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
-	s.nodes = nodes.NewService(cfg.Nodes, st, s.bus, s.leases, log)
-	s.nodes.SetArtifacts(arts)
-	s.sched = scheduler.New(cfg.Scheduler, st, s.bus, s.leases, log)
-	s.sched.OnLeader = func(ctx context.Context) { s.nodes.RunWatchdog(ctx, cfg.Watchdog) }
-	m := metrics.New(st, s.nodes.Registry().Len, log)
-	s.nodes.SetMetrics(m)
-	s.sched.SetMetrics(m)
-	s.bus.OnDelivery(m.Delivered)
+	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
+		Metrics: m, Artifacts: arts, Log: log})
+	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
+	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
+	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
+	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Log: log})
+	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Log: log})
 
 	mux := http.NewServeMux()
 	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge)
 	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, connect.WithHandlerOptions(s.nodeAuth, compressLarge)))
-	s.tasks = tasks.NewService(st, s.bus, log)
-	s.tasks.SetArtifacts(arts)
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))
-	adminService := admin.NewService(st, log)
-	adminService.SetTransport(cfg.Transport)
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
@@ -213,7 +219,7 @@ func (s *Server) Store() *store.Store { return s.store }
 func (s *Server) Nodes() *nodes.Service { return s.nodes }
 
 // Leading reports whether this replica is the scheduling and watchdog leader.
-func (s *Server) Leading() bool { return s.sched.Leading() }
+func (s *Server) Leading() bool { return s.leader.Leading() }
 
 // Artifacts is the replica's artifact store.
 func (s *Server) Artifacts() *artifacts.Service { return s.artifacts }
@@ -238,41 +244,58 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// Run serves until ctx ends, then shuts down: sessions first, so node stream
-// handlers return before the HTTP server waits on them, then the server, then
-// the background loops and the lease (releasing every lock).
+// Run serves until ctx ends or one of the replica's parts fails, then stops
+// them in this order:
+//
+//  1. Sessions. Every node stream ends, so its handler returns before the HTTP
+//     server waits on it (a stream never ends by itself), and its node starts
+//     reconnecting to another replica at once.
+//  2. HTTP. The listeners close and the requests in flight finish, for up to
+//     10 s, while the loops that store what they send (submits, node events)
+//     still run, so none is cut short.
+//  3. The background loops, together: the bus, the node service (its last
+//     heartbeats flushed), the task submitter, the artifact probe and the
+//     leader. The leader hands over here: its workers stop and it releases its
+//     lock while the lease connection still stands, so a standby takes over
+//     at once rather than at its next try.
+//  4. The lease. Closing the lease connection releases whatever lock is left.
+//     It comes last because the sessions and the leader let go of their locks
+//     on it.
+//  5. The tailnet, if any, and the store's connection pool.
+//
+// Every long-lived part has the same Run(ctx) error and is started in one
+// errgroup: a part that returns an error before ctx ends stops the replica the
+// same way, and Run returns that error, because a replica missing one of its
+// loops would look alive while, say, storing no events.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.store.RegisterReplica(ctx, s.cfg.ReplicaID, s.cfg.Advertise); err != nil {
 		return err
 	}
-	bg, stopBG := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	start := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(bg) }()
+	g, failed := errgroup.WithContext(context.Background())
+	// The lease has a context of its own: it must outlive the loops even when
+	// the failure of one of them is what stops the replica.
+	leaseCtx, releaseLease := context.WithCancel(context.Background())
+	defer releaseLease()
+	g.Go(func() error { return named("lease keeper", s.leases.Run(leaseCtx)) })
+	loopsCtx, stopLoops := context.WithCancel(failed)
+	defer stopLoops()
+	var loops sync.WaitGroup
+	for _, part := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"bus", s.bus.Run},
+		{"node service", s.nodes.Run},
+		{"task service", s.tasks.Run},
+		{"artifact store", s.artifacts.Run},
+		{"leader", s.leader.Run},
+	} {
+		loops.Add(1)
+		g.Go(func() error {
+			defer loops.Done()
+			return named(part.name, part.run(loopsCtx))
+		})
 	}
-	start(func(c context.Context) { _ = s.bus.Run(c) })
-	start(s.leases.Run)
-	start(s.nodes.Run)
-	start(s.sched.Run)
-	start(s.tasks.Run)
-	start(s.artifacts.Run)
-	// A lost lease ends every session at once: this replica can no longer prove
-	// it holds any node.
-	start(func(c context.Context) {
-		for {
-			l, err := s.leases.Current(c)
-			if err != nil {
-				return
-			}
-			select {
-			case <-c.Done():
-				return
-			case <-l.Lost():
-				s.nodes.Registry().CloseAll()
-			}
-		}
-	})
 
 	errc := make(chan error, len(s.listeners))
 	for _, ln := range s.listeners {
@@ -283,6 +306,10 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-failed.Done():
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
 	}
 	s.log.Info("coordinator shutting down")
 	s.nodes.Registry().CloseAll()
@@ -292,16 +319,26 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("http shutdown", "err", serr)
 		_ = s.http.Close()
 	}
-	stopBG()
-	wg.Wait()
+	stopLoops()
+	loops.Wait()
+	releaseLease()
+	if gerr := g.Wait(); gerr != nil {
+		s.log.Error("coordinator part failed", "err", gerr)
+		err = errors.Join(err, gerr)
+	}
 	if s.endpoint != nil {
 		if cerr := s.endpoint.Close(); cerr != nil {
 			s.log.Warn("leave the tailnet", "err", cerr)
 		}
 	}
 	s.store.Close()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
 	return err
+}
+
+// named says which part of the replica an error came from.
+func named(part string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", part, err)
 }

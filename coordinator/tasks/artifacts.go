@@ -18,11 +18,6 @@ import (
 // downloads holds little.
 const downloadChunk = 256 << 10
 
-// SetArtifacts wires in the artifact store. It is a setter so that the task
-// service, which has nothing else to do with the object store, is built the
-// same way with or without one.
-func (s *Service) SetArtifacts(a *artifacts.Service) { s.artifacts = a }
-
 func (s *Service) artifactStore() (*artifacts.Service, error) {
 	if s.artifacts == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, artifacts.ErrNotConfigured)

@@ -31,16 +31,31 @@ type Service struct {
 	submits   *groupcommit.Batcher[store.NewTask, store.Task]
 }
 
-// NewService returns the task service. Submit stores nothing until Run runs.
-func NewService(st *store.Store, b *bus.Bus, log *slog.Logger) *Service {
-	return &Service{store: st, bus: b, log: log, submits: newSubmits(st)}
+// Deps are what the task service works with.
+type Deps struct {
+	Store *store.Store
+	// Bus brings the task-event doorbells that followers of a log wait on.
+	Bus *bus.Bus
+	// Artifacts lists and serves what tasks uploaded; nil lists nothing and
+	// refuses downloads as not configured, so the task service, which has
+	// nothing else to do with the object store, works the same without one.
+	Artifacts *artifacts.Service
+	Log       *slog.Logger
 }
 
-// Run stores submitted tasks, many to a statement, until ctx ends; a Submit
-// after that is refused with ErrStopped. Call it once, and end it only after
-// the server has stopped taking requests, so that no Submit in flight is cut
-// short.
-func (s *Service) Run(ctx context.Context) { s.submits.Run(ctx) }
+// NewService returns the task service. Submit stores nothing until Run runs.
+func NewService(deps Deps) *Service {
+	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, log: deps.Log, submits: newSubmits(deps.Store)}
+}
+
+// Run stores submitted tasks, many to a statement, until ctx ends, then
+// returns nil; a Submit after that is refused with ErrStopped. Call it once,
+// and end it only after the server has stopped taking requests, so that no
+// Submit in flight is cut short.
+func (s *Service) Run(ctx context.Context) error {
+	s.submits.Run(ctx)
+	return nil
+}
 
 // CallerKey is the context key under which the server puts who is calling.
 type CallerKey struct{}

@@ -50,7 +50,7 @@ func startService(t *testing.T) *service {
 		t.Fatal(err)
 	}
 	t.Cleanup(sql.Close)
-	svc := tasks.NewService(st, nil, slog.New(slog.DiscardHandler))
+	svc := tasks.NewService(tasks.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(svc))
 	srv := httptest.NewServer(mux)
@@ -253,7 +253,7 @@ func TestSubmitCallerThatGivesUpStopsWaiting(t *testing.T) {
 	}
 	defer st.Close()
 	// Run never starts, so nothing will ever take the task.
-	svc := tasks.NewService(st, nil, slog.New(slog.DiscardHandler))
+	svc := tasks.NewService(tasks.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err = svc.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: goodSpec(0)}))

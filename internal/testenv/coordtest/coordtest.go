@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
+	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
@@ -42,6 +43,7 @@ type Options struct {
 	Nodes     nodes.Config
 	Watchdog  nodes.Watchdog
 	Scheduler scheduler.Config
+	Leader    leader.Config
 	// Artifacts points the replica at an object store (see internal/s3test).
 	Artifacts artifacts.Config
 	// Transport and Tailnet put the replica on a tailnet (see
@@ -80,7 +82,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{
-		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler,
+		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Transport: opts.Transport, Tailnet: opts.Tailnet,
 	})
 	if err != nil {
