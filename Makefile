@@ -2,7 +2,6 @@
 GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
 # Code generators, pinned; `make proto` installs them with `go install`.
@@ -14,8 +13,10 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 
 all: build
 
+# scripts/ldflags.sh holds the one -X flag that stamps VERSION into every
+# binary; the packaging scripts build with the same flags.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION) -X github.com/podiumhq/podium/agent.Version=$(VERSION) -X github.com/podiumhq/podium/agent/runner.Version=$(VERSION)' -o $(BIN)/ \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$$(VERSION=$(VERSION) scripts/ldflags.sh)" -o $(BIN)/ \
 		./cmd/podium ./cmd/podium-agent ./cmd/podium-coordinator ./cmd/podium-runner
 
 # The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and
