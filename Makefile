@@ -66,10 +66,12 @@ NFPM_VERSION := v2.45.2
 NFPM         := $(GOBIN)/nfpm
 DIST         ?= dist
 DEB_ARCHES   ?= amd64 arm64
-# Worked out once per make run, so `deb` and `lint-deb` name the same file.
-ifndef DEB_VERSION
-DEB_VERSION := $(shell scripts/deb-version.sh)
-endif
+# Worked out at most once per make run, so `deb` and `lint-deb` name the same
+# file, and only when a packaging recipe expands it: the first expansion
+# replaces this deferred definition with the script's answer. `make build` and
+# `make test` never run scripts/deb-version.sh. Set on the command line or in
+# the environment, it is used as given.
+DEB_VERSION ?= $(eval DEB_VERSION := $$(shell scripts/deb-version.sh))$(DEB_VERSION)
 # Tagged with git describe's VERSION: DEB_VERSION's "+" is not allowed in a tag.
 IMAGE        ?= podium-coordinator:$(VERSION)
 
