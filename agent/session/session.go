@@ -30,7 +30,7 @@ import (
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
-// Protocol numbers (DESIGN.md §3) and the agent's own bounds.
+// Protocol numbers (docs/protocol.md has them all) and the agent's own bounds.
 const (
 	// DefaultHeartbeatInterval applies until a HelloAck says otherwise.
 	DefaultHeartbeatInterval = 10 * time.Second
