@@ -10,8 +10,9 @@ PROTOC_GEN_GO_VERSION        := v1.36.6
 PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 
 # The linter, pinned the same way and installed with `go install` when the one
-# in $(GOBIN) is not this version. A golangci-lint built by an older Go than
-# go.mod's refuses to lint, so this is a release that builds with Go 1.26.
+# in $(GOBIN) is not this version. golangci-lint refuses code for a newer Go
+# than the one it was built with, and its analyzers must know the language
+# version: v2.15.0 is built with, and understands, the Go 1.26 go.mod names.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
