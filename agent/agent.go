@@ -72,12 +72,9 @@ import (
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/session"
+	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
-
-// Version is the agent's version, reported at enrollment and in every Hello.
-// Release builds set it with -ldflags "-X github.com/podiumhq/podium/agent.Version=...".
-var Version = "dev"
 
 // DefaultDataDir is where the agent keeps its identity when neither
 // --data-dir nor PODIUM_AGENT_DATA_DIR says otherwise.
@@ -195,7 +192,7 @@ func New(cfg Config) (*Agent, error) {
 		NodeID:         id.NodeID,
 		NodeKey:        id.NodeKey,
 		Hostname:       cfg.Hostname,
-		AgentVersion:   Version,
+		AgentVersion:   version.Version,
 		MaxTasks:       cfg.MaxTasks,
 		MinFreeDiskMB:  cfg.MinFreeDiskMB,
 		Runner:         a.exec,
@@ -245,7 +242,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
 
-	a.log.Info("podium agent starting", "version", Version, "coordinator", a.id.CoordinatorURL,
+	a.log.Info("podium agent starting", "version", version.Version, "coordinator", a.id.CoordinatorURL,
 		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)

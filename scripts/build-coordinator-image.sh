@@ -26,7 +26,7 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 echo "→ building podium-coordinator for linux/$arch ($version)" >&2
 CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath \
-  -ldflags "-s -w -X main.version=$version" -o "$ctx/podium-coordinator" ./cmd/podium-coordinator
+  -ldflags "$(VERSION=$version scripts/ldflags.sh)" -o "$ctx/podium-coordinator" ./cmd/podium-coordinator
 cp "$cacerts" "$ctx/ca-certificates.crt"
 mkdir "$ctx/state"
 # Readable by the image's non-root user whatever the umask was.

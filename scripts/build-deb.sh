@@ -32,7 +32,7 @@ mkdir -p "$stage/bin"
 
 echo "→ building ${cmds[*]} for linux/$arch ($version)" >&2
 CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath \
-  -ldflags "-s -w -X main.version=$version -X github.com/podiumhq/podium/agent.Version=$version -X github.com/podiumhq/podium/agent/runner.Version=$version" \
+  -ldflags "$(VERSION=$version scripts/ldflags.sh)" \
   -o "$stage/bin/" "${cmds[@]}"
 
 # Every command shipped has its man page. -n: no name or time stamp in the

@@ -114,7 +114,7 @@ const RunnerName = "podium-runner"
 const WorkspaceDir = "/workspace"
 
 // DefaultGrace is how long a stopped task gets between SIGTERM and SIGKILL
-// when neither the cancel nor the task's spec says otherwise (DESIGN.md §3).
+// when neither the cancel nor the task's spec says otherwise (docs/protocol.md).
 const DefaultGrace = 30 * time.Second
 
 // DefaultArtifactWait is how long a task's terminal status waits, at most,

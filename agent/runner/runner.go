@@ -15,10 +15,11 @@
 // add`, which publishes a file as one of the task's artifacts (package
 // artifacts).
 //
-// The package imports nothing outside the standard library and the small
-// agent packages that define the files it shares with the agent, so the
-// binary stays small and builds with CGO_ENABLED=0 into a static executable
-// that runs in any image, even one built FROM scratch.
+// The package imports nothing outside the standard library, the small agent
+// packages that define the files it shares with the agent and
+// internal/version, so the binary stays small and builds with CGO_ENABLED=0
+// into a static executable that runs in any image, even one built FROM
+// scratch.
 package runner
 
 import (
@@ -26,6 +27,7 @@ import (
 	"io"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/internal/version"
 )
 
 // Where things are inside a container the agent starts.
@@ -51,9 +53,6 @@ const (
 	// ExitNoMessage is what ask exits with when its --timeout ran out.
 	ExitNoMessage = 1
 )
-
-// Version is the runner's version, set at build time like the agent's.
-var Version = "dev"
 
 const usage = `podium-runner is PID 1 of every Podium task container.
 
@@ -91,7 +90,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "artifact":
 		return artifact(args[1:], stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, Version)
+		fmt.Fprintln(stdout, version.Version)
 		return 0
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)

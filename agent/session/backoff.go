@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Reconnect timing from DESIGN.md §3.
+// Reconnect timing (docs/protocol.md, Reconnecting).
 const (
 	DefaultReconnectMin = time.Second
 	DefaultReconnectMax = 30 * time.Second

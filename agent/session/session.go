@@ -26,7 +26,7 @@ import (
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// Protocol numbers (DESIGN.md §3) and the agent's own bounds.
+// Protocol numbers (docs/protocol.md has them all) and the agent's own bounds.
 const (
 	// DefaultHeartbeatInterval applies until a HelloAck says otherwise.
 	DefaultHeartbeatInterval = 10 * time.Second

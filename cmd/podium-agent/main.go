@@ -16,6 +16,7 @@ import (
 
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/internal/version"
 )
 
 // Exit codes: 2 is what flag parsing uses for a command line that is wrong,
@@ -52,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		return runAgent(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, agent.Version)
+		fmt.Fprintln(stdout, version.Version)
 		return exitOK
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, mainUsage)
@@ -162,7 +163,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 		Token:          *token,
 		Labels:         labels,
 		Hostname:       *hostname,
-		AgentVersion:   agent.Version,
+		AgentVersion:   version.Version,
 		Force:          *force,
 	})
 	if err != nil {

@@ -27,9 +27,8 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/internal/version"
 )
-
-var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -149,7 +148,7 @@ func run(args []string, stderr io.Writer) int {
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version":
-		fmt.Println(version)
+		fmt.Println(version.Version)
 		return 0
 	case "help", "-h", "--help":
 		usage(os.Stdout)

@@ -16,13 +16,6 @@ import (
 	"github.com/podiumhq/podium/agent/runner"
 )
 
-// version is what `make build` stamps in (-X main.version=...); a package
-// build stamps runner.Version directly.
-var version string
-
 func main() {
-	if version != "" {
-		runner.Version = version
-	}
 	os.Exit(runner.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -59,6 +59,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/podiumhq/podium/internal/version"
 )
 
 const defaultServer = "http://127.0.0.1:7070"
@@ -71,9 +73,6 @@ const (
 	exitCancel  = 130
 	signalShift = 128
 )
-
-// version is set at build time with -ldflags "-X main.version=1.2.3".
-var version = "dev"
 
 func main() {
 	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
@@ -383,20 +382,20 @@ var versionCommand = &command{
 // buildVersion prefers the version stamped by the release build, then the
 // module version, then the VCS revision the binary was built from.
 func buildVersion() string {
-	if version != "dev" {
-		return version
+	if version.Version != "dev" {
+		return version.Version
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return version
+		return version.Version
 	}
 	if v := info.Main.Version; v != "" && v != "(devel)" {
 		return v
 	}
 	for _, s := range info.Settings {
 		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return version + "-" + s.Value[:12]
+			return version.Version + "-" + s.Value[:12]
 		}
 	}
-	return version
+	return version.Version
 }

@@ -260,6 +260,7 @@ func runNodeSlots(ctx context.Context, c *cli, cmd *command, args []string) int 
 	id := rest[0]
 	slots, err := strconv.ParseInt(rest[1], 10, 32)
 	if err != nil || slots < 0 {
+		//nolint:staticcheck // ST1005: N is the argument's name in the synopsis, capital there too
 		return c.usageFailure(cmd, fs, fmt.Errorf("N %q: want a whole number of tasks, 0 or more (0: the node's own max)", rest[1]))
 	}
 	cl, code, ok := c.dial(cmd)

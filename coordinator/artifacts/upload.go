@@ -152,7 +152,7 @@ func (s *Service) stream(ctx context.Context, up Upload, key string, next func()
 	// and aborts the multipart upload, which removes the parts already sent.
 	abort := func(err error) (int64, string, error) {
 		pw.CloseWithError(err)
-		<-put
+		<-put //nolint:errcheck // the uploader failing because of err: err says why, its echo would not
 		return 0, "", err
 	}
 	h := sha256.New()

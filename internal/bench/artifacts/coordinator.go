@@ -6,10 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/internal/testenv/s3test"
 )
 
@@ -18,18 +15,6 @@ const (
 	token  = benchkit.APIToken
 	bucket = "podium-artifacts"
 )
-
-func createDatabase(ctx context.Context, c *pgtest.Cluster) (string, error) {
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "create database "+dbName+" template podium_template"); err != nil {
-		return "", fmt.Errorf("create the benchmark's database: %w", err)
-	}
-	return c.URL(dbName), nil
-}
 
 // startCoordinator runs the coordinator as a subprocess pointed at the S3
 // server, with no cap an artifact could hit; its /readyz includes the store

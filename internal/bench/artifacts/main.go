@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/internal/testenv/s3test"
 )
@@ -106,7 +107,7 @@ func bench(ctx context.Context, log *slog.Logger, cfg config, work string) error
 		return err
 	}
 	defer cluster.Stop()
-	dbURL, err := createDatabase(ctx, cluster)
+	dbURL, err := benchkit.CreateDB(ctx, cluster, dbName)
 	if err != nil {
 		return err
 	}

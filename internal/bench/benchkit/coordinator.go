@@ -1,19 +1,25 @@
-// Package benchkit holds what Podium's benchmark programs share: a
-// podium-coordinator run as a subprocess (so its CPU and RSS can be read on
-// their own) and readings from /proc.
+// Package benchkit holds what Podium's benchmark programs share, so each
+// program keeps only what it measures: a podium-coordinator run as a
+// subprocess (so its CPU and RSS can be read on their own, from /proc), a
+// simulated fleet speaking the real node protocol (Fleet; each program's Node
+// says what its nodes do with tasks), the flags and setup of a fleet
+// benchmark (FleetFlags, Start), a database with pg_stat_statements (StatsDB)
+// and the pgbench reference run beside every figure (Pgbench).
+//
+// It sits under internal/bench, not beside production code: like a test, it
+// starts a throwaway Postgres from internal/testenv.
 package benchkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -38,45 +44,28 @@ func BuildCoordinator(ctx context.Context, dir string) (string, error) {
 // rather than the server package inside this process, is what lets its CPU
 // and RSS be read on their own from /proc.
 type Coordinator struct {
-	cmd     *exec.Cmd
-	PID     int
-	URL     string
-	LogPath string
-	logFile *os.File
-	Exited  chan struct{} // closed when the process has exited
-	WaitErr error         // valid after Exited is closed
+	*Process
+	URL string
 }
 
 // APIToken is the bearer token benchmark coordinators accept.
 const APIToken = "x"
 
 // StartCoordinator runs `podium-coordinator serve` on a free loopback port
-// with the API token "x", logging to logPath, with extra flags and
+// with the API token APIToken, logging to logPath, with extra flags and
 // environment, and waits until it is ready.
 func StartCoordinator(ctx context.Context, bin, dbURL, logPath string, env []string, extra ...string) (*Coordinator, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(logPath)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	args := append([]string{"serve", "--database", dbURL, "--listen", addr, "--token", APIToken}, extra...)
+	p, err := StartProcess(logPath, env, bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"serve", "--database", dbURL, "--listen", addr, "--token", APIToken}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so ^C reaches only the benchmark, which then
-	// stops the fleet and the coordinator in order. Pdeathsig kills it should
-	// the benchmark itself die without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	c := &Coordinator{cmd: cmd, PID: cmd.Process.Pid, URL: "http://" + addr, LogPath: logPath, logFile: logf, Exited: make(chan struct{})}
-	go func() { c.WaitErr = cmd.Wait(); close(c.Exited) }()
+	c := &Coordinator{Process: p, URL: "http://" + addr}
 	if err := c.WaitReady(ctx, 30*time.Second); err != nil {
 		_ = c.Stop(5 * time.Second)
 		return nil, err
@@ -101,29 +90,19 @@ func (c *Coordinator) WaitReady(ctx context.Context, within time.Duration) error
 	return WaitReady(ctx, c.URL, c.LogPath, c.Exited, func() error { return c.WaitErr }, within)
 }
 
-// Stop asks the coordinator to shut down (SIGTERM: it ends its sessions and
-// releases its leases) and kills it if it has not within timeout.
-func (c *Coordinator) Stop(timeout time.Duration) error {
-	defer c.logFile.Close()
-	select {
-	case <-c.Exited:
-		return c.WaitErr
-	default:
+// Shutdown stops the coordinator, giving it 30 s to end its sessions, and
+// logs how long that took: a slow or unclean stop is a finding too.
+func (c *Coordinator) Shutdown(log *slog.Logger) {
+	began := time.Now()
+	if err := c.Stop(30 * time.Second); err != nil {
+		log.Warn("coordinator did not stop cleanly", "err", err)
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.Exited:
-		return c.WaitErr
-	case <-time.After(timeout):
-		_ = c.cmd.Process.Kill()
-		<-c.Exited
-		return errors.New("killed after not stopping within " + timeout.String())
-	}
+	log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
 }
 
 // Warnings counts WARN and ERROR lines in the coordinator's log so far and
 // returns a few distinct ones.
-func (c *Coordinator) Warnings() (int, []string) { return LogWarnings(c.LogPath, 5) }
+func (c *Coordinator) Warnings() (int, []string) { return c.Process.Warnings(5) }
 
 // Tail returns the last lines of a file.
 func Tail(path string, lines int) string {

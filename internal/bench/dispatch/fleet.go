@@ -1,25 +1,15 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
-	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
-
-type nodeStream = connect.BidiStreamForClient[podiumv1.StreamRequest, podiumv1.StreamResponse]
 
 type attemptKey struct {
 	task    string
@@ -86,38 +76,24 @@ type observer interface {
 	finished(task string, at time.Time) // the coordinator acked the SUCCEEDED event
 }
 
-// fleet is N simulated nodes, each one real Connect stream speaking the node
-// protocol as the agent does: Hello (listing what it still holds), wait for
-// HelloAck, heartbeat at the interval it gives, and for every Assign report
-// PROVISIONING at once (accepting it), then RUNNING and SUCCEEDED (exit 0) so
-// its slot comes free; events are re-sent after a reconnect from the acked
-// high-water mark. Nothing is mocked on the coordinator's side.
+// fleet is the simulated nodes as the agent behaves: benchkit.Fleet speaks
+// the protocol (Hello, HelloAck, heartbeats at the interval it gives,
+// reconnects) and this says what a node does with its tasks. Hello lists what
+// the node still holds; for every Assign it reports PROVISIONING at once
+// (accepting it), then RUNNING and SUCCEEDED (exit 0) so its slot comes free;
+// events are re-sent after a reconnect from the acked high-water mark.
+// Nothing is mocked on the coordinator's side.
 type fleet struct {
-	creds      []benchkit.NodeCred
-	nodes      []*simNode
-	clients    []podiumv1connect.NodeServiceClient
-	transports []*http.Transport
-	inflight   chan struct{} // bounds Hellos awaiting their HelloAck
-	cfg        config
-	obs        observer
+	*benchkit.Fleet
+	nodes []*simNode
+	cfg   config
+	obs   observer
 
-	began  time.Time
-	allUp  chan struct{}
-	upOnce sync.Once
-	upAt   atomic.Int64
-	mu     sync.Mutex
-	errs   map[string]int
-
-	connected atomic.Int64 // nodes holding a stream right now
-	retries   atomic.Int64 // failed Hellos
-	dropped   atomic.Int64 // streams that ended without the bench asking
-	assigns   atomic.Int64 // Assign messages received
-	repeats   atomic.Int64 // Assigns of an attempt the node already had
-	rejected  atomic.Int64 // Assigns refused for want of a slot
-	acks      atomic.Int64
-	cancels   atomic.Int64
-	other     atomic.Int64 // NodeConfig, Inject, a later HelloAck
-	batches   atomic.Int64 // EventBatches sent
+	assigns  atomic.Int64 // Assign messages received
+	repeats  atomic.Int64 // Assigns of an attempt the node already had
+	rejected atomic.Int64 // Assigns refused for want of a slot
+	cancels  atomic.Int64
+	other    atomic.Int64 // NodeConfig, Inject, a later HelloAck
 
 	// hold makes nodes accept their tasks (PROVISIONING) and keep them there
 	// until release: a phase that measures dispatch alone, as the pgbench
@@ -167,128 +143,28 @@ func (f *fleet) runCourse(n *simNode, k attemptKey) {
 }
 
 func newFleet(url string, creds []benchkit.NodeCred, cfg config, obs observer) *fleet {
-	nc := (len(creds) + cfg.perConn - 1) / cfg.perConn
-	f := &fleet{creds: creds, inflight: make(chan struct{}, cfg.inflight), cfg: cfg, obs: obs,
-		allUp: make(chan struct{}), errs: map[string]int{}}
+	f := &fleet{cfg: cfg, obs: obs}
 	for range creds {
 		f.nodes = append(f.nodes, &simNode{tasks: map[attemptKey]*simTask{}, kick: make(chan struct{}, 1)})
 	}
-	for range nc {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		t := &http.Transport{Protocols: &p}
-		f.transports = append(f.transports, t)
-		f.clients = append(f.clients, podiumv1connect.NewNodeServiceClient(&http.Client{Transport: t}, url))
-	}
+	f.Fleet = benchkit.NewFleet(cfg.FleetConfig(url, creds, 10*time.Second), f)
 	return f
 }
 
-// start runs every node until ctx ends; the returned channel closes when all
-// of them have stopped.
-func (f *fleet) start(ctx context.Context) <-chan struct{} {
-	f.began = time.Now()
-	var wg sync.WaitGroup
-	for i := range f.creds {
-		wg.Add(1)
-		go func() { defer wg.Done(); f.runNode(ctx, i) }()
-	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		for _, t := range f.transports {
-			t.CloseIdleConnections()
-		}
-		close(done)
-	}()
-	return done
-}
-
-// runNode is one node's life: connect, serve the stream until it ends,
-// reconnect with the protocol's backoff (1 s doubling to 30 s, jittered).
-func (f *fleet) runNode(ctx context.Context, i int) {
-	backoff := time.Second
-	for ctx.Err() == nil {
-		select {
-		case f.inflight <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		st, ack, sctx, cancel, err := f.hello(ctx, i)
-		<-f.inflight
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			f.retries.Add(1)
-			f.noteErr("hello", err)
-			jitter := time.Duration(rand.Int64N(int64(backoff) / 2))
-			if sleep(ctx, backoff/2+jitter) != nil {
-				return
-			}
-			backoff = min(2*backoff, 30*time.Second)
-			continue
-		}
-		backoff = time.Second
-		f.adopt(i, ack)
-		if f.connected.Add(1) == int64(len(f.creds)) {
-			f.upOnce.Do(func() { f.upAt.Store(time.Now().UnixNano()); close(f.allUp) })
-		}
-		err = f.serve(sctx, i, st, ack, cancel)
-		f.connected.Add(-1)
-		if ctx.Err() != nil {
-			return
-		}
-		f.dropped.Add(1)
-		f.noteErr("stream", err)
-	}
-}
-
-// hello opens a stream, says Hello (listing the attempts the node still holds)
-// and waits for the HelloAck, within helloTimeout.
-func (f *fleet) hello(ctx context.Context, i int) (*nodeStream, *podiumv1.HelloAck, context.Context, context.CancelFunc, error) {
+// Hello lists the attempts the node still holds.
+func (f *fleet) Hello(i int, h *podiumv1.Hello) {
 	n := f.nodes[i]
-	var running []*podiumv1.RunningTask
 	n.mu.Lock()
 	for k, t := range n.tasks {
-		running = append(running, &podiumv1.RunningTask{TaskId: k.task, Attempt: k.attempt, LastSeq: uint64(len(t.events))})
+		h.Running = append(h.Running, &podiumv1.RunningTask{TaskId: k.task, Attempt: k.attempt, LastSeq: uint64(len(t.events))})
 	}
 	n.mu.Unlock()
-
-	sctx, cancel := context.WithCancel(ctx)
-	st := f.clients[i%len(f.clients)].Stream(sctx)
-	deadline := time.Now().Add(f.cfg.helloTimeout)
-	timer := time.AfterFunc(f.cfg.helloTimeout, cancel)
-	err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
-		NodeId: f.creds[i].ID, NodeKey: f.creds[i].Key, AgentVersion: "bench", Hostname: f.creds[i].ID,
-		Capacity: f.capacity(), Running: running,
-	}}})
-	expired := !timer.Stop()
-	var m *podiumv1.StreamResponse
-	if !expired && (err == nil || errors.Is(err, io.EOF)) {
-		// Once the response has begun, cancelling alone does not end a
-		// Receive, so the deadline also closes the request side.
-		timer = time.AfterFunc(time.Until(deadline), func() { cancel(); _ = st.CloseRequest() })
-		m, err = st.Receive()
-		expired = !timer.Stop()
-	}
-	if expired {
-		err = fmt.Errorf("no HelloAck within %s (%v)", f.cfg.helloTimeout, err)
-	}
-	if err == nil && m.GetHelloAck() == nil {
-		err = fmt.Errorf("first message was %T, not a HelloAck", m.GetMsg())
-	}
-	if err != nil {
-		cancel()
-		_ = st.CloseRequest()
-		_ = st.CloseResponse()
-		return nil, nil, nil, nil, err
-	}
-	return st, m.GetHelloAck(), sctx, cancel, nil
+	h.Capacity = f.capacity()
 }
 
-// adopt settles the HelloAck's verdict on what the Hello listed: keep and
+// Adopt settles the HelloAck's verdict on what the Hello listed: keep and
 // re-send from the stored high-water mark, or drop.
-func (f *fleet) adopt(i int, ack *podiumv1.HelloAck) {
+func (f *fleet) Adopt(i int, ack *podiumv1.HelloAck) {
 	n := f.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -317,74 +193,20 @@ func (f *fleet) capacity() *podiumv1.Capacity {
 	return &podiumv1.Capacity{CpuCores: 64, MemoryMb: 256 << 10, DiskFreeMb: 1 << 20, MaxTasks: f.cfg.maxTasks}
 }
 
-// serve runs the stream: a sender goroutine (the stream's only writer)
-// heartbeats and flushes events, this one reads. The sender closes the request
-// side when it stops, which is what ends a Receive once ctx is cancelled.
-func (f *fleet) serve(ctx context.Context, i int, st *nodeStream, ack *podiumv1.HelloAck, cancel context.CancelFunc) error {
-	interval := time.Duration(ack.GetHeartbeatIntervalMs()) * time.Millisecond
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		f.send(ctx, i, st, interval)
-		_ = st.CloseRequest()
-	}()
-	var err error
-	for err == nil {
-		var m *podiumv1.StreamResponse
-		if m, err = st.Receive(); err == nil {
-			f.handle(i, m)
-		}
-	}
-	cancel()
-	<-sent
-	_ = st.CloseResponse()
-	return err
-}
-
-func (f *fleet) send(ctx context.Context, i int, st *nodeStream, interval time.Duration) {
+func (f *fleet) Heartbeat(i int) *podiumv1.Heartbeat {
 	n := f.nodes[i]
-	// Heartbeat phases spread over one interval, as a real fleet's are.
-	phase := time.Duration(int64(interval) * int64(i) / int64(len(f.creds)))
-	next := f.began.Add(phase)
-	for now := time.Now(); !next.After(now); {
-		next = next.Add(interval)
-	}
-	hb := time.NewTimer(time.Until(next))
-	defer hb.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hb.C:
-			n.mu.Lock()
-			held := int32(len(n.tasks))
-			n.mu.Unlock()
-			err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Heartbeat{Heartbeat: &podiumv1.Heartbeat{
-				Capacity: f.capacity(), RunningTasks: held, FreeSlots: max(0, f.cfg.maxTasks-held)}}})
-			if err != nil {
-				return // the receive loop reports why
-			}
-			next = next.Add(interval)
-			hb.Reset(time.Until(next))
-		case <-n.kick:
-			evs := n.unsent()
-			if len(evs) == 0 {
-				continue
-			}
-			if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Events{
-				Events: &podiumv1.EventBatch{Events: evs}}}); err != nil {
-				return
-			}
-			f.batches.Add(1)
-		}
-	}
+	n.mu.Lock()
+	held := int32(len(n.tasks))
+	n.mu.Unlock()
+	return &podiumv1.Heartbeat{Capacity: f.capacity(), RunningTasks: held, FreeSlots: max(0, f.cfg.maxTasks-held)}
 }
 
-// handle is what a node does with one message from the coordinator.
-func (f *fleet) handle(i int, m *podiumv1.StreamResponse) {
+func (f *fleet) Ready(i int) <-chan struct{} { return f.nodes[i].kick }
+
+func (f *fleet) Unsent(i int) []*podiumv1.TaskEvent { return f.nodes[i].unsent() }
+
+// Handle is what a node does with one message from the coordinator.
+func (f *fleet) Handle(i int, m *podiumv1.StreamResponse) {
 	n := f.nodes[i]
 	switch body := m.GetMsg().(type) {
 	case *podiumv1.StreamResponse_Assign:
@@ -420,7 +242,6 @@ func (f *fleet) handle(i int, m *podiumv1.StreamResponse) {
 		f.heldMu.Unlock()
 		f.runCourse(n, k)
 	case *podiumv1.StreamResponse_Ack:
-		f.acks.Add(1)
 		a := body.Ack
 		k := attemptKey{a.GetTaskId(), a.GetAttempt()}
 		at := time.Now()
@@ -477,31 +298,4 @@ func (f *fleet) held() int {
 		n.mu.Unlock()
 	}
 	return total
-}
-
-func (f *fleet) noteErr(what string, err error) {
-	key := what + ": " + err.Error()
-	if len(key) > 160 {
-		key = key[:160] + "…"
-	}
-	f.mu.Lock()
-	f.errs[key]++
-	f.mu.Unlock()
-}
-
-func (f *fleet) errSamples() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.errs))
-	for k, v := range f.errs {
-		out[k] = v
-	}
-	return out
-}
-
-func (f *fleet) connectTime() time.Duration {
-	if at := f.upAt.Load(); at != 0 {
-		return time.Unix(0, at).Sub(f.began)
-	}
-	return time.Since(f.began)
 }

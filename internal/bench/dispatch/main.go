@@ -37,16 +37,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 type config struct {
+	benchkit.FleetFlags
 	nodes          int
 	tasks          int
 	submitters     int
@@ -56,16 +55,8 @@ type config struct {
 	maxTasks       int32
 	startDelay     time.Duration
 	runTime        time.Duration
-	coordinator    string
-	perConn        int
-	inflight       int
-	helloTimeout   time.Duration
-	connectTimeout time.Duration
 	drainTimeout   time.Duration
-	pgbenchClients int
 	pgbenchThreads int
-	pgbenchTime    time.Duration
-	keepLogs       bool
 	cpuProfile     string
 }
 
@@ -83,21 +74,21 @@ func run() int {
 	flag.IntVar(&maxTasks, "max-tasks", 64, "slots per node (Capacity.max_tasks in Hello)")
 	flag.DurationVar(&cfg.startDelay, "start-delay", 50*time.Millisecond, "a node reports RUNNING this long after PROVISIONING")
 	flag.DurationVar(&cfg.runTime, "run-time", 100*time.Millisecond, "and SUCCEEDED this long after RUNNING")
-	flag.StringVar(&cfg.coordinator, "coordinator", "", "podium-coordinator binary (e.g. bin/podium-coordinator from `make build`); built from source when empty")
-	flag.IntVar(&cfg.perConn, "streams-per-conn", 200, "nodes per HTTP/2 connection")
-	flag.IntVar(&cfg.inflight, "inflight", 500, "at most this many Hellos waiting for their HelloAck at once")
-	flag.DurationVar(&cfg.helloTimeout, "hello-timeout", 15*time.Second, "a node gives up on a Hello after this long and retries with backoff")
-	flag.DurationVar(&cfg.connectTimeout, "connect-timeout", 3*time.Minute, "give up waiting for every node to connect after this long and measure with what is connected")
 	flag.DurationVar(&cfg.drainTimeout, "drain-timeout", 2*time.Minute, "give up waiting for a phase's tasks to be assigned (or to finish) after this long and report what was")
-	flag.IntVar(&cfg.pgbenchClients, "pgbench-clients", 8, "pgbench clients for the raw-SQL reference")
 	flag.IntVar(&cfg.pgbenchThreads, "pgbench-threads", 2, "pgbench threads")
-	flag.DurationVar(&cfg.pgbenchTime, "pgbench-time", 15*time.Second, "how long the pgbench reference runs (0: skip it)")
-	flag.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the coordinator's log (and the work directory) instead of removing them at the end")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark itself (the simulated fleet and the submitters) to this file; the coordinator's own is at --debug-listen")
+	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
+		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 3 * time.Minute,
+		PgbenchClients: 8, PgbenchTime: 15 * time.Second,
+	})
 	flag.Parse()
 	cfg.maxTasks = int32(maxTasks)
-	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 || cfg.perConn <= 0 || cfg.inflight <= 0 {
-		fmt.Fprintln(os.Stderr, "dispatch: -nodes, -tasks, -submitters, -rate, -max-tasks, -streams-per-conn and -inflight must be positive")
+	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 {
+		fmt.Fprintln(os.Stderr, "dispatch: -nodes, -tasks, -submitters, -rate and -max-tasks must be positive")
+		return 2
+	}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -107,7 +98,6 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	benchkit.RaiseFileLimit(log)
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -121,52 +111,18 @@ func run() int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	loadStart := benchkit.LoadAvg()
 
-	work, err := os.MkdirTemp("", "podium-bench-dispatch-")
+	setup, err := benchkit.Start(ctx, log, "dispatch", cfg.FleetFlags)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dispatch:", err)
-		return 1
+		return benchkit.Exit(ctx, "dispatch", err)
 	}
-	defer func() {
-		if cfg.keepLogs {
-			log.Info("kept the coordinator log", "dir", work)
-			return
-		}
-		_ = os.RemoveAll(work)
-	}()
+	defer setup.Close()
 
-	bin := cfg.coordinator
-	if bin == "" {
-		log.Info("building podium-coordinator")
-		if bin, err = benchkit.BuildCoordinator(ctx, work); err != nil {
-			fmt.Fprintln(os.Stderr, "dispatch:", err)
-			return 1
-		}
-	} else if _, err := os.Stat(bin); err != nil {
-		fmt.Fprintf(os.Stderr, "dispatch: -coordinator %s: %v (run `make build` first, or leave -coordinator empty to build it)\n", bin, err)
-		return 1
-	}
-
-	log.Info("starting Postgres")
-	cluster, err := pgtest.StartCluster("shared_preload_libraries=pg_stat_statements")
+	r, err := measure(ctx, log, cfg, setup)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dispatch:", err)
-		return 1
-	}
-	defer cluster.Stop()
-
-	r, err := measure(ctx, log, cfg, cluster, bin, work)
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "dispatch: interrupted; cleaned up")
-			return 130
-		}
-		fmt.Fprintln(os.Stderr, "dispatch:", err)
-		return 1
+		return benchkit.Exit(ctx, "dispatch", err)
 	}
 	report(os.Stdout, cfg, r)
-	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
-		runtime.NumCPU(), loadStart, benchkit.LoadAvg())
+	fmt.Println(setup.Machine())
 	return 0
 }

@@ -6,11 +6,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
@@ -32,7 +30,7 @@ type probe struct {
 
 func (p probe) snap() cpuSnap {
 	c, _ := benchkit.ProcCPU(p.coordPID)
-	return cpuSnap{at: time.Now(), coord: c, pg: benchkit.TreeCPU(p.pgPID), self: selfCPU()}
+	return cpuSnap{at: time.Now(), coord: c, pg: benchkit.TreeCPU(p.pgPID), self: benchkit.SelfCPU()}
 }
 
 func (p probe) since(a cpuSnap) cpuUse {
@@ -46,16 +44,6 @@ func (p probe) since(a cpuSnap) cpuUse {
 		PG:    100 * b.pg.Since(a.pg).Seconds() / secs,
 		Bench: 100 * (b.self - a.self).Seconds() / secs,
 	}
-}
-
-// selfCPU is this process's user+system time: the simulated nodes' and the
-// submitters' cost, which on a 2-core machine competes with the coordinator.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // burstResult is the throughput phase: M tasks submitted as fast as the
@@ -109,7 +97,7 @@ type result struct {
 	RefTPS                 float64
 	RefCmd                 string
 	IdleStmtsPerSec        float64
-	IdleTop                []stmtStat
+	IdleTop                []benchkit.Statement
 	IdleCPU                cpuUse
 	IdleRTT                rtt
 	Dispatch, Burst        burstResult
@@ -124,41 +112,35 @@ type result struct {
 	WarnSample             []string
 }
 
-func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.Cluster, bin, work string) (result, error) {
+func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.Setup) (result, error) {
 	r := result{Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
-	db, err := newBenchDB(ctx, cluster)
+	db, err := benchkit.OpenStatsDB(ctx, setup.Cluster, dbName)
 	if err != nil {
 		return r, err
 	}
-	defer db.close()
-	creds, err := db.insertNodes(ctx, cfg.nodes, cfg.maxTasks)
+	defer db.Close()
+	creds, err := db.InsertNodes(ctx, cfg.nodes, cfg.maxTasks)
 	if err != nil {
 		return r, err
 	}
 
 	// The reference runs first, alone, so neither measurement disturbs the other.
-	if cfg.pgbenchTime > 0 {
+	if cfg.PgbenchTime > 0 {
 		log.Info("pgbench reference: insert + claim (SKIP LOCKED) + mark scheduled per transaction",
-			"clients", cfg.pgbenchClients, "threads", cfg.pgbenchThreads, "for", cfg.pgbenchTime)
-		if r.RefTPS, r.RefCmd, err = runPgbench(ctx, cluster, cfg.nodes, cfg.pgbenchClients, cfg.pgbenchThreads, cfg.pgbenchTime, work); err != nil {
+			"clients", cfg.PgbenchClients, "threads", cfg.pgbenchThreads, "for", cfg.PgbenchTime)
+		if r.RefTPS, r.RefCmd, err = runPgbench(ctx, setup.Cluster, cfg, setup.Work); err != nil {
 			return r, err
 		}
 		log.Info("pgbench reference done", "tps", r.RefTPS)
 	}
 
-	coord, err := benchkit.StartCoordinator(ctx, bin, cluster.URL(dbName), filepath.Join(work, "coordinator.log"), nil)
+	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), nil)
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		began := time.Now()
-		if err := coord.Stop(30 * time.Second); err != nil {
-			log.Warn("coordinator did not stop cleanly", "err", err)
-		}
-		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
-	}()
+	defer coord.Shutdown(log)
 	log.Info("coordinator up", "pid", coord.PID, "url", coord.URL, "log", coord.LogPath)
-	pgPID, err := benchkit.PostmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	pgPID, err := benchkit.PostmasterPID(filepath.Join(setup.Cluster.SocketDir, "data"))
 	if err != nil {
 		return r, err
 	}
@@ -167,42 +149,42 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 	tr := newTracker()
 	fctx, stopFleet := context.WithCancel(ctx)
 	f := newFleet(coord.URL, creds, cfg, tr)
-	r.Conns = len(f.clients)
-	done := f.start(fctx)
+	r.Conns = f.Conns()
+	done := f.Start(fctx)
 	defer func() { stopFleet(); <-done }()
-	log.Info("connecting nodes", "nodes", cfg.nodes, "connections", len(f.clients))
-	if err := waitFor(ctx, coord, cfg.connectTimeout, func() bool {
+	log.Info("connecting nodes", "nodes", cfg.nodes, "connections", f.Conns())
+	if err := waitFor(ctx, coord, cfg.ConnectTimeout, func() bool {
 		select {
-		case <-f.allUp:
+		case <-f.AllUp():
 			return true
 		default:
 			return false
 		}
-	}, func() { log.Info("connecting", "connected", f.connected.Load(), "retries", f.retries.Load()) }); err != nil && !isTimeout(err) {
+	}, func() { log.Info("connecting", "connected", f.Connected.Load(), "retries", f.Retries.Load()) }); err != nil && !isTimeout(err) {
 		return r, err
 	}
-	r.ConnectTime, r.AllConnected = f.connectTime(), f.connected.Load() == int64(cfg.nodes)
-	log.Info("nodes connected", "connected", f.connected.Load(), "took", r.ConnectTime.Round(time.Millisecond))
+	r.ConnectTime, r.AllConnected = f.ConnectTime(), f.Connected.Load() == int64(cfg.nodes)
+	log.Info("nodes connected", "connected", f.Connected.Load(), "took", r.ConnectTime.Round(time.Millisecond))
 
 	// An idle window: what the replica runs with the fleet connected and
 	// nothing to dispatch (heartbeat flushes, command polling, the scheduler's
 	// tick). It is subtracted when statements are counted per task.
-	probe, err := startRTTProbe(ctx, cluster)
+	probe, err := startRTTProbe(ctx, setup.Cluster)
 	if err != nil {
 		return r, err
 	}
 	defer probe.close()
-	if err := db.resetStatements(ctx); err != nil {
+	if err := db.ResetStatements(ctx); err != nil {
 		return r, err
 	}
 	probe.take()
 	idle0 := pr.snap()
-	if err := sleep(ctx, cfg.settle); err != nil {
+	if err := benchkit.Sleep(ctx, cfg.settle); err != nil {
 		return r, err
 	}
 	r.IdleCPU = pr.since(idle0)
 	r.IdleRTT = summarize(probe.take())
-	idle, err := db.statements(ctx, 6)
+	idle, err := statements(ctx, db, 6)
 	if err != nil {
 		return r, err
 	}
@@ -227,7 +209,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 		if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool { return f.held() == 0 }, nil); err != nil && !isTimeout(err) {
 			return r, err
 		}
-		if err := sleep(ctx, 2*time.Second); err != nil {
+		if err := benchkit.Sleep(ctx, 2*time.Second); err != nil {
 			return r, err
 		}
 	}
@@ -235,15 +217,15 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 		return r, err
 	}
 
-	if r.PGConns, err = db.backends(ctx); err != nil {
+	if r.PGConns, err = db.Backends(ctx); err != nil {
 		return r, err
 	}
 	if mem, err := benchkit.ProcMem(coord.PID); err == nil {
 		r.PeakRSSMiB = float64(mem.HWMKiB) / 1024
 	}
-	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
+	r.HelloRetries, r.Dropped = f.Retries.Load(), f.Dropped.Load()
 	r.Repeats, r.Rejected, r.Cancels, r.Other = f.repeats.Load(), f.rejected.Load(), f.cancels.Load(), f.other.Load()
-	r.ErrSamples = f.errSamples()
+	r.ErrSamples = f.ErrSamples()
 	r.Warnings, r.WarnSample = coord.Warnings()
 	return r, nil
 }
@@ -251,14 +233,14 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.
 // burst submits cfg.tasks as fast as the submitters go and measures until
 // the last is assigned. With hold the nodes keep each task accepted until
 // then, and let them all run afterwards.
-func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
+func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchkit.StatsDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
 	tr *tracker, f *fleet, hold bool, client podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
 	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters, Hold: hold}
 	if hold {
 		f.hold()
 	}
 	defer f.release()
-	if err := db.resetStatements(ctx); err != nil {
+	if err := db.ResetStatements(ctx); err != nil {
 		return b, err
 	}
 	assigned0, finished0 := tr.nAssigned.Load(), tr.nFinished.Load()
@@ -348,7 +330,7 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord
 	b.Finished = int(tr.nFinished.Load() - finished0)
 	if b.Finished < b.Assigned {
 		// Say where the stragglers are, as the tables see them.
-		rows, err := db.conn.Query(ctx, "select state, reason, count(*) from podium.tasks where state <> 'succeeded' group by 1, 2 order by 3 desc limit 5")
+		rows, err := db.Conn.Query(ctx, "select state, reason, count(*) from podium.tasks where state <> 'succeeded' group by 1, 2 order by 3 desc limit 5")
 		if err != nil {
 			log.Warn("throughput: cannot read the stragglers", "err", err)
 		} else {
@@ -365,14 +347,14 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord
 	b.StmtWindow = time.Since(c0.at)
 	b.BackgroundStmtsInWin = idleRate * b.StmtWindow.Seconds()
 	var serr error
-	b.Stmts, serr = db.statements(ctx, 22)
+	b.Stmts, serr = statements(ctx, db, 22)
 	return b, serr
 }
 
-func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
+func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchkit.StatsDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
 	tr *tracker, client podiumv1connect.TaskServiceClient, idleRate float64) (steadyResult, error) {
 	s := steadyResult{Rate: cfg.rate, Duration: cfg.steadyTime}
-	if err := db.resetStatements(ctx); err != nil {
+	if err := db.ResetStatements(ctx); err != nil {
 		return s, err
 	}
 	finished0 := tr.nFinished.Load()
@@ -438,7 +420,7 @@ func steady(ctx context.Context, log *slog.Logger, cfg config, db *benchDB, coor
 	s.StmtWindow = time.Since(c0.at)
 	s.BackgroundStmtsInWin = idleRate * s.StmtWindow.Seconds()
 	var err error
-	s.Stmts, err = db.statements(ctx, 22)
+	s.Stmts, err = statements(ctx, db, 22)
 	return s, err
 }
 

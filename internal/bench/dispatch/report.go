@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"time"
+
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 )
 
 func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
@@ -33,11 +33,11 @@ func perTask(w io.Writer, st statementStats, tasks int, window time.Duration, ba
 		float64(st.calls)/n, (float64(st.calls)-background)/n, float64(st.notify)/n, st.ms/n)
 	fmt.Fprintln(w, "  most frequent (calls per task, Postgres ms per task):")
 	for _, s := range st.byCalls {
-		fmt.Fprintf(w, "    %6.2f  %6.3f ms  %s\n", float64(s.calls)/n, s.ms/n, s.query)
+		fmt.Fprintf(w, "    %6.2f  %6.3f ms  %s\n", float64(s.Calls)/n, s.Ms/n, s.Short())
 	}
 	fmt.Fprintln(w, "  most Postgres time (ms per task, calls per task):")
 	for _, s := range st.byTime[:min(6, len(st.byTime))] {
-		fmt.Fprintf(w, "    %6.3f ms  %6.2f  %s\n", s.ms/n, float64(s.calls)/n, s.query)
+		fmt.Fprintf(w, "    %6.3f ms  %6.2f  %s\n", s.Ms/n, float64(s.Calls)/n, s.Short())
 	}
 }
 
@@ -79,7 +79,7 @@ func report(w io.Writer, cfg config, r result) {
 	fmt.Fprintf(w, "idle (%s, fleet connected, nothing to dispatch): coordinator CPU %.1f%%, Postgres CPU %.1f%%, bench CPU %.1f%%; %.1f statements/s, most frequent:\n",
 		cfg.settle, r.IdleCPU.Coord, r.IdleCPU.PG, r.IdleCPU.Bench, r.IdleStmtsPerSec)
 	for _, s := range r.IdleTop {
-		fmt.Fprintf(w, "  %8.1f/s  %s\n", float64(s.calls)/cfg.settle.Seconds(), s.query)
+		fmt.Fprintf(w, "  %8.1f/s  %s\n", float64(s.Calls)/cfg.settle.Seconds(), s.Short())
 	}
 	fmt.Fprintf(w, "a serial round trip to Postgres (`select 1` every 10 ms from the bench): p50 %s, p90 %s idle\n", us(r.IdleRTT.P50), us(r.IdleRTT.P90))
 
@@ -102,17 +102,7 @@ func report(w io.Writer, cfg config, r result) {
 
 	fmt.Fprintf(w, "\nnodes: %d Assigns repeated, %d refused for want of a slot, %d cancels, %d other messages; %d failed Hellos, %d streams dropped\n",
 		r.Repeats, r.Rejected, r.Cancels, r.Other, r.HelloRetries, r.Dropped)
-	if len(r.ErrSamples) > 0 {
-		for _, k := range slices.Sorted(maps.Keys(r.ErrSamples)) {
-			fmt.Fprintf(w, "  %6d× %s\n", r.ErrSamples[k], k)
-		}
-	}
-	if r.Warnings > 0 {
-		fmt.Fprintf(w, "coordinator log: %d WARN/ERROR lines, e.g.:\n", r.Warnings)
-		for _, s := range r.WarnSample {
-			fmt.Fprintf(w, "  %s\n", s)
-		}
-	}
+	benchkit.PrintTrouble(w, r.ErrSamples, r.Warnings, r.WarnSample)
 
 	b, d := r.Burst, r.Dispatch
 	fmt.Fprintf(w, "\nDispatch: one coordinator replica, %d simulated nodes, %d tasks, %d submitters (CPU %% is of one core)\n\n", r.Nodes, b.Tasks, b.Conc)
@@ -125,7 +115,7 @@ func report(w io.Writer, cfg config, r result) {
 	fmt.Fprintf(w, "  Podium, Submit → Assign received, dispatch alone       %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", d.EndToEnd, d.SubmitRate, d.AssignRate)
 	fmt.Fprintf(w, "  Podium, Submit → Assign received, tasks running along  %8.0f tasks/s   (submit %.0f/s, assign %.0f/s)\n", b.EndToEnd, b.SubmitRate, b.AssignRate)
 	if r.RefTPS > 0 {
-		fmt.Fprintf(w, "  raw SQL, pgbench (%d clients)                          %8.0f tasks/s   (insert + claim SKIP LOCKED + mark scheduled)\n", cfg.pgbenchClients, r.RefTPS)
+		fmt.Fprintf(w, "  raw SQL, pgbench (%d clients)                          %8.0f tasks/s   (insert + claim SKIP LOCKED + mark scheduled)\n", cfg.PgbenchClients, r.RefTPS)
 		fmt.Fprintf(w, "  ratio Podium / raw SQL                                 %8.2f dispatch alone, %.2f with tasks running along\n", ratio(d.EndToEnd), ratio(b.EndToEnd))
 	}
 	fmt.Fprintf(w, "  latency at %.0f tasks/s, Submit called → Assign received: p50 %s, p90 %s, p99 %s, max %s\n", s.Rate, ms(s.P50), ms(s.P90), ms(s.P99), ms(s.Max))

@@ -10,12 +10,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
-
-// apiToken is the coordinator's --token; API calls carry it as a bearer token.
-const apiToken = "x"
 
 // tracker records, per task, when a node received its Assign, when the
 // coordinator acknowledged the node's PROVISIONING event (the assignment
@@ -76,7 +74,7 @@ func taskClient(url string) (podiumv1connect.TaskServiceClient, *http.Transport)
 	t := &http.Transport{Protocols: &p}
 	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+apiToken)
+			req.Header().Set("Authorization", "Bearer "+benchkit.APIToken)
 			return next(ctx, req)
 		}
 	})
@@ -131,7 +129,7 @@ func submitSteady(ctx context.Context, c podiumv1connect.TaskServiceClient, rate
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
-		if sleep(ctx, time.Until(start.Add(time.Duration(i)*period))) != nil {
+		if benchkit.Sleep(ctx, time.Until(start.Add(time.Duration(i)*period))) != nil {
 			break
 		}
 		select {
@@ -149,20 +147,6 @@ func submitSteady(ctx context.Context, c podiumv1connect.TaskServiceClient, rate
 	}
 	wg.Wait()
 	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() }), skipped
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // percentile is the q-th percentile (0–100) of sorted durations, nearest rank.

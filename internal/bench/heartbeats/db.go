@@ -3,14 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 const (
@@ -20,112 +16,54 @@ const (
 	heartbeatSQL = "last_heartbeat_at = h.at"
 )
 
-// benchDB is the database of one node count, made fresh from the schema
-// template so every count starts from the same empty tables.
-type benchDB struct {
-	conn *pgx.Conn
-}
-
-func newBenchDB(ctx context.Context, cluster *pgtest.Cluster) (*benchDB, error) {
-	admin, err := pgx.Connect(ctx, cluster.URL("postgres"))
-	if err != nil {
-		return nil, fmt.Errorf("connect to Postgres: %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	for _, q := range []string{
-		"drop database if exists " + dbName + " with (force)",
-		"create database " + dbName + " template podium_template",
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("%s: %w", q, err)
-		}
-	}
-	conn, err := pgx.Connect(ctx, cluster.URL(dbName))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "create extension pg_stat_statements"); err != nil {
-		conn.Close(ctx)
-		return nil, fmt.Errorf("create extension pg_stat_statements: %w", err)
-	}
-	return &benchDB{conn: conn}, nil
-}
-
-func (d *benchDB) close() { _ = d.conn.Close(context.Background()) }
-
-// insertNodes writes n enrolled nodes (benchkit.InsertNodes).
-func (d *benchDB) insertNodes(ctx context.Context, n int) ([]benchkit.NodeCred, error) {
-	return benchkit.InsertNodes(ctx, d.conn, n, 0)
-}
-
-// resetStatements starts the window's statement counts from zero.
-func (d *benchDB) resetStatements(ctx context.Context) error {
-	_, err := d.conn.Exec(ctx, "select pg_stat_statements_reset()")
-	return err
-}
-
-type stmtStat struct {
-	calls, rows int64
-	query       string
-}
-
+// statementStats is what one window's statements say: the heartbeat flush on
+// its own, every statement together, and the most frequent ones (whatever the
+// replica does per node per second shows up there).
 type statementStats struct {
 	hbCalls, hbRows int64
 	allCalls        int64
-	top             []stmtStat
+	top             []benchkit.Statement
 }
 
-var spaces = regexp.MustCompile(`\s+`)
-
-// statements reads what the coordinator ran in this database since the reset:
-// the heartbeat flush on its own, every statement together, and the most
-// frequent ones (whatever the replica does per node per second shows up there).
-func (d *benchDB) statements(ctx context.Context) (statementStats, error) {
-	rows, err := d.conn.Query(ctx, `select calls, rows, query from pg_stat_statements
-		where dbid = (select oid from pg_database where datname = current_database())
-		  and query not like '%pg_stat_statements%'
-		order by calls desc`)
+func statements(ctx context.Context, db *benchkit.StatsDB) (statementStats, error) {
+	all, err := db.Statements(ctx)
 	if err != nil {
-		return statementStats{}, fmt.Errorf("read pg_stat_statements: %w", err)
+		return statementStats{}, err
 	}
-	var s statementStats
-	for rows.Next() {
-		var st stmtStat
-		if err := rows.Scan(&st.calls, &st.rows, &st.query); err != nil {
-			return s, err
-		}
-		s.allCalls += st.calls
-		if strings.Contains(st.query, heartbeatSQL) {
-			s.hbCalls += st.calls
-			s.hbRows += st.rows
-		}
-		if len(s.top) < 8 {
-			st.query = strings.TrimSpace(spaces.ReplaceAllString(st.query, " "))
-			if len(st.query) > 90 {
-				st.query = st.query[:90] + "…"
-			}
-			s.top = append(s.top, st)
+	s := statementStats{top: all[:min(8, len(all))]}
+	for _, st := range all {
+		s.allCalls += st.Calls
+		if strings.Contains(st.Query, heartbeatSQL) {
+			s.hbCalls += st.Calls
+			s.hbRows += st.Rows
 		}
 	}
-	return s, rows.Err()
+	return s, nil
 }
 
 // staleNodes counts the benchmark's nodes whose stored clock is older than
 // after (the watchdog would soon call them unreachable), and those whose
 // status is not online.
-func (d *benchDB) staleNodes(ctx context.Context, after time.Duration) (stale, notOnline int, err error) {
-	err = d.conn.QueryRow(ctx, `select
+func staleNodes(ctx context.Context, db *benchkit.StatsDB, after time.Duration) (stale, notOnline int, err error) {
+	err = db.Conn.QueryRow(ctx, `select
 			count(*) filter (where last_heartbeat_at is null or last_heartbeat_at < now() - make_interval(secs => $2)),
 			count(*) filter (where status <> 'online')
 		from podium.nodes where starts_with(id, $1)`, benchkit.NodePrefix, after.Seconds()).Scan(&stale, &notOnline)
-	return stale, notOnline, err
+	if err != nil {
+		return 0, 0, fmt.Errorf("count stale nodes: %w", err)
+	}
+	return stale, notOnline, nil
 }
 
-// backends counts the other connections to the database: the coordinator's
-// pool, its lease connection and its listener.
-func (d *benchDB) backends(ctx context.Context) (int, error) {
-	var n int
-	err := d.conn.QueryRow(ctx, `select count(*) from pg_stat_activity
-		where datname = current_database() and pid <> pg_backend_pid()`).Scan(&n)
-	return n, err
+// naiveHeartbeat is the pgbench reference: the naive alternative to
+// batching, one autocommitted UPDATE per heartbeat for a random one of the n
+// nodes, as fast as the clients can go. Its rate is the ceiling a coordinator
+// writing heartbeats one by one would hit on this machine, beside which N/10
+// rows/s (what the fleet needs) and the coordinator's ~1 statement/s are read.
+func naiveHeartbeat(n, clients int, d time.Duration) benchkit.Pgbench {
+	return benchkit.Pgbench{
+		DB: dbName, Name: "naive-heartbeat.sql", Clients: clients, Threads: min(clients, 2), Time: d,
+		Script: fmt.Sprintf("\\set n random(1, %d)\n"+
+			"update podium.nodes set last_heartbeat_at = now() where id = '%s' || lpad(:n::text, 6, '0');\n", n, benchkit.NodePrefix),
+	}
 }

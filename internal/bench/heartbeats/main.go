@@ -28,30 +28,21 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 type config struct {
-	counts         []int
-	duration       time.Duration
-	settle         time.Duration
-	interval       time.Duration
-	staleAfter     time.Duration
-	coordinator    string
-	perClient      int
-	inflight       int
-	helloTimeout   time.Duration
-	connectTimeout time.Duration
-	pgbenchClients int
-	pgbenchTime    time.Duration
-	keepLogs       bool
+	benchkit.FleetFlags
+	counts     []int
+	duration   time.Duration
+	settle     time.Duration
+	interval   time.Duration
+	staleAfter time.Duration
 }
 
 func main() { os.Exit(run()) }
@@ -63,14 +54,10 @@ func run() int {
 	flag.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after the last node connects before measuring, so the window sees steady state, not the ramp")
 	flag.DurationVar(&cfg.interval, "heartbeat-interval", 10*time.Second, "heartbeat interval the coordinator tells nodes to use")
 	flag.DurationVar(&cfg.staleAfter, "stale-after", 12*time.Second, "a node whose stored last_heartbeat_at is older than this at the end is stale")
-	flag.StringVar(&cfg.coordinator, "coordinator", "", "podium-coordinator binary (e.g. bin/podium-coordinator from `make build`); built from source when empty")
-	flag.IntVar(&cfg.perClient, "streams-per-conn", 200, "nodes per HTTP/2 connection (the Go server allows 250 concurrent streams per connection)")
-	flag.IntVar(&cfg.inflight, "inflight", 500, "at most this many Hellos waiting for their HelloAck at once")
-	flag.DurationVar(&cfg.helloTimeout, "hello-timeout", 15*time.Second, "a node gives up on a Hello after this long and retries with backoff (the agent's own value)")
-	flag.DurationVar(&cfg.connectTimeout, "connect-timeout", 5*time.Minute, "give up waiting for every node to connect after this long and measure what is connected")
-	flag.IntVar(&cfg.pgbenchClients, "pgbench-clients", 4, "pgbench client connections for the naive reference")
-	flag.DurationVar(&cfg.pgbenchTime, "pgbench-time", 10*time.Second, "how long the pgbench reference runs")
-	flag.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the coordinator's logs (and the work directory) instead of removing them at the end")
+	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
+		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 5 * time.Minute,
+		PgbenchClients: 4, PgbenchTime: 10 * time.Second,
+	})
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -82,6 +69,10 @@ func run() int {
 		}
 		cfg.counts = append(cfg.counts, n)
 	}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "heartbeats:", err)
+		return 2
+	}
 
 	// ^C cancels ctx; every step waits on it and the deferred cleanups below
 	// stop the coordinator and Postgres. A second ^C is swallowed so cleanup is
@@ -89,58 +80,22 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	benchkit.RaiseFileLimit(log)
-	loadStart := benchkit.LoadAvg()
-
-	work, err := os.MkdirTemp("", "podium-bench-heartbeats-")
+	setup, err := benchkit.Start(ctx, log, "heartbeats", cfg.FleetFlags)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "heartbeats:", err)
-		return 1
+		return benchkit.Exit(ctx, "heartbeats", err)
 	}
-	defer func() {
-		if cfg.keepLogs {
-			log.Info("kept the coordinator logs", "dir", work)
-			return
-		}
-		_ = os.RemoveAll(work)
-	}()
-
-	bin := cfg.coordinator
-	if bin == "" {
-		log.Info("building podium-coordinator")
-		if bin, err = benchkit.BuildCoordinator(ctx, work); err != nil {
-			fmt.Fprintln(os.Stderr, "heartbeats:", err)
-			return 1
-		}
-	} else if _, err := os.Stat(bin); err != nil {
-		fmt.Fprintf(os.Stderr, "heartbeats: -coordinator %s: %v (run `make build` first, or leave -coordinator empty to build it)\n", bin, err)
-		return 1
-	}
-
-	log.Info("starting Postgres")
-	cluster, err := pgtest.StartCluster("shared_preload_libraries=pg_stat_statements")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "heartbeats:", err)
-		return 1
-	}
-	defer cluster.Stop()
+	defer setup.Close()
 
 	var results []result
 	for _, n := range cfg.counts {
-		r, err := measure(ctx, log, cfg, cluster, bin, work, n)
+		r, err := measure(ctx, log, cfg, setup, n)
 		if err != nil {
-			if ctx.Err() != nil {
-				fmt.Fprintln(os.Stderr, "heartbeats: interrupted; cleaned up")
-				return 130
-			}
-			fmt.Fprintf(os.Stderr, "heartbeats: %d nodes: %v\n", n, err)
-			return 1
+			return benchkit.Exit(ctx, "heartbeats", fmt.Errorf("%d nodes: %w", n, err))
 		}
 		printDetails(os.Stdout, r)
 		results = append(results, r)
 	}
 	printTable(os.Stdout, cfg, results)
-	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
-		runtime.NumCPU(), loadStart, benchkit.LoadAvg())
+	fmt.Println(setup.Machine())
 	return 0
 }

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 // result is everything measured for one node count.
@@ -30,7 +28,7 @@ type result struct {
 	RampPGCPU     float64
 	RampBenchCPU  float64
 	StmtsPerHello float64
-	RampTop       []stmtStat
+	RampTop       []benchkit.Statement
 
 	Window     time.Duration
 	CoordCPU   float64 // % of one core
@@ -46,7 +44,7 @@ type result struct {
 	HBRows     float64 // rows they updated per second
 	NeedRows   float64 // N / interval: what the fleet must get written
 	AllStmts   float64 // every statement the coordinator ran, per second
-	Top        []stmtStat
+	Top        []benchkit.Statement
 	Stale      int
 	NotOnline  int
 	Warnings   int
@@ -57,66 +55,62 @@ type result struct {
 
 // measure runs one node count from scratch: a fresh database, the naive
 // reference, a fresh coordinator, the fleet, the window.
-func measure(ctx context.Context, log *slog.Logger, cfg config, cluster *pgtest.Cluster, bin, work string, n int) (result, error) {
+func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.Setup, n int) (result, error) {
 	r := result{Nodes: n, NeedRows: float64(n) / cfg.interval.Seconds()}
 	log = log.With("nodes", n)
 
-	db, err := newBenchDB(ctx, cluster)
+	db, err := benchkit.OpenStatsDB(ctx, setup.Cluster, dbName)
 	if err != nil {
 		return r, err
 	}
-	defer db.close()
-	creds, err := db.insertNodes(ctx, n)
+	defer db.Close()
+	creds, err := db.InsertNodes(ctx, n, 0)
 	if err != nil {
 		return r, err
 	}
 
 	// The reference runs first, alone, so neither measurement disturbs the other.
-	log.Info("pgbench reference: one UPDATE per heartbeat", "clients", cfg.pgbenchClients, "for", cfg.pgbenchTime)
-	if r.PgbenchRows, err = runPgbench(ctx, cluster.SocketDir, dbName, n, cfg.pgbenchClients, cfg.pgbenchTime, work); err != nil {
-		return r, err
+	if cfg.PgbenchTime > 0 {
+		log.Info("pgbench reference: one UPDATE per heartbeat", "clients", cfg.PgbenchClients, "for", cfg.PgbenchTime)
+		if r.PgbenchRows, _, err = naiveHeartbeat(n, cfg.PgbenchClients, cfg.PgbenchTime).Run(ctx, setup.Cluster, setup.Work); err != nil {
+			return r, err
+		}
 	}
 
-	coord, err := benchkit.StartCoordinator(ctx, bin, cluster.URL(dbName), filepath.Join(work, fmt.Sprintf("coordinator-%d.log", n)), nil, "--heartbeat-interval", cfg.interval.String())
+	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, fmt.Sprintf("coordinator-%d.log", n)), nil, "--heartbeat-interval", cfg.interval.String())
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		began := time.Now()
-		if err := coord.Stop(30 * time.Second); err != nil {
-			log.Warn("coordinator did not stop cleanly", "err", err)
-		}
-		log.Info("coordinator stopped", "took", time.Since(began).Round(time.Millisecond))
-	}()
+	defer coord.Shutdown(log)
 	log.Info("coordinator up", "pid", coord.PID, "url", coord.URL, "log", coord.LogPath)
 	if mem, err := benchkit.ProcMem(coord.PID); err == nil {
 		r.BaseRSSMiB = float64(mem.RSSKiB) / 1024
 	}
-	pgPID, err := benchkit.PostmasterPID(filepath.Join(cluster.SocketDir, "data"))
+	pgPID, err := benchkit.PostmasterPID(filepath.Join(setup.Cluster.SocketDir, "data"))
 	if err != nil {
 		return r, err
 	}
 
 	// The ramp is measured too: connecting is when a replica that restarts (or
 	// takes over another's nodes) is busiest.
-	if err := db.resetStatements(ctx); err != nil {
+	if err := db.ResetStatements(ctx); err != nil {
 		return r, err
 	}
 	rc0, err := benchkit.ProcCPU(coord.PID)
 	if err != nil {
 		return r, err
 	}
-	rpg0, rb0 := benchkit.TreeCPU(pgPID), selfCPU()
+	rpg0, rb0 := benchkit.TreeCPU(pgPID), benchkit.SelfCPU()
 
 	fctx, stopFleet := context.WithCancel(ctx)
-	f := newFleet(coord.URL, creds, cfg)
-	r.Conns = len(f.clients)
-	done := f.start(fctx)
+	f := benchkit.NewFleet(cfg.FleetConfig(coord.URL, creds, cfg.interval), idleNode{})
+	r.Conns = f.Conns()
+	done := f.Start(fctx)
 	defer func() { stopFleet(); <-done }()
 
-	log.Info("connecting nodes", "connections", len(f.clients), "hellos in flight", cfg.inflight)
+	log.Info("connecting nodes", "connections", f.Conns(), "hellos in flight", cfg.Inflight)
 	progress := time.NewTicker(5 * time.Second)
-	timeout := time.NewTimer(cfg.connectTimeout)
+	timeout := time.NewTimer(cfg.ConnectTimeout)
 	defer progress.Stop()
 	defer timeout.Stop()
 wait:
@@ -126,38 +120,38 @@ wait:
 			return r, ctx.Err()
 		case <-coord.Exited:
 			return r, fmt.Errorf("the coordinator exited while nodes were connecting: %v; see %s", coord.WaitErr, coord.LogPath)
-		case <-f.allUp:
+		case <-f.AllUp():
 			r.AllConnected = true
 			break wait
 		case <-timeout.C:
-			log.Warn("not every node connected in time; measuring what is connected", "connected", f.connected.Load())
+			log.Warn("not every node connected in time; measuring what is connected", "connected", f.Connected.Load())
 			break wait
 		case <-progress.C:
-			log.Info("connecting", "connected", f.connected.Load(), "retries", f.retries.Load())
+			log.Info("connecting", "connected", f.Connected.Load(), "retries", f.Retries.Load())
 		}
 	}
-	r.ConnectTime = f.connectTime()
-	r.HelloP50, r.HelloP99 = f.helloPercentiles()
+	r.ConnectTime = f.ConnectTime()
+	r.HelloP50, r.HelloP99 = f.HelloPercentiles()
 	if rc1, err := benchkit.ProcCPU(coord.PID); err == nil {
 		ramp := r.ConnectTime.Seconds()
 		r.RampCoordCPU = 100 * (rc1 - rc0).Seconds() / ramp
 		r.RampPGCPU = 100 * benchkit.TreeCPU(pgPID).Since(rpg0).Seconds() / ramp
-		r.RampBenchCPU = 100 * (selfCPU() - rb0).Seconds() / ramp
+		r.RampBenchCPU = 100 * (benchkit.SelfCPU() - rb0).Seconds() / ramp
 	}
-	if st, err := db.statements(ctx); err == nil && f.connected.Load() > 0 {
-		r.StmtsPerHello = float64(st.allCalls) / float64(f.connected.Load())
+	if st, err := statements(ctx, db); err == nil && f.Connected.Load() > 0 {
+		r.StmtsPerHello = float64(st.allCalls) / float64(f.Connected.Load())
 		r.RampTop = st.top
 	}
-	log.Info("connected", "connected", f.connected.Load(), "took", r.ConnectTime.Round(time.Millisecond),
+	log.Info("connected", "connected", f.Connected.Load(), "took", r.ConnectTime.Round(time.Millisecond),
 		"hello p50", r.HelloP50, "hello p99", r.HelloP99)
 
 	log.Info("settling before the window", "for", cfg.settle)
-	if err := sleep(ctx, cfg.settle); err != nil {
+	if err := benchkit.Sleep(ctx, cfg.settle); err != nil {
 		return r, err
 	}
 
 	// The window: sample everything, wait, sample again.
-	if err := db.resetStatements(ctx); err != nil {
+	if err := db.ResetStatements(ctx); err != nil {
 		return r, err
 	}
 	c0, err := benchkit.ProcCPU(coord.PID)
@@ -165,8 +159,8 @@ wait:
 		return r, err
 	}
 	pg0 := benchkit.TreeCPU(pgPID)
-	b0 := selfCPU()
-	beats0 := f.beats.Load()
+	b0 := benchkit.SelfCPU()
+	beats0 := f.Beats.Load()
 	t0 := time.Now()
 	log.Info("measuring", "for", cfg.duration)
 	select {
@@ -184,51 +178,30 @@ wait:
 	}
 	r.CoordCPU = 100 * (c1 - c0).Seconds() / secs
 	r.PGCPU = 100 * benchkit.TreeCPU(pgPID).Since(pg0).Seconds() / secs
-	r.BenchCPU = 100 * (selfCPU() - b0).Seconds() / secs
-	r.BeatsSent = f.beats.Load() - beats0
+	r.BenchCPU = 100 * (benchkit.SelfCPU() - b0).Seconds() / secs
+	r.BeatsSent = f.Beats.Load() - beats0
 	mem, err := benchkit.ProcMem(coord.PID)
 	if err != nil {
 		return r, err
 	}
 	r.RSSMiB, r.PeakMiB = float64(mem.RSSKiB)/1024, float64(mem.HWMKiB)/1024
 	r.CoordFDs = benchkit.ProcFDs(coord.PID)
-	if r.PGConns, err = db.backends(ctx); err != nil {
+	if r.PGConns, err = db.Backends(ctx); err != nil {
 		return r, err
 	}
-	st, err := db.statements(ctx)
+	st, err := statements(ctx, db)
 	if err != nil {
 		return r, err
 	}
 	r.HBStmts, r.HBRows = float64(st.hbCalls)/secs, float64(st.hbRows)/secs
 	r.AllStmts = float64(st.allCalls) / secs
 	r.Top = st.top
-	if r.Stale, r.NotOnline, err = db.staleNodes(ctx, cfg.staleAfter); err != nil {
+	if r.Stale, r.NotOnline, err = staleNodes(ctx, db, cfg.staleAfter); err != nil {
 		return r, err
 	}
-	r.Connected = int(f.connected.Load())
-	r.HelloRetries, r.Dropped = f.retries.Load(), f.dropped.Load()
-	r.ErrSamples = f.errSamples()
+	r.Connected = int(f.Connected.Load())
+	r.HelloRetries, r.Dropped = f.Retries.Load(), f.Dropped.Load()
+	r.ErrSamples = f.ErrSamples()
 	r.Warnings, r.WarnSample = coord.Warnings()
 	return r, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// selfCPU is this process's user+system time: the simulated nodes' cost, shown
-// for context (on a 2-core machine they compete with the coordinator).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

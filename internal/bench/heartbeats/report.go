@@ -3,10 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/podiumhq/podium/internal/bench/benchkit"
 )
 
 // printDetails prints one node count's context as soon as it is measured: the
@@ -25,7 +25,7 @@ func printDetails(w io.Writer, r result) {
 		"(connected nodes' polling included), most frequent:\n",
 		r.RampCoordCPU, r.RampPGCPU, r.RampBenchCPU, r.StmtsPerHello)
 	for _, s := range r.RampTop {
-		fmt.Fprintf(w, "  %8.2f per node  %s\n", float64(s.calls)/float64(r.Nodes), s.query)
+		fmt.Fprintf(w, "  %8.2f per node  %s\n", float64(s.Calls)/float64(r.Nodes), s.Short())
 	}
 	fmt.Fprintf(w, "memory: RSS %.0f MiB with no nodes, %.0f MiB holding them: %.1f KiB per node\n",
 		r.BaseRSSMiB, r.RSSMiB, (r.RSSMiB-r.BaseRSSMiB)*1024/float64(r.Nodes))
@@ -35,20 +35,9 @@ func printDetails(w io.Writer, r result) {
 		float64(r.BeatsSent)/r.Window.Seconds(), r.HBRows, r.NeedRows, r.HBStmts, r.Stale, r.NotOnline)
 	fmt.Fprintf(w, "every statement the coordinator ran: %.1f/s; most frequent:\n", r.AllStmts)
 	for _, s := range r.Top {
-		fmt.Fprintf(w, "  %8.1f/s %9.1f rows/s  %s\n", float64(s.calls)/r.Window.Seconds(), float64(s.rows)/r.Window.Seconds(), s.query)
+		fmt.Fprintf(w, "  %8.1f/s %9.1f rows/s  %s\n", float64(s.Calls)/r.Window.Seconds(), float64(s.Rows)/r.Window.Seconds(), s.Short())
 	}
-	if len(r.ErrSamples) > 0 {
-		fmt.Fprintln(w, "node-side errors:")
-		for _, k := range slices.Sorted(maps.Keys(r.ErrSamples)) {
-			fmt.Fprintf(w, "  %6d× %s\n", r.ErrSamples[k], k)
-		}
-	}
-	if r.Warnings > 0 {
-		fmt.Fprintf(w, "coordinator log: %d WARN/ERROR lines, e.g.:\n", r.Warnings)
-		for _, s := range r.WarnSample {
-			fmt.Fprintf(w, "  %s\n", s)
-		}
-	}
+	benchkit.PrintTrouble(w, r.ErrSamples, r.Warnings, r.WarnSample)
 }
 
 // printTable prints the summary, one row per node count, and the verdict

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
@@ -77,8 +75,8 @@ type env struct {
 	url   string
 	token string
 	node  string
-	coord *proc
-	agent *proc
+	coord *benchkit.Process
+	agent *benchkit.Process
 	api   *api
 }
 
@@ -93,7 +91,7 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 		return nil, err
 	}
 	*cleanups = append(*cleanups, cluster.Stop)
-	dbURL, err := createDatabase(ctx, cluster, "taskstart")
+	dbURL, err := benchkit.CreateDB(ctx, cluster, "taskstart")
 	if err != nil {
 		return nil, err
 	}
@@ -105,13 +103,13 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	e.url = "http://" + addr
 	log.Info("starting the coordinator", "url", e.url)
-	e.coord, err = startProc(filepath.Join(work, "coordinator.log"), []string{"PODIUM_TOKEN=" + e.token},
+	e.coord, err = benchkit.StartProcess(filepath.Join(work, "coordinator.log"), []string{"PODIUM_TOKEN=" + e.token},
 		bins.coordinator, "serve", "--database", dbURL, "--listen", addr)
 	if err != nil {
 		return nil, err
 	}
-	*cleanups = append(*cleanups, func() { _ = e.coord.stop(10 * time.Second) })
-	if err := benchkit.WaitReady(ctx, e.url, e.coord.logPath, e.coord.exited, func() error { return e.coord.waitErr }, 30*time.Second); err != nil {
+	*cleanups = append(*cleanups, func() { _ = e.coord.Stop(10 * time.Second) })
+	if err := benchkit.WaitReady(ctx, e.url, e.coord.LogPath, e.coord.Exited, func() error { return e.coord.WaitErr }, 30*time.Second); err != nil {
 		return nil, err
 	}
 	e.api = newAPI(e.url, e.token)
@@ -136,14 +134,14 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 	}
 
 	log.Info("starting the agent", "node", e.node)
-	e.agent, err = startProc(filepath.Join(work, "agent.log"), nil, bins.agent, "run", "--data-dir", data)
+	e.agent, err = benchkit.StartProcess(filepath.Join(work, "agent.log"), nil, bins.agent, "run", "--data-dir", data)
 	if err != nil {
 		return nil, err
 	}
 	// Stopping the agent leaves its tasks running by design, so whatever of
 	// its node is still in the engine is removed after it has stopped.
 	*cleanups = append(*cleanups, func() {
-		_ = e.agent.stop(30 * time.Second)
+		_ = e.agent.Stop(30 * time.Second)
 		removeDockerObjects("podium.node=" + e.node)
 	})
 	if err := e.waitOnline(ctx, 30*time.Second); err != nil {
@@ -156,20 +154,6 @@ func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return "bench-" + hex.EncodeToString(b)
-}
-
-// createDatabase makes a database from the cluster's template, which already
-// has Podium's schema.
-func createDatabase(ctx context.Context, cluster *pgtest.Cluster, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
-	if err != nil {
-		return "", fmt.Errorf("connect to Postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "create database "+name+" template podium_template"); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	return cluster.URL(name), nil
 }
 
 // waitOnline waits until the node holds a stream to the replica.
@@ -185,13 +169,13 @@ func (e *env) waitOnline(ctx context.Context, within time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s was not online within %s (last error: %v); agent log:\n%s", e.node, within, err, benchkit.Tail(e.agent.logPath, 20))
+			return fmt.Errorf("node %s was not online within %s (last error: %v); agent log:\n%s", e.node, within, err, benchkit.Tail(e.agent.LogPath, 20))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-e.agent.exited:
-			return fmt.Errorf("the agent exited at start: %v\n%s", e.agent.waitErr, benchkit.Tail(e.agent.logPath, 20))
+		case <-e.agent.Exited:
+			return fmt.Errorf("the agent exited at start: %v\n%s", e.agent.WaitErr, benchkit.Tail(e.agent.LogPath, 20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -223,66 +207,17 @@ func (e *env) podiumCmd(ctx context.Context, args ...string) *exec.Cmd {
 // logged, a few of each: a run that went wrong somewhere usually says so there.
 func (e *env) warnings() string {
 	var b strings.Builder
-	for _, p := range []*proc{e.coord, e.agent} {
-		n, sample := benchkit.LogWarnings(p.logPath, 3)
+	for _, p := range []*benchkit.Process{e.coord, e.agent} {
+		n, sample := benchkit.LogWarnings(p.LogPath, 3)
 		if n == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "%s log: %d WARN/ERROR lines, e.g.:\n", filepath.Base(p.logPath), n)
+		fmt.Fprintf(&b, "%s log: %d WARN/ERROR lines, e.g.:\n", filepath.Base(p.LogPath), n)
 		for _, s := range sample {
 			fmt.Fprintf(&b, "  %s\n", s)
 		}
 	}
 	return b.String()
-}
-
-// proc is a long-running subprocess (the coordinator, the agent) logging to
-// a file. It runs in its own process group, so a ^C at the terminal reaches
-// only the benchmark, which then stops it in order; Pdeathsig kills it should
-// the benchmark itself die without cleaning up.
-type proc struct {
-	cmd     *exec.Cmd
-	logPath string
-	logFile *os.File
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // valid after exited is closed
-}
-
-func startProc(logPath string, env []string, bin string, args ...string) (*proc, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &proc{cmd: cmd, logPath: logPath, logFile: logf, exited: make(chan struct{})}
-	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
-	return p, nil
-}
-
-// stop sends SIGTERM and kills the process if it has not exited within timeout.
-func (p *proc) stop(timeout time.Duration) error {
-	defer p.logFile.Close()
-	select {
-	case <-p.exited:
-		return p.waitErr
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return p.waitErr
-	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return errors.New("killed after not stopping within " + timeout.String())
-	}
 }
 
 // api is the coordinator's API, for waiting on the node and reading tasks.

@@ -132,7 +132,7 @@ func run() int {
 			return fail(err)
 		}
 		fmt.Fprintf(os.Stderr, "taskstart: %v\nagent log (last lines):\n%s\ncoordinator log (last lines):\n%s\n",
-			err, benchkit.Tail(env.agent.logPath, 15), benchkit.Tail(env.coord.logPath, 15))
+			err, benchkit.Tail(env.agent.LogPath, 15), benchkit.Tail(env.coord.LogPath, 15))
 		return 1
 	}
 	watch.stop()
