@@ -216,7 +216,9 @@ func TestRestartResumesTheTask(t *testing.T) {
 		t.Fatalf("output %q and final %v, want 1..%d once each and SUCCEEDED", stdout.String(), final, n)
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("agent run: %v", err)
+	}
 	agenttest.AssertNoContainers(t, dc, nodeID)
 }
 

@@ -136,7 +136,7 @@ type replica struct {
 func (c *cluster) start(t *testing.T, db pgtest.Database, name string, retry time.Duration) *replica {
 	t.Helper()
 	r := &replica{name: name, done: make(chan struct{}), worker: &probe{cluster: c, fail: make(chan error, 1)}}
-	var out slog.Handler = slog.DiscardHandler
+	out := slog.Handler(slog.DiscardHandler)
 	if os.Getenv("PODIUM_TEST_LOG") != "" {
 		out = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}

@@ -174,21 +174,6 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 	return written, err
 }
 
-// CheckEpoch fails with ErrStaleEpoch unless the node's session is still epoch.
-func checkEpoch(ctx context.Context, q querier, nodeID string, epoch int64) error {
-	var cur int64
-	err := q.QueryRow(ctx, "select session_epoch from podium.nodes where id = $1", nodeID).Scan(&cur)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	if cur != epoch {
-		return ErrStaleEpoch
-	}
-	return nil
-}
 
 // RegisterReplica records a replica and the address nodes can reach it on.
 func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {

@@ -58,7 +58,7 @@ func startService(t *testing.T) *service {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); svc.Run(ctx) }()
+	go func() { defer close(done); _ = svc.Run(ctx) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
