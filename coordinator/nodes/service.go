@@ -303,4 +303,3 @@ func (s *Service) recordHeartbeat(b store.Heartbeat) {
 	s.beats[b.NodeID] = b
 	s.hbMu.Unlock()
 }
-

@@ -174,7 +174,6 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 	return written, err
 }
 
-
 // RegisterReplica records a replica and the address nodes can reach it on.
 func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {
 	_, err := s.pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
