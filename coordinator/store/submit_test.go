@@ -29,6 +29,7 @@ func openStore(t *testing.T) (*store.Store, pgtest.Database) {
 }
 
 func TestInsertTasksStoresEveryColumnInInputOrderAndRingsOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, db := openStore(t)
 
@@ -114,6 +115,7 @@ func TestInsertTasksStoresEveryColumnInInputOrderAndRingsOnce(t *testing.T) {
 }
 
 func TestInsertTasksIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, _ := openStore(t)
 	first, err := st.InsertTask(ctx, ids.New("task"), &podiumv1.TaskSpec{Image: "busybox"}, "me")

@@ -120,6 +120,7 @@ func (s *service) storedTasks(t *testing.T) map[string]string {
 }
 
 func TestConcurrentSubmitsShareCommitsAndEachIsStoredOnce(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	const n = 200
 	specs := make([]*podiumv1.TaskSpec, n)
@@ -168,6 +169,7 @@ func TestConcurrentSubmitsShareCommitsAndEachIsStoredOnce(t *testing.T) {
 }
 
 func TestBadSpecAmongGoodOnesIsRefusedAloneWithTheFieldNamed(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	specs := make([]*podiumv1.TaskSpec, 41)
 	for i := range specs {
@@ -197,6 +199,7 @@ func TestBadSpecAmongGoodOnesIsRefusedAloneWithTheFieldNamed(t *testing.T) {
 }
 
 func TestSubmitAfterStopIsRefusedAndNothingHangs(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	// Submits in flight while the service stops each get an answer: their
 	// task, or the refusal. submitAll's deadline turns a hang into a failure.
@@ -238,6 +241,7 @@ func TestSubmitAfterStopIsRefusedAndNothingHangs(t *testing.T) {
 }
 
 func TestSubmitCallerThatGivesUpStopsWaiting(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	st, err := store.Open(context.Background(), db.URL)
 	if err != nil {
