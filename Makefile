@@ -29,7 +29,7 @@ build:
 # The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and
 # starts them on a fresh machine (see README).
 test: vet lint
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 -race -timeout 40m ./...
 
 # Benchmarks are programs, not timed tests: each prints its figures beside a
 # reference measured in the same run on the same machine (docs in each program).

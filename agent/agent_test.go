@@ -22,6 +22,7 @@ import (
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -113,6 +114,7 @@ func TestNewWithoutRunner(t *testing.T) {
 // task running; started again, it resumes the task and its output goes on
 // from the byte it had reached, to the task's end.
 func TestRestartResumesTheTask(t *testing.T) {
+	t.Parallel()
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
 	const n = 30
@@ -216,8 +218,8 @@ func TestRestartResumesTheTask(t *testing.T) {
 		t.Fatalf("output %q and final %v, want 1..%d once each and SUCCEEDED", stdout.String(), final, n)
 	}
 	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("agent run: %v", err)
+	if err := wait.Recv(t, 30*time.Second, "Run to return on the second shutdown", done); err != nil {
+		t.Fatalf("Run returned %v on shutdown, want nil", err)
 	}
 	agenttest.AssertNoContainers(t, dc, nodeID)
 }

@@ -16,6 +16,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // Several replicas starting at once must apply each migration exactly once and
 // all come up.
 func TestMigrateConcurrentReplicas(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	c0, err := pgx.Connect(ctx, db.URL)

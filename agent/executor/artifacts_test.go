@@ -83,6 +83,7 @@ func (f *fakeUploader) Upload(ctx context.Context, u artifacts.Uploads) artifact
 // terminal status comes after the first try, and the task's directory stays
 // until the uploads are done.
 func TestArtifactsAreCollectedWhenTheTaskExits(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	up := &fakeUploader{release: make(chan struct{}), lateNote: "artifact x: upload failed: try later (will retry)"}
 	var releaseOnce sync.Once
@@ -163,6 +164,7 @@ ls -la /workspace/.podium/artifacts >&2`
 
 // A task that leaves nothing has nothing uploaded and ends as before.
 func TestNoArtifactsNoUpload(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	up := &fakeUploader{release: make(chan struct{})}
 	e.exec = e.newExecutorWith(up)
@@ -215,6 +217,7 @@ func skipNotes(rec *recorder) []string {
 // file published with podium-runner artifact add is uploaded though no glob
 // matches it.
 func TestArtifactGlobsNarrowAndWiden(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	script := `set -e
 cd /workspace
@@ -266,6 +269,7 @@ sha256sum dist/a.tar.gz`
 // workspace file would get the same name, the one in .podium/artifacts wins
 // and the other is noted.
 func TestArtifactGlobOverTheWholeWorkspace(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	script := `set -e
 cd /workspace
@@ -289,6 +293,7 @@ echo no > a.txt`
 // The node refuses globs the coordinator would have refused, whatever it
 // was sent, before anything runs.
 func TestArtifactGlobOutsideTheWorkspaceFails(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	spec := e.sh("true")
 	spec.Artifacts = []string{"dist/*", "../../etc/*"}
@@ -305,6 +310,7 @@ func TestArtifactGlobOutsideTheWorkspaceFails(t *testing.T) {
 // selected files out of it; if someone removed it, the next agent says in
 // the task's log that they could not be collected.
 func TestArtifactGlobsAfterAnAgentRestart(t *testing.T) {
+	t.Parallel()
 	for _, removed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("container removed %v", removed), func(t *testing.T) {
 			e := setup(t)

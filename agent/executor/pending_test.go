@@ -77,6 +77,7 @@ func record(t *testing.T, taskID string, endedAt time.Time, path string) []byte 
 // with their directories and a line in the agent's log; a directory without
 // a record goes as before.
 func TestPendingUploadsAtStartup(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	endedAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
 	ok := writeTaskDir(t, e.tasksDir, "task_ok-1", record(t, "task_ok", endedAt, "artifacts/a.txt"))
@@ -182,6 +183,7 @@ func (stuckUploader) Upload(ctx context.Context, up artifacts.Uploads) artifacts
 // of its newest event and the files; an agent stopping then keeps the
 // directory, and the next executor resumes the uploads from it.
 func TestPendingUploadsOutliveTheAgent(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

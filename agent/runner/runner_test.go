@@ -3,6 +3,7 @@ package runner_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/agent/runner"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 )
 
 func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }
@@ -110,12 +112,11 @@ func waitLog(t *testing.T, log, want string) {
 
 func TestSignalsReachTheCommandsGroup(t *testing.T) {
 	// The trap that answers is in a grandchild: the signal must reach the
-	// whole group, not just the runner's direct child.
+	// whole group, not just the runner's direct child. The grandchild says
+	// ready once its trap is set (its parent's was set before it started).
 	cmd, log := startRunner(t, `trap 'wait $pid; exit $?' TERM
-sh -c 'trap "echo child got TERM; exit 5" TERM; while :; do sleep 0.05; done' &
+sh -c 'trap "echo child got TERM; exit 5" TERM; echo ready; while :; do sleep 0.05; done' &
 pid=$!
-sleep 0.2
-echo ready
 wait $pid`)
 	waitLog(t, log, "ready\n")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -130,13 +131,16 @@ wait $pid`)
 
 // A command that leaves a background process holding its output open still
 // ends when it ends: what it left behind is killed, as in a container.
+//
+// The leftover would run for a day, so the runner ending at all shows it did
+// not wait for it; the deadline only bounds a failure.
 func TestLeftoversDoNotHoldTheRunner(t *testing.T) {
-	start := time.Now()
-	cmd, log := startRunner(t, "sleep 60 & echo started")
-	_ = cmd.Wait()
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("the runner took %s to end after its command did", d)
-	}
+	leftover := fmt.Sprintf("sleep 86400.%d", os.Getpid()) // a day, and no other test's
+	cmd, log := startRunner(t, leftover+" & echo started")
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	wait.Closed(t, time.Minute, "the runner to end after its command did, with a leftover still running", exited)
+	wait.For(t, 30*time.Second, "the leftover "+leftover+" to be killed", func() bool { return !running(t, leftover) })
 	if out, _, exit := logOf(t, log); out != "started\n" || exit == nil || exit.Code != 0 {
 		t.Fatalf("stdout %q exit %+v", out, exit)
 	}
@@ -204,4 +208,21 @@ func TestArtifactAdd(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want %d saying %q", c.args, code, errb.String(), c.code, c.says)
 		}
 	}
+}
+
+// running reports whether a process with this command line exists (a zombie
+// has none, so a killed one not yet reaped does not count).
+func running(t *testing.T, cmdline string) bool {
+	t.Helper()
+	want := strings.ReplaceAll(cmdline, " ", "\x00") + "\x00"
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && string(b) == want {
+			return true
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/podiumhq/podium/agent/executor"
@@ -22,45 +23,57 @@ func statusEvent(task string, s podiumv1.TaskState) *podiumv1.TaskEvent {
 
 // TestOutboxBackpressure checks that output blocks once too much is
 // unacknowledged, that an ack releases it, that status changes never block,
-// and that close releases everyone.
+// and that close releases everyone. It runs in a synctest bubble, so
+// synctest.Wait tells when the writers are blocked rather than guessing it
+// with a sleep.
 func TestOutboxBackpressure(t *testing.T) {
-	o := newOutbox(10_000, nil, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
-	o.add(logEvent("t", 6000), nil)
-	done := make(chan struct{})
-	go func() {
-		o.add(logEvent("t", 6000), nil) // over the limit: blocks until the first is acked
-		close(done)
-	}()
-	select {
-	case <-done:
-		t.Fatal("output beyond the limit did not block")
-	case <-time.After(50 * time.Millisecond):
-	}
-	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil) // must not block
-	o.ack(k, 1)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("an ack did not release blocked output")
-	}
-	if got := o.running(); len(got) != 1 || got[0].GetLastSeq() != 3 {
-		t.Fatalf("running %v, want t with last_seq 3", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		o := newOutbox(10_000, nil, slog.Default())
+		k := executor.Key{TaskID: "t", Attempt: 1}
+		o.add(logEvent("t", 6000), nil)
+		done := make(chan struct{})
+		go func() {
+			o.add(logEvent("t", 6000), nil) // over the limit: blocks until the first is acked
+			close(done)
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("output beyond the limit did not block")
+		default:
+		}
+		o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil) // must not block
+		o.ack(k, 1)
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("an ack did not release blocked output")
+		}
+		if got := o.running(); len(got) != 1 || got[0].GetLastSeq() != 3 {
+			t.Fatalf("running %v, want t with last_seq 3", got)
+		}
 
-	blocked := make(chan struct{})
-	go func() {
-		o.add(logEvent("t", 6000), nil)
-		o.add(logEvent("t", 6000), nil)
-		close(blocked)
-	}()
-	time.Sleep(20 * time.Millisecond)
-	o.close()
-	select {
-	case <-blocked:
-	case <-time.After(5 * time.Second):
-		t.Fatal("close did not release blocked output")
-	}
+		blocked := make(chan struct{})
+		go func() {
+			o.add(logEvent("t", 6000), nil)
+			o.add(logEvent("t", 6000), nil)
+			close(blocked)
+		}()
+		synctest.Wait()
+		select {
+		case <-blocked:
+			t.Fatal("output beyond the limit did not block")
+		default:
+		}
+		o.close()
+		synctest.Wait()
+		select {
+		case <-blocked:
+		default:
+			t.Fatal("close did not release blocked output")
+		}
+	})
 }
 
 func TestOutboxRetireAndContinue(t *testing.T) {
@@ -90,33 +103,39 @@ func TestOutboxRetireAndContinue(t *testing.T) {
 	}
 }
 
+// A new stream re-sends what was not acknowledged; so does a stream on which
+// acks stop coming for longer than the stall time. The test runs in a
+// synctest bubble: its clock moves only by the sleep that is the stall, so
+// the stall is exact and takes no time.
 func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
-	o := newOutbox(1<<20, nil, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
-	for range 5 {
-		o.add(logEvent("t", 10), nil)
-	}
-	if b := o.nextBatch(flushBytes, 2); len(b) != 2 {
-		t.Fatalf("batch of %d, want the 2 asked for", len(b))
-	}
-	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
-		t.Fatalf("second batch %v", b)
-	}
-	o.ack(k, 2)
-	o.resetSent() // a new stream
-	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
-		t.Fatalf("after reconnect %v, want seq 3..5 again", b)
-	}
-	if o.rewindStalled(time.Hour) {
-		t.Fatal("rewound before the stall time")
-	}
-	time.Sleep(10 * time.Millisecond)
-	if !o.rewindStalled(time.Millisecond) {
-		t.Fatal("stalled events not rewound")
-	}
-	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 {
-		t.Fatalf("after a stall %v, want seq 3..5 again", b)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		o := newOutbox(1<<20, nil, slog.Default())
+		k := executor.Key{TaskID: "t", Attempt: 1}
+		for range 5 {
+			o.add(logEvent("t", 10), nil)
+		}
+		if b := o.nextBatch(flushBytes, 2); len(b) != 2 {
+			t.Fatalf("batch of %d, want the 2 asked for", len(b))
+		}
+		if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
+			t.Fatalf("second batch %v", b)
+		}
+		o.ack(k, 2)
+		o.resetSent() // a new stream
+		if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 || b[0].GetSeq() != 3 {
+			t.Fatalf("after reconnect %v, want seq 3..5 again", b)
+		}
+		time.Sleep(10 * time.Millisecond) // no ack comes: the stall
+		if o.rewindStalled(time.Hour) {
+			t.Fatal("rewound before the stall time")
+		}
+		if !o.rewindStalled(time.Millisecond) {
+			t.Fatal("stalled events not rewound")
+		}
+		if b := o.nextBatch(flushBytes, flushEvents); len(b) != 3 {
+			t.Fatalf("after a stall %v, want seq 3..5 again", b)
+		}
+	})
 }
 
 func TestOutboxForget(t *testing.T) {

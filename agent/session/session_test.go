@@ -21,6 +21,7 @@ import (
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/agent/session"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -84,13 +85,7 @@ func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[pod
 
 func (c *coordinator) next(t *testing.T) *conn {
 	t.Helper()
-	select {
-	case cn := <-c.conns:
-		return cn
-	case <-time.After(20 * time.Second):
-		t.Fatal("the node did not open a stream within 20 s")
-		return nil
-	}
+	return wait.Recv(t, 20*time.Second, "the node to open a stream", c.conns)
 }
 
 // hello reads the first message, which must be a Hello.
@@ -117,21 +112,44 @@ func (cn *conn) read(t *testing.T) *podiumv1.StreamRequest {
 	}
 }
 
+// patience bounds the loops below, which skip messages they do not want: a
+// node that keeps sending the wrong thing fails the test, by name, instead
+// of holding it until the run's timeout.
+const patience = 30 * time.Second
+
 // heartbeat waits for the next heartbeat, skipping events.
 func (cn *conn) heartbeat(t *testing.T) *podiumv1.Heartbeat {
 	t.Helper()
-	for {
+	return cn.heartbeatUntil(t, "a heartbeat", func(*podiumv1.Heartbeat) bool { return true })
+}
+
+// heartbeatUntil waits for a heartbeat that satisfies ok, skipping events
+// and other heartbeats.
+func (cn *conn) heartbeatUntil(t *testing.T, what string, ok func(*podiumv1.Heartbeat) bool) *podiumv1.Heartbeat {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	var last *podiumv1.Heartbeat
+	for time.Now().Before(deadline) {
 		if hb := cn.read(t).GetHeartbeat(); hb != nil {
-			return hb
+			if ok(hb) {
+				return hb
+			}
+			last = hb
 		}
 	}
+	t.Fatalf("gave up after %s waiting for %s; the last heartbeat was %v", patience, what, last)
+	return nil
 }
 
 // events reads batches until n events arrived, skipping heartbeats.
 func (cn *conn) events(t *testing.T, n int) []*podiumv1.TaskEvent {
 	t.Helper()
 	var out []*podiumv1.TaskEvent
+	deadline := time.Now().Add(patience)
 	for len(out) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %d events; got %v", patience, n, out)
+		}
 		if b := cn.read(t).GetEvents(); b != nil {
 			out = append(out, b.GetEvents()...)
 		}
@@ -145,30 +163,14 @@ func (cn *conn) events(t *testing.T, n int) []*podiumv1.TaskEvent {
 // batch reads the next batch of events, skipping heartbeats.
 func (cn *conn) batch(t *testing.T) []*podiumv1.TaskEvent {
 	t.Helper()
-	for {
+	deadline := time.Now().Add(patience)
+	for time.Now().Before(deadline) {
 		if b := cn.read(t).GetEvents(); b != nil {
 			return b.GetEvents()
 		}
 	}
-}
-
-// quiet checks that the node sends no events for a while.
-func (cn *conn) quiet(t *testing.T, d time.Duration) {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case m, ok := <-cn.recv:
-			if !ok {
-				return
-			}
-			if b := m.GetEvents(); b != nil {
-				t.Fatalf("unexpected events: %v", b.GetEvents())
-			}
-		case <-deadline:
-			return
-		}
-	}
+	t.Fatalf("gave up after %s waiting for a batch of events", patience)
+	return nil
 }
 
 func (cn *conn) push(m *podiumv1.StreamResponse) { cn.send <- m }
@@ -350,7 +352,11 @@ func startWith(t *testing.T, r session.Runner, cfg session.Config, reject error)
 	stop := func() error {
 		once.Do(func() {
 			cancel()
-			runErr = <-done
+			select {
+			case runErr = <-done:
+			case <-time.After(patience):
+				runErr = fmt.Errorf("Run did not return within %s of its context ending", patience)
+			}
 		})
 		return runErr
 	}
@@ -375,6 +381,7 @@ func seqs(evs []*podiumv1.TaskEvent) string {
 }
 
 func TestHelloHeartbeatAssignEventsAck(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
 	cn := f.coord.next(t)
@@ -413,14 +420,19 @@ func TestHelloHeartbeatAssignEventsAck(t *testing.T) {
 	cn.push(ack("t1", 4))
 
 	// Once its terminal event is acked the node no longer reports the task,
-	// and a repeated assignment of it is not run again.
-	time.Sleep(50 * time.Millisecond)
+	// and a repeated assignment of it is not run again: the node handles what
+	// the coordinator sends in order, so had it run t1 again, t1's first
+	// event would come before t2's.
+	wait.For(t, patience, "the node to take the ack of t1's last event", func() bool { return f.sess.Stats().EventsSpooled == 0 })
 	cn.push(assign("t1"))
-	cn.quiet(t, 300*time.Millisecond)
+	cn.push(assign("t2"))
+	if evs := cn.events(t, 1); seqs(evs) != "t2/1" {
+		t.Fatalf("after a repeated assignment of t1 and a new t2: %s, want t2/1 alone", seqs(evs))
+	}
 	cn.end <- errors.New("restart")
 	cn = f.coord.next(t)
-	if h := cn.hello(t); len(h.GetRunning()) != 0 {
-		t.Fatalf("hello after the terminal ack still reports %v", h.GetRunning())
+	if h := cn.hello(t); len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != "t2" {
+		t.Fatalf("hello after t1's terminal ack reports %v, want only t2", h.GetRunning())
 	}
 	if strings.Contains(f.logs.String(), "hunter2") {
 		t.Fatal("the session logged a secret from an assignment's environment")
@@ -428,6 +440,7 @@ func TestHelloHeartbeatAssignEventsAck(t *testing.T) {
 }
 
 func TestRejectsWithoutFreeSlot(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 1, nil)
 	cn := f.coord.next(t)
@@ -468,6 +481,7 @@ func TestRejectsWithoutFreeSlot(t *testing.T) {
 }
 
 func TestDrainingRejectsAndAdvertisesNoSlot(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 4, nil)
 	cn := f.coord.next(t)
@@ -486,23 +500,18 @@ func TestDrainingRejectsAndAdvertisesNoSlot(t *testing.T) {
 	// The live half of an undrain: a HelloAck on the open stream.
 	undrain := helloAck()
 	cn.push(undrain)
-	for {
-		if hb := cn.heartbeat(t); hb.GetFreeSlots() == 4 {
-			break
-		}
-	}
+	cn.heartbeatUntil(t, "4 free slots after the undrain", func(hb *podiumv1.Heartbeat) bool { return hb.GetFreeSlots() == 4 })
 	// The slot override arrives the same way.
 	override := helloAck()
 	override.GetHelloAck().MaxTasksOverride = 1
 	cn.push(override)
-	for {
-		if hb := cn.heartbeat(t); hb.GetFreeSlots() == 1 && hb.GetCapacity().GetMaxTasks() == 1 {
-			break
-		}
-	}
+	cn.heartbeatUntil(t, "1 slot after the override", func(hb *podiumv1.Heartbeat) bool {
+		return hb.GetFreeSlots() == 1 && hb.GetCapacity().GetMaxTasks() == 1
+	})
 }
 
 func TestReconnectResendsUnacked(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
 	cn := f.coord.next(t)
@@ -514,7 +523,7 @@ func TestReconnectResendsUnacked(t *testing.T) {
 	r.log(key("t1"), 0, "abc")
 	cn.events(t, 2)
 	cn.push(ack("t1", 1))
-	time.Sleep(50 * time.Millisecond)
+	wait.For(t, patience, "the node to take the ack of seq 1", func() bool { return f.sess.Stats().EventsSpooled == 2 })
 	cn.end <- connect.NewError(connect.CodeUnavailable, errors.New("replica going away"))
 
 	// While disconnected the task keeps producing.
@@ -544,6 +553,7 @@ func TestReconnectResendsUnacked(t *testing.T) {
 }
 
 func TestAdoptKeepFalseCancels(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
 	cn := f.coord.next(t)
@@ -556,22 +566,22 @@ func TestAdoptKeepFalseCancels(t *testing.T) {
 	cn = f.coord.next(t)
 	cn.hello(t)
 	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: false}))
-	select {
-	case c := <-r.cancels:
-		if c != "t1: "+session.CancelReasonNotHeld {
-			t.Fatalf("cancel %q", c)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a task the coordinator disowned was not cancelled")
+	if c := wait.Recv(t, patience, "the disowned task to be cancelled", r.cancels); c != "t1: "+session.CancelReasonNotHeld {
+		t.Fatalf("cancel %q", c)
 	}
-	// Its teardown events are not sent: the coordinator has disowned it.
-	cn.quiet(t, 300*time.Millisecond)
+	// Its teardown events are not sent: the coordinator has disowned it. (Had
+	// they been queued, they would come before those of a task assigned after.)
+	cn.push(assign("t2"))
+	if evs := cn.events(t, 1); seqs(evs) != "t2/1" {
+		t.Fatalf("after the disowned task's teardown and a new t2: %s, want t2/1 alone", seqs(evs))
+	}
 	if !strings.Contains(f.logs.String(), "no longer holds") {
 		t.Fatal("the log does not say why the task was cancelled")
 	}
 }
 
 func TestCancelMessage(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
 	cn := f.coord.next(t)
@@ -582,7 +592,7 @@ func TestCancelMessage(t *testing.T) {
 	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: &podiumv1.Cancel{
 		TaskId: "t1", Attempt: 1, Reason: "user asked", GraceSeconds: 5,
 	}}})
-	if c := <-r.cancels; c != "t1: user asked" {
+	if c := wait.Recv(t, patience, "the runner to be asked to cancel", r.cancels); c != "t1: user asked" {
 		t.Fatalf("cancel %q", c)
 	}
 	ev := cn.events(t, 1)[0]
@@ -592,19 +602,14 @@ func TestCancelMessage(t *testing.T) {
 }
 
 func TestUnauthenticatedKeepsRetrying(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	coordErr := connect.NewError(connect.CodeUnauthenticated, errors.New("unknown node key"))
 	f := start(t, r, 1, nil)
 	f.coord.mu.Lock()
 	f.coord.reject = coordErr
 	f.coord.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(f.logs.String(), "enroll it again") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no re-enroll advice in the log:\n%s", f.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, patience, "re-enroll advice in the log", func() bool { return strings.Contains(f.logs.String(), "enroll it again") })
 	f.coord.mu.Lock()
 	f.coord.reject = nil
 	f.coord.mu.Unlock()
@@ -615,6 +620,7 @@ func TestUnauthenticatedKeepsRetrying(t *testing.T) {
 // TestWithDocker runs one real task through a real executor and the session,
 // and reassembles its output from the stream.
 func TestWithDocker(t *testing.T) {
+	t.Parallel()
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
 	nodeID := agenttest.NodeID(t)
@@ -637,7 +643,11 @@ func TestWithDocker(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	var states []string
 	var lastSeq uint64
+	deadline := time.Now().Add(2 * time.Minute)
 	for done := false; !done; {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the task's terminal status; states so far %v", states)
+		}
 		for _, ev := range cn.batch(t) {
 			if ev.GetSeq() != lastSeq+1 {
 				t.Fatalf("seq %d after %d", ev.GetSeq(), lastSeq)
@@ -676,6 +686,7 @@ func nodeConfig(draining bool, override int32) *podiumv1.StreamResponse {
 // TestNodeConfigAppliesAtOnce: the live push of a drain or a slot override
 // changes what the node advertises and accepts without a reconnect.
 func TestNodeConfigAppliesAtOnce(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 4, nil)
 	cn := f.coord.next(t)
@@ -683,21 +694,22 @@ func TestNodeConfigAppliesAtOnce(t *testing.T) {
 	cn.push(helloAck())
 	cn.heartbeat(t)
 	cn.push(nodeConfig(true, 0))
-	for hb := cn.heartbeat(t); hb.GetFreeSlots() != 0; hb = cn.heartbeat(t) {
-	}
+	cn.heartbeatUntil(t, "no free slot once draining", func(hb *podiumv1.Heartbeat) bool { return hb.GetFreeSlots() == 0 })
 	cn.push(assign("t1"))
 	if ev := cn.events(t, 1)[0]; ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Fatalf("assignment while draining: %v, want QUEUED", ev)
 	}
 	cn.push(nodeConfig(false, 1))
-	for hb := cn.heartbeat(t); hb.GetFreeSlots() != 1 || hb.GetCapacity().GetMaxTasks() != 1; hb = cn.heartbeat(t) {
-	}
+	cn.heartbeatUntil(t, "1 slot after the undrain with an override", func(hb *podiumv1.Heartbeat) bool {
+		return hb.GetFreeSlots() == 1 && hb.GetCapacity().GetMaxTasks() == 1
+	})
 	if !strings.Contains(f.logs.String(), "labels=[gpu]") {
 		t.Fatal("the log does not show the node's new labels")
 	}
 }
 
 func TestInjectReachesTheTask(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
 	cn := f.coord.next(t)
@@ -707,28 +719,20 @@ func TestInjectReachesTheTask(t *testing.T) {
 	cn.events(t, 1)
 	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
 		TaskId: "t1", Attempt: 1, MessageId: 5, Text: "hello task"}}})
-	select {
-	case got := <-r.injects:
-		if got != "t1/5: hello task" {
-			t.Fatalf("injected %q", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message never reached the runner")
+	if got := wait.Recv(t, patience, "the message to reach the runner", r.injects); got != "t1/5: hello task" {
+		t.Fatalf("injected %q", got)
 	}
 	cn.push(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Inject{Inject: &podiumv1.Inject{
 		TaskId: "gone", Attempt: 1, MessageId: 6, Text: "too late"}}})
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(f.logs.String(), "not running here; dropped") {
-		if time.Now().After(deadline) {
-			t.Fatal("a message for a task that is not here was not logged as dropped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, patience, "the message for a task that is not here to be logged as dropped", func() bool {
+		return strings.Contains(f.logs.String(), "not running here; dropped")
+	})
 }
 
 // TestExitOnDrain: a draining node with ExitOnDrain ends its session once
 // its last task ended and the coordinator stored every event, not before.
 func TestExitOnDrain(t *testing.T) {
+	t.Parallel()
 	r := newRunner()
 	f := startWith(t, r, session.Config{MaxTasks: 2, ExitOnDrain: true}, nil)
 	cn := f.coord.next(t)
@@ -742,37 +746,37 @@ func TestExitOnDrain(t *testing.T) {
 	r.status(key("t1"), podiumv1.TaskState_TASK_STATE_SUCCEEDED, "")
 	cn.events(t, 1)
 	ended := make(chan error, 1)
-	go func() { ended <- f.stopAfterDrain() }()
+	go func() { ended <- f.stopAfterDrain(patience) }()
+	// That it does not end early can only be seen by giving it the time to:
+	// several of its 100 ms heartbeats, each a moment it could decide to.
 	select {
 	case err := <-ended:
 		t.Fatalf("the session ended (%v) before the coordinator acknowledged the last event", err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	cn.push(ack("t1", 2))
-	select {
-	case err := <-ended:
-		if !errors.Is(err, session.ErrDrained) {
-			t.Fatalf("Run returned %v, want ErrDrained", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a drained node did not exit")
+	if err := wait.Recv(t, patience, "a drained node to exit", ended); !errors.Is(err, session.ErrDrained) {
+		t.Fatalf("Run returned %v, want ErrDrained", err)
 	}
 }
 
-// stopAfterDrain waits for Run to return by itself.
-func (f *fixture) stopAfterDrain() error {
-	for {
-		if strings.Contains(f.logs.String(), "the node is drained") {
-			return f.stop()
+// stopAfterDrain waits for Run to return by itself, for at most d.
+func (f *fixture) stopAfterDrain(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(f.logs.String(), "the node is drained") {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the session did not say the node is drained within %s", d)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(wait.Poll)
 	}
+	return f.stop()
 }
 
 // TestSpoolCarriesEventsAcrossRestart: a second session on the same spool
 // (the next agent process) reports the task with its last seq, hands it back
 // for resuming with its cursor, and re-sends what was not acknowledged.
 func TestSpoolCarriesEventsAcrossRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := newRunner()
 	f := startWith(t, r, session.Config{MaxTasks: 2, SpoolDir: dir}, nil)
@@ -786,7 +790,7 @@ func TestSpoolCarriesEventsAcrossRestart(t *testing.T) {
 	r.log(key("t1"), 3, "def")
 	cn.events(t, 3)
 	cn.push(ack("t1", 3))
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, patience, "the node to take the ack of seq 3", func() bool { return f.sess.Stats().EventsSpooled == 1 })
 	if err := f.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
@@ -815,6 +819,7 @@ func TestSpoolCarriesEventsAcrossRestart(t *testing.T) {
 // TestLowDiskAdvertisesNoSlot: below the free-disk watermark the node takes
 // nothing new, however many slots it has.
 func TestLowDiskAdvertisesNoSlot(t *testing.T) {
+	t.Parallel()
 	f := startWith(t, newRunner(), session.Config{MaxTasks: 4, MinFreeDiskMB: 1000}, nil)
 	cn := f.coord.next(t)
 	cn.hello(t)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podiumhq/podium/internal/testenv/wait"
 )
 
 // Requests that arrive while a batch is being written go together into the
@@ -34,15 +36,11 @@ func TestBatchesWhatGathersDuringAWrite(t *testing.T) {
 
 	got := make(chan [2]int, 101)
 	go func() { r, _ := b.Do(ctx, 0); got <- [2]int{0, r} }()
-	for {
+	wait.For(t, 10*time.Second, "the first batch to be held in its write", func() bool {
 		mu.Lock()
-		n := len(sizes)
-		mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(sizes) == 1
+	})
 	var wg sync.WaitGroup
 	for i := 1; i <= 100; i++ {
 		wg.Add(1)
@@ -55,13 +53,11 @@ func TestBatchesWhatGathersDuringAWrite(t *testing.T) {
 			got <- [2]int{i, r}
 		}()
 	}
-	for len(b.queue) < 100 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the hundred requests to queue behind it", func() bool { return len(b.queue) == 100 })
 	close(release)
 	wg.Wait()
 	for range 101 {
-		p := <-got
+		p := wait.Recv(t, 10*time.Second, "every caller's result", got)
 		if p[1] != p[0]*10 {
 			t.Errorf("request %d got %d, want %d", p[0], p[1], p[0]*10)
 		}
@@ -89,9 +85,7 @@ func TestMaxWeightSplitsBatches(t *testing.T) {
 	for range 6 {
 		go func() { _, _ = b.Do(ctx, 4) }()
 	}
-	for len(b.queue) < 6 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the six requests to queue", func() bool { return len(b.queue) == 6 })
 	go b.Run(ctx)
 	for range 2 {
 		select {
@@ -118,7 +112,7 @@ func TestFlushErrorGoesToEveryCallerAndStopIsClear(t *testing.T) {
 		t.Errorf("Do = %v, want the flush's error", err)
 	}
 	cancel()
-	<-done
+	wait.Closed(t, 10*time.Second, "Run to return once its context ended", done)
 	if _, err := b.Do(context.Background(), 1); !errors.Is(err, ErrStopped) {
 		t.Errorf("Do after Run ended = %v, want ErrStopped", err)
 	}

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"errors"
 	"testing"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -52,5 +53,82 @@ func TestSessionSnapshotChargesAndReleases(t *testing.T) {
 	case <-s.Done():
 	default:
 		t.Fatal("CloseAll left a session open")
+	}
+}
+
+// A replaced session ending must not take its replacement out of the
+// registry: the old stream's handler removes only itself.
+func TestRegistryRemoveKeepsAReplacement(t *testing.T) {
+	r := NewRegistry()
+	old, replacement := newSession("node_a", 1), newSession("node_a", 2)
+	r.put(old)
+	r.put(replacement)
+	r.remove(old)
+	if s, ok := r.Get("node_a"); !ok || s != replacement {
+		t.Fatalf("after the old session left: %v %v, want the replacement", s, ok)
+	}
+	if r.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", r.Len())
+	}
+	r.remove(replacement)
+	if _, ok := r.Get("node_a"); ok || r.Len() != 0 {
+		t.Fatal("the replacement is still registered after it left")
+	}
+	if _, ok := r.SnapshotOf("node_a"); ok {
+		t.Fatal("a snapshot of a node with no session")
+	}
+}
+
+// A session's queue is bounded: trySend says so when it is full rather than
+// wait, and nothing can be queued on a session that ended.
+func TestSessionQueueIsBounded(t *testing.T) {
+	s := newSession("node_a", 1)
+	m := &podiumv1.StreamResponse{}
+	n := 0
+	for ; n < 1000; n++ {
+		if err := s.trySend(m); err != nil {
+			if !errors.Is(err, errBacklogged) {
+				t.Fatalf("trySend on a full queue: %v, want errBacklogged", err)
+			}
+			break
+		}
+	}
+	if n != cap(s.out) {
+		t.Fatalf("queued %d messages before the queue was full, want %d", n, cap(s.out))
+	}
+	s.Close()
+	s.Close() // twice is fine
+	if err := s.trySend(m); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("trySend after Close: %v, want ErrSessionClosed", err)
+	}
+	if err := s.send(m); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("send after Close: %v, want ErrSessionClosed", err)
+	}
+}
+
+// The operator's slot override wins over the node's own number; draining
+// leaves no free slot; a snapshot is a copy its reader can keep.
+func TestSnapshotSlotsAndCopies(t *testing.T) {
+	s := newSession("node_a", 1)
+	s.seen(&podiumv1.Capacity{MaxTasks: 2})
+	s.configure([]string{"linux"}, false, 5)
+	s.charge("task_1", TaskCost{})
+	snap := s.Snapshot()
+	if snap.FreeSlots != 4 {
+		t.Fatalf("free slots %d with an override of 5 and one task, want 4", snap.FreeSlots)
+	}
+	snap.Labels[0] = "changed"
+	snap.Capacity.MaxTasks = 99
+	if again := s.Snapshot(); again.Labels[0] != "linux" || again.Capacity.MaxTasks != 2 {
+		t.Fatalf("changing a snapshot changed the session: %+v", again)
+	}
+	s.configure([]string{"linux"}, true, 5)
+	if snap := s.Snapshot(); snap.FreeSlots != 0 || !snap.Draining {
+		t.Fatalf("draining session: %+v", snap)
+	}
+	// A heartbeat without capacity keeps the last one the node sent.
+	s.seen(nil)
+	if snap := s.Snapshot(); snap.Capacity.GetMaxTasks() != 2 {
+		t.Fatalf("capacity after a heartbeat without one: %v", snap.Capacity)
 	}
 }

@@ -74,6 +74,7 @@ func logEv(seq uint64, text string) *podiumv1.TaskEvent {
 // change it was sent, in order, its log is stored once in order, and a batch
 // sent again stores nothing twice.
 func TestIngestBatchManyTasksInOrderAndIdempotent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f, tasks := newIngestFixture(t, 3, 6)
 	zero := int32(0)
@@ -140,6 +141,7 @@ func TestIngestBatchManyTasksInOrderAndIdempotent(t *testing.T) {
 // An item the batch must refuse — a stale session, a task its node does not
 // hold, a gap — costs only that item; the others in the batch are stored.
 func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f, tasks := newIngestFixture(t, 2, 4)
 	stale := f.item(tasks[0], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
@@ -184,6 +186,7 @@ func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
 // A status the lifecycle does not allow is kept as a note in its place, and a
 // node's "cancelled" for a task stopped for its timeout is a failure.
 func TestIngestBatchLateStatusAndTimeout(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f, tasks := newIngestFixture(t, 1, 2)
 	if _, err := f.sql.Exec(ctx, "update podium.tasks set cancel_reason = 'timeout' where id = $1", tasks[1]); err != nil {

@@ -44,6 +44,7 @@ func rawSQL(t *testing.T, db pgtest.Database) *pgxpool.Pool {
 }
 
 func TestInsertTasksStoresEveryColumnInInputOrderAndRingsOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, db := openStore(t)
 	sql := rawSQL(t, db)
@@ -130,6 +131,7 @@ func TestInsertTasksStoresEveryColumnInInputOrderAndRingsOnce(t *testing.T) {
 }
 
 func TestInsertTasksIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, db := openStore(t)
 	first, err := st.InsertTask(ctx, ids.New("task"), &podiumv1.TaskSpec{Image: "busybox"}, "me")

@@ -173,6 +173,7 @@ func wantCode(t *testing.T, what string, err error, code connect.Code, says ...s
 // node, and it receives the task a person submitted from their own untagged
 // device, which records the person's login as requested_by.
 func TestTaggedNodeRunsAPersonsTask(t *testing.T) {
+	t.Parallel()
 	e := start(t, false)
 	ctx := ctxT(t)
 	alice := e.join(t, "alice-laptop")
@@ -242,6 +243,7 @@ func TestTaggedNodeRunsAPersonsTask(t *testing.T) {
 // An untagged device may not enroll, unless the operator allowed it; then it
 // may, and the coordinator says so in its log every time.
 func TestUntaggedEnrollment(t *testing.T) {
+	t.Parallel()
 	t.Run("refused", func(t *testing.T) {
 		e := start(t, false)
 		bob := e.join(t, "bob-desktop")
@@ -271,6 +273,7 @@ func TestUntaggedEnrollment(t *testing.T) {
 // node rekey`, the new device enrolls as the same node and connects, and the
 // old key stops working.
 func TestNodeKeyIsBoundToItsDevice(t *testing.T) {
+	t.Parallel()
 	e := start(t, false)
 	ctx := ctxT(t)
 	op := e.join(t, "operator")
@@ -316,6 +319,7 @@ func TestNodeKeyIsBoundToItsDevice(t *testing.T) {
 // A device with some other tag is neither a person nor a node: the admin API
 // refuses it and says which tags it has.
 func TestOtherTagIsRefused(t *testing.T) {
+	t.Parallel()
 	e := start(t, false)
 	ci := e.join(t, "ci-runner", "tag:ci")
 	ctx := ctxT(t)

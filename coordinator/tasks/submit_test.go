@@ -128,6 +128,7 @@ func (s *service) storedTasks(t *testing.T) map[string]string {
 }
 
 func TestConcurrentSubmitsShareCommitsAndEachIsStoredOnce(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	const n = 200
 	specs := make([]*podiumv1.TaskSpec, n)
@@ -176,6 +177,7 @@ func TestConcurrentSubmitsShareCommitsAndEachIsStoredOnce(t *testing.T) {
 }
 
 func TestBadSpecAmongGoodOnesIsRefusedAloneWithTheFieldNamed(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	specs := make([]*podiumv1.TaskSpec, 41)
 	for i := range specs {
@@ -205,6 +207,7 @@ func TestBadSpecAmongGoodOnesIsRefusedAloneWithTheFieldNamed(t *testing.T) {
 }
 
 func TestSubmitAfterStopIsRefusedAndNothingHangs(t *testing.T) {
+	t.Parallel()
 	s := startService(t)
 	// Submits in flight while the service stops each get an answer: their
 	// task, or the refusal. submitAll's deadline turns a hang into a failure.
@@ -246,6 +249,7 @@ func TestSubmitAfterStopIsRefusedAndNothingHangs(t *testing.T) {
 }
 
 func TestSubmitCallerThatGivesUpStopsWaiting(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	st, err := store.Open(context.Background(), db.URL)
 	if err != nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -107,11 +112,14 @@ func (e *env) checkSlowTask(t *testing.T, f *following) {
 // task prints: the task goes on without it (it is not the agent's child), and
 // the restarted agent resumes its output at the exact byte.
 func TestAgentKilledMidTaskLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	f := e.follow("--image", e.image, "--", "sh", "-c", slowScript)
 	f.waitStdout(t, "\n5\n")
 	e.killAgent()
-	time.Sleep(time.Second) // the task goes on printing with no agent
+	// The scenario: the task goes on printing for a while with no agent (about
+	// five of its lines), which the next agent must pick up at the exact byte.
+	time.Sleep(time.Second)
 	e.startAgent()
 	e.checkSlowTask(t, f)
 }
@@ -121,6 +129,7 @@ func TestAgentKilledMidTaskLosesNothing(t *testing.T) {
 // keeps its unacknowledged events (on disk) and sends them to the new one
 // from where it says it stands.
 func TestCoordinatorReplacedMidTaskLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	f := e.follow("--image", e.image, "--", "sh", "-c", slowScript)
 	f.waitStdout(t, "\n5\n")
@@ -138,6 +147,7 @@ func (e *env) specFile(body string) string {
 }
 
 func TestSidecarIsReachedByName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.specFile(fmt.Sprintf(`image: %[1]s
 command: [sh, -c, 'wget -qO- http://web:8080/index.html']
@@ -161,6 +171,7 @@ sidecars:
 }
 
 func TestSidecarNeverReadyFailsTheTaskWithItsOutput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.specFile(fmt.Sprintf(`image: %[1]s
 command: [echo, must not run]
@@ -184,6 +195,7 @@ sidecars:
 }
 
 func TestOutOfMemoryIsReportedAsOOM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.specFile(fmt.Sprintf(`image: %s
 command: [sh, -c, 'head -c 300m /dev/zero | tail']
@@ -201,6 +213,7 @@ resources:
 }
 
 func TestTimeoutFailsTheTask(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.podium("run", "--image", e.image, "--timeout", "1s", "--", "sleep", "60")
 	tk := e.task(r.taskID(t))
@@ -212,6 +225,7 @@ func TestTimeoutFailsTheTask(t *testing.T) {
 // TestCancelKillsATaskThatIgnoresSIGTERM: SIGTERM first, SIGKILL once the
 // task's grace period is over.
 func TestCancelKillsATaskThatIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.specFile(fmt.Sprintf(`image: %s
 command: [sh, -c, "trap '' TERM; echo ready; while true; do sleep 0.1; done"]
@@ -240,6 +254,7 @@ cancel_grace: 2s
 // TestMessagesAreReadInOrder: two `podium task send` messages, read by the
 // task with `podium-runner ask`, in the order they were sent.
 func TestMessagesAreReadInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	f := e.follow("--image", e.image, "--", "sh", "-c", "echo waiting; podium-runner ask; podium-runner ask")
 	f.waitStdout(t, "waiting\n")
@@ -260,12 +275,15 @@ func TestMessagesAreReadInOrder(t *testing.T) {
 // TestExitOnDrain: an agent started with --exit-on-drain exits 0 once its
 // node is drained and its last task has ended, and not before.
 func TestExitOnDrain(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, []string{"--exit-on-drain"})
 	f := e.follow("--image", e.image, "--", "sh", "-c", "echo started; sleep 2; echo finished")
 	f.waitStdout(t, "started\n")
 	if r := e.podium("node", "drain", e.node); r.code != 0 {
 		t.Fatalf("podium node drain: exit %d\n%s", r.code, r.stderr)
 	}
+	// That the agent does not exit early can only be seen by giving it the
+	// time to: half a second of the task's two.
 	select {
 	case <-e.agentDone:
 		t.Fatal("the agent exited while its task was still running")
@@ -289,12 +307,13 @@ func TestExitOnDrain(t *testing.T) {
 // agent is dead; the restarted agent finds its exit status in the runner log
 // and reports it, with the output that came after the crash.
 func TestTaskThatEndsWhileTheAgentIsDownIsReported(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	f := e.follow("--image", e.image, "--", "sh", "-c", "echo before; sleep 1; echo after; exit 3")
 	f.waitStdout(t, "before\n")
 	e.killAgent()
 	id := f.id(t)
-	time.Sleep(3 * time.Second) // the task ends in the meantime
+	e.waitContainerExit(id) // the task ends in the meantime
 	e.startAgent()
 	if code := f.wait(t); code != 3 {
 		t.Fatalf("podium run exited %d, want the task's 3; stderr:\n%s", code, f.stderr.String())
@@ -304,5 +323,21 @@ func TestTaskThatEndsWhileTheAgentIsDownIsReported(t *testing.T) {
 	}
 	if tk := e.task(id); tk.State != podiumv1.TaskState_TASK_STATE_FAILED || tk.GetExitCode() != 3 {
 		t.Fatalf("task %v, want failed with exit code 3", tk)
+	}
+}
+
+// waitContainerExit waits, through the Docker API, for the container of the
+// task's first attempt to exit: with the agent down, nothing else can say
+// the task has ended.
+func (e *env) waitContainerExit(taskID string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	name := executor.ContainerName(executor.Key{TaskID: taskID, Attempt: 1})
+	okC, errC := dockertest.Client(e.t).ContainerWait(ctx, name, container.WaitConditionNotRunning)
+	select {
+	case <-okC:
+	case err := <-errC:
+		e.t.Fatalf("waiting for the container of %s to exit: %v", taskID, err)
 	}
 }

@@ -59,6 +59,7 @@ func (e *env) artifactList(id string) []*podiumv1.Artifact {
 // ended, so they are listed the moment podium run returns; a symbolic link is
 // skipped, and the log says so.
 func TestArtifactsAreStoredWhenPodiumRunReturns(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	e := newEnvWithArtifacts(t, s3)
 	script := `set -e
@@ -100,6 +101,7 @@ cd $A && sha256sum reports/junit.xml logs/build.log >&2`
 // workspace: they are stored under their path in /workspace, byte for byte,
 // next to the ones the globs keep from .podium/artifacts, and nothing else.
 func TestArtifactGlobsWidenToTheWorkspace(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	e := newEnvWithArtifacts(t, s3)
 	spec := filepath.Join(t.TempDir(), "task.yaml")
@@ -145,6 +147,7 @@ artifacts:
 // failed and will be retried, the files wait on the node, and once the store
 // is back the retry stores each exactly once, byte for byte.
 func TestArtifactsSurviveAnObjectStoreOutage(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	e := newEnvWithArtifacts(t, s3)
 	script := `set -e
@@ -261,6 +264,7 @@ echo done`
 // agent process stores the file from the record it finds in the attempt's
 // directory, exactly once and byte for byte, and removes the directory.
 func TestPendingArtifactsSurviveAnAgentRestart(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"stopped", "killed"} {
 		t.Run(how, func(t *testing.T) {
 			s3 := s3test.Start(t)

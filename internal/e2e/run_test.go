@@ -16,6 +16,7 @@ import (
 )
 
 func TestRunPrintsOutputAndExitsWithTheTasksCode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.podium("run", "--image", e.image, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
 	if string(r.stdout) != "out\n" {
@@ -39,6 +40,7 @@ func TestRunPrintsOutputAndExitsWithTheTasksCode(t *testing.T) {
 // 5 MB of random bytes and text: what podium run prints is what the task
 // wrote, and podium logs prints the same bytes afterwards.
 func TestBinaryOutputIsByteExact(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	script := "(head -c 2600000 /dev/urandom; seq 1 60000; head -c 2400000 /dev/urandom; printf 'no newline at the end') > /out; " +
 		"cat /out; sha256sum /out >&2"
@@ -62,6 +64,7 @@ func TestBinaryOutputIsByteExact(t *testing.T) {
 }
 
 func TestTwentyThousandLinesArriveCompleteAndInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.podium("run", "--image", e.image, "--", "seq", "1", "20000")
 	if r.code != 0 {
@@ -77,6 +80,7 @@ func TestTwentyThousandLinesArriveCompleteAndInOrder(t *testing.T) {
 }
 
 func TestCancelEndsTheTaskAndTheFollowingCLIExits130(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cmd := e.podiumCmd("run", "--image", e.image, "--", "sleep", "600")
 	var out, errb syncBuffer
@@ -114,6 +118,7 @@ func TestCancelEndsTheTaskAndTheFollowingCLIExits130(t *testing.T) {
 }
 
 func TestMissingImageFailsWithItsNameAnd125(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.podium("run", "--image", "podium-test/does-not-exist:1", "--", "true")
 	if r.code != 125 {
@@ -130,6 +135,7 @@ func TestMissingImageFailsWithItsNameAnd125(t *testing.T) {
 
 // Input the CLI refuses never reaches the coordinator: nothing is stored.
 func TestRefusedInputStoresNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := filepath.Join(t.TempDir(), "spec.yaml")
 	if err := os.WriteFile(spec, []byte("image: "+e.image+"\ncomand: [true]\n"), 0o644); err != nil {

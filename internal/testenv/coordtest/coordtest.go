@@ -19,6 +19,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
@@ -147,14 +148,8 @@ func (r *Replica) NodeClient() podiumv1connect.NodeServiceClient {
 	return podiumv1connect.NewNodeServiceClient(HTTPClient(), r.URL())
 }
 
-// Eventually polls cond until it is true or the wait runs out.
-func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
+// Eventually polls cond until it is true or the wait runs out (wait.For).
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", wait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, d, what, cond)
 }

@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -28,6 +28,7 @@ func scrape(t *testing.T, r *coordtest.Replica) string {
 
 // /metrics shows the fleet from Postgres and what this replica did.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	r, _ := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -30,6 +30,7 @@ func nextConfig(t *testing.T, n *simNode) *podiumv1.NodeConfig {
 // HelloAck (the durable half). rm is refused while the node is online and not
 // drained.
 func TestNodeSettingsLiveAndDurable(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	a := coordtest.Start(t, db.URL, coordtest.Options{})
 	b := coordtest.Start(t, db.URL, coordtest.Options{})
@@ -97,6 +98,7 @@ func cancelStream(n *simNode) {
 // Messages sent to a running task reach its node in order, and a task that is
 // not on a node cannot take one.
 func TestInjectReachesNodeInOrder(t *testing.T) {
+	t.Parallel()
 	r, _ := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -115,7 +117,7 @@ func TestInjectReachesNodeInOrder(t *testing.T) {
 	for len(got) < 2 {
 		m, err := node.stream.Receive()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for the injected messages (got %q): %v", got, err)
 		}
 		if in := m.GetInject(); in != nil {
 			if in.MessageId <= lastID {

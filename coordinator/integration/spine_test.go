@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -23,7 +23,8 @@ type simNode struct {
 
 func enroll(t *testing.T, r *coordtest.Replica, labels ...string) (string, string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels}))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +74,7 @@ func logEv(task string, attempt int32, seq, off uint64, stream podiumv1.LogStrea
 // stored once each even when re-sent, acked, and a follower sees the output and
 // the final state.
 func TestSubmitAssignEventsFollow(t *testing.T) {
+	t.Parallel()
 	r, _ := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -91,7 +93,7 @@ func TestSubmitAssignEventsFollow(t *testing.T) {
 	}
 	m, err := node.stream.Receive()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiting for the assignment: %v", err)
 	}
 	a := m.GetAssign()
 	if a == nil || a.TaskId != taskID || a.Attempt != 1 || a.Spec.GetEnv()["SECRET"] != "x" {
@@ -111,7 +113,7 @@ func TestSubmitAssignEventsFollow(t *testing.T) {
 	for acked < 5 {
 		m, err := node.stream.Receive()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for the ack of seq 5 (acked %d): %v", acked, err)
 		}
 		if a := m.GetAck(); a != nil {
 			if a.AckedSeq < acked {
@@ -161,9 +163,13 @@ func TestSubmitAssignEventsFollow(t *testing.T) {
 	}
 }
 
+// A wrong API token, a spec without an image and a wrong node key are each
+// refused with the code and field a caller can act on, and change nothing.
 func TestBadCallsAreRefusedAndChangeNothing(t *testing.T) {
+	t.Parallel()
 	r, _ := coordtest.New(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	// Wrong API token.
 	bad := podiumv1connectTasksWithToken(r, "wrong")
 	_, err := bad.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "x"}}))

@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 // session) becomes unreachable, then offline; then its task that may be retried
 // goes back to the queue and the other is lost, each with a line in its log.
 func TestWatchdogNodeLossPolicy(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{
 		Nodes:    nodes.Config{HeartbeatInterval: time.Hour}, // the sim node never beats
@@ -40,7 +41,7 @@ func TestWatchdogNodeLossPolicy(t *testing.T) {
 	for assigned := 0; assigned < 2; {
 		m, err := node.stream.Receive()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for both assignments (%d so far): %v", assigned, err)
 		}
 		a := m.GetAssign()
 		if a == nil {

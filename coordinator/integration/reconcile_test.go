@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 // A node that reports a task the control plane no longer holds on it is told
 // not to keep it and to cancel it, with a reason an operator can read.
 func TestReconcileCancelsWhatTheControlPlaneDoesNotHold(t *testing.T) {
+	t.Parallel()
 	r, db := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -52,7 +53,7 @@ func TestReconcileCancelsWhatTheControlPlaneDoesNotHold(t *testing.T) {
 	}
 	m, err := st.Receive()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiting for the HelloAck: %v", err)
 	}
 	adopt := m.GetHelloAck().GetAdopt()
 	if len(adopt) != 1 || adopt[0].Keep {
@@ -61,7 +62,7 @@ func TestReconcileCancelsWhatTheControlPlaneDoesNotHold(t *testing.T) {
 	for {
 		m, err := st.Receive()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for the node to be told to cancel the task: %v", err)
 		}
 		if c := m.GetCancel(); c != nil && c.TaskId == task {
 			if c.Reason != nodes.CancelReasonNotOurs {
@@ -75,6 +76,7 @@ func TestReconcileCancelsWhatTheControlPlaneDoesNotHold(t *testing.T) {
 // After every replica restarts, a node whose last heartbeat is long past gets
 // the whole offline period to come back before anything is declared lost.
 func TestGracePeriodAfterRestart(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	wd := nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: 2 * time.Second, OfflineAfter: 4 * time.Second}
 	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd})
@@ -101,6 +103,8 @@ func TestGracePeriodAfterRestart(t *testing.T) {
 	r2 := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd})
 	coordtest.Eventually(t, 10*time.Second, "a leader", r2.Leading)
 	// Well inside the grace period the node is not offline and its task runs.
+	// The sleep is the scenario: that nothing happens for a while can only be
+	// seen by letting the while pass (the watchdog sweeps every 100 ms).
 	time.Sleep(time.Second)
 	if s := getTask(t, ctx, r2, task).State; s != podiumv1.TaskState_TASK_STATE_RUNNING {
 		t.Fatalf("the task is %v one second after the restart; the node should have its grace period", s)
@@ -130,6 +134,8 @@ func TestGracePeriodAfterRestart(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-stopped }()
+	// The scenario again: past the point where the node would have gone
+	// offline without its grace period, its task still runs.
 	time.Sleep(wd.OfflineAfter + time.Second)
 	if s := getTask(t, ctx, r2, task).State; s != podiumv1.TaskState_TASK_STATE_RUNNING {
 		t.Fatalf("the task is %v; its node came back within the grace period", s)
@@ -138,6 +144,7 @@ func TestGracePeriodAfterRestart(t *testing.T) {
 
 // The admin views answer what operators ask.
 func TestAdminViews(t *testing.T) {
+	t.Parallel()
 	r, db := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"bytes"
@@ -198,6 +198,7 @@ func refusal(t *testing.T, err error, code connect.Code, says string) {
 // size and digest, comes back byte for byte through DownloadArtifact and
 // through a presigned URL, and is noted in the task's log.
 func TestArtifactsUploadListDownload(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{Artifacts: s3Config(s3)})
@@ -288,6 +289,7 @@ func TestArtifactsUploadListDownload(t *testing.T) {
 // A second upload of a name replaces the first: one row, the new bytes, the
 // old object gone.
 func TestArtifactUploadTwiceReplaces(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{Artifacts: s3Config(s3)})
@@ -350,6 +352,7 @@ func (s *stopAfter) Read(p []byte) (int, error) {
 // retry, nothing is recorded, /readyz says why. Once the store is back the
 // retry succeeds and exactly one artifact exists.
 func TestArtifactStoreOutageDuringUpload(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{Artifacts: s3Config(s3)})
@@ -399,6 +402,7 @@ func TestArtifactStoreOutageDuringUpload(t *testing.T) {
 // why it is not ready, refuses uploads as retryable, and recovers (creating the
 // bucket) once the store answers.
 func TestArtifactStoreDownAtStart(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	s3.Stop()
 	db := pgtest.NewDatabase(t)
@@ -432,6 +436,7 @@ func TestArtifactStoreDownAtStart(t *testing.T) {
 // Every refusal says what was wrong and leaves nothing behind: no row, no
 // object, no multipart upload left open.
 func TestArtifactUploadRefusals(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	cfg := s3Config(s3)
@@ -501,6 +506,7 @@ func TestArtifactUploadRefusals(t *testing.T) {
 
 // The size cap is inclusive: an artifact of exactly the cap is stored.
 func TestArtifactAtTheCapIsStored(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	cfg := s3Config(s3)
@@ -522,6 +528,7 @@ func TestArtifactAtTheCapIsStored(t *testing.T) {
 // Any replica takes an upload: the node's stream is on B, the upload goes to
 // A, and both list it.
 func TestArtifactUploadToAnotherReplica(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	db := pgtest.NewDatabase(t)
 	a := coordtest.Start(t, db.URL, coordtest.Options{Artifacts: s3Config(s3)})
@@ -548,6 +555,7 @@ func TestArtifactUploadToAnotherReplica(t *testing.T) {
 // A coordinator with no object store says so to a node that uploads and to a
 // person who downloads, lists nothing, and is ready: no store is a choice.
 func TestArtifactsNotConfigured(t *testing.T) {
+	t.Parallel()
 	r, _ := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

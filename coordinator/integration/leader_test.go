@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 // One replica leads; when its lease goes, a standby takes over: it schedules,
 // and its watchdog notices a node that stopped heartbeating.
 func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	opts := coordtest.Options{
 		Nodes:    nodes.Config{HeartbeatInterval: time.Hour},

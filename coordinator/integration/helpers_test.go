@@ -1,4 +1,4 @@
-package server_test
+package integration_test
 
 import (
 	"context"

@@ -1,0 +1,165 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+)
+
+// The tests here are of what server itself does: the transport's
+// configuration, the token check and who it says the caller is, and the
+// health endpoints. What the wired parts do together is in
+// coordinator/integration.
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if b != "" {
+			req.Header().Set("Authorization", "Bearer "+string(b))
+		}
+		return next(ctx, req)
+	}
+}
+func (b bearer) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return n
+}
+func (b bearer) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return n
+}
+
+func adminWithToken(r *coordtest.Replica, token string) podiumv1connect.AdminServiceClient {
+	return podiumv1connect.NewAdminServiceClient(coordtest.HTTPClient(), r.URL(), connect.WithInterceptors(bearer(token)))
+}
+
+// Over the local transport the coordinator knows a caller only by the token,
+// and says so; what it records as requested_by is "token". A missing or wrong
+// token is refused before any service sees the call.
+func TestWhoAmIOverLocal(t *testing.T) {
+	t.Parallel()
+	r, _ := coordtest.New(t)
+	ctx := context.Background()
+	res, err := r.Admin().WhoAmI(ctx, connect.NewRequest(&podiumv1.WhoAmIRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Msg.Kind != podiumv1.CallerKind_CALLER_KIND_TOKEN || res.Msg.Login != "" || res.Msg.Transport != "local" {
+		t.Errorf("WhoAmI = %v, want a token caller over local", res.Msg)
+	}
+	sub, err := r.Tasks().Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Msg.Task.RequestedBy != "token" {
+		t.Errorf("requested_by %q, want token", sub.Msg.Task.RequestedBy)
+	}
+	for _, token := range []string{"wrong", ""} {
+		_, err = adminWithToken(r, token).WhoAmI(ctx, connect.NewRequest(&podiumv1.WhoAmIRequest{}))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("WhoAmI with token %q: %v, want Unauthenticated", token, err)
+		}
+	}
+}
+
+// A transport that cannot work is refused before anything starts, with what
+// to write instead.
+func TestTransportConfigErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		cfg  server.Config
+		says string
+	}{
+		{server.Config{Transport: "wireguard", Token: "t"}, "want local, tailnet or host"},
+		{server.Config{Transport: server.TransportLocal}, "PODIUM_TOKEN"},
+		{server.Config{Transport: server.TransportTailnet, Listen: "7070"}, "want :PORT"},
+		{server.Config{Transport: server.TransportTailnet, Listen: ":70700"}, "want :PORT"},
+		{server.Config{Transport: server.TransportTailnet}, "--ts-state-dir"},
+		{server.Config{Token: "t", Listen: "0.0.0.0:7070"}, "--allow-non-loopback"},
+		{server.Config{Token: "t"}, ""},
+	} {
+		tc.cfg.DatabaseURL = "postgres://unused"
+		if tc.says == "" {
+			tc.cfg.DatabaseURL, tc.says = "", "PODIUM_DATABASE_URL"
+		}
+		_, err := server.New(ctx, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("New(%+v): %v, want an error saying %q", tc.cfg, err, tc.says)
+		}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// /healthz says the process serves; /readyz says whether it can do its work,
+// which it cannot while Postgres does not answer, and says so; it is ready
+// again when Postgres is back. Neither needs the API token, nor does /metrics.
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	r, db := coordtest.New(t)
+	if code, body := get(t, r.URL()+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, r.URL()+"/readyz"); code != http.StatusOK || body != "ready\n" {
+		t.Fatalf("/readyz with Postgres up and no object store configured: %d %q", code, body)
+	}
+	if code, _ := get(t, r.URL()+"/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+
+	// Postgres stops answering for this database: refuse new connections and
+	// end the ones the replica has.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pgtest.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	for _, q := range []string{
+		`alter database "` + db.Name + `" allow_connections false`,
+		`select pg_terminate_backend(pid) from pg_stat_activity where datname = '` + db.Name + `'`,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	wait.For(t, 30*time.Second, "/readyz to say Postgres does not answer", func() bool {
+		code, body := get(t, r.URL()+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "Postgres does not answer")
+	})
+	if code, _ := get(t, r.URL()+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while Postgres is away: %d, want 200 (the process still serves)", code)
+	}
+	if _, err := admin.Exec(ctx, `alter database "`+db.Name+`" allow_connections true`); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 30*time.Second, "/readyz to be ready again once Postgres is back", func() bool {
+		code, _ := get(t, r.URL()+"/readyz")
+		return code == http.StatusOK
+	})
+}
