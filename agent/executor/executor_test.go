@@ -425,6 +425,9 @@ func TestCancelRunningTask(t *testing.T) {
 	if e.exec.Running() != 1 {
 		t.Fatalf("Running() = %d, want 1", e.exec.Running())
 	}
+	// RUNNING comes before the shell has printed anything; cancel once it has,
+	// so that the output it wrote is what the test checks was kept.
+	waitOutput(t, rec, podiumv1.LogStream_LOG_STREAM_STDOUT, "started\n")
 	if !e.exec.Cancel(a.TaskId, a.Attempt, "user asked", 5*time.Second) {
 		t.Fatal("Cancel found no run")
 	}
