@@ -88,7 +88,7 @@ func decode(data []byte) (*Attempt, map[uint64]int64, int, error) {
 			}
 		case kindAck:
 			if len(payload) != 8 {
-				return nil, nil, 0, errors.New("bad ack record")
+				return nil, nil, 0, errors.New("spool: bad ack record")
 			}
 			seq := binary.BigEndian.Uint64(payload)
 			if seq > a.Acked {
@@ -102,7 +102,7 @@ func decode(data []byte) (*Attempt, map[uint64]int64, int, error) {
 			}
 		case kindCheckpoint:
 			if len(payload) < 8+8+1+4 {
-				return nil, nil, 0, errors.New("bad checkpoint record")
+				return nil, nil, 0, errors.New("spool: bad checkpoint record")
 			}
 			a.LastSeq = binary.BigEndian.Uint64(payload)
 			a.Acked = binary.BigEndian.Uint64(payload[8:])
@@ -110,7 +110,7 @@ func decode(data []byte) (*Attempt, map[uint64]int64, int, error) {
 			a.Final, a.Ended = flags&flagFinal != 0, flags&flagEnded != 0
 			cl := int(binary.BigEndian.Uint32(payload[17:]))
 			if 21+cl > len(payload) {
-				return nil, nil, 0, errors.New("bad checkpoint cursor")
+				return nil, nil, 0, errors.New("spool: bad checkpoint cursor")
 			}
 			if cl > 0 {
 				a.Cursor = append([]byte(nil), payload[21:21+cl]...)
