@@ -25,11 +25,14 @@ const (
 // Capacity is what a node measured of itself. Zero in any field means
 // "unmeasured" and is no constraint, never "none".
 type Capacity struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CpuCores      float64                `protobuf:"fixed64,1,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
-	MemoryMb      int64                  `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	DiskFreeMb    int64                  `protobuf:"varint,3,opt,name=disk_free_mb,json=diskFreeMb,proto3" json:"disk_free_mb,omitempty"`
-	MaxTasks      int32                  `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	CpuCores   float64                `protobuf:"fixed64,1,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
+	MemoryMb   int64                  `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	DiskFreeMb int64                  `protobuf:"varint,3,opt,name=disk_free_mb,json=diskFreeMb,proto3" json:"disk_free_mb,omitempty"`
+	MaxTasks   int32                  `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
+	// limits are the node's own bounds on one task; the scheduler never places
+	// a task that asks for more on this node, and says why it waits instead.
+	Limits        *TaskLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +95,101 @@ func (x *Capacity) GetMaxTasks() int32 {
 	return 0
 }
 
+func (x *Capacity) GetLimits() *TaskLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// TaskLimits are the most one task may ask of a node (podium-agent --max-*),
+// and the egress ranges a task's spec may ask the node to open. Zero means
+// no maximum.
+type TaskLimits struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	MaxCpu            float64                `protobuf:"fixed64,1,opt,name=max_cpu,json=maxCpu,proto3" json:"max_cpu,omitempty"`
+	MaxMemoryMb       int64                  `protobuf:"varint,2,opt,name=max_memory_mb,json=maxMemoryMb,proto3" json:"max_memory_mb,omitempty"`
+	MaxPids           int64                  `protobuf:"varint,3,opt,name=max_pids,json=maxPids,proto3" json:"max_pids,omitempty"`
+	MaxTimeoutSeconds int64                  `protobuf:"varint,4,opt,name=max_timeout_seconds,json=maxTimeoutSeconds,proto3" json:"max_timeout_seconds,omitempty"`
+	MaxOutputBytes    int64                  `protobuf:"varint,5,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	// permit_egress are the CIDR ranges a spec's allow_egress may name.
+	PermitEgress  []string `protobuf:"bytes,6,rep,name=permit_egress,json=permitEgress,proto3" json:"permit_egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskLimits) Reset() {
+	*x = TaskLimits{}
+	mi := &file_podium_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskLimits) ProtoMessage() {}
+
+func (x *TaskLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskLimits.ProtoReflect.Descriptor instead.
+func (*TaskLimits) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskLimits) GetMaxCpu() float64 {
+	if x != nil {
+		return x.MaxCpu
+	}
+	return 0
+}
+
+func (x *TaskLimits) GetMaxMemoryMb() int64 {
+	if x != nil {
+		return x.MaxMemoryMb
+	}
+	return 0
+}
+
+func (x *TaskLimits) GetMaxPids() int64 {
+	if x != nil {
+		return x.MaxPids
+	}
+	return 0
+}
+
+func (x *TaskLimits) GetMaxTimeoutSeconds() int64 {
+	if x != nil {
+		return x.MaxTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *TaskLimits) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
+func (x *TaskLimits) GetPermitEgress() []string {
+	if x != nil {
+		return x.PermitEgress
+	}
+	return nil
+}
+
 type EnrollRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// token is the single-use enrollment token an operator created.
@@ -106,7 +204,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[1]
+	mi := &file_podium_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +216,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[1]
+	mi := &file_podium_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +229,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EnrollRequest) GetToken() string {
@@ -174,7 +272,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[2]
+	mi := &file_podium_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +284,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[2]
+	mi := &file_podium_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +297,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -236,7 +334,7 @@ type RunningTask struct {
 
 func (x *RunningTask) Reset() {
 	*x = RunningTask{}
-	mi := &file_podium_v1_node_proto_msgTypes[3]
+	mi := &file_podium_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +346,7 @@ func (x *RunningTask) String() string {
 func (*RunningTask) ProtoMessage() {}
 
 func (x *RunningTask) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[3]
+	mi := &file_podium_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +359,7 @@ func (x *RunningTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningTask.ProtoReflect.Descriptor instead.
 func (*RunningTask) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunningTask) GetTaskId() string {
@@ -300,7 +398,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_podium_v1_node_proto_msgTypes[4]
+	mi := &file_podium_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +410,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[4]
+	mi := &file_podium_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +423,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -385,7 +483,7 @@ type Adopt struct {
 
 func (x *Adopt) Reset() {
 	*x = Adopt{}
-	mi := &file_podium_v1_node_proto_msgTypes[5]
+	mi := &file_podium_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +495,7 @@ func (x *Adopt) String() string {
 func (*Adopt) ProtoMessage() {}
 
 func (x *Adopt) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[5]
+	mi := &file_podium_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +508,7 @@ func (x *Adopt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Adopt.ProtoReflect.Descriptor instead.
 func (*Adopt) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Adopt) GetTaskId() string {
@@ -460,7 +558,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[6]
+	mi := &file_podium_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +570,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[6]
+	mi := &file_podium_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +583,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HelloAck) GetNodeId() string {
@@ -555,7 +653,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +665,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +678,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetCapacity() *Capacity {
@@ -613,7 +711,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +723,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +736,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EventBatch) GetEvents() []*TaskEvent {
@@ -663,7 +761,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +773,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +786,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamRequest) GetMsg() isStreamRequest_Msg {
@@ -760,7 +858,7 @@ type Assign struct {
 
 func (x *Assign) Reset() {
 	*x = Assign{}
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +870,7 @@ func (x *Assign) String() string {
 func (*Assign) ProtoMessage() {}
 
 func (x *Assign) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +883,7 @@ func (x *Assign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assign.ProtoReflect.Descriptor instead.
 func (*Assign) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assign) GetTaskId() string {
@@ -821,7 +919,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +931,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +944,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Cancel) GetTaskId() string {
@@ -890,7 +988,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1000,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1013,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ack) GetTaskId() string {
@@ -954,7 +1052,7 @@ type NodeConfig struct {
 
 func (x *NodeConfig) Reset() {
 	*x = NodeConfig{}
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1064,7 @@ func (x *NodeConfig) String() string {
 func (*NodeConfig) ProtoMessage() {}
 
 func (x *NodeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1077,7 @@ func (x *NodeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
 func (*NodeConfig) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeConfig) GetDraining() bool {
@@ -1017,7 +1115,7 @@ type Inject struct {
 
 func (x *Inject) Reset() {
 	*x = Inject{}
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1127,7 @@ func (x *Inject) String() string {
 func (*Inject) ProtoMessage() {}
 
 func (x *Inject) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1140,7 @@ func (x *Inject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inject.ProtoReflect.Descriptor instead.
 func (*Inject) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Inject) GetTaskId() string {
@@ -1090,7 +1188,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1200,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1213,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1242,7 +1340,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1352,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1365,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1334,7 +1432,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1444,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1457,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1420,7 +1518,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1530,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1543,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1487,13 +1585,22 @@ var File_podium_v1_node_proto protoreflect.FileDescriptor
 
 const file_podium_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\x83\x01\n" +
+	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xb2\x01\n" +
 	"\bCapacity\x12\x1b\n" +
 	"\tcpu_cores\x18\x01 \x01(\x01R\bcpuCores\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12 \n" +
 	"\fdisk_free_mb\x18\x03 \x01(\x03R\n" +
 	"diskFreeMb\x12\x1b\n" +
-	"\tmax_tasks\x18\x04 \x01(\x05R\bmaxTasks\"~\n" +
+	"\tmax_tasks\x18\x04 \x01(\x05R\bmaxTasks\x12-\n" +
+	"\x06limits\x18\x05 \x01(\v2\x15.podium.v1.TaskLimitsR\x06limits\"\xe3\x01\n" +
+	"\n" +
+	"TaskLimits\x12\x17\n" +
+	"\amax_cpu\x18\x01 \x01(\x01R\x06maxCpu\x12\"\n" +
+	"\rmax_memory_mb\x18\x02 \x01(\x03R\vmaxMemoryMb\x12\x19\n" +
+	"\bmax_pids\x18\x03 \x01(\x03R\amaxPids\x12.\n" +
+	"\x13max_timeout_seconds\x18\x04 \x01(\x03R\x11maxTimeoutSeconds\x12(\n" +
+	"\x10max_output_bytes\x18\x05 \x01(\x03R\x0emaxOutputBytes\x12#\n" +
+	"\rpermit_egress\x18\x06 \x03(\tR\fpermitEgress\"~\n" +
 	"\rEnrollRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x16\n" +
@@ -1608,60 +1715,62 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
-	(*EnrollRequest)(nil),          // 1: podium.v1.EnrollRequest
-	(*EnrollResponse)(nil),         // 2: podium.v1.EnrollResponse
-	(*RunningTask)(nil),            // 3: podium.v1.RunningTask
-	(*Hello)(nil),                  // 4: podium.v1.Hello
-	(*Adopt)(nil),                  // 5: podium.v1.Adopt
-	(*HelloAck)(nil),               // 6: podium.v1.HelloAck
-	(*Heartbeat)(nil),              // 7: podium.v1.Heartbeat
-	(*EventBatch)(nil),             // 8: podium.v1.EventBatch
-	(*StreamRequest)(nil),          // 9: podium.v1.StreamRequest
-	(*Assign)(nil),                 // 10: podium.v1.Assign
-	(*Cancel)(nil),                 // 11: podium.v1.Cancel
-	(*Ack)(nil),                    // 12: podium.v1.Ack
-	(*NodeConfig)(nil),             // 13: podium.v1.NodeConfig
-	(*Inject)(nil),                 // 14: podium.v1.Inject
-	(*StreamResponse)(nil),         // 15: podium.v1.StreamResponse
-	(*ArtifactMeta)(nil),           // 16: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 17: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 18: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 19: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 20: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
+	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
+	(*EnrollRequest)(nil),          // 2: podium.v1.EnrollRequest
+	(*EnrollResponse)(nil),         // 3: podium.v1.EnrollResponse
+	(*RunningTask)(nil),            // 4: podium.v1.RunningTask
+	(*Hello)(nil),                  // 5: podium.v1.Hello
+	(*Adopt)(nil),                  // 6: podium.v1.Adopt
+	(*HelloAck)(nil),               // 7: podium.v1.HelloAck
+	(*Heartbeat)(nil),              // 8: podium.v1.Heartbeat
+	(*EventBatch)(nil),             // 9: podium.v1.EventBatch
+	(*StreamRequest)(nil),          // 10: podium.v1.StreamRequest
+	(*Assign)(nil),                 // 11: podium.v1.Assign
+	(*Cancel)(nil),                 // 12: podium.v1.Cancel
+	(*Ack)(nil),                    // 13: podium.v1.Ack
+	(*NodeConfig)(nil),             // 14: podium.v1.NodeConfig
+	(*Inject)(nil),                 // 15: podium.v1.Inject
+	(*StreamResponse)(nil),         // 16: podium.v1.StreamResponse
+	(*ArtifactMeta)(nil),           // 17: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 18: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 19: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 20: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 21: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
-	0,  // 0: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
-	3,  // 1: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
-	5,  // 2: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
-	0,  // 3: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	19, // 4: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
-	4,  // 5: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
-	7,  // 6: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
-	8,  // 7: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	20, // 8: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
-	6,  // 9: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	10, // 10: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	11, // 11: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	12, // 12: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	13, // 13: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	14, // 14: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	16, // 15: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	21, // 16: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	9,  // 18: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	17, // 19: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	2,  // 20: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	15, // 21: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	18, // 22: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
+	0,  // 1: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
+	4,  // 2: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
+	6,  // 3: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
+	0,  // 4: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
+	20, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	5,  // 6: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
+	8,  // 7: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
+	9,  // 8: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
+	21, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	7,  // 10: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	11, // 11: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	12, // 12: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	13, // 13: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	14, // 14: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	15, // 15: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	17, // 16: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	22, // 17: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 18: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	10, // 19: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	18, // 20: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	3,  // 21: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	16, // 22: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	19, // 23: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	21, // [21:24] is the sub-list for method output_type
+	18, // [18:21] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -1670,12 +1779,12 @@ func file_podium_v1_node_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_init()
-	file_podium_v1_node_proto_msgTypes[9].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[10].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[15].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[16].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
@@ -1683,7 +1792,7 @@ func file_podium_v1_node_proto_init() {
 		(*StreamResponse_Config)(nil),
 		(*StreamResponse_Inject)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[17].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[18].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -1693,7 +1802,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

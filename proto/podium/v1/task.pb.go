@@ -238,7 +238,21 @@ type TaskSpec struct {
 	// to that directory; any other file by its path relative to /workspace.
 	// Files published with `podium-runner artifact add` are uploaded whatever
 	// the globs say. Only regular files are uploaded.
-	Artifacts     []string `protobuf:"bytes,14,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	Artifacts []string `protobuf:"bytes,14,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// user is who the task's command runs as inside the container: "UID",
+	// "UID:GID" or a name the image knows. Empty means the node's default
+	// (podium-agent --default-user), or the image's own user if the node sets
+	// none.
+	User string `protobuf:"bytes,15,opt,name=user,proto3" json:"user,omitempty"`
+	// output_limit_bytes caps the bytes of output (stdout, stderr and notes)
+	// stored for one attempt; past it the task's further output is dropped
+	// with one note saying so, and the task goes on. 0 means the node's
+	// default; more than the node's maximum is never placed on that node.
+	OutputLimitBytes int64 `protobuf:"varint,16,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
+	// allow_egress lists CIDR ranges the task must reach that nodes block by
+	// default (link-local, the host's own addresses, the tailnet). The task is
+	// placed only on nodes that permit every range listed.
+	AllowEgress   []string `protobuf:"bytes,17,rep,name=allow_egress,json=allowEgress,proto3" json:"allow_egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +381,27 @@ func (x *TaskSpec) GetCapabilities() []string {
 func (x *TaskSpec) GetArtifacts() []string {
 	if x != nil {
 		return x.Artifacts
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *TaskSpec) GetOutputLimitBytes() int64 {
+	if x != nil {
+		return x.OutputLimitBytes
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetAllowEgress() []string {
+	if x != nil {
+		return x.AllowEgress
 	}
 	return nil
 }
@@ -2065,7 +2100,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xc8\x04\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xad\x05\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2082,7 +2117,10 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x14cancel_grace_seconds\x18\v \x01(\x03R\x12cancelGraceSeconds\x12.\n" +
 	"\bsidecars\x18\f \x03(\v2\x12.podium.v1.SidecarR\bsidecars\x12\"\n" +
 	"\fcapabilities\x18\r \x03(\tR\fcapabilities\x12\x1c\n" +
-	"\tartifacts\x18\x0e \x03(\tR\tartifacts\x1a6\n" +
+	"\tartifacts\x18\x0e \x03(\tR\tartifacts\x12\x12\n" +
+	"\x04user\x18\x0f \x01(\tR\x04user\x12,\n" +
+	"\x12output_limit_bytes\x18\x10 \x01(\x03R\x10outputLimitBytes\x12!\n" +
+	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
