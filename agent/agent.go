@@ -2,6 +2,13 @@
 // capacity, the Docker executor and the coordinator session into one process
 // that runs until it is told to stop.
 //
+// The executor (package executor: tasks in Docker) and the session (package
+// session: the stream to the coordinator) are siblings that do not import
+// each other; both import package attempt, which holds what they share. This
+// package is where they meet: it hands the executor to the session as the
+// session's Runner, and the session's Emit to the runs it resumes after a
+// restart.
+//
 // # Data directory
 //
 //	identity.json                  the node's id and key (package identity)
@@ -68,6 +75,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/agent/artifacts/upload"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/capacity"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
@@ -304,7 +312,7 @@ func (a *Agent) resume(ctx context.Context) {
 	for _, r := range a.sess.Recovered() {
 		as := r.Assign
 		log := a.log.With("task_id", as.GetTaskId(), "attempt", as.GetAttempt())
-		cur, err := executor.ParseCursor(r.Cursor)
+		cur, err := attempt.ParseCursor(r.Cursor)
 		if err != nil {
 			log.Error("the spool holds a cursor this agent cannot read; the task is given up", "err", err)
 			a.sess.Drop(as.GetTaskId(), as.GetAttempt())

@@ -4,6 +4,15 @@
 // this key, so they must agree on what it is, on the file name it is stored
 // under and on which event ends it; that is why those live here once, and
 // not in each of them.
+//
+// It is also the contract between the executor (which runs attempts in
+// Docker) and the session (which reports them to the coordinator): the
+// events a run emits (Emit), how far it has got (Cursor), the errors a caller
+// branches on (ErrAlreadyRunning, ErrNotRunning) and the one way an
+// assignment is logged (RedactAssign). The executor and the session are
+// siblings that import this package and not each other; package agent wires
+// them together. This package imports no other part of the agent but runlog,
+// whose positions a Cursor holds.
 package attempt
 
 import (

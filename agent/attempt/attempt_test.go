@@ -1,10 +1,14 @@
 package attempt_test
 
 import (
+	"bytes"
+	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/agent/runlog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -83,6 +87,62 @@ func TestIsFinal(t *testing.T) {
 	} {
 		if final, ended := attempt.IsFinal(tc.ev); final != tc.final || ended != tc.ended {
 			t.Errorf("%s: IsFinal = %v, %v; want %v, %v", tc.name, final, ended, tc.final, tc.ended)
+		}
+	}
+}
+
+// A cursor is stored in the spool by one agent version and read back by the
+// next, so its encoding is pinned, not merely round-tripped.
+func TestCursorEncodingIsStable(t *testing.T) {
+	t.Parallel()
+	c := attempt.Cursor{Started: true, Task: runlog.Position{File: 100, Stdout: 6, Stderr: 2},
+		Sidecars: map[string]runlog.Position{"db": {File: 40, Stdout: 3}}}
+	const stored = `{"started":true,"task":{"file":100,"stdout":6,"stderr":2},"sidecars":{"db":{"file":40,"stdout":3,"stderr":0}}}`
+	if got := string(c.Marshal()); got != stored {
+		t.Fatalf("Marshal = %s, want %s", got, stored)
+	}
+	back, err := attempt.ParseCursor([]byte(stored))
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("ParseCursor = %+v, %v; want %+v", back, err, c)
+	}
+	if zero, err := attempt.ParseCursor(nil); err != nil || !reflect.DeepEqual(zero, attempt.Cursor{}) {
+		t.Fatalf("ParseCursor(nil) = %+v, %v; want the zero cursor", zero, err)
+	}
+	if _, err := attempt.ParseCursor([]byte("{")); err == nil {
+		t.Fatal("ParseCursor of a damaged cursor: no error")
+	}
+	clone := c.Clone()
+	clone.Sidecars["db"] = runlog.Position{}
+	if c.Sidecars["db"].Stdout != 3 {
+		t.Fatal("Clone shares its sidecars with the original")
+	}
+}
+
+// RedactAssign keeps what an operator needs to tell the task apart and
+// nothing a user may have put a secret into: the values of the environment
+// and the command line.
+func TestRedactAssignKeepsSecretsOut(t *testing.T) {
+	t.Parallel()
+	a := &podiumv1.Assign{TaskId: "task_1", Attempt: 2, Spec: &podiumv1.TaskSpec{
+		Image:    "alpine:3",
+		Command:  []string{"sh", "-c", "curl -H 'Authorization: cmd-s3cr3t' example.com"},
+		Env:      map[string]string{"API_TOKEN": "env-s3cr3t"},
+		Sidecars: []*podiumv1.Sidecar{{Name: "db", Env: map[string]string{"PASSWORD": "sidecar-s3cr3t"}}},
+	}}
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+	} {
+		var buf bytes.Buffer
+		slog.New(h(&buf)).Info("task accepted", "assign", attempt.RedactAssign(a))
+		out := buf.String()
+		if strings.Contains(out, "s3cr3t") {
+			t.Fatalf("a secret reached the log: %s", out)
+		}
+		for _, want := range []string{"task_1", "alpine:3", "API_TOKEN", "db"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("the redacted log lost %q, which an operator needs: %s", want, out)
+			}
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -177,7 +178,7 @@ func TestNoArtifactsNoUpload(t *testing.T) {
 	}
 }
 
-var _ executor.Emit = newRecorder().emit
+var _ attempt.Emit = newRecorder().emit
 
 // runWithGlobs runs script with the spec's artifacts globs and returns what
 // was handed to the uploader (name → content) and the run's events.

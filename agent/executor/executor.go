@@ -11,8 +11,13 @@
 // it stored with each event.
 //
 // The executor knows nothing about the coordinator. It is handed an assignment
-// and a function to emit events into; numbering, spooling, acknowledging and
-// re-sending those events belong to the session that owns the stream.
+// and a function to emit events into (attempt.Emit); numbering, spooling,
+// acknowledging and re-sending those events belong to the session that owns
+// the stream. The executor and the session do not import each other: what
+// they share (the emit callback, the Cursor stored with each event, the
+// errors a caller branches on, the redacted form of an assignment) is package
+// attempt's, and package agent hands the executor to the session as the
+// session's Runner.
 //
 // # Per task
 //
@@ -63,7 +68,6 @@ package executor
 import (
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -140,74 +144,12 @@ const MaxChunk = runlog.MaxRecordData
 // and a run stuck on it forever would hold a slot forever.
 const apiTimeout = 2 * time.Minute
 
-// ErrAlreadyRunning is returned by Start for a task attempt the executor is
-// already running. A coordinator may repeat an assignment after a reconnect;
-// running it twice would run the user's task twice.
-var ErrAlreadyRunning = errors.New("executor: task attempt is already running on this node")
-
 // ErrNotResumable is returned by Resume for an attempt that has nothing left
 // to resume: its container never started, or is gone without an exit status
 // in its runner log (the machine rebooted, say). The task was lost with the
 // node's previous life, and the coordinator's node-loss policy is the right
 // judge of what happens to it, so the caller forgets it.
 var ErrNotResumable = errors.New("executor: nothing of this task attempt is left to resume")
-
-// ErrNotRunning is returned by Inject for a task attempt this node does not
-// run.
-var ErrNotRunning = errors.New("executor: the task attempt is not running on this node")
-
-// Emit receives a run's events. The executor fills task_id, attempt, time and
-// the body; the caller assigns seq. cur, when not nil, is how far the run has
-// read its runner logs once this event is stored: the caller must store the
-// two together (see package spool), and hand the newest cursor back to Resume
-// after a restart. The caller assigns seq by setting ev.Seq before Emit
-// returns: the executor keeps the newest with an attempt's pending uploads,
-// so that the notes of a restarted agent continue the task's log (see
-// ResumeUploads). A run calls Emit from one goroutine at a time, in the
-// order of its events. Emit may block to push back on a task that writes
-// faster than its output can be shipped; the run then reads its runner log
-// later, and nothing is lost or held in memory.
-type Emit func(ev *podiumv1.TaskEvent, cur *Cursor)
-
-// Cursor is how far a run has turned its runner logs into events.
-type Cursor struct {
-	// Started is set once the task's container started and RUNNING was
-	// emitted.
-	Started bool `json:"started,omitempty"`
-	// Task is the position in the task's runner log.
-	Task runlog.Position `json:"task"`
-	// Sidecars are the positions in the sidecars' runner logs, by name.
-	Sidecars map[string]runlog.Position `json:"sidecars,omitempty"`
-}
-
-func (c *Cursor) clone() *Cursor {
-	out := *c
-	if c.Sidecars != nil {
-		out.Sidecars = make(map[string]runlog.Position, len(c.Sidecars))
-		for k, v := range c.Sidecars {
-			out.Sidecars[k] = v
-		}
-	}
-	return &out
-}
-
-// Marshal encodes the cursor for storage.
-func (c *Cursor) Marshal() []byte {
-	b, _ := json.Marshal(c) // a struct of numbers and strings always encodes
-	return b
-}
-
-// ParseCursor decodes a stored cursor; empty input is the zero cursor.
-func ParseCursor(b []byte) (Cursor, error) {
-	var c Cursor
-	if len(b) == 0 {
-		return c, nil
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return Cursor{}, fmt.Errorf("executor: stored cursor %q: %w", b, err)
-	}
-	return c, nil
-}
 
 // Key names one attempt of one task (see package attempt). It is the same
 // type as attempt.Key, under the name the executor's API has always used, so
@@ -359,19 +301,21 @@ func FindRunner(path string) (string, error) {
 // report it, so the coordinator applies its node-loss policy. No terminal
 // status is emitted in either case.
 //
-// The returned channel is closed once the run has finished.
-func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit Emit) (<-chan struct{}, error) {
+// The returned channel is closed once the run has finished. An attempt that
+// is already running here is not started again: Start returns
+// attempt.ErrAlreadyRunning.
+func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit) (<-chan struct{}, error) {
 	if a == nil || a.GetTaskId() == "" {
 		return nil, errors.New("executor: assignment without a task id")
 	}
 	if emit == nil {
 		return nil, errors.New("executor: Start needs an Emit function")
 	}
-	r, err := e.register(ctx, a, emit, Cursor{})
+	r, err := e.register(ctx, a, emit, attempt.Cursor{})
 	if err != nil {
 		return nil, err
 	}
-	r.log.Info("task accepted", "assign", RedactAssign(a))
+	r.log.Info("task accepted", "assign", attempt.RedactAssign(a))
 	// The directory is made before the task counts as accepted, so that a
 	// message sent while its image is still being pulled has an inbox to
 	// go to. validate first: sidecar names become file names.
@@ -390,7 +334,7 @@ func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit Emit) (<-
 // finished from its runner log, which holds its exit status. Either way the
 // run ends as a Start-ed one does. ErrNotResumable means there is nothing to
 // take over.
-func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur Cursor, emit Emit) (<-chan struct{}, error) {
+func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.Cursor, emit attempt.Emit) (<-chan struct{}, error) {
 	if a == nil || a.GetTaskId() == "" {
 		return nil, errors.New("executor: resume without a task id")
 	}
@@ -433,7 +377,7 @@ func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
 }
 
 // register creates a run and enters it in the table, refusing a duplicate.
-func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit Emit, cur Cursor) (*run, error) {
+func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit, cur attempt.Cursor) (*run, error) {
 	key := attempt.Of(a)
 	prepCtx, prepCancel := context.WithCancel(ctx)
 	r := &run{
@@ -460,7 +404,7 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit Emit, 
 	defer e.mu.Unlock()
 	if _, dup := e.runs[key]; dup {
 		prepCancel()
-		return nil, fmt.Errorf("%w: %s", ErrAlreadyRunning, key)
+		return nil, fmt.Errorf("%w: %s", attempt.ErrAlreadyRunning, key)
 	}
 	e.runs[key] = r
 	e.wg.Add(1)
@@ -497,11 +441,12 @@ func (e *Executor) find(taskID string, attempt int32) []*run {
 
 // Inject puts a message into a running attempt's inbox (package inbox),
 // where `podium-runner ask` inside the task reads it. It reports false for a
-// repeat of a message already delivered.
-func (e *Executor) Inject(taskID string, attempt int32, messageID int64, text string) (bool, error) {
-	found := e.find(taskID, attempt)
+// repeat of a message already delivered, and attempt.ErrNotRunning for an
+// attempt this node does not run.
+func (e *Executor) Inject(taskID string, n int32, messageID int64, text string) (bool, error) {
+	found := e.find(taskID, n)
 	if len(found) == 0 {
-		return false, fmt.Errorf("%w: %s/%d", ErrNotRunning, taskID, attempt)
+		return false, fmt.Errorf("%w: %s/%d", attempt.ErrNotRunning, taskID, n)
 	}
 	r := found[0]
 	ok, err := inbox.Deliver(filepath.Join(r.dir, inboxDir), messageID, text)
@@ -665,32 +610,6 @@ func SidecarName(k Key, name string) string { return ContainerName(k) + "-" + na
 // dirOf is the host directory of an attempt within the tasks directory, named
 // by attempt.FileName so that no task id can reach outside it.
 func (e *Executor) dirOf(k Key) string { return filepath.Join(e.tasksDir, attempt.FileName(k)) }
-
-// RedactAssign is the only way an assignment is logged. An assignment carries
-// the task's environment and command line, which routinely hold secrets, so
-// only what identifies the task and the names (never the values) of its
-// environment make it into a log.
-func RedactAssign(a *podiumv1.Assign) slog.Value {
-	spec := a.GetSpec()
-	envKeys := make([]string, 0, len(spec.GetEnv()))
-	for k := range spec.GetEnv() {
-		envKeys = append(envKeys, k)
-	}
-	sort.Strings(envKeys)
-	sidecars := make([]string, 0, len(spec.GetSidecars()))
-	for _, sc := range spec.GetSidecars() {
-		sidecars = append(sidecars, sc.GetName())
-	}
-	return slog.GroupValue(
-		slog.String("task_id", a.GetTaskId()),
-		slog.Int("attempt", int(a.GetAttempt())),
-		slog.String("image", spec.GetImage()),
-		slog.Int("argc", len(spec.GetCommand())),
-		slog.Any("env_keys", envKeys),
-		slog.Any("sidecars", sidecars),
-		slog.Int64("timeout_seconds", spec.GetTimeoutSeconds()),
-	)
-}
 
 // graceFor picks the grace period: an explicit one, else the task's own,
 // else the executor's default.

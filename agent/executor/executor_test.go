@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -37,7 +38,7 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	events []*podiumv1.TaskEvent
-	cursor executor.Cursor
+	cursor attempt.Cursor
 	// statusC receives every status change as it is emitted, so a test can
 	// act when a task reaches RUNNING.
 	statusC chan podiumv1.TaskState
@@ -47,7 +48,7 @@ func newRecorder() *recorder {
 	return &recorder{statusC: make(chan podiumv1.TaskState, 16)}
 }
 
-func (r *recorder) emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
+func (r *recorder) emit(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	ev.Seq = uint64(len(r.events)) // as the session numbers them
@@ -60,7 +61,7 @@ func (r *recorder) emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
 	}
 }
 
-func (r *recorder) lastCursor() executor.Cursor {
+func (r *recorder) lastCursor() attempt.Cursor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cursor
@@ -583,7 +584,7 @@ func TestDuplicateAssignIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.waitState(t, podiumv1.TaskState_TASK_STATE_RUNNING)
-	if _, err := e.exec.Start(context.Background(), a, rec.emit); !errors.Is(err, executor.ErrAlreadyRunning) {
+	if _, err := e.exec.Start(context.Background(), a, rec.emit); !errors.Is(err, attempt.ErrAlreadyRunning) {
 		t.Fatalf("second Start of the same attempt: %v, want ErrAlreadyRunning", err)
 	}
 	e.exec.Cancel(a.TaskId, a.Attempt, "done", time.Second)
@@ -814,7 +815,7 @@ func TestInboxMessagesReadInOrderOnce(t *testing.T) {
 	if got := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)); got != "waiting\nfirst\nsecond\ndone\n" || st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("stdout %q, status %v", got, st)
 	}
-	if _, err := e.exec.Inject(a.TaskId, a.Attempt, 3, "late"); !errors.Is(err, executor.ErrNotRunning) {
+	if _, err := e.exec.Inject(a.TaskId, a.Attempt, 3, "late"); !errors.Is(err, attempt.ErrNotRunning) {
 		t.Fatalf("Inject after the end: %v, want ErrNotRunning", err)
 	}
 }
@@ -989,7 +990,7 @@ func TestResumeWithNothingLeftIsRefused(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	a := e.assign(t, e.sh("true"))
-	_, err := e.exec.Resume(context.Background(), a, executor.Cursor{}, newRecorder().emit)
+	_, err := e.exec.Resume(context.Background(), a, attempt.Cursor{}, newRecorder().emit)
 	if !errors.Is(err, executor.ErrNotResumable) {
 		t.Fatalf("Resume of an attempt with no container and no log: %v, want ErrNotResumable", err)
 	}

@@ -154,7 +154,7 @@ func (e *Executor) pendingKeeper(k Key, dir string, lastSeq func() uint64) func(
 //
 // emit and continueAfter carry the notes; ctx is the agent's, and the
 // uploads end with it, leaving their record for the next agent process.
-func (e *Executor) ResumeUploads(ctx context.Context, emit Emit, continueAfter ContinueAfter) {
+func (e *Executor) ResumeUploads(ctx context.Context, emit attempt.Emit, continueAfter ContinueAfter) {
 	entries, err := os.ReadDir(e.tasksDir)
 	if err != nil {
 		e.log.Warn("could not read the tasks directory for pending artifact uploads", "dir", e.tasksDir, "err", err)
@@ -226,10 +226,10 @@ func (e *Executor) removeDir(dir string) {
 }
 
 // noter writes notes into the log of an attempt no run holds any more, and
-// keeps the seq of the newest (see Emit).
+// keeps the seq of the newest (see attempt.Emit).
 type noter struct {
 	key  Key
-	emit Emit
+	emit attempt.Emit
 	seq  atomic.Uint64
 }
 

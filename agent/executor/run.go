@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -49,7 +50,7 @@ type run struct {
 	key    Key
 	assign *podiumv1.Assign
 	spec   *podiumv1.TaskSpec
-	emitFn Emit
+	emitFn attempt.Emit
 	log    *slog.Logger
 	dir    string // the attempt's host directory
 	// prepErr is why the host directory could not be made, if it could not.
@@ -71,7 +72,7 @@ type run struct {
 	// or a restart could resume from a cursor older than an event already
 	// sent.
 	emitMu sync.Mutex
-	cur    Cursor
+	cur    attempt.Cursor
 	// lastSeq is the seq the caller of Emit gave the newest event.
 	lastSeq atomic.Uint64
 

@@ -9,12 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/runlog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // emitLocked sends one event; emitMu must be held.
-func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *Cursor) {
+func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 	ev.TaskId = r.key.TaskID
 	ev.Attempt = r.key.Attempt
 	ev.Time = now()
@@ -29,10 +30,10 @@ func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *Cursor) {
 func (r *run) emitStatus(s *podiumv1.StatusChange, started bool) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	var cur *Cursor
+	var cur *attempt.Cursor
 	if started {
 		r.cur.Started = true
-		cur = r.cur.clone()
+		cur = r.cur.Clone()
 	}
 	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: s}}, cur)
 }

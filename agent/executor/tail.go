@@ -202,7 +202,7 @@ func (c *chunker) flush() {
 	r.cur.Task = c.end
 	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
 		Stream: stream, Offset: c.off, Data: data,
-	}}}, r.cur.clone())
+	}}}, r.cur.Clone())
 }
 
 // lineNotes turns a sidecar's output into one Note per line, "[name] line":
@@ -251,7 +251,7 @@ func (l *lineNotes) emit(line string, pos runlog.Position) {
 	}
 	r.cur.Sidecars[l.name] = pos
 	text := "[" + l.name + "] " + strings.ToValidUTF8(line, "\uFFFD")
-	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, r.cur.clone())
+	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, r.cur.Clone())
 }
 
 // lastLines is the end of a sidecar's output, for the reason of a task whose

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/agent/attempt"
-	"github.com/podiumhq/podium/agent/executor"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -48,7 +47,7 @@ func (s *Session) applyHelloAck(ack *podiumv1.HelloAck, reported []*podiumv1.Run
 // running a task twice is worse than anything a lost message can cause.
 func (s *Session) handleAssign(a *podiumv1.Assign) {
 	key := attempt.Of(a)
-	log := s.log.With("assign", executor.RedactAssign(a))
+	log := s.log.With("assign", attempt.RedactAssign(a))
 	if s.out.ended(key) {
 		log.Warn("ignoring a repeated assignment of a task attempt that already ran on this node")
 		return
@@ -81,7 +80,7 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 	}
 	done, err := s.cfg.Runner.Start(s.taskCtx, a, s.Emit)
 	if err != nil {
-		if errors.Is(err, executor.ErrAlreadyRunning) {
+		if errors.Is(err, attempt.ErrAlreadyRunning) {
 			log.Warn("ignoring a repeated assignment of a running task attempt")
 			return
 		}
@@ -98,7 +97,7 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 func (s *Session) handleInject(in *podiumv1.Inject) {
 	ok, err := s.cfg.Runner.Inject(in.GetTaskId(), in.GetAttempt(), in.GetMessageId(), in.GetText())
 	switch {
-	case errors.Is(err, executor.ErrNotRunning):
+	case errors.Is(err, attempt.ErrNotRunning):
 		s.log.Info("message for a task that is not running here; dropped", "task_id", in.GetTaskId(),
 			"attempt", in.GetAttempt(), "message_id", in.GetMessageId())
 	case err != nil:

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -29,7 +29,7 @@ func statusEvent(task string, s podiumv1.TaskState) *podiumv1.TaskEvent {
 func TestOutboxBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := newOutbox(10_000, nil, slog.Default())
-		k := executor.Key{TaskID: "t", Attempt: 1}
+		k := attempt.Key{TaskID: "t", Attempt: 1}
 		o.add(logEvent("t", 6000), nil)
 		done := make(chan struct{})
 		go func() {
@@ -78,7 +78,7 @@ func TestOutboxBackpressure(t *testing.T) {
 
 func TestOutboxRetireAndContinue(t *testing.T) {
 	o := newOutbox(1<<20, nil, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
+	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_QUEUED), nil) // a rejection
 	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 1 {
 		t.Fatalf("batch %v", b)
@@ -110,7 +110,7 @@ func TestOutboxRetireAndContinue(t *testing.T) {
 func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := newOutbox(1<<20, nil, slog.Default())
-		k := executor.Key{TaskID: "t", Attempt: 1}
+		k := attempt.Key{TaskID: "t", Attempt: 1}
 		for range 5 {
 			o.add(logEvent("t", 10), nil)
 		}
@@ -140,7 +140,7 @@ func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
 
 func TestOutboxForget(t *testing.T) {
 	o := newOutbox(1<<20, nil, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
+	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil)
 	o.forget(k, true)
 	o.add(logEvent("t", 10), nil)
@@ -167,7 +167,7 @@ func TestOutboxNotesAfterTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := newOutbox(1<<20, sp, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
+	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
 	o.add(noteEvent("t"), nil) // before the terminal status is acknowledged
@@ -235,7 +235,7 @@ func TestOutboxContinueAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := newOutbox(1<<20, sp, slog.Default())
-	k := executor.Key{TaskID: "t", Attempt: 1}
+	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.continueAfter(k, 7)
 	ev := noteEvent("t")
 	o.add(ev, nil)
@@ -253,7 +253,7 @@ func TestOutboxContinueAfter(t *testing.T) {
 		t.Fatal("the attempt was not retired once its note was acknowledged")
 	}
 
-	held := executor.Key{TaskID: "h", Attempt: 1}
+	held := attempt.Key{TaskID: "h", Attempt: 1}
 	o.add(statusEvent("h", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
 	o.continueAfter(held, 40)
 	ev = noteEvent("h")

@@ -6,6 +6,14 @@
 // the network blips — and tasks must not notice. So the session keeps every
 // event until it is acknowledged, outside any one stream (the outbox), and
 // tasks run on the agent's context, never a stream's.
+//
+// The session does not run tasks and does not import the executor that does:
+// it starts, cancels and messages them through Runner, an interface it
+// defines for what it calls, which package agent fills with the Docker
+// executor (a test, with a scripted one). The two are siblings that share
+// only package attempt: the key, the Emit callback a run reports through,
+// the Cursor stored with each event (opaque bytes here), the errors the
+// session branches on and the redacted form an assignment is logged in.
 package session
 
 import (
@@ -20,7 +28,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/agent/attempt"
-	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/spool"
 	"github.com/podiumhq/podium/agent/transport"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -70,13 +77,22 @@ const CancelReasonNotHeld = "reconciliation: the control plane no longer holds t
 // cutting any task short.
 var ErrDrained = errors.New("session: the node is drained")
 
-// Runner is what the session needs from the executor.
+// Runner is what the session needs from whatever runs tasks: in the agent,
+// *executor.Executor, handed over by package agent. It is declared here, by
+// the side that uses it, so that the session depends on these four calls and
+// not on Docker.
 type Runner interface {
-	Start(ctx context.Context, a *podiumv1.Assign, emit executor.Emit) (<-chan struct{}, error)
+	// Start runs an assigned attempt on ctx and reports through emit; the
+	// channel is closed when the run has finished. An attempt already
+	// running is attempt.ErrAlreadyRunning, a repeat the session ignores.
+	Start(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit) (<-chan struct{}, error)
+	// Cancel stops an attempt (0: any attempt of the task) with reason,
+	// after grace (0: the task's own); false means nothing of it runs here.
 	Cancel(taskID string, attempt int32, reason string, grace time.Duration) bool
 	// Inject delivers a message to a running task's inbox; false means a
-	// repeat that was dropped.
+	// repeat that was dropped, attempt.ErrNotRunning a task not running here.
 	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
+	// Running is how many attempts hold a slot.
 	Running() int
 }
 
@@ -85,7 +101,8 @@ type Runner interface {
 // nothing is left of it, calls Drop.
 type Recovered struct {
 	Assign *podiumv1.Assign
-	// Cursor is the executor's newest stored cursor.
+	// Cursor is the run's newest stored cursor (attempt.ParseCursor reads
+	// it).
 	Cursor []byte
 }
 
@@ -264,9 +281,9 @@ func (s *Session) poke() {
 }
 
 // Emit spools and queues a task event for the coordinator. It is the
-// executor.Emit the session hands to every run, and is safe for concurrent
+// attempt.Emit the session hands to every run, and is safe for concurrent
 // use.
-func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *executor.Cursor) {
+func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 	var b []byte
 	if cur != nil {
 		b = cur.Marshal()

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/agent/session"
@@ -194,34 +195,34 @@ func ack(task string, seq uint64) *podiumv1.StreamResponse {
 // runner is a scripted Runner: the test decides what each task emits.
 type runner struct {
 	mu      sync.Mutex
-	runs    map[executor.Key]executor.Emit
-	dones   map[executor.Key]chan struct{}
+	runs    map[attempt.Key]attempt.Emit
+	dones   map[attempt.Key]chan struct{}
 	cancels chan string
 	injects chan string
 }
 
 func newRunner() *runner {
-	return &runner{runs: make(map[executor.Key]executor.Emit), dones: make(map[executor.Key]chan struct{}),
+	return &runner{runs: make(map[attempt.Key]attempt.Emit), dones: make(map[attempt.Key]chan struct{}),
 		cancels: make(chan string, 10), injects: make(chan string, 10)}
 }
 
-func (r *runner) Inject(taskID string, attempt int32, id int64, text string) (bool, error) {
+func (r *runner) Inject(taskID string, n int32, id int64, text string) (bool, error) {
 	r.mu.Lock()
-	_, ok := r.runs[executor.Key{TaskID: taskID, Attempt: attempt}]
+	_, ok := r.runs[attempt.Key{TaskID: taskID, Attempt: n}]
 	r.mu.Unlock()
 	if !ok {
-		return false, executor.ErrNotRunning
+		return false, attempt.ErrNotRunning
 	}
 	r.injects <- fmt.Sprintf("%s/%d: %s", taskID, id, text)
 	return true, nil
 }
 
-func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit executor.Emit) (<-chan struct{}, error) {
-	key := executor.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
+func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit attempt.Emit) (<-chan struct{}, error) {
+	key := attempt.Key{TaskID: a.GetTaskId(), Attempt: a.GetAttempt()}
 	r.mu.Lock()
 	if _, ok := r.runs[key]; ok {
 		r.mu.Unlock()
-		return nil, executor.ErrAlreadyRunning
+		return nil, attempt.ErrAlreadyRunning
 	}
 	r.runs[key] = emit
 	done := make(chan struct{})
@@ -231,8 +232,8 @@ func (r *runner) Start(_ context.Context, a *podiumv1.Assign, emit executor.Emit
 	return done, nil
 }
 
-func (r *runner) Cancel(taskID string, attempt int32, reason string, _ time.Duration) bool {
-	key := executor.Key{TaskID: taskID, Attempt: attempt}
+func (r *runner) Cancel(taskID string, n int32, reason string, _ time.Duration) bool {
+	key := attempt.Key{TaskID: taskID, Attempt: n}
 	r.mu.Lock()
 	_, ok := r.runs[key]
 	r.mu.Unlock()
@@ -249,7 +250,7 @@ func (r *runner) Running() int {
 	return len(r.runs)
 }
 
-func (r *runner) emit(key executor.Key, body *podiumv1.TaskEvent) {
+func (r *runner) emit(key attempt.Key, body *podiumv1.TaskEvent) {
 	r.mu.Lock()
 	emit := r.runs[key]
 	var done chan struct{}
@@ -260,9 +261,9 @@ func (r *runner) emit(key executor.Key, body *podiumv1.TaskEvent) {
 	}
 	r.mu.Unlock()
 	body.TaskId, body.Attempt, body.Time = key.TaskID, key.Attempt, timestamppb.Now()
-	var cur *executor.Cursor
+	var cur *attempt.Cursor
 	if l := body.GetLog(); l != nil {
-		cur = &executor.Cursor{Started: true}
+		cur = &attempt.Cursor{Started: true}
 		cur.Task.Stdout = l.GetOffset() + uint64(len(l.GetData()))
 	}
 	emit(body, cur)
@@ -271,11 +272,11 @@ func (r *runner) emit(key executor.Key, body *podiumv1.TaskEvent) {
 	}
 }
 
-func (r *runner) status(key executor.Key, s podiumv1.TaskState, reason string) {
+func (r *runner) status(key attempt.Key, s podiumv1.TaskState, reason string) {
 	r.emit(key, &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s, Reason: reason}}})
 }
 
-func (r *runner) log(key executor.Key, offset uint64, data string) {
+func (r *runner) log(key attempt.Key, offset uint64, data string) {
 	r.emit(key, &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
 		Stream: podiumv1.LogStream_LOG_STREAM_STDOUT, Offset: offset, Data: []byte(data),
 	}}})
@@ -285,7 +286,7 @@ func isTerminal(s podiumv1.TaskState) bool {
 	return s >= podiumv1.TaskState_TASK_STATE_SUCCEEDED
 }
 
-func key(task string) executor.Key { return executor.Key{TaskID: task, Attempt: 1} }
+func key(task string) attempt.Key { return attempt.Key{TaskID: task, Attempt: 1} }
 
 // logBuffer collects the session's log so a test can check what it says.
 type logBuffer struct {
@@ -800,7 +801,7 @@ func TestSpoolCarriesEventsAcrossRestart(t *testing.T) {
 	if len(rec) != 1 || rec[0].Assign.GetTaskId() != "t1" || rec[0].Assign.GetSpec().GetEnv() != nil {
 		t.Fatalf("recovered %v, want t1 without its environment", rec)
 	}
-	cur, err := executor.ParseCursor(rec[0].Cursor)
+	cur, err := attempt.ParseCursor(rec[0].Cursor)
 	if err != nil || cur.Task.Stdout != 6 {
 		t.Fatalf("recovered cursor %+v (%v), want stdout at 6", cur, err)
 	}
