@@ -22,12 +22,24 @@
 // read what it was sent); a message id at or below the cursor, or one already
 // in the directory, is a repeat (the coordinator re-delivers after a
 // reconnect) and is dropped.
+//
+// # The task writes this directory
+//
+// The agent, as root, reads the cursor and writes messages in a directory the
+// task can fill with anything: a link to the node's identity file named
+// .cursor, a FIFO, a device, a file of gigabytes. Every file here is therefore
+// opened through package taskfile (no link followed, nothing but a regular
+// file opened, a bound on what is read, messages written to fresh files
+// renamed into place), and an error says what is wrong with a file, never
+// what it holds. The reader inside the task goes the same way, so the two
+// agree on what the inbox holds.
 package inbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -35,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/podiumhq/podium/agent/taskfile"
 )
 
 // ContainerDir is where the inbox appears inside the task's container.
@@ -53,7 +67,10 @@ const (
 
 // Prepare creates an inbox directory that any user can write, and its lock
 // file. The task runs as whatever user its image names, without capabilities,
-// and must still be able to take the lock and move the cursor.
+// and must still be able to take the lock and move the cursor. It runs
+// before the task's container starts, but an inbox made earlier is treated as
+// the task's all the same: the lock is written fresh (package taskfile), so
+// nothing planted under its name is followed or opened.
 func Prepare(dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
@@ -61,15 +78,12 @@ func Prepare(dir string) error {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return err
 	}
-	lock := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE, 0o666)
+	d, err := taskfile.OpenDir(dir)
 	if err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Chmod(lock, 0o666)
+	defer d.Close()
+	return d.WriteFile(lockFile, nil, 0o666)
 }
 
 // Name is the file name of message id.
@@ -85,49 +99,70 @@ func parseName(name string) (int64, bool) {
 
 // Deliver writes message id into the inbox at dir. It reports false, and
 // writes nothing, for a repeat: an id already there or already consumed.
+//
+// The agent calls it as root, in a directory the task writes, so it goes
+// through package taskfile: the cursor is read only if it is a regular file
+// of at most maxCursorBytes (a link, FIFO or device under its name is an
+// error, not a hang or a read of the node's files), the message is written to
+// a fresh file renamed into place, and no error quotes what the task left.
 func Deliver(dir string, id int64, text string) (bool, error) {
 	if id <= 0 {
 		return false, fmt.Errorf("inbox: message id %d: ids start at 1", id)
 	}
-	final := filepath.Join(dir, Name(id))
-	if _, err := os.Stat(final); err == nil {
-		return false, nil
+	d, err := taskfile.OpenDir(dir)
+	if err != nil {
+		return false, err
 	}
-	cur, err := readCursor(dir)
+	defer d.Close()
+	st, err := d.Lstat(Name(id))
+	switch {
+	case err == nil && st.Mode().IsRegular():
+		return false, nil
+	case err == nil:
+		// Not a message: what the task left there is replaced below.
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("inbox: %s: %w", Name(id), reason(err))
+	}
+	cur, err := readCursor(d)
 	if err != nil {
 		return false, err
 	}
 	if id <= cur {
 		return false, nil
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+strconv.FormatInt(id, 10)+"-")
-	if err != nil {
-		return false, err
-	}
-	_, err = tmp.WriteString(text)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), final)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return false, err
+	if err := d.WriteFile(Name(id), []byte(text), 0o644); err != nil {
+		return false, fmt.Errorf("inbox: %s: %w", Name(id), reason(err))
 	}
 	return true, nil
 }
 
-func readCursor(dir string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, cursorFile))
-	if errors.Is(err, os.ErrNotExist) {
+// maxCursorBytes bounds what is read of the cursor: a message id has at most
+// 19 digits, and the line a newline.
+const maxCursorBytes = 64
+
+// maxMessageBytes bounds what a reader reads of one message: far more than
+// the coordinator accepts (64 KiB), far less than would hurt.
+const maxMessageBytes = 1 << 20
+
+// reason is what went wrong with a file of the inbox without the host path,
+// which means nothing to the task's owner, who may read it in a note.
+func reason(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// readCursor reads the cursor: 0 when there is none yet. Its content is
+// never quoted back: the task wrote it.
+func readCursor(d *taskfile.Dir) (int64, error) {
+	b, err := d.ReadFile(cursorFile, maxCursorBytes)
+	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("inbox: %s: %w", cursorFile, reason(err))
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
@@ -135,30 +170,13 @@ func readCursor(dir string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: %s holds %q, not a message id", filepath.Join(dir, cursorFile), s)
+		return 0, fmt.Errorf("inbox: %s does not hold a message id (%d bytes)", cursorFile, len(b))
 	}
 	return n, nil
 }
 
-func writeCursor(dir string, id int64) error {
-	tmp, err := os.CreateTemp(dir, ".cursor-")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.WriteString(strconv.FormatInt(id, 10) + "\n")
-	if err == nil {
-		err = tmp.Chmod(0o666)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, cursorFile))
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
+func writeCursor(d *taskfile.Dir, id int64) error {
+	return d.WriteFile(cursorFile, []byte(strconv.FormatInt(id, 10)+"\n"), 0o666)
 }
 
 // Take consumes the next unread message, waiting for one until ctx ends. use
@@ -185,7 +203,7 @@ func Take(ctx context.Context, dir string, poll time.Duration, use func(id int64
 }
 
 func takeOnce(dir string, use func(int64, []byte) error) (bool, error) {
-	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o666)
+	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o666)
 	if err != nil {
 		return false, fmt.Errorf("open the inbox's lock (is %s the task's inbox?): %w", dir, err)
 	}
@@ -195,11 +213,16 @@ func takeOnce(dir string, use func(int64, []byte) error) (bool, error) {
 	}
 	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
 
-	cur, err := readCursor(dir)
+	d, err := taskfile.OpenDir(dir)
 	if err != nil {
 		return false, err
 	}
-	entries, err := os.ReadDir(dir)
+	defer d.Close()
+	cur, err := readCursor(d)
+	if err != nil {
+		return false, err
+	}
+	entries, err := d.ReadDir(".")
 	if err != nil {
 		return false, err
 	}
@@ -213,12 +236,12 @@ func takeOnce(dir string, use func(int64, []byte) error) (bool, error) {
 		return false, nil
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	text, err := os.ReadFile(filepath.Join(dir, Name(ids[0])))
+	text, err := d.ReadFile(Name(ids[0]), maxMessageBytes)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("inbox: %s: %w", Name(ids[0]), reason(err))
 	}
 	if err := use(ids[0], text); err != nil {
 		return false, err
 	}
-	return true, writeCursor(dir, ids[0])
+	return true, writeCursor(d, ids[0])
 }

@@ -1,16 +1,21 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/taskfile"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 )
 
 func take(t *testing.T, dir string, wait time.Duration) (string, error) {
@@ -102,5 +107,101 @@ func TestConcurrentReaders(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("%d messages read, want %d", len(got), n)
+	}
+}
+
+// TestHostileCursorIsRefused: the inbox is the task's to write, and the agent
+// reads its cursor as root. Whatever the task leaves as .cursor, Deliver
+// answers at once, with an error that does not quote any file, and reads
+// nothing it should not.
+func TestHostileCursorIsRefused(t *testing.T) {
+	t.Parallel()
+	const secret = "NODE-KEY-7d41-do-not-leak"
+	node := filepath.Join(t.TempDir(), "node.json")
+	if err := os.WriteFile(node, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(cursor string) error
+		want  error
+	}{
+		{"symlink to the node's key", func(c string) error { return os.Symlink(node, c) }, taskfile.ErrSymlink},
+		{"symlink to /dev/zero", func(c string) error { return os.Symlink("/dev/zero", c) }, taskfile.ErrSymlink},
+		{"FIFO", func(c string) error { return syscall.Mkfifo(c, 0o666) }, taskfile.ErrNotRegular},
+		{"directory", func(c string) error { return os.Mkdir(c, 0o777) }, taskfile.ErrNotRegular},
+		{"huge file", func(c string) error { return os.WriteFile(c, bytes.Repeat([]byte("9"), 10<<20), 0o666) }, taskfile.ErrTooLarge},
+		{"not a number", func(c string) error { return os.WriteFile(c, []byte(secret), 0o666) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "inbox")
+			if err := inbox.Prepare(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.plant(filepath.Join(dir, ".cursor")); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ok  bool
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ok, err := inbox.Deliver(dir, 1, "hello")
+				done <- result{ok, err}
+			}()
+			r := wait.Recv(t, 5*time.Second, "Deliver to answer", done)
+			if r.ok || r.err == nil || tc.want != nil && !errors.Is(r.err, tc.want) {
+				t.Fatalf("Deliver = %v, %v; want an error (%v)", r.ok, r.err, tc.want)
+			}
+			if strings.Contains(r.err.Error(), secret) {
+				t.Fatalf("the error quotes the file: %v", r.err)
+			}
+			if !strings.Contains(r.err.Error(), ".cursor") {
+				t.Errorf("the error %q does not name the cursor", r.err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, inbox.Name(1))); err == nil {
+				t.Error("a message was written although the cursor could not be read")
+			}
+		})
+	}
+}
+
+// Names the task planted where the agent writes are replaced, never written
+// through.
+func TestDeliverReplacesWhatWasPlanted(t *testing.T) {
+	t.Parallel()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "inbox")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".lock", inbox.Name(1)} {
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, inbox.Name(2)), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.Prepare(dir); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if ok, err := inbox.Deliver(dir, id, "message"); !ok || err != nil {
+			t.Fatalf("Deliver %d over what the task planted: %v, %v", id, ok, err)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+		t.Fatalf("a planted link was written through: the node's file holds %q", b)
+	}
+	for _, want := range []string{"message", "message"} {
+		if got, err := take(t, dir, 5*time.Second); got != want || err != nil {
+			t.Fatalf("took %q (%v), want %q", got, err, want)
+		}
 	}
 }
