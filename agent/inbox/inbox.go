@@ -121,7 +121,7 @@ func Deliver(dir string, id int64, text string) (bool, error) {
 	case err == nil:
 		// Not a message: what the task left there is replaced below.
 	case !errors.Is(err, fs.ErrNotExist):
-		return false, fmt.Errorf("inbox: %s: %w", Name(id), reason(err))
+		return false, fmt.Errorf("%s: %w", Name(id), reason(err))
 	}
 	cur, err := readCursor(d)
 	if err != nil {
@@ -131,7 +131,7 @@ func Deliver(dir string, id int64, text string) (bool, error) {
 		return false, nil
 	}
 	if err := d.WriteFile(Name(id), []byte(text), 0o644); err != nil {
-		return false, fmt.Errorf("inbox: %s: %w", Name(id), reason(err))
+		return false, fmt.Errorf("%s: %w", Name(id), reason(err))
 	}
 	return true, nil
 }
@@ -162,7 +162,7 @@ func readCursor(d *taskfile.Dir) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("inbox: %s: %w", cursorFile, reason(err))
+		return 0, fmt.Errorf("%s: %w", cursorFile, reason(err))
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
@@ -170,7 +170,7 @@ func readCursor(d *taskfile.Dir) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: %s does not hold a message id (%d bytes)", cursorFile, len(b))
+		return 0, fmt.Errorf("%s does not hold a message id (%d bytes)", cursorFile, len(b))
 	}
 	return n, nil
 }
@@ -238,7 +238,7 @@ func takeOnce(dir string, use func(int64, []byte) error) (bool, error) {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	text, err := d.ReadFile(Name(ids[0]), maxMessageBytes)
 	if err != nil {
-		return false, fmt.Errorf("inbox: %s: %w", Name(ids[0]), reason(err))
+		return false, fmt.Errorf("%s: %w", Name(ids[0]), reason(err))
 	}
 	if err := use(ids[0], text); err != nil {
 		return false, err
