@@ -442,7 +442,11 @@ func (e *Executor) find(taskID string, attempt int32) []*run {
 // Inject puts a message into a running attempt's inbox (package inbox),
 // where `podium-runner ask` inside the task reads it. It reports false for a
 // repeat of a message already delivered, and attempt.ErrNotRunning for an
-// attempt this node does not run.
+// attempt this node does not run. The inbox is the task's to write, and
+// package inbox reads and writes it without following links, opening
+// anything but regular files or reading past a bound, so whatever the task
+// left there Inject answers at once; a message it could not deliver is also
+// noted in the task's log.
 func (e *Executor) Inject(taskID string, n int32, messageID int64, text string) (bool, error) {
 	found := e.find(taskID, n)
 	if len(found) == 0 {
@@ -451,6 +455,10 @@ func (e *Executor) Inject(taskID string, n int32, messageID int64, text string) 
 	r := found[0]
 	ok, err := inbox.Deliver(filepath.Join(r.dir, inboxDir), messageID, text)
 	if err != nil {
+		// Said in the task's log too: the person who sent the message reads
+		// that, not the node's. The error names a file and what is wrong
+		// with it, never what it holds (package inbox).
+		r.note("message %d was not delivered to %s: %v", messageID, inbox.ContainerDir, err)
 		return false, fmt.Errorf("write message %d into the inbox of %s: %w", messageID, r.key, err)
 	}
 	if ok {
