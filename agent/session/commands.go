@@ -90,23 +90,10 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 	s.Track(done)
 }
 
-// handleInject puts a person's message into a running task's inbox. A
-// message for a task that is not here is dropped with a log line: the
-// coordinator only sends messages for tasks it holds on this node, so the
-// task has just ended.
-func (s *Session) handleInject(in *podiumv1.Inject) {
-	ok, err := s.cfg.Runner.Inject(in.GetTaskId(), in.GetAttempt(), in.GetMessageId(), in.GetText())
-	switch {
-	case errors.Is(err, attempt.ErrNotRunning):
-		s.log.Info("message for a task that is not running here; dropped", "task_id", in.GetTaskId(),
-			"attempt", in.GetAttempt(), "message_id", in.GetMessageId())
-	case err != nil:
-		s.log.Error("could not deliver a message to a task's inbox", "task_id", in.GetTaskId(),
-			"message_id", in.GetMessageId(), "err", err)
-	case !ok:
-		s.log.Debug("dropped a repeated message", "task_id", in.GetTaskId(), "message_id", in.GetMessageId())
-	}
-}
+// handleInject queues a person's message for a running task's inbox. It
+// does not wait for the delivery (see deliveries): the receive loop must go
+// on whatever the task has done to its inbox.
+func (s *Session) handleInject(in *podiumv1.Inject) { s.inject.enqueue(in) }
 
 func (s *Session) handleCancel(c *podiumv1.Cancel) {
 	grace := time.Duration(c.GetGraceSeconds()) * time.Second

@@ -91,6 +91,8 @@ type Runner interface {
 	Cancel(taskID string, attempt int32, reason string, grace time.Duration) bool
 	// Inject delivers a message to a running task's inbox; false means a
 	// repeat that was dropped, attempt.ErrNotRunning a task not running here.
+	// It is called off the receive loop, one call at a time, and waited for
+	// at most Config.InjectTimeout (see deliveries).
 	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
 	// Running is how many attempts hold a slot.
 	Running() int
@@ -154,6 +156,9 @@ type Config struct {
 	// ExitOnDrain makes Run return ErrDrained once the node is draining
 	// and idle (see ErrDrained).
 	ExitOnDrain bool
+	// InjectTimeout overrides DefaultInjectTimeout, the longest one
+	// delivery into a task's inbox is waited for.
+	InjectTimeout time.Duration
 }
 
 // Session is the node's side of NodeService.Stream.
@@ -169,6 +174,8 @@ type Session struct {
 
 	spool     *spool.Spool
 	recovered []Recovered
+	// inject delivers messages to tasks' inboxes off the receive loop.
+	inject *deliveries
 	// kick asks the writer to check whether the node is drained: a run
 	// ended, or acknowledgements arrived.
 	kick chan struct{}
@@ -225,6 +232,7 @@ func New(cfg Config) (*Session, error) {
 			return nil, fmt.Errorf("%w (check the agent's data directory)", err)
 		}
 	}
+	s.inject = newDeliveries(s, cfg.InjectTimeout)
 	s.out = newOutbox(cfg.MaxPendingBytes, s.spool, log)
 	s.out.load(attempts)
 	for _, a := range attempts {
@@ -304,6 +312,18 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 	}()
 	defer s.out.close()
+	// Inbox deliveries outlive streams (a message queued just before one
+	// drops is still delivered) and end with Run.
+	dctx, stopDeliveries := context.WithCancel(ctx)
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		s.inject.run(dctx)
+	}()
+	defer func() {
+		stopDeliveries()
+		<-delivered
+	}()
 	bo := &Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
 	for {
 		target := s.candidate()
