@@ -368,7 +368,7 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.C
 }
 
 func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
-	f, err := os.Open(path)
+	f, err := openRunnerLog(path)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/agent/taskfile"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -103,7 +104,7 @@ func (r *run) startTail(ctx context.Context, path string, from runlog.Position, 
 // stopping: what was not turned into events yet stays in the file for the
 // next agent process).
 func follow(ctx context.Context, path string, from runlog.Position, s sink, finishC <-chan struct{}) (*runlog.Exit, error) {
-	f, err := os.Open(path)
+	f, err := openRunnerLog(path)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +149,15 @@ func follow(ctx context.Context, path string, from runlog.Position, s sink, fini
 		}
 		s.add(rec, rd.Position())
 	}
+}
+
+// openRunnerLog opens a runner log for reading. Its path is the agent's (the
+// attempt's directory, which no container mounts), but the file is
+// bind-mounted into a container whose runner, and whatever runs as root
+// beside it, writes it: it is opened the way every file a task can write is
+// (package taskfile), a regular file or nothing.
+func openRunnerLog(path string) (*os.File, error) {
+	return taskfile.Open(filepath.Dir(path), filepath.Base(path))
 }
 
 // chunker gathers consecutive records of one stream into LogChunk events of
@@ -258,7 +268,7 @@ func (l *lineNotes) emit(line string, pos runlog.Position) {
 // sidecar never became ready: the line that says why is almost always among
 // the last few.
 func lastLines(path, name string, n int) string {
-	f, err := os.Open(path)
+	f, err := openRunnerLog(path)
 	if err != nil {
 		return ""
 	}
