@@ -30,7 +30,8 @@
 // name it publishes in PublishedList, which Published reads back.
 //
 // Names are checked by internal/artifactname, the rules the coordinator
-// applies too. This package imports only the standard library and that:
+// applies too. This package imports only the standard library, that and
+// agent/taskfile (how the agent reads the directory, which the task writes):
 // podium-runner, which must stay a small static binary, uses it.
 package artifacts
 
@@ -48,6 +49,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/agent/taskfile"
 	"github.com/podiumhq/podium/internal/artifactname"
 )
 
@@ -163,67 +165,100 @@ func Collect(dir string) ([]File, []Skipped, error) { return CollectWhere(dir, n
 // want is nil). Anything else under dir is passed over without a note,
 // whatever it is, and does not count towards MaxFiles: what the task's spec
 // did not ask for is none of its artifacts' business.
+//
+// The directory is the task's, so it is walked through package taskfile: each
+// subdirectory is opened beneath dir without following a link, and each
+// file's size comes from a descriptor reached the same way, so a link the
+// task planted anywhere is reported, never followed.
 func CollectWhere(dir string, want func(name string) bool) ([]File, []Skipped, error) {
-	var files []File
-	var skipped []Skipped
-	list := filepath.Join(dir, PublishedList)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if p == dir {
-			return err
-		}
-		rel, rerr := filepath.Rel(dir, p)
-		if rerr != nil {
-			return rerr
-		}
-		name := filepath.ToSlash(rel)
-		if p == list || want != nil && (d == nil || !d.IsDir()) && !want(name) {
-			return nil
-		}
-		if err != nil {
-			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("it could not be read (%v)", unwrapPath(err))})
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		mode := d.Type()
-		switch {
-		case mode&fs.ModeSymlink != 0:
-			skipped = append(skipped, Skipped{Name: name, Reason: "it is a symbolic link; only regular files are uploaded"})
-			return nil
-		case d.IsDir():
-			return nil
-		case !mode.IsRegular():
-			skipped = append(skipped, Skipped{Name: name, Reason: "it is not a regular file (" + kindOf(mode) + ")"})
-			return nil
-		case strings.HasPrefix(d.Name(), TempPrefix):
-			skipped = append(skipped, Skipped{Name: name, Reason: "it is a copy `podium-runner artifact add` did not finish"})
-			return nil
-		}
-		if err := artifactname.Check(name); err != nil {
-			skipped = append(skipped, Skipped{Name: name, Reason: "its name cannot be an artifact's name: " + err.Error()})
-			return nil
-		}
-		if len(files) >= MaxFiles {
-			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("a task uploads at most %d files", MaxFiles)})
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			skipped = append(skipped, Skipped{Name: name, Reason: fmt.Sprintf("it could not be read (%v)", unwrapPath(err))})
-			return nil
-		}
-		files = append(files, File{Name: name, Path: p, Size: info.Size()})
-		return nil
-	})
-	if errors.Is(err, fs.ErrNotExist) && len(files) == 0 && len(skipped) == 0 {
+	d, err := taskfile.OpenDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
-	return files, skipped, nil
+	defer d.Close()
+	c := &collection{d: d, dir: dir, want: want}
+	entries, err := d.ReadDir(".")
+	if err != nil {
+		return nil, nil, err
+	}
+	c.walk("", entries)
+	sort.Slice(c.files, func(i, j int) bool { return c.files[i].Name < c.files[j].Name })
+	return c.files, c.skipped, nil
+}
+
+// collection is one CollectWhere in progress.
+type collection struct {
+	d       *taskfile.Dir
+	dir     string
+	want    func(name string) bool
+	files   []File
+	skipped []Skipped
+}
+
+func (c *collection) skip(name, reason string) {
+	c.skipped = append(c.skipped, Skipped{Name: name, Reason: reason})
+}
+
+// walk goes through the entries of the directory rel ("" for the top),
+// depth first, in name order.
+func (c *collection) walk(rel string, entries []fs.DirEntry) {
+	for _, e := range entries {
+		name := path.Join(rel, e.Name())
+		mode := e.Type()
+		if rel == "" && name == PublishedList || c.want != nil && !e.IsDir() && !c.want(name) {
+			continue
+		}
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			c.skip(name, "it is a symbolic link; only regular files are uploaded")
+			continue
+		case e.IsDir():
+			sub, err := c.d.ReadDir(name)
+			if err != nil {
+				c.skip(name, fmt.Sprintf("it could not be read (%v)", unwrapPath(err)))
+				continue
+			}
+			c.walk(name, sub)
+			continue
+		case !mode.IsRegular():
+			c.skip(name, "it is not a regular file ("+kindOf(mode)+")")
+			continue
+		case strings.HasPrefix(e.Name(), TempPrefix):
+			c.skip(name, "it is a copy `podium-runner artifact add` did not finish")
+			continue
+		}
+		if err := artifactname.Check(name); err != nil {
+			c.skip(name, "its name cannot be an artifact's name: "+err.Error())
+			continue
+		}
+		if len(c.files) >= MaxFiles {
+			c.skip(name, fmt.Sprintf("a task uploads at most %d files", MaxFiles))
+			continue
+		}
+		info, err := c.d.Lstat(name)
+		if err == nil && !info.Mode().IsRegular() {
+			err = taskfile.ErrNotRegular
+		}
+		if err != nil {
+			c.skip(name, fmt.Sprintf("it could not be read (%v)", unwrapPath(err)))
+			continue
+		}
+		c.files = append(c.files, File{Name: name, Path: filepath.Join(c.dir, filepath.FromSlash(name)), Size: info.Size()})
+	}
+}
+
+// Open opens the file for reading the way every file a task left is opened
+// (package taskfile): a regular file reached without following a link, or
+// an error. A File that Collect found is opened beneath the directory it was
+// collected from, by its name; any other, by its path, refusing a link there.
+func (f File) Open() (*os.File, error) {
+	if root, ok := strings.CutSuffix(f.Path, string(filepath.Separator)+filepath.FromSlash(f.Name)); ok && root != "" {
+		return taskfile.Open(root, f.Name)
+	}
+	return taskfile.Open(filepath.Dir(f.Path), filepath.Base(f.Path))
 }
 
 func kindOf(m fs.FileMode) string {
@@ -313,9 +348,15 @@ func Publish(dir, src, name string) error {
 // of a short line to a file opened for appending lands whole, so tasks that
 // publish from several processes at once do not garble it.
 func recordPublished(dir, name string) error {
-	f, err := os.OpenFile(filepath.Join(dir, PublishedList), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
+	// Not through a link, and not into a FIFO (O_NONBLOCK: an error, not a
+	// wait, when nobody reads it) or anything else that is not a file.
+	f, err := os.OpenFile(filepath.Join(dir, PublishedList), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o666)
 	if err != nil {
 		return fmt.Errorf("recording %s as published: %w", name, err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return fmt.Errorf("recording %s as published: %s is not a regular file", name, PublishedList)
 	}
 	// Whoever creates the list lets every user of the task append to it
 	// (the umask would not); for anyone else this fails, and need not work.
@@ -331,25 +372,18 @@ func recordPublished(dir, name string) error {
 }
 
 // Published returns the names PublishedList in dir records; none when there
-// is no list. The list is the task's to write, so it is read as untrusted:
-// a symbolic link is not followed (it could point at any file of the node,
-// and the names in it decide which files are uploaded), anything but a
-// regular file is refused, and no more than a bounded amount is read.
+// is no list. The list is the task's to write, so it is read as untrusted
+// (package taskfile): a symbolic link is not followed (it could point at any
+// file of the node, and the names in it decide which files are uploaded),
+// anything but a regular file is refused unopened, and a list longer than
+// any Publish writes is refused.
 func Published(dir string) (map[string]bool, error) {
-	f, err := os.OpenFile(filepath.Join(dir, PublishedList), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	b, err := taskfile.ReadFile(dir, PublishedList, maxPublishedListBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s could not be read (is it a symbolic link?): %w", PublishedList, unwrapPath(err))
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", PublishedList)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxPublishedListBytes))
-	if err != nil {
-		return nil, fmt.Errorf("%s could not be read: %w", PublishedList, err)
+		return nil, fmt.Errorf("%s could not be read: %w", PublishedList, unwrapPath(err))
 	}
 	names := map[string]bool{}
 	for n := range strings.SplitSeq(string(b), "\n") {

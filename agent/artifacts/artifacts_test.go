@@ -2,6 +2,7 @@ package artifacts_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/taskfile"
 )
 
 func write(t *testing.T, path, content string) {
@@ -242,5 +244,105 @@ func TestPublished(t *testing.T) {
 	}
 	if names, err := artifacts.Published(dir); err == nil || names != nil {
 		t.Fatalf("a list that is a symbolic link: %v, %v; want an error", names, err)
+	}
+}
+
+// A file collected while the task's directory is still the task's may be
+// swapped before it is uploaded; File.Open reads a regular file reached
+// without a link, or nothing. Nothing is opened that is not a regular file.
+func TestOpenRefusesWhatWasSwappedIn(t *testing.T) {
+	t.Parallel()
+	const secret = "NODE-KEY-91ad-do-not-upload"
+	node := filepath.Join(t.TempDir(), "node")
+	write(t, filepath.Join(node, "key"), secret)
+	write(t, filepath.Join(node, "reports", "junit.xml"), secret)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "key"), "k")
+	write(t, filepath.Join(dir, "pipe"), "p")
+	write(t, filepath.Join(dir, "reports", "junit.xml"), "<xml/>")
+	files, _, err := artifacts.Collect(dir)
+	if err != nil || len(files) != 3 {
+		t.Fatalf("Collect = %+v, %v", files, err)
+	}
+	for _, f := range files {
+		in, err := f.Open()
+		if err != nil {
+			t.Fatalf("Open(%s) before any swap: %v", f.Name, err)
+		}
+		in.Close()
+	}
+	if err := os.Remove(filepath.Join(dir, "key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(node, "key"), filepath.Join(dir, "key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "pipe")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "reports")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(node, "reports"), filepath.Join(dir, "reports")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]error{"key": taskfile.ErrSymlink, "pipe": taskfile.ErrNotRegular, "reports/junit.xml": taskfile.ErrSymlink}
+	for _, f := range files {
+		in, err := f.Open()
+		if err == nil {
+			in.Close()
+		}
+		if !errors.Is(err, want[f.Name]) || strings.Contains(fmt.Sprint(err), secret) {
+			t.Errorf("Open(%s) after a swap: %v, want %v", f.Name, err, want[f.Name])
+		}
+	}
+}
+
+// What the task leaves as the list of published names is read only if it is
+// a regular file of a bounded size.
+func TestPublishedRefusesAFIFOOrAHugeList(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	list := filepath.Join(dir, artifacts.PublishedList)
+	if err := syscall.Mkfifo(list, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := artifacts.Published(dir); !errors.Is(err, taskfile.ErrNotRegular) {
+		t.Fatalf("a FIFO as the list: %v, want ErrNotRegular", err)
+	}
+	src := filepath.Join(t.TempDir(), "app.tar")
+	write(t, src, "tar")
+	if err := artifacts.Publish(dir, src, "app.tar"); err == nil {
+		t.Fatal("Publish recorded its name in a FIFO")
+	}
+	if err := os.Remove(list); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 30); err != nil { // sparse: a gigabyte of NULs
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := artifacts.Published(dir); !errors.Is(err, taskfile.ErrTooLarge) {
+		t.Fatalf("a 1 GiB list: %v, want ErrTooLarge", err)
+	}
+}
+
+// A device node a task made (it may, with CAP_MKNOD) is skipped, not opened.
+func TestCollectSkipsADevice(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mknod(filepath.Join(dir, "zero"), syscall.S_IFCHR|0o666, 1<<8|5); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	files, skipped, err := artifacts.Collect(dir)
+	if err != nil || len(files) != 0 || len(skipped) != 1 || !strings.Contains(skipped[0].Reason, "a device") {
+		t.Fatalf("Collect = %+v, %+v, %v; want the device skipped", files, skipped, err)
 	}
 }

@@ -45,7 +45,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -340,7 +339,7 @@ func (j *job) uploadOne(ctx context.Context, f artifacts.File) error {
 	if err != nil {
 		return err
 	}
-	in, err := os.Open(f.Path)
+	in, err := f.Open()
 	if err != nil {
 		return fmt.Errorf("the file cannot be read on the node: %w", err)
 	}
