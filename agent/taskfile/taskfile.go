@@ -35,6 +35,53 @@
 //
 // Errors are *fs.PathError; what callers branch on is ErrSymlink,
 // ErrNotRegular, ErrTooLarge, ErrName, and fs.ErrNotExist.
+//
+// # Where the agent touches what a task writes
+//
+// The audit this package came out of (issue 13, item 6). A task writes three
+// kinds of host path: the directories bind-mounted into its container (the
+// inbox and the artifacts directory, both mode 0777), and the runner logs,
+// files bind-mounted into each container whose names it cannot change but
+// whose contents it can. The attempt's directory around them, the tasks
+// directory and the workspace volume's host path are not the task's. Every
+// touch of the first kind, and how it is made:
+//
+//	inbox/.lock               written fresh by inbox.Prepare (WriteFile) before
+//	                          the container starts; the reader in the task opens
+//	                          it with O_NOFOLLOW
+//	inbox/.cursor             read by inbox.Deliver (agent, as root) and Take (the
+//	                          task's own reader) with Dir.ReadFile, at most 64
+//	                          bytes, never quoted; written by Take with WriteFile
+//	inbox/<id>.msg            Dir.Lstat to spot a repeat (a regular file only),
+//	                          written with WriteFile; Take reads it with ReadFile
+//	                          (at most 1 MiB) and lists the directory with ReadDir
+//	artifacts/ (the walk)     artifacts.CollectWhere: Dir.ReadDir per directory,
+//	                          beneath the root, no link followed; sizes from
+//	                          Dir.Lstat; links, FIFOs, sockets, devices skipped
+//	                          with a note, never opened
+//	artifacts/<name> uploads  artifacts.File.Open: Dir.Open beneath the directory
+//	                          it was collected from (also for uploads an agent
+//	                          resumes from uploads.json)
+//	artifacts/.podium-published
+//	                          artifacts.Published: ReadFile with a bound; Publish
+//	                          (in the task) appends with O_NOFOLLOW|O_NONBLOCK
+//	                          and checks it is a regular file
+//	output.log, sidecars/<name>.log
+//	                          executor's follow, lastLines and findExit: Open
+//	                          (their paths are the agent's; the open refuses
+//	                          anything but a regular file all the same)
+//	the attempt's directory   os.RemoveAll at teardown and by RemoveOrphans,
+//	                          which unlinks relative to directory descriptors
+//	                          opened with O_NOFOLLOW and so never follows a link
+//	                          the task left inside
+//
+// The workspace volume is reached only through the engine
+// (CopyFromContainer), as a tar stream whose names, types and links the
+// executor checks before it writes anything, into a directory of the
+// attempt's that no container mounts (executor/workspace.go). And the
+// session delivers inbox messages off its receive loop, each waited for at
+// most a bounded time (session.Config.InjectTimeout), so that even a stuck
+// delivery cannot hold up the node's acks, cancels and assignments.
 package taskfile
 
 import (
@@ -327,8 +374,9 @@ func (d *Dir) Lstat(name string) (fs.FileInfo, error) {
 
 // ReadDir lists the directory name ("." for d itself), sorted by name,
 // without following a link to it. The entries' types are what the directory
-// says; to size an entry, Lstat its name rather than calling Info, which
-// would look it up by path.
+// says (on a file system that does not record them, package os looks them up
+// by path, without following the entry itself); to size an entry, Lstat its
+// name rather than calling Info, which would look it up by path.
 func (d *Dir) ReadDir(name string) ([]fs.DirEntry, error) {
 	var fd int
 	var err error
