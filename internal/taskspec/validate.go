@@ -25,8 +25,10 @@ func fieldErr(field, format string, args ...any) *FieldError {
 }
 
 // Validate checks a spec before it is queued, returning a *FieldError for the
-// first problem it finds (fields in declaration order, env keys sorted, so the
-// same spec always gets the same answer). It checks only what can be known
+// first problem it finds (the size of the whole, then text that is not UTF-8
+// and fields the program does not know, then fields in declaration order, env
+// keys sorted, so the same spec always gets the same answer). The limits it
+// holds a spec to are in limits.go. It checks only what can be known
 // without a node: whether the image exists or a label matches any node is for
 // the scheduler to say.
 //
