@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm
+.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm
 
 all: build
 
@@ -28,8 +28,25 @@ build:
 
 # The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and
 # starts them on a fresh machine (see README).
-test: vet lint
+test: vet lint fuzz
 	$(GO) test -count=1 -race -timeout 40m ./...
+
+# The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
+# seeds and testdata/fuzz/ beside each package, committed; `go test` alone
+# runs just those). They read what a person, a node or a task can hand
+# Podium: a spec file, a spec from the API, a runner log the task can write
+# into, a spool file a crash left. A failure writes the input to the
+# package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
+# looks harder.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz: $$name in ./$$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 # Benchmarks are programs, not timed tests: each prints its figures beside a
 # reference measured in the same run on the same machine (docs in each program).

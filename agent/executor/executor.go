@@ -89,6 +89,7 @@ import (
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -626,7 +627,7 @@ func (e *Executor) graceFor(spec *podiumv1.TaskSpec, explicit time.Duration) tim
 		return explicit
 	}
 	if s := spec.GetCancelGraceSeconds(); s > 0 {
-		return time.Duration(s) * time.Second
+		return taskspec.Seconds(s)
 	}
 	return e.defaultGrace
 }

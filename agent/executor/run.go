@@ -413,7 +413,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 
 	var timeoutC <-chan time.Time
 	if s := spec.GetTimeoutSeconds(); s > 0 {
-		t := time.NewTimer(max(0, time.Until(startedAt.Add(time.Duration(s)*time.Second))))
+		t := time.NewTimer(max(0, time.Until(startedAt.Add(taskspec.Seconds(s)))))
 		defer t.Stop()
 		timeoutC = t.C
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -148,7 +149,7 @@ func (r *run) waitReady(ctx context.Context, sc *sidecar) error {
 	}
 	timeout := DefaultReadinessTimeout
 	if s := rd.GetTimeoutSeconds(); s > 0 {
-		timeout = time.Duration(s) * time.Second
+		timeout = taskspec.Seconds(s)
 	}
 	deadline := time.Now().Add(timeout)
 	var last error

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 )
 
 // readAhead is how much of the file a reader fetches at once. Tasks that
@@ -75,6 +76,12 @@ func (r *Reader) Next() (Record, error) {
 		n := binary.BigEndian.Uint32(h[9:13])
 		if kind < 1 || kind > kindExit || n > maxReadable {
 			return Record{}, fmt.Errorf("%w at byte %d: a record of kind %d and length %d", ErrCorrupt, start, kind, n)
+		}
+		if offset > math.MaxUint64-uint64(n) {
+			// No stream reaches 2^64 bytes: the offset is damage (or the
+			// task's own writing), and taken as it is it would wrap the
+			// consumed count around and hand on bytes twice.
+			return Record{}, fmt.Errorf("%w at byte %d: a record at stream offset %d with %d bytes runs past the largest offset", ErrCorrupt, start, offset, n)
 		}
 		total := headerLen + int(n) + trailerLen
 		b, err := r.window(start, total)

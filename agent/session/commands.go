@@ -5,11 +5,11 @@ package session
 
 import (
 	"errors"
-	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -96,7 +96,7 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 func (s *Session) handleInject(in *podiumv1.Inject) { s.inject.enqueue(in) }
 
 func (s *Session) handleCancel(c *podiumv1.Cancel) {
-	grace := time.Duration(c.GetGraceSeconds()) * time.Second
+	grace := taskspec.Seconds(c.GetGraceSeconds())
 	if s.cfg.Runner.Cancel(c.GetTaskId(), c.GetAttempt(), c.GetReason(), grace) {
 		s.log.Info("cancelling task", "task_id", c.GetTaskId(), "attempt", c.GetAttempt(), "reason", c.GetReason(), "grace", grace)
 		return

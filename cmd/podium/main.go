@@ -59,6 +59,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -260,14 +261,48 @@ func (c *cli) parseFlags(cmd *command, fs *flag.FlagSet, args []string) (rest []
 		}
 		left := fs.Args()
 		if cmd.argsEndFlags || len(left) == 0 {
-			return append(rest, left...), false, 0
+			return c.checkText(cmd, fs, append(rest, left...))
 		}
 		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
-			return append(rest, left...), false, 0
+			return c.checkText(cmd, fs, append(rest, left...))
 		}
 		rest = append(rest, left[0])
 		args = left[1:]
 	}
+}
+
+// checkText refuses flag values and arguments that are not valid UTF-8,
+// naming the flag or the argument. Everything podium sends is a protobuf
+// string, which must be UTF-8; left to the encoder, such a byte failed as
+// an "internal" error that seemed to come from the coordinator.
+func (c *cli) checkText(cmd *command, fs *flag.FlagSet, rest []string) ([]string, bool, int) {
+	var bad error
+	fs.Visit(func(f *flag.Flag) {
+		if bad == nil && !utf8.ValidString(f.Value.String()) {
+			bad = fmt.Errorf("--%s: the value is not valid UTF-8 text: give it as text (in the encoding of your terminal, UTF-8)", f.Name)
+		}
+	})
+	if bad == nil && !utf8.ValidString(c.server) {
+		bad = errors.New("--server (or PODIUM_SERVER): the URL is not valid UTF-8 text")
+	}
+	for i, a := range rest {
+		if bad != nil {
+			break
+		}
+		if utf8.ValidString(a) {
+			continue
+		}
+		if cmd.argsEndFlags {
+			bad = fmt.Errorf("argument %d of the task's command is not valid UTF-8 text: Podium carries a command as text; "+
+				"have the task make the bytes (printf '\\377') instead", i+1)
+		} else {
+			bad = fmt.Errorf("argument %d is not valid UTF-8 text", i+1)
+		}
+	}
+	if bad != nil {
+		return nil, true, c.usageFailure(cmd, fs, bad)
+	}
+	return rest, false, 0
 }
 
 // isNegativeNumber reports whether arg looks like "-1" or "-2.5" rather than a flag.

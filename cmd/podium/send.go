@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -64,6 +65,9 @@ func runTaskSend(ctx context.Context, c *cli, cmd *command, args []string) int {
 		}
 		if strings.TrimSpace(text) == "" {
 			return c.usageFailure(cmd, fs, errors.New("stdin is empty (or blank): nothing to send"))
+		}
+		if !utf8.ValidString(text) {
+			return c.usageFailure(cmd, fs, errors.New("stdin is not valid UTF-8 text: a message is text (encode binary data, e.g. with base64)"))
 		}
 	} else {
 		text = strings.Join(rest[1:], " ")

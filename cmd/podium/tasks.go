@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -225,6 +226,9 @@ func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int
 	id, cl, code, ok := c.taskCommand(cmd, fs, args)
 	if !ok {
 		return code
+	}
+	if err := taskspec.CheckCancelReason("--reason", *reason); err != nil {
+		return c.usageFailure(cmd, fs, err)
 	}
 	if *reason == "" {
 		*reason = "cancelled from the podium CLI"

@@ -49,6 +49,10 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 		return nil, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("too many failed enrollment attempts from %s; wait a minute and check the token", host(peer)))
 	}
+	if err := checkEnroll(req.Msg); err != nil {
+		s.log.Warn("enrollment refused", "peer", peer, "why", err)
+		return nil, err
+	}
 	token := strings.TrimSpace(req.Msg.GetToken())
 	if token == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("token: required: pass the enrollment token from `podium token create`"))

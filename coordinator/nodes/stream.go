@@ -27,6 +27,10 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	if err != nil {
 		return err
 	}
+	if err := checkHello(hello); err != nil {
+		s.log.Warn("node stream refused", "peer", stream.Peer().Addr, "err", err)
+		return err
+	}
 	node, err := s.authenticate(ctx, hello.GetNodeId(), hello.GetNodeKey())
 	if err != nil {
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
@@ -297,6 +301,11 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
 				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks()})
 		case *podiumv1.StreamRequest_Events:
+			if err := checkEvents(body.Events.GetEvents()); err != nil {
+				s.log.Warn("node disconnected: it broke the protocol's bounds; nothing of its message was stored",
+					"node", sess.NodeID, "epoch", sess.Epoch, "err", err)
+				return err
+			}
 			if err := s.ingest(ctx, sess, body.Events.GetEvents()); err != nil {
 				return err
 			}

@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Log: log})
 
 	mux := http.NewServeMux()
-	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge)
+	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge, tasks.StrictJSON())
 	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, connect.WithHandlerOptions(s.nodeAuth, compressLarge)))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))

@@ -134,7 +134,12 @@ func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRe
 
 // Cancel cancels a task. It does not wait for the node: a running task ends
 // cancelled once its node has stopped it (SIGTERM, the grace period, SIGKILL).
+// The reason is bounded (taskspec.MaxCancelReasonBytes): it is stored with
+// the task, shown in its log and sent to its node.
 func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.CancelRequest]) (*connect.Response[podiumv1.CancelResponse], error) {
+	if err := taskspec.CheckCancelReason("reason", req.Msg.GetReason()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
 		return nil, err
 	}

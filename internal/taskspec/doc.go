@@ -56,8 +56,8 @@
 //	      timeout: 60s               # how long to wait for it; 0 or absent means 60 s
 //
 // Durations (timeout, cancel_grace, a readiness timeout) are Go duration
-// strings such as "90s", "10m" or "1h30m", and must be a whole number of
-// seconds. A bare number is rejected rather than read as seconds: "timeout:
+// strings such as "90s", "10m" or "1h30m", must be a whole number of
+// seconds, and at most 8760h (a year, MaxDuration). A bare number is rejected rather than read as seconds: "timeout:
 // 10" is as likely to mean ten minutes as ten seconds, and guessing wrong
 // either kills a task early or lets a hung one run for hours. The API carries
 // them as timeout_seconds, cancel_grace_seconds and readiness.timeout_seconds.
@@ -66,6 +66,46 @@
 // rule: Java and .NET settings use dots and dashes, and Docker passes such
 // names through unchanged). Labels are "key" or "key=value", each part made of
 // letters, digits and . _ / -.
+//
+// # Limits
+//
+// A team shares the coordinator and the nodes, and every spec is stored,
+// listed and sent to a node whole, so each part of one has a bound. Past it
+// the spec is refused with the field named, by the CLI before sending and
+// by the coordinator whatever the client (the constants in limits.go):
+//
+//	the whole spec, encoded as protobuf    256 KiB (MaxSpecBytes)
+//	env, per mapping                       256 variables, each name at most
+//	                                       256 bytes, each value 32 KiB
+//	labels                                 64, each at most 128 bytes
+//	sidecars                               8
+//	command (the task's, a sidecar's, a    64 KiB in all, its arguments'
+//	readiness check's)                     bytes added up; no one argument
+//	                                       over 131071 bytes (the kernel's
+//	                                       MAX_ARG_STRLEN less the NUL)
+//	timeout, cancel_grace, readiness       8760h, a year
+//	timeout
+//	resources                              cpu 65536 cores, memory_mb 2^30
+//	                                       (a PiB), pids 4194304 (the
+//	                                       kernel's PID_MAX_LIMIT)
+//	working_dir                            4095 bytes (PATH_MAX)
+//	a cancel's reason                      1 KiB (MaxCancelReasonBytes)
+//
+// Every string must be valid UTF-8, and the image must be a Docker image
+// reference as "docker pull" takes it (lower-case repository, optional
+// registry, tag and digest): "BusyBox:Latest", "--help" or a name with a
+// ";" in it is refused rather than failing on the node. A spec carrying a
+// field the coordinator does not know (from a newer client) is refused, not
+// stored without it; so is an unknown key in a JSON request to the API.
+//
+// In a spec file, no mapping may have more than 256 keys (the most env can
+// have); a larger one is refused before it is decoded, because yaml.v3
+// checks each key of a mapping against every other, and a file of 100,000
+// env keys took almost a minute. At most 20 problems are listed.
+//
+// Nodes hold the same bounds when they turn seconds into a time.Duration
+// (Seconds clamps to MaxDuration), so a spec stored before the bound
+// existed cannot wrap a timeout around to nothing.
 //
 // # Sidecars
 //

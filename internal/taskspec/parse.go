@@ -126,6 +126,9 @@ func ParseSeconds(s string) (int64, error) {
 	if d < 0 {
 		return 0, fmt.Errorf("%q is negative: give 0 (none) or a positive duration", s)
 	}
+	if d > MaxDuration {
+		return 0, fmt.Errorf("%q is longer than %s (a year), the longest a spec may give", s, MaxDuration)
+	}
 	if d%time.Second != 0 {
 		return 0, fmt.Errorf("%q is not a whole number of seconds: round it, e.g. %q", s, ((d + time.Second - 1) / time.Second * time.Second).String())
 	}
@@ -145,6 +148,17 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("task spec is larger than %d bytes: is this the right file?", MaxFileBytes)
 	}
+	// Parsing into nodes first costs time linear in the file, and lets the
+	// mappings be counted before yaml.v3's decoder checks each key of a
+	// mapping against every other for duplicates, which is quadratic: a
+	// 900 KB file with 100,000 env keys took almost a minute.
+	var root yaml.Node
+	parsed := yaml.Unmarshal(data, &root) == nil
+	if parsed {
+		if err := checkMappingSizes(&root); err != nil {
+			return nil, err
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var f specFile
@@ -158,8 +172,10 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("task spec: line %d: a second YAML document starts here: put one task in each file", docLine(&rest, err))
 	}
-	if err := emptyItems(data); err != nil {
-		return nil, err
+	if parsed {
+		if err := emptyItems(&root); err != nil {
+			return nil, err
+		}
 	}
 	spec := &podiumv1.TaskSpec{
 		Image:              f.Image,
@@ -205,14 +221,62 @@ func (r *specResources) proto() *podiumv1.Resources {
 	return &podiumv1.Resources{Cpu: r.CPU, MemoryMb: r.MemoryMB.v, Pids: r.Pids.v}
 }
 
+// maxMappingKeys bounds every mapping of a spec file. The largest a valid
+// spec has is an env mapping, of at most MaxEnv entries; the others have a
+// dozen keys at most.
+const maxMappingKeys = MaxEnv
+
+// checkMappingSizes refuses a mapping with more than maxMappingKeys keys,
+// naming it and its line, before the decoder's quadratic duplicate check
+// would spend minutes on it. Aliases are not followed: a merged mapping is
+// counted where it is written, and Validate counts what the decoder made.
+func checkMappingSizes(root *yaml.Node) error {
+	var walk func(n *yaml.Node, path string) error
+	walk = func(n *yaml.Node, path string) error {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				if err := walk(c, path); err != nil {
+					return err
+				}
+			}
+		case yaml.MappingNode:
+			if keys := len(n.Content) / 2; keys > maxMappingKeys {
+				what := path
+				if what == "" {
+					what = "the task spec"
+				}
+				return fmt.Errorf("task spec: line %d: %s has %d keys, more than %d: a spec may set at most %d environment variables (env), "+
+					"and every other mapping has a handful of keys", n.Line, what, keys, maxMappingKeys, MaxEnv)
+			}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				if err := walk(n.Content[i+1], p); err != nil {
+					return err
+				}
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				if c.Kind != yaml.MappingNode && c.Kind != yaml.SequenceNode {
+					continue
+				}
+				if err := walk(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(root, "")
+}
+
 // emptyItems refuses an empty (null) item in a list. yaml.v3 drops one
 // silently, so "command: [sh, ~, x]" would run "sh x" and a stray "-" under
 // sidecars would start one sidecar fewer than the file seems to say.
-func emptyItems(data []byte) error {
-	var root yaml.Node
-	if yaml.Unmarshal(data, &root) != nil {
-		return nil // Decode has already accepted it; nothing to add.
-	}
+func emptyItems(root *yaml.Node) error {
 	var msgs []string
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
@@ -240,14 +304,27 @@ func emptyItems(data []byte) error {
 			}
 		}
 	}
-	walk(&root, "")
-	switch len(msgs) {
-	case 0:
+	walk(root, "")
+	if len(msgs) == 0 {
 		return nil
-	case 1:
+	}
+	return problems(msgs)
+}
+
+// maxProblems is how many problems one error lists: a file that has
+// thousands has one mistake repeated, and the first few show it.
+const maxProblems = 20
+
+// problems is the error for the problems found in a spec file.
+func problems(msgs []string) error {
+	if len(msgs) == 1 {
 		return errors.New("task spec: " + msgs[0])
 	}
-	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
+	list := msgs
+	if len(list) > maxProblems {
+		list = append(list[:maxProblems:maxProblems], fmt.Sprintf("… and %d more", len(msgs)-maxProblems))
+	}
+	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(list, "\n  "))
 }
 
 func docLine(n *yaml.Node, err error) int {
@@ -288,10 +365,7 @@ func explain(data []byte, err error) error {
 	for _, e := range te.Errors {
 		msgs = append(msgs, explainEntry(e, idx))
 	}
-	if len(msgs) == 1 {
-		return errors.New("task spec: " + msgs[0])
-	}
-	return fmt.Errorf("task spec has %d problems:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
+	return problems(msgs)
 }
 
 // unquotedStarRE finds a plain value that starts with "*" on a line: a

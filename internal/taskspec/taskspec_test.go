@@ -265,7 +265,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"good", func(*podiumv1.TaskSpec) {}},
 		{"image only", func(s *podiumv1.TaskSpec) { *s = podiumv1.TaskSpec{Image: "alpine:3"} }},
 		{"image with registry and digest", func(s *podiumv1.TaskSpec) {
-			s.Image = "registry.example.com:5000/team/app@sha256:0123456789abcdef"
+			s.Image = "registry.example.com:5000/team/app@sha256:" + strings.Repeat("0123456789abcdef", 4)
 		}},
 		{"zero resources", func(s *podiumv1.TaskSpec) { s.Resources = &podiumv1.Resources{} }},
 		{"negative priority", func(s *podiumv1.TaskSpec) { s.Priority = math.MinInt32 }},

@@ -25,8 +25,10 @@ func fieldErr(field, format string, args ...any) *FieldError {
 }
 
 // Validate checks a spec before it is queued, returning a *FieldError for the
-// first problem it finds (fields in declaration order, env keys sorted, so the
-// same spec always gets the same answer). It checks only what can be known
+// first problem it finds (the size of the whole, then text that is not UTF-8
+// and fields the program does not know, then fields in declaration order, env
+// keys sorted, so the same spec always gets the same answer). The limits it
+// holds a spec to are in limits.go. It checks only what can be known
 // without a node: whether the image exists or a label matches any node is for
 // the scheduler to say.
 //
@@ -39,6 +41,12 @@ func fieldErr(field, format string, args ...any) *FieldError {
 func Validate(spec *podiumv1.TaskSpec) error {
 	if spec == nil {
 		return fieldErr("spec", "required: send a task spec with at least an image")
+	}
+	if err := checkSize(spec); err != nil {
+		return err
+	}
+	if err := checkStrings("spec", spec.ProtoReflect()); err != nil {
+		return err
 	}
 	if spec.GetImage() == "" {
 		return fieldErr("spec.image", "required: name the container image to run, e.g. alpine:3")
@@ -54,11 +62,17 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	}
 	if wd := spec.GetWorkingDir(); wd != "" {
 		if !strings.HasPrefix(wd, "/") {
-			return fieldErr("spec.working_dir", "%q is relative: give an absolute path inside the container, e.g. /workspace", wd)
+			return fieldErr("spec.working_dir", "%s is relative: give an absolute path inside the container, e.g. /workspace", clip(wd))
 		}
 		if strings.IndexByte(wd, 0) >= 0 {
 			return fieldErr("spec.working_dir", "contains a NUL byte")
 		}
+		if len(wd) > MaxWorkingDirBytes {
+			return fieldErr("spec.working_dir", "is %d bytes, longer than any path can be (%d)", len(wd), MaxWorkingDirBytes)
+		}
+	}
+	if n := len(spec.GetLabels()); n > MaxLabels {
+		return fieldErr("spec.labels", "has %d labels, more than %d", n, MaxLabels)
 	}
 	for i, l := range spec.GetLabels() {
 		if problem := labelProblem(l); problem != "" {
@@ -68,14 +82,17 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
 		return err
 	}
-	if spec.GetTimeoutSeconds() < 0 {
-		return fieldErr("spec.timeout_seconds", "%d is negative: give 0 (no timeout) or a number of seconds", spec.GetTimeoutSeconds())
+	if err := checkDuration("spec.timeout_seconds", spec.GetTimeoutSeconds(), "no timeout"); err != nil {
+		return err
 	}
 	if spec.GetMaxAttempts() < 0 {
 		return fieldErr("spec.max_attempts", "%d is negative: give 0 or 1 (one attempt) or more", spec.GetMaxAttempts())
 	}
-	if spec.GetCancelGraceSeconds() < 0 {
-		return fieldErr("spec.cancel_grace_seconds", "%d is negative: give 0 (the default of 30 s) or a number of seconds", spec.GetCancelGraceSeconds())
+	if err := checkDuration("spec.cancel_grace_seconds", spec.GetCancelGraceSeconds(), "the default of 30 s"); err != nil {
+		return err
+	}
+	if n := len(spec.GetSidecars()); n > MaxSidecars {
+		return fieldErr("spec.sidecars", "has %d sidecars, more than %d", n, MaxSidecars)
 	}
 	names := map[string]int{}
 	for i, sc := range spec.GetSidecars() {
@@ -131,35 +148,25 @@ func ArtifactGlobs(field string, globs []string) ([]*glob.Pattern, error) {
 	return out, nil
 }
 
-func checkImage(field, image string) error {
-	if strings.IndexFunc(image, isSpaceOrControl) >= 0 {
-		return fieldErr(field, "%q contains a space or control character: an image reference is one word, e.g. alpine:3", image)
-	}
-	return nil
-}
-
-func checkCommand(field string, command []string) error {
-	for i, arg := range command {
-		if strings.IndexByte(arg, 0) >= 0 {
-			return fieldErr(fmt.Sprintf("%s[%d]", field, i), "contains a NUL byte, which no process argument can hold")
-		}
-	}
-	return nil
-}
-
 func checkEnv(field string, env map[string]string) error {
+	if len(env) > MaxEnv {
+		return fieldErr(field, "has %d variables, more than %d: pass settings in a file instead", len(env), MaxEnv)
+	}
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f := fmt.Sprintf("%s[%q]", field, k)
+		f := fmt.Sprintf("%s[%s]", field, clip(k))
 		if problem := envKeyProblem(k); problem != "" {
 			return fieldErr(f, "%s", problem)
 		}
 		if strings.IndexByte(env[k], 0) >= 0 {
 			return fieldErr(f, "value contains a NUL byte, which no environment variable can hold")
+		}
+		if n := len(env[k]); n > MaxEnvValueBytes {
+			return fieldErr(f, "value is %d bytes, more than %d: pass large values in a file instead", n, MaxEnvValueBytes)
 		}
 	}
 	return nil
@@ -172,11 +179,20 @@ func checkResources(field string, r *podiumv1.Resources) error {
 	if math.IsNaN(r.GetCpu()) || math.IsInf(r.GetCpu(), 0) || r.GetCpu() < 0 {
 		return fieldErr(field+".cpu", "%v is not a number of cores: give 0 (no limit) or more, e.g. 0.5", r.GetCpu())
 	}
+	if r.GetCpu() > MaxCPU {
+		return fieldErr(field+".cpu", "%v is more than %d cores: give what the task needs, e.g. 2", r.GetCpu(), MaxCPU)
+	}
 	if r.GetMemoryMb() < 0 {
 		return fieldErr(field+".memory_mb", "%d is negative: give 0 (no limit) or a number of MiB", r.GetMemoryMb())
 	}
+	if r.GetMemoryMb() > MaxMemoryMB {
+		return fieldErr(field+".memory_mb", "%d is more than %d MiB (a PiB): give what the task needs, e.g. 2048", r.GetMemoryMb(), MaxMemoryMB)
+	}
 	if r.GetPids() < 0 {
 		return fieldErr(field+".pids", "%d is negative: give 0 (no limit) or a process count", r.GetPids())
+	}
+	if r.GetPids() > MaxPids {
+		return fieldErr(field+".pids", "%d is more than the kernel's limit of %d processes: give what the task needs, e.g. 512", r.GetPids(), MaxPids)
 	}
 	return nil
 }
@@ -267,8 +283,8 @@ func checkReadiness(field string, r *podiumv1.Readiness) error {
 	if err := checkCommand(field+".command", r.GetCommand()); err != nil {
 		return err
 	}
-	if r.GetTimeoutSeconds() < 0 {
-		return fieldErr(field+".timeout_seconds", "%d is negative: give 0 (the default of 60 s) or a number of seconds", r.GetTimeoutSeconds())
+	if err := checkDuration(field+".timeout_seconds", r.GetTimeoutSeconds(), "the default of 60 s"); err != nil {
+		return err
 	}
 	if r.GetTimeoutSeconds() > 0 && len(checks) == 0 {
 		return fieldErr(field+".timeout_seconds", "given without a check: add tcp_port, http_path with http_port, or command, or leave readiness out")
@@ -370,6 +386,9 @@ func envKeyProblem(k string) string {
 	if k == "" {
 		return "empty variable name: write KEY=VALUE"
 	}
+	if len(k) > MaxEnvKeyBytes {
+		return fmt.Sprintf("variable name of %d bytes is longer than %d", len(k), MaxEnvKeyBytes)
+	}
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		if c == '=' {
@@ -385,6 +404,9 @@ func envKeyProblem(k string) string {
 // labelProblem keeps labels to a charset that survives being a Docker label,
 // a SQL array element and a shell word without quoting.
 func labelProblem(l string) string {
+	if len(l) > MaxLabelBytes {
+		return fmt.Sprintf("label %s is longer than %d bytes", clip(l), MaxLabelBytes)
+	}
 	key, value, hasValue := strings.Cut(l, "=")
 	if key == "" {
 		return fmt.Sprintf("label %q has no key: write key or key=value", l)
@@ -424,13 +446,16 @@ func isLabelWord(s string) bool {
 func ParseEnv(entry string) (key, value string, err error) {
 	key, value, ok := strings.Cut(entry, "=")
 	if !ok {
-		return "", "", fmt.Errorf("--env %q: want KEY=VALUE", entry)
+		return "", "", fmt.Errorf("--env %s: want KEY=VALUE", clip(entry))
 	}
 	if problem := envKeyProblem(key); problem != "" {
-		return "", "", fmt.Errorf("--env %q: %s", entry, problem)
+		return "", "", fmt.Errorf("--env %s: %s", clip(entry), problem)
 	}
 	if strings.IndexByte(value, 0) >= 0 {
 		return "", "", fmt.Errorf("--env %q: the value contains a NUL byte", entry)
+	}
+	if len(value) > MaxEnvValueBytes {
+		return "", "", fmt.Errorf("--env %s: the value is %d bytes, more than %d: pass large values in a file instead", clip(key+"="), len(value), MaxEnvValueBytes)
 	}
 	return key, value, nil
 }
