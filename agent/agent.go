@@ -63,6 +63,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,6 +78,7 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts/upload"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/capacity"
+	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/session"
@@ -126,6 +128,15 @@ type Config struct {
 	// MetricsListen, when set, serves Prometheus metrics at /metrics on that
 	// address (for example 127.0.0.1:9464).
 	MetricsListen string
+	// EgressFilter keeps tasks from link-local (cloud metadata), this
+	// host's and tailnet addresses (package egress). New fails when the
+	// filter cannot work here: no iptables, or not root.
+	EgressFilter bool
+	// AllowEgress are ranges opened for every task; PermitEgress are those
+	// a spec's allow_egress may open, reported to the coordinator so it
+	// places such tasks only here. Both need EgressFilter.
+	AllowEgress  []netip.Prefix
+	PermitEgress []netip.Prefix
 }
 
 // Agent is one node agent process.
@@ -184,6 +195,24 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.ownsDock = true
 	}
+	// Without the filter nothing is refused, so a spec may ask for any
+	// range.
+	permit := []string{}
+	for _, p := range egress.Everything {
+		permit = append(permit, p.String())
+	}
+	var filter *egress.Filter
+	if cfg.EgressFilter {
+		filter, err = egress.New(context.Background(), egress.Config{
+			Allow: cfg.AllowEgress, Permit: cfg.PermitEgress, Logger: a.log.With("component", "egress"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		permit = filter.PermitEgress()
+	} else {
+		a.log.Warn("the task egress filter is off: tasks can reach link-local (cloud metadata), this host's and tailnet addresses")
+	}
 	a.exec, err = executor.New(executor.Config{
 		Docker:     a.docker,
 		NodeID:     id.NodeID,
@@ -191,6 +220,7 @@ func New(cfg Config) (*Agent, error) {
 		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
 		Logger:     a.log.With("component", "executor"),
 		Artifacts:  uploader,
+		Egress:     filter,
 	})
 	if err != nil {
 		return nil, err
@@ -205,7 +235,12 @@ func New(cfg Config) (*Agent, error) {
 		MinFreeDiskMB:  cfg.MinFreeDiskMB,
 		Runner:         a.exec,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
-			return capacity.Measure(ctx, cfg.DataDir, a.log)
+			c := capacity.Measure(ctx, cfg.DataDir, a.log)
+			if c.Limits == nil {
+				c.Limits = &podiumv1.TaskLimits{}
+			}
+			c.Limits.PermitEgress = permit
+			return c
 		},
 		Logger:      a.log.With("component", "session"),
 		OnState:     a.onState,
