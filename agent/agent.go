@@ -49,6 +49,16 @@
 // coordinator's 10-minute window, and keeps the task's directory until then.
 // Uploads still waiting for a retry when the agent stops are dropped.
 //
+// # Egress
+//
+// With Config.EgressFilter (podium-agent's default) every task network gets
+// iptables rules (package egress) that refuse link-local, this host's and
+// tailnet addresses, less Config.AllowEgress and the ranges of a spec's
+// allow_egress that Config.PermitEgress covers. The node reports what it
+// permits in its capacity (limits.permit_egress), so the coordinator places
+// a task that asks for a range only where it may have it; without the filter
+// it reports everything (0.0.0.0/0 and ::/0), since nothing is refused.
+//
 // # What a person sees in the task's log
 //
 // The task's stdout and stderr, byte for byte; Podium's notes ("pulling
