@@ -22,6 +22,7 @@
 //	PODIUM-EGRESS-1a2b3c4d                              the network's own rules:
 //	              -o podium-1a2b3c4d -j RETURN          its own containers (the sidecars)
 //	              --ctstate RELATED,ESTABLISHED -j RETURN   replies (the agent's readiness probes)
+//	              -d RESOLVER --dport 53 -j RETURN      the host's name servers, DNS alone
 //	              -d ALLOWED -j RETURN                  --allow-egress, and the spec's allow_egress
 //	              -d BLOCKED -j REJECT                  Blocked: link-local, tailnet, metadata
 //	              --dst-type LOCAL|BROADCAST|MULTICAST -j REJECT   the host's own addresses
@@ -37,6 +38,11 @@
 // made, so an address added later (a new Docker network's gateway, a
 // tailnet address) is covered too. Whatever is not refused returns to
 // Docker's own rules unchanged.
+//
+// The name servers of the host's resolv.conf stay reachable on port 53
+// whatever their address: Docker's embedded resolver forwards each task's
+// queries to them from inside the task's network, and on some clouds the
+// resolver is the metadata address itself (169.254.169.254 on GCE).
 //
 // Refused traffic is rejected rather than silently dropped: the task's
 // connect fails at once with "host unreachable" instead of hanging until
@@ -150,6 +156,14 @@ type Config struct {
 	// LockPath is the lock file shared by every agent process on the
 	// machine; empty means DefaultLockPath.
 	LockPath string
+	// Resolvers are the name servers tasks' DNS queries go to: Docker's
+	// embedded resolver forwards them from inside the task's network, so
+	// one in a refused range (GCE's is 169.254.169.254, a dnsmasq may sit
+	// on a host address) must stay reachable, on port 53 alone. Nil means
+	// the nameservers of /etc/resolv.conf and of systemd-resolved's
+	// /run/systemd/resolve/resolv.conf, which is where Docker takes them
+	// from.
+	Resolvers []netip.Addr
 	// SearchPath is where iptables is looked for, as $PATH lists
 	// directories; empty means $PATH and the sbin directories, which a
 	// non-root $PATH leaves out.
@@ -159,12 +173,13 @@ type Config struct {
 // Filter installs and removes the rules of task networks. It is safe for
 // concurrent use.
 type Filter struct {
-	allow    []netip.Prefix
-	permit   []netip.Prefix
-	log      *slog.Logger
-	lockPath string
-	fams     []*family
-	mu       sync.Mutex
+	allow     []netip.Prefix
+	permit    []netip.Prefix
+	resolvers []netip.Addr
+	log       *slog.Logger
+	lockPath  string
+	fams      []*family
+	mu        sync.Mutex
 }
 
 // family is one address family's tools and the chain its forwarded traffic
@@ -217,6 +232,10 @@ func New(ctx context.Context, cfg Config) (*Filter, error) {
 		log:      cfg.Logger,
 		lockPath: cfg.LockPath,
 	}
+	f.resolvers = cfg.Resolvers
+	if f.resolvers == nil {
+		f.resolvers = hostResolvers("/etc/resolv.conf", "/run/systemd/resolve/resolv.conf")
+	}
 	if f.log == nil {
 		f.log = slog.Default()
 	}
@@ -243,7 +262,7 @@ func New(ctx context.Context, cfg Config) (*Filter, error) {
 		names = append(names, fmt.Sprintf("%s (%s, hooked from INPUT and %s)", fam.name, filepath.Base(fam.cmd), fam.forward))
 	}
 	f.log.Info("task egress filter on", "families", strings.Join(names, "; "),
-		"allow", prefixStrings(f.allow), "permit", prefixStrings(f.permit))
+		"allow", prefixStrings(f.allow), "permit", prefixStrings(f.permit), "dns_to", f.resolvers)
 	return f, nil
 }
 
@@ -474,7 +493,7 @@ func (f *Filter) Open(ctx context.Context, bridge string, allow []netip.Prefix) 
 		}
 		lines := f.base(fam, tbl)
 		lines = append(lines, ":"+chain+" - [0:0]")
-		for _, r := range fam.networkRules(bridge, open) {
+		for _, r := range fam.networkRules(bridge, open, f.resolvers) {
 			lines = append(lines, "-A "+chain+" "+r)
 		}
 		if !slices.Contains(tbl.rules[Chain], jump) {
@@ -489,7 +508,7 @@ func (f *Filter) Open(ctx context.Context, bridge string, allow []netip.Prefix) 
 }
 
 // networkRules are the rules of one network's chain, in order.
-func (fam *family) networkRules(bridge string, open []netip.Prefix) []string {
+func (fam *family) networkRules(bridge string, open []netip.Prefix, resolvers []netip.Addr) []string {
 	rules := []string{
 		// Between the network's own containers (the task and its
 		// sidecars): always, whatever ranges the engine's address pools
@@ -504,6 +523,13 @@ func (fam *family) networkRules(bridge string, open []netip.Prefix) []string {
 		rules = append(rules,
 			"-p ipv6-icmp -m icmp6 --icmpv6-type 135 -j RETURN",
 			"-p ipv6-icmp -m icmp6 --icmpv6-type 136 -j RETURN")
+	}
+	for _, a := range resolvers {
+		if a.Is6() == fam.v6 {
+			for _, proto := range []string{"udp", "tcp"} {
+				rules = append(rules, fmt.Sprintf("-d %s -p %s -m %s --dport 53 -j RETURN", netip.PrefixFrom(a, a.BitLen()), proto, proto))
+			}
+		}
 	}
 	seen := map[netip.Prefix]bool{}
 	for _, p := range open {
@@ -729,6 +755,34 @@ func (f *Filter) lock(ctx context.Context) (func(), error) {
 		fd.Close() // releases the flock
 		f.mu.Unlock()
 	}, nil
+}
+
+// hostResolvers reads the nameservers of resolv.conf files, leaving out
+// loopback ones: Docker does not hand those to containers, and they are
+// not reached through a task's network anyway.
+func hostResolvers(files ...string) []netip.Addr {
+	out := []netip.Addr{}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) < 2 || fields[0] != "nameserver" {
+				continue
+			}
+			a, err := netip.ParseAddr(fields[1])
+			if err != nil {
+				continue
+			}
+			a = a.WithZone("").Unmap()
+			if !a.IsLoopback() && !a.IsUnspecified() && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // bridgeExists says whether this network namespace has an interface named

@@ -65,6 +65,23 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// The name servers come from resolv.conf as Docker reads them, less the
+// loopback ones Docker does not hand to containers.
+func TestHostResolvers(t *testing.T) {
+	dir := t.TempDir()
+	etc, resolved := dir+"/resolv.conf", dir+"/resolved.conf"
+	if err := os.WriteFile(etc, []byte("# a comment\nsearch example.org\nnameserver 127.0.0.53\nnameserver 169.254.169.254\noptions edns0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(resolved, []byte("nameserver 10.0.0.2\nnameserver fe80::1%eth0\nnameserver 169.254.169.254\nnameserver ::1\nnameserver bogus\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(hostResolvers(etc, dir+"/missing", resolved))
+	if got != "[169.254.169.254 10.0.0.2 fe80::1]" {
+		t.Errorf("hostResolvers = %s, want [169.254.169.254 10.0.0.2 fe80::1]", got)
+	}
+}
+
 // A node without iptables cannot filter: New says how to install it and how
 // to turn the filter off.
 func TestNewWithoutIptables(t *testing.T) {
@@ -148,7 +165,10 @@ func TestOpenAndClose(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	br := newBridge(t)
-	f := newFilter(t, Config{Allow: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}})
+	f := newFilter(t, Config{
+		Allow:     []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")},
+		Resolvers: []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")},
+	})
 	t.Cleanup(func() { _ = f.Close(ctx, br) })
 	if err := f.Open(ctx, br, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("fd00:1::/32")}); err != nil {
 		t.Fatal(err)
@@ -165,6 +185,8 @@ func TestOpenAndClose(t *testing.T) {
 		"IPv4: -A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
 		"IPv4: -A " + chain + " -d 192.0.2.10/32 -j RETURN",
 		"IPv4: -A " + chain + " -d 198.51.100.0/24 -j RETURN",
+		"IPv4: -A " + chain + " -d 169.254.169.254/32 -p udp -m udp --dport 53 -j RETURN",
+		"IPv4: -A " + chain + " -d 169.254.169.254/32 -p tcp -m tcp --dport 53 -j RETURN",
 		"IPv4: -A " + chain + " -d 169.254.0.0/16 -j REJECT --reject-with icmp-admin-prohibited",
 		"IPv4: -A " + chain + " -d 100.64.0.0/10 -j REJECT --reject-with icmp-admin-prohibited",
 		"IPv4: -A " + chain + " -m addrtype --dst-type LOCAL -j REJECT --reject-with icmp-admin-prohibited",
@@ -178,13 +200,16 @@ func TestOpenAndClose(t *testing.T) {
 		t.Errorf("a range went to the other family's rules:\n%s", got)
 	}
 	// Allowed first, then refused: the first match decides.
-	if strings.Index(got, "-d 198.51.100.0/24 -j RETURN") > strings.Index(got, "-d 169.254.0.0/16") {
-		t.Errorf("a refusal comes before an allowed range:\n%s", got)
+	for _, allowed := range []string{"-d 198.51.100.0/24 -j RETURN", "-d 169.254.169.254/32 -p tcp -m tcp --dport 53 -j RETURN"} {
+		if strings.Index(got, allowed) > strings.Index(got, "-d 169.254.0.0/16") {
+			t.Errorf("a refusal comes before %q:\n%s", allowed, got)
+		}
 	}
 	if ipv6Enabled() {
 		for _, want := range []string{
 			"IPv6: -A PODIUM-EGRESS -i " + br + " -g " + chain,
 			"IPv6: -A " + chain + " -d fd00:1::/32 -j RETURN",
+			"IPv6: -A " + chain + " -d fd00:ec2::254/128 -p udp -m udp --dport 53 -j RETURN",
 			"IPv6: -A " + chain + " -d fd7a:115c:a1e0::/48 -j REJECT --reject-with icmp6-adm-prohibited",
 			"IPv6: -A " + chain + " -m addrtype --dst-type LOCAL -j REJECT --reject-with icmp6-adm-prohibited",
 		} {

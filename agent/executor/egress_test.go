@@ -36,7 +36,8 @@ import (
 //   - a network namespace the test creates, joined to the host by a veth
 //     pair, serving HTTP on an address outside every refused range (what the
 //     internet is to a real task: traffic routed through the host) and on
-//     one in the tailnet's range (100.64.0.0/10).
+//     one in the tailnet's range (100.64.0.0/10), which the test names as
+//     the node's name server, so its port 53 stays open.
 //
 // Only the metadata address is outside the test's own: the task tries it
 // once, for at most two seconds (busybox's own wget -T crashes, hence
@@ -56,6 +57,9 @@ func TestEgress(t *testing.T) {
 		// What the node lets a spec open: the other network's gateway and
 		// the tailnet. Nothing opened for every task.
 		Permit: []netip.Prefix{netip.PrefixFrom(otherGW, 32), netip.MustParsePrefix("100.64.0.0/10")},
+		// The node's name server, as resolv.conf would name it, at an
+		// address of the tailnet range: reachable on port 53 alone.
+		Resolvers: []netip.Addr{ns.tailnet},
 	})
 	e.exec = e.newExecutor()
 
@@ -65,6 +69,7 @@ probe metadata http://169.254.169.254/
 probe own-gateway "http://$gw:%[1]d/"
 probe other-gateway http://%[2]s:%[1]d/
 probe tailnet http://%[3]s:8080/
+probe tailnet-port-53 http://%[3]s:53/
 probe outside http://%[4]s:8080/
 podium-runner ask >/dev/null
 `, hostPort, otherGW, ns.tailnet, ns.outside)
@@ -111,7 +116,7 @@ podium-runner ask >/dev/null
 	t.Run("refused by default", func(t *testing.T) {
 		t.Parallel()
 		got := runProbes(t, nil)
-		want := "metadata refused\nown-gateway refused\nother-gateway refused\ntailnet refused\noutside reached: namespace\n"
+		want := "metadata refused\nown-gateway refused\nother-gateway refused\ntailnet refused\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
 		if got != want {
 			t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
 		}
@@ -122,7 +127,7 @@ podium-runner ask >/dev/null
 		got := runProbes(t, []string{otherGW.String(), ns.tailnet.String() + "/32"})
 		// The same targets as above, now reached: what refused them
 		// before was the filter, not the way there.
-		want := "metadata refused\nown-gateway refused\nother-gateway reached: host\ntailnet reached: namespace\noutside reached: namespace\n"
+		want := "metadata refused\nown-gateway refused\nother-gateway reached: host\ntailnet reached: namespace\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
 		if got != want {
 			t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
 		}
@@ -240,7 +245,8 @@ func mustBeLocal(t *testing.T, addr netip.Addr) {
 }
 
 // netns is a network namespace the test creates, joined to the host by a
-// veth pair, with busybox httpd serving "namespace" on two addresses.
+// veth pair, with busybox httpd serving "namespace" on two addresses, on
+// ports 8080 and 53.
 type netns struct {
 	outside netip.Addr // outside every refused range: routed through the host like the internet
 	tailnet netip.Addr // in 100.64.0.0/10, refused unless allowed
@@ -293,20 +299,24 @@ func newNetns(t *testing.T) *netns {
 	if err := os.WriteFile(filepath.Join(www, "index.html"), []byte("namespace"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	httpd := exec.Command("ip", "netns", "exec", name, "/bin/busybox", "httpd", "-f", "-p", "8080", "-h", www)
-	if err := httpd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = httpd.Process.Kill(); _ = httpd.Wait() })
+	// Port 53 stands for a name server (the filter lets DNS through to the
+	// node's resolvers); HTTP on it is what busybox can serve and fetch.
 	client := &http.Client{Timeout: 2 * time.Second}
-	wait.For(t, 30*time.Second, "busybox httpd in the test's namespace", func() bool {
-		resp, err := client.Get("http://" + outPeer.String() + ":8080/")
-		if err != nil {
-			return false
+	for _, port := range []string{"8080", "53"} {
+		httpd := exec.Command("ip", "netns", "exec", name, "/bin/busybox", "httpd", "-f", "-p", port, "-h", www)
+		if err := httpd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+		t.Cleanup(func() { _ = httpd.Process.Kill(); _ = httpd.Wait() })
+		wait.For(t, 30*time.Second, "busybox httpd on port "+port+" in the test's namespace", func() bool {
+			resp, err := client.Get("http://" + outPeer.String() + ":" + port + "/")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
 	return &netns{outside: outPeer, tailnet: tailPeer}
 }
 
