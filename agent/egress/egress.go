@@ -45,7 +45,7 @@
 // resolver is the metadata address itself (169.254.169.254 on GCE).
 //
 // Refused traffic is rejected rather than silently dropped: the task's
-// connect fails at once with "host unreachable" instead of hanging until
+// connect fails at once with "no route to host" instead of hanging until
 // its own timeout, which is kinder to a build that probes for a metadata
 // service. Nothing is sent beyond the host either way.
 //
