@@ -49,6 +49,16 @@
 // coordinator's 10-minute window, and keeps the task's directory until then.
 // Uploads still waiting for a retry when the agent stops are dropped.
 //
+// # Egress
+//
+// With Config.EgressFilter (podium-agent's default) every task network gets
+// iptables rules (package egress) that refuse link-local, this host's and
+// tailnet addresses, less Config.AllowEgress and the ranges of a spec's
+// allow_egress that Config.PermitEgress covers. The node reports what it
+// permits in its capacity (limits.permit_egress), so the coordinator places
+// a task that asks for a range only where it may have it; without the filter
+// it reports everything (0.0.0.0/0 and ::/0), since nothing is refused.
+//
 // # What a person sees in the task's log
 //
 // The task's stdout and stderr, byte for byte; Podium's notes ("pulling
@@ -63,6 +73,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,6 +88,7 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts/upload"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/capacity"
+	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/session"
@@ -126,6 +138,15 @@ type Config struct {
 	// MetricsListen, when set, serves Prometheus metrics at /metrics on that
 	// address (for example 127.0.0.1:9464).
 	MetricsListen string
+	// EgressFilter keeps tasks from link-local (cloud metadata), this
+	// host's and tailnet addresses (package egress). New fails when the
+	// filter cannot work here: no iptables, or not root.
+	EgressFilter bool
+	// AllowEgress are ranges opened for every task; PermitEgress are those
+	// a spec's allow_egress may open, reported to the coordinator so it
+	// places such tasks only here. Both need EgressFilter.
+	AllowEgress  []netip.Prefix
+	PermitEgress []netip.Prefix
 }
 
 // Agent is one node agent process.
@@ -184,6 +205,24 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.ownsDock = true
 	}
+	// Without the filter nothing is refused, so a spec may ask for any
+	// range.
+	permit := []string{}
+	for _, p := range egress.Everything {
+		permit = append(permit, p.String())
+	}
+	var filter *egress.Filter
+	if cfg.EgressFilter {
+		filter, err = egress.New(context.Background(), egress.Config{
+			Allow: cfg.AllowEgress, Permit: cfg.PermitEgress, Logger: a.log.With("component", "egress"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		permit = filter.PermitEgress()
+	} else {
+		a.log.Warn("the task egress filter is off: tasks can reach link-local (cloud metadata), this host's and tailnet addresses")
+	}
 	a.exec, err = executor.New(executor.Config{
 		Docker:     a.docker,
 		NodeID:     id.NodeID,
@@ -191,6 +230,7 @@ func New(cfg Config) (*Agent, error) {
 		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
 		Logger:     a.log.With("component", "executor"),
 		Artifacts:  uploader,
+		Egress:     filter,
 	})
 	if err != nil {
 		return nil, err
@@ -205,7 +245,12 @@ func New(cfg Config) (*Agent, error) {
 		MinFreeDiskMB:  cfg.MinFreeDiskMB,
 		Runner:         a.exec,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
-			return capacity.Measure(ctx, cfg.DataDir, a.log)
+			c := capacity.Measure(ctx, cfg.DataDir, a.log)
+			if c.Limits == nil {
+				c.Limits = &podiumv1.TaskLimits{}
+			}
+			c.Limits.PermitEgress = permit
+			return c
 		},
 		Logger:      a.log.With("component", "session"),
 		OnState:     a.onState,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,13 +139,15 @@ func TestRestartResumesTheTask(t *testing.T) {
 	if err := identity.Save(dir, &identity.Identity{CoordinatorURL: srv.URL, NodeID: nodeID, NodeKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	runAgent := func() (context.CancelFunc, chan error) {
-		a, err := agent.New(agent.Config{
+	runAgent := func(egress func(*agent.Config)) (context.CancelFunc, chan error) {
+		cfg := agent.Config{
 			DataDir:    dir,
 			MaxTasks:   2,
 			Logger:     slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 			RunnerPath: agenttest.Runner(t),
-		})
+		}
+		egress(&cfg)
+		a, err := agent.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,9 +187,12 @@ func TestRestartResumesTheTask(t *testing.T) {
 		}
 	}
 
-	cancel, done := runAgent()
+	// Without the egress filter nothing is refused, and the node says a
+	// task may ask for any range.
+	cancel, done := runAgent(func(*agent.Config) {})
 	defer cancel()
-	if h := hello(); h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 {
+	if h := hello(); h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 ||
+		strings.Join(h.GetCapacity().GetLimits().GetPermitEgress(), " ") != "0.0.0.0/0 ::/0" {
 		t.Fatalf("hello %v", h)
 	}
 	read(func() bool { return strings.Contains(stdout.String(), "\n5\n") })
@@ -204,10 +210,25 @@ func TestRestartResumesTheTask(t *testing.T) {
 		t.Fatalf("the task's container must keep running without the agent: %d running (%v)", len(cs), err)
 	}
 
-	cancel, done = runAgent()
+	// Restarted with the filter (where this test may change iptables), the
+	// node reports what its operator permits. The running task's network
+	// was made without it and keeps running as it was.
+	withFilter := os.Geteuid() == 0
+	cancel, done = runAgent(func(c *agent.Config) {
+		c.EgressFilter = withFilter
+		c.PermitEgress = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}
+		c.AllowEgress = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}
+		if !withFilter {
+			c.PermitEgress, c.AllowEgress = nil, nil
+		}
+	})
 	defer cancel()
-	if h := hello(); len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != coord.assign.GetTaskId() {
+	h := hello()
+	if len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != coord.assign.GetTaskId() {
 		t.Fatalf("the restarted agent reports %v, want the task", h.GetRunning())
+	}
+	if got := strings.Join(h.GetCapacity().GetLimits().GetPermitEgress(), " "); withFilter && got != "10.20.0.0/16 192.0.2.10/32" {
+		t.Errorf("with --permit-egress 10.20.0.0/16 --allow-egress 192.0.2.10/32 the node reports permit_egress %q", got)
 	}
 	read(func() bool { return final != nil })
 	var want strings.Builder

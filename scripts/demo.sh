@@ -71,7 +71,11 @@ rm -rf "$ctx"
 echo "→ enrolling an agent with a single-use token, then starting it (log: .demo/agent.log)"
 token=$(bin/podium token create --label demo)
 bin/podium-agent enroll --coordinator "$PODIUM_SERVER" --token "$token" --data-dir "$demo/agent" >"$demo/enroll.log" 2>&1
-bin/podium-agent run --data-dir "$demo/agent" >"$demo/agent.log" 2>&1 &
+# The agent's task egress filter changes iptables rules, which needs root;
+# a demo run as another user (in the docker group) goes without it.
+agent_flags=()
+[ "$(id -u)" -eq 0 ] || agent_flags+=(--egress-filter=false)
+bin/podium-agent run --data-dir "$demo/agent" "${agent_flags[@]}" >"$demo/agent.log" 2>&1 &
 echo $! >"$demo/agent.pid"
 for _ in $(seq 1 100); do
   bin/podium nodes 2>/dev/null | grep -q online && break

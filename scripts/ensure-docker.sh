@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Makes sure this machine has what Podium's demo and tests run on: a Docker
-# engine (Debian's docker.io, started if it is not running), Debian's
-# busybox-static (the local test image is built from it, since no registry is
-# reachable) and the Postgres 15 binaries.
+# engine (Debian's docker.io, started if it is not running), iptables and
+# iproute2, Debian's busybox-static (the local test image is built from it,
+# since no registry is reachable) and the Postgres 15 binaries.
 set -euo pipefail
 
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+# docker.io depends on iptables, but a machine whose engine came from
+# elsewhere may lack it; the agent's egress filter and its tests need it, and
+# the tests need ip (iproute2) for the network namespace they route through.
+PATH="$PATH:/usr/sbin:/sbin"
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 if [ ${#need[@]} -gt 0 ]; then

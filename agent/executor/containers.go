@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/podiumhq/podium/agent/artifacts"
+	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runner"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -36,18 +38,72 @@ func (r *run) labels(extra ...string) map[string]string {
 // exists already can only be this attempt's own, left by an earlier agent
 // process, and is used as it is.
 //
+// With an egress filter the network's Linux bridge gets the name the filter
+// matches (Executor.BridgeName), and createNetwork returns it; a network
+// found without it (made by an agent whose filter was off) is refused,
+// since its containers would run unfiltered.
+//
 // Neither this nor createVolume gives up when the run is cancelled: the
 // engine finishes a create whose caller went away, and a network created
 // after teardown listed the attempt's objects would be left behind. Both
 // take milliseconds; the cancel is seen right after.
-func (r *run) createNetwork() error {
+func (r *run) createNetwork() (bridge string, err error) {
 	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
 	defer cancel()
-	_, err := r.e.docker.NetworkCreate(ctx, NetworkName(r.key), network.CreateOptions{Driver: "bridge", Labels: r.labels()})
-	if err != nil && cerrdefs.IsConflict(err) {
-		_, err = r.e.docker.NetworkInspect(ctx, NetworkName(r.key), network.InspectOptions{})
+	opts := network.CreateOptions{Driver: "bridge", Labels: r.labels()}
+	if r.e.egress != nil {
+		bridge = r.e.BridgeName(r.key)
+		opts.Options = map[string]string{egress.BridgeOption: bridge}
 	}
-	return err
+	_, err = r.e.docker.NetworkCreate(ctx, NetworkName(r.key), opts)
+	if err != nil && cerrdefs.IsConflict(err) {
+		var info network.Inspect
+		info, err = r.e.docker.NetworkInspect(ctx, NetworkName(r.key), network.InspectOptions{})
+		if err == nil && bridge != "" && info.Options[egress.BridgeOption] != bridge {
+			err = fmt.Errorf("network %s exists without the bridge name %s its egress rules match (an agent with "+
+				"--egress-filter=false made it); remove it with `docker network rm %s`", NetworkName(r.key), bridge, NetworkName(r.key))
+		}
+	}
+	return bridge, err
+}
+
+// openEgress installs the network's egress rules: the node's, and the
+// ranges the spec's allow_egress opens (validate checked them).
+func (r *run) openEgress(bridge string) error {
+	allow, err := taskspec.AllowEgress("spec.allow_egress", r.spec.GetAllowEgress())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
+	defer cancel()
+	return r.e.egress.Open(ctx, bridge, allow)
+}
+
+// reopenEgress installs again the egress rules of a running task an earlier
+// agent process started. They normally outlive the agent, and installing
+// them again changes nothing; this puts back rules something else removed
+// meanwhile (a firewall reload), and applies the node's --allow-egress as it
+// is now.
+func (r *run) reopenEgress(ctx context.Context) {
+	if r.e.egress == nil {
+		return
+	}
+	ictx, cancel := apiCtx(ctx, apiTimeout)
+	info, err := r.e.docker.NetworkInspect(ictx, NetworkName(r.key), network.InspectOptions{})
+	cancel()
+	if err != nil {
+		r.log.Warn("could not look at the task's network to check its egress rules", "err", err)
+		return
+	}
+	br := info.Options[egress.BridgeOption]
+	if !egress.IsBridge(br) {
+		r.log.Warn("the task's network was made without egress rules (by an agent with --egress-filter=false or "+
+			"of an older version); the task runs unfiltered until it ends", "network", NetworkName(r.key))
+		return
+	}
+	if err := r.openEgress(br); err != nil {
+		r.log.Error("could not install the egress rules of the task's network again", "err", err)
+	}
 }
 
 // createVolume creates the workspace volume; creating a named volume that

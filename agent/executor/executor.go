@@ -34,7 +34,11 @@
 //     /workspace/.podium/artifacts over the workspace volume) and, once the
 //     task has exited, the workspace files its artifacts globs select
 //     elsewhere (workspace/);
-//   - its sidecars' containers, started and waited for before the task's.
+//   - its sidecars' containers, started and waited for before the task's;
+//   - with an egress filter (Config.Egress), its network's rules (package
+//     egress), which refuse link-local, host and tailnet addresses less the
+//     node's --allow-egress and the spec's allow_egress. They are installed
+//     before any of its containers start, and removed once the network is.
 //
 // Teardown removes all of it.
 //
@@ -87,6 +91,7 @@ import (
 
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -184,6 +189,11 @@ type Config struct {
 	// ArtifactWait bounds how long a terminal status waits for the first
 	// try of the task's uploads; 0 means DefaultArtifactWait.
 	ArtifactWait time.Duration
+	// Egress keeps tasks from link-local, host and tailnet addresses
+	// (package egress): each task network gets a bridge name of its own
+	// and its rules before any of its containers start. Nil runs tasks
+	// without them, and with Docker's own bridge names.
+	Egress *egress.Filter
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -196,6 +206,7 @@ type Executor struct {
 	defaultGrace time.Duration
 	uploader     artifacts.Uploader
 	artifactWait time.Duration
+	egress       *egress.Filter
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -231,6 +242,7 @@ func New(cfg Config) (*Executor, error) {
 		defaultGrace: cfg.DefaultGrace,
 		uploader:     cfg.Artifacts,
 		artifactWait: cfg.ArtifactWait,
+		egress:       cfg.Egress,
 		runs:         make(map[Key]*run),
 		uploading:    make(map[Key]bool),
 	}
@@ -583,6 +595,12 @@ func (e *Executor) removeLabelled(ctx context.Context, f filters.Args, del func(
 		}
 		if err := e.docker.NetworkRemove(ctx, n.ID); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove network %s (remove it by hand with `docker network rm %s`): %w", n.Name, n.Name, err))
+			continue // its containers stay filtered while it exists
+		}
+		if br := n.Options[egress.BridgeOption]; e.egress != nil && egress.IsBridge(br) {
+			if err := e.egress.Close(ctx, br); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	vols, err := e.docker.VolumeList(ctx, volume.ListOptions{Filters: f})
@@ -609,6 +627,12 @@ func ContainerName(k Key) string {
 
 // NetworkName is the name of a task attempt's private network.
 func NetworkName(k Key) string { return ContainerName(k) }
+
+// BridgeName is the Linux bridge name of a task attempt's network when the
+// executor has an egress filter: the interface its rules match.
+func (e *Executor) BridgeName(k Key) string {
+	return egress.BridgeName(e.nodeID + "/" + NetworkName(k))
+}
 
 // VolumeName is the name of a task attempt's workspace volume.
 func VolumeName(k Key) string { return ContainerName(k) + "-workspace" }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -175,6 +176,8 @@ type env struct {
 	tasksDir string
 	t        *testing.T
 	execs    []*executor.Executor
+	// egress is the executors' egress filter; nil runs without one.
+	egress *egress.Filter
 }
 
 func setup(t *testing.T) *env {
@@ -213,6 +216,7 @@ func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 		TasksDir:   e.tasksDir,
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Artifacts:  up,
+		Egress:     e.egress,
 	})
 	if err != nil {
 		e.t.Fatal(err)

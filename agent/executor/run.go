@@ -255,6 +255,15 @@ func (r *run) validate() *podiumv1.StatusChange {
 			return failed("capability refused: %v", err)
 		}
 	}
+	allow, err := taskspec.AllowEgress("spec.allow_egress", spec.GetAllowEgress())
+	if err != nil {
+		return failed("%v", err)
+	}
+	if r.e.egress != nil {
+		if err := r.e.egress.Check(allow); err != nil {
+			return failed("task refused: %v", err)
+		}
+	}
 	seen := map[string]bool{}
 	for _, sc := range spec.GetSidecars() {
 		n := sc.GetName()
@@ -299,12 +308,23 @@ func (r *run) sidecarLog(name string) string {
 // whether the container started; if not, st is the status to end with (nil:
 // the agent is stopping) and the caller tears down.
 func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (id string, started bool, st *podiumv1.StatusChange) {
-	if err := r.createNetwork(); err != nil {
+	bridge, err := r.createNetwork()
+	if err != nil {
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
 		}
 		return "", false, failed("the task's network could not be created: %v (if the engine ran out of address pools, "+
 			"give it more with default-address-pools in /etc/docker/daemon.json)", err)
+	}
+	// Before anything runs on the network: a container started first
+	// would have a moment without its rules.
+	if bridge != "" {
+		if err := r.openEgress(bridge); err != nil {
+			if st, stop := r.interrupted(ctx); stop {
+				return "", false, st
+			}
+			return "", false, failed("the task's egress rules could not be installed, so it was not started: %v", err)
+		}
 	}
 	if err := r.createVolume(); err != nil {
 		if st, stop := r.interrupted(ctx); stop {
@@ -318,7 +338,7 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 	if st, stop := r.interrupted(ctx); stop {
 		return "", false, st
 	}
-	id, err := r.createContainer(ctx, r.taskContainer(argv))
+	id, err = r.createContainer(ctx, r.taskContainer(argv))
 	if err != nil {
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
@@ -375,6 +395,7 @@ func (r *run) resume(ctx context.Context, found *container.InspectResponse) *pod
 		r.teardown(ctx)
 		return st
 	}
+	r.reopenEgress(ctx)
 	if !r.cur.Started {
 		r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -31,7 +33,8 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
-  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
+                   [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -76,6 +79,19 @@ func (l *stringList) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// parseRanges reads the values of a CIDR flag.
+func parseRanges(flagName string, values []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(values))
+	for _, v := range values {
+		p, err := taskspec.ParseCIDR(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", flagName, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // parse parses a subcommand's flags. It returns the exit code to stop with,
@@ -177,7 +193,8 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
+                        [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -188,6 +205,13 @@ let the agent exit with --exit-on-drain once its last task has ended.
 
 Every container runs podium-runner (installed next to podium-agent, or given
 with --runner) as its first process; it must be a static binary.
+
+Tasks cannot reach link-local addresses (169.254.0.0/16: cloud metadata),
+this machine's own addresses or the tailnet (100.64.0.0/10,
+fd7a:115c:a1e0::/48): the agent refuses them with iptables rules on each
+task's network, so it needs root and iptables. --allow-egress opens a range
+for every task; --permit-egress lets a task's spec open one with
+allow_egress. --egress-filter=false turns the rules off.
 
 Flags:
 `
@@ -203,6 +227,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
 		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
+	egressFilter := fs.Bool("egress-filter", true, "refuse tasks connections to link-local (cloud metadata), this host's and tailnet addresses (needs root and iptables)")
+	var allowEgress, permitEgress stringList
+	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
+	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
 	ts := tsnetFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
@@ -210,6 +238,17 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
 	if *maxTasks < 0 {
 		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
+	}
+	allow, err := parseRanges("--allow-egress", allowEgress)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	permit, err := parseRanges("--permit-egress", permitEgress)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if !*egressFilter && len(allow)+len(permit) > 0 {
+		return usageErr("--allow-egress and --permit-egress open ranges of the egress filter, which --egress-filter=false turns off: give one or the other")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -235,6 +274,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		RunnerPath:    *runnerPath,
 		ExitOnDrain:   *exitOnDrain,
 		MetricsListen: *metricsListen,
+		EgressFilter:  *egressFilter,
+		AllowEgress:   allow,
+		PermitEgress:  permit,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

@@ -32,13 +32,18 @@ and command; put "--" before it when it has flags of its own.
 
 Flags override the fields of --spec: --image, --timeout and --priority replace
 theirs, --env sets one variable each (replacing the file's value for that
-key), --label adds to the file's labels, --cap-add to its capabilities, and
-CMD replaces its command. Sidecars and artifacts (globs) are given in the
+key), --label adds to the file's labels, --cap-add to its capabilities,
+--allow-egress to its allow_egress, and CMD replaces its command. Sidecars and artifacts (globs) are given in the
 spec file only.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
 back, from Docker's default set only (CHOWN, KILL, NET_BIND_SERVICE, ...;
 with or without CAP_, any case).
+
+Nodes refuse tasks connections to link-local (cloud metadata), their own and
+tailnet addresses; --allow-egress CIDR asks for one of those ranges anyway,
+and the task then runs only on nodes that permit it (podium-agent
+--permit-egress).
 
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
@@ -65,6 +70,7 @@ type runOptions struct {
 	env      stringList
 	labels   stringList
 	capAdd   stringList
+	egress   stringList
 	detach   bool
 	quiet    bool
 	command  []string
@@ -80,6 +86,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
 	fs.Var(&o.labels, "label", "run only on a node with the `LABEL`, key or key=value (repeatable)")
 	fs.Var(&o.capAdd, "cap-add", "add the Linux capability `CAP` back, e.g. NET_BIND_SERVICE (repeatable)")
+	fs.Var(&o.egress, "allow-egress", "let the task reach the `CIDR` range, which nodes block by default (repeatable; only nodes that permit it run the task)")
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
@@ -148,6 +155,14 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 		}
 		// Validate below rewrites the file's names and drops repeats.
 		spec.Capabilities = append(spec.Capabilities, n)
+	}
+	for _, r := range o.egress {
+		if _, err := taskspec.ParseCIDR(r); err != nil {
+			return nil, fmt.Errorf("--allow-egress: %v", err)
+		}
+		if !slices.Contains(spec.AllowEgress, r) {
+			spec.AllowEgress = append(spec.AllowEgress, r)
+		}
 	}
 	if o.set["timeout"] {
 		secs, err := taskspec.ParseSeconds(o.timeout)

@@ -91,7 +91,8 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 	tc := newTestCLI(nil)
 	code := tc.run(t, "--server", f.url(), "run", "--spec", spec,
 		"--image", "busybox:1", "--env", "OVERRIDE=flag", "--env", "NEW=x=y", "--label", "gpu=a100", "--label", "linux",
-		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--", "sh", "-c", "exit 0")
+		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN",
+		"--allow-egress", "192.0.2.10", "--allow-egress", "10.20.0.0/16", "--allow-egress", "192.0.2.10", "--", "sh", "-c", "exit 0")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, tc.errOut)
 	}
@@ -108,6 +109,8 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 		// The file's capability made canonical, --cap-add's added, the
 		// repeat dropped.
 		Capabilities: []string{"CHOWN", "NET_RAW"},
+		// As written, the repeat dropped.
+		AllowEgress: []string{"192.0.2.10", "10.20.0.0/16"},
 		// Sidecars have no flags: the file's pass through untouched.
 		Sidecars: []*podiumv1.Sidecar{{
 			Name: "db", Image: "postgres:16",
@@ -165,6 +168,9 @@ func TestRunRefusesBadInputLocally(t *testing.T) {
 		{"relative working_dir in file", nil, "image: a\nworking_dir: rel\n", []string{"spec.working_dir"}},
 		{"cap-add not allowed", []string{"--image", "alpine:3", "--cap-add", "SYS_ADMIN"}, "", []string{`--cap-add: "SYS_ADMIN" may not be added`, "NET_BIND_SERVICE"}},
 		{"cap-add ALL", []string{"--image", "alpine:3", "--cap-add", "all"}, "", []string{"--cap-add", `"all" would grant every capability`}},
+		{"allow-egress not a range", []string{"--image", "alpine:3", "--allow-egress", "metadata"}, "", []string{`--allow-egress: "metadata" is not an address or a CIDR range`}},
+		{"allow-egress with host bits", []string{"--image", "alpine:3", "--allow-egress", "10.0.0.1/8"}, "", []string{"--allow-egress", "write 10.0.0.0/8"}},
+		{"allow_egress in file not a range", nil, "image: a\nallow_egress: [10.0.0.0/8, 300.0.0.1]\n", []string{`spec.allow_egress[1]: "300.0.0.1" is not an address`}},
 		{"capability in file not allowed", nil, "image: a\ncapabilities: [CHOWN, NET_ADMIN]\n", []string{`spec.capabilities[1]: "NET_ADMIN" may not be added`}},
 		{"sidecar without image in file", nil, "image: a\nsidecars:\n  - name: db\n", []string{"spec.sidecars[0].image: required"}},
 		{"unknown sidecar key in file", nil, "image: a\nsidecars:\n  - name: db\n    imgae: x\n", []string{"task.yaml", "line 4", `unknown key "sidecars[0].imgae"`}},

@@ -37,6 +37,7 @@
 //	  - dist/*.tar.gz                # globs relative to /workspace
 //	  - "**/junit.xml"               # quote one that starts with *
 //	  - .podium/artifacts/**         # the default, kept when widening
+//	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
 //	sidecars:                        # helper containers beside the task (see below)
 //	  - name: db                     # required: the host name the task reaches it by
 //	    image: postgres:16           # required: the sidecar's container image
@@ -169,6 +170,21 @@
 // segment, has ** inside a segment or is not a valid glob (an unclosed "[")
 // is refused. In YAML a value that starts with "*" must be quoted: *name is
 // an alias there.
+//
+// # Egress
+//
+// A node refuses every task connections to link-local addresses
+// (169.254.0.0/16, where clouds answer metadata requests with the machine's
+// credentials, and fe80::/10), to its own addresses (the coordinator's port,
+// Docker's bridge gateways, anything listening on the host) and to the
+// tailnet (100.64.0.0/10, fd7a:115c:a1e0::/48). Everything else, the
+// internet included, is reachable as with plain Docker. allow_egress lists
+// ranges of those the task must reach anyway, at most MaxAllowEgress of
+// them: a CIDR ("10.20.0.0/16", "fd00::/8") or one address ("192.0.2.10",
+// meaning /32). A range with bits set past its length ("10.0.0.1/8") is
+// refused, not rounded. The task is only placed on a node whose operator
+// permits every range listed (podium-agent --permit-egress); the agent
+// checks again and refuses the task if it does not.
 //
 // # Errors
 //

@@ -39,6 +39,7 @@ type specFile struct {
 	Sidecars        []specSidecar      `yaml:"sidecars"`
 	Capabilities    []string           `yaml:"capabilities"`
 	Artifacts       []string           `yaml:"artifacts"`
+	AllowEgress     []string           `yaml:"allow_egress"`
 }
 
 type specSidecar struct {
@@ -211,6 +212,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	}
 	spec.Capabilities = f.Capabilities
 	spec.Artifacts = f.Artifacts
+	spec.AllowEgress = f.AllowEgress
 	return spec, nil
 }
 
@@ -438,6 +440,8 @@ func explainEntry(e string, idx fileIndex) string {
 				msg += `: write the capabilities as a list, e.g. [NET_BIND_SERVICE]`
 			case "artifacts":
 				msg += `: write the patterns as a list, e.g. ["dist/*.tar.gz"]`
+			case "allow_egress":
+				msg += `: write the ranges as a list, e.g. [10.0.0.0/8]`
 			}
 		}
 		rest = msg

@@ -107,6 +107,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if _, err := ArtifactGlobs("spec.artifacts", spec.GetArtifacts()); err != nil {
 		return err
 	}
+	if _, err := AllowEgress("spec.allow_egress", spec.GetAllowEgress()); err != nil {
+		return err
+	}
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}
