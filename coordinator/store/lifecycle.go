@@ -68,7 +68,9 @@ func (s *Store) TimeOutTasks(ctx context.Context, margin time.Duration) ([]Touch
 		rows, err := tx.Query(ctx, `select id, node_id, attempt from podium.tasks
 			where state = 'running' and cancel_requested_at is null
 			  and coalesce((spec->>'timeoutSeconds')::bigint, 0) > 0
-			  and started_at + make_interval(secs => (spec->>'timeoutSeconds')::bigint + $1) < now()
+			  -- least(): a spec stored before taskspec bounded timeouts to a year
+			  -- could hold one whose interval overflows and fails every sweep.
+			  and started_at + make_interval(secs => least((spec->>'timeoutSeconds')::bigint, 31536000) + $1) < now()
 			for update skip locked limit 500`, margin.Seconds())
 		if err != nil {
 			return err
