@@ -39,6 +39,7 @@ type specFile struct {
 	Sidecars        []specSidecar      `yaml:"sidecars"`
 	Capabilities    []string           `yaml:"capabilities"`
 	Artifacts       []string           `yaml:"artifacts"`
+	User            string             `yaml:"user"`
 }
 
 type specSidecar struct {
@@ -195,6 +196,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	}
 	spec.Capabilities = f.Capabilities
 	spec.Artifacts = f.Artifacts
+	spec.User = f.User
 	return spec, nil
 }
 
