@@ -126,6 +126,10 @@ type Config struct {
 	// MetricsListen, when set, serves Prometheus metrics at /metrics on that
 	// address (for example 127.0.0.1:9464).
 	MetricsListen string
+	// Limits are the defaults and maxima every task runs under
+	// (podium-agent --default-*, --max-*, --workspace-limit); the node
+	// reports the maxima with its capacity so the scheduler places by them.
+	Limits executor.Limits
 }
 
 // Agent is one node agent process.
@@ -191,6 +195,7 @@ func New(cfg Config) (*Agent, error) {
 		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
 		Logger:     a.log.With("component", "executor"),
 		Artifacts:  uploader,
+		Limits:     cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
@@ -205,7 +210,9 @@ func New(cfg Config) (*Agent, error) {
 		MinFreeDiskMB:  cfg.MinFreeDiskMB,
 		Runner:         a.exec,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
-			return capacity.Measure(ctx, cfg.DataDir, a.log)
+			c := capacity.Measure(ctx, cfg.DataDir, a.log)
+			c.Limits = a.exec.Limits().TaskLimits()
+			return c
 		},
 		Logger:      a.log.With("component", "session"),
 		OnState:     a.onState,
@@ -250,8 +257,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
 
+	l := a.exec.Limits()
 	a.log.Info("podium agent starting", "version", version.Version, "coordinator", a.id.CoordinatorURL,
-		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir)
+		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir,
+		slog.Group("task_defaults", "cpu", l.DefaultCPU, "memory_mb", l.DefaultMemoryMB, "pids", l.DefaultPids,
+			"timeout", l.DefaultTimeout, "user", l.DefaultUser),
+		slog.Group("task_maxima", "cpu", l.MaxCPU, "memory_mb", l.MaxMemoryMB, "pids", l.MaxPids, "timeout", l.MaxTimeout),
+		"workspace_limit_bytes", l.WorkspaceBytes)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)
 	wg.Add(1)

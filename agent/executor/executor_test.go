@@ -175,13 +175,18 @@ type env struct {
 	tasksDir string
 	t        *testing.T
 	execs    []*executor.Executor
+	// limits are what the env's executors run tasks under.
+	limits executor.Limits
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
+
+// setupWith is setup with the node's limits on each task.
+func setupWith(t *testing.T, limits executor.Limits) *env {
 	t.Helper()
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
-	e := &env{logs: &logBuffer{}, docker: dc, image: image, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir(), t: t}
+	e := &env{logs: &logBuffer{}, docker: dc, image: image, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir(), t: t, limits: limits}
 	e.exec = e.newExecutor()
 	t.Cleanup(func() {
 		// A test that failed half-way may leave a task that would run
@@ -213,6 +218,7 @@ func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 		TasksDir:   e.tasksDir,
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Artifacts:  up,
+		Limits:     e.limits,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -32,6 +32,7 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
   podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+                   [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]... [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -189,6 +190,12 @@ let the agent exit with --exit-on-drain once its last task has ended.
 Every container runs podium-runner (installed next to podium-agent, or given
 with --runner) as its first process; it must be a static binary.
 
+Every task runs under limits: its spec's, or the --default-* ones for each
+it leaves out. The --max-* flags bound what one task may ask for; the node
+reports them, and the scheduler sends larger tasks elsewhere. Each limit flag
+may also be set by the environment variable named in its description, as
+/etc/podium/agent.env does.
+
 Flags:
 `
 
@@ -204,12 +211,17 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
 		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
 	ts := tsnetFlags(fs)
+	limitFlags := taskLimitFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
 	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
 	if *maxTasks < 0 {
 		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
+	}
+	limits, err := limitFlags.limits(measureMachine())
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -235,6 +247,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		RunnerPath:    *runnerPath,
 		ExitOnDrain:   *exitOnDrain,
 		MetricsListen: *metricsListen,
+		Limits:        limits,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

@@ -28,6 +28,9 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"run", "--max-tasks", "-1"}, code: exitUsage, stderr: "positive number"},
 		{args: []string{"run", "--log-format", "xml"}, code: exitUsage, stderr: "use text or json"},
 		{args: []string{"run", "extra"}, code: exitUsage, stderr: `unexpected argument "extra"`},
+		{args: []string{"run", "--default-memory", "lots"}, code: exitUsage, stderr: `--default-memory "lots": want a size`},
+		{args: []string{"run", "--default-pids", "9000", "--max-pids", "4096"}, code: exitUsage, stderr: "--default-pids 9000 is above --max-pids 4096"},
+		{args: []string{"run", "-h"}, code: exitOK, stdout: "PODIUM_AGENT_DEFAULT_PIDS"},
 		{args: []string{"run", "--data-dir", dir}, code: exitFail, stderr: "podium-agent enroll --coordinator URL --token T"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
