@@ -147,6 +147,10 @@ type Config struct {
 	// places such tasks only here. Both need EgressFilter.
 	AllowEgress  []netip.Prefix
 	PermitEgress []netip.Prefix
+	// Limits are the defaults and maxima every task runs under
+	// (podium-agent --default-*, --max-*, --workspace-limit); the node
+	// reports the maxima with its capacity so the scheduler places by them.
+	Limits executor.Limits
 }
 
 // Agent is one node agent process.
@@ -231,6 +235,7 @@ func New(cfg Config) (*Agent, error) {
 		Logger:     a.log.With("component", "executor"),
 		Artifacts:  uploader,
 		Egress:     filter,
+		Limits:     cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
@@ -246,9 +251,7 @@ func New(cfg Config) (*Agent, error) {
 		Runner:         a.exec,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
-			if c.Limits == nil {
-				c.Limits = &podiumv1.TaskLimits{}
-			}
+			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
 			return c
 		},
@@ -295,8 +298,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
 
+	l := a.exec.Limits()
 	a.log.Info("podium agent starting", "version", version.Version, "coordinator", a.id.CoordinatorURL,
-		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir)
+		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir,
+		slog.Group("task_defaults", "cpu", l.DefaultCPU, "memory_mb", l.DefaultMemoryMB, "pids", l.DefaultPids,
+			"timeout", l.DefaultTimeout, "user", l.DefaultUser),
+		slog.Group("task_maxima", "cpu", l.MaxCPU, "memory_mb", l.MaxMemoryMB, "pids", l.MaxPids, "timeout", l.MaxTimeout),
+		"workspace_limit_bytes", l.WorkspaceBytes)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)
 	wg.Add(1)

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/podiumhq/podium/agent"
+	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -145,6 +146,7 @@ func TestRestartResumesTheTask(t *testing.T) {
 			MaxTasks:   2,
 			Logger:     slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 			RunnerPath: agenttest.Runner(t),
+			Limits:     executor.Limits{MaxCPU: 2, MaxMemoryMB: 4096, MaxPids: 1000, MaxTimeout: time.Hour},
 		}
 		egress(&cfg)
 		a, err := agent.New(cfg)
@@ -194,6 +196,9 @@ func TestRestartResumesTheTask(t *testing.T) {
 	if h := hello(); h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 ||
 		strings.Join(h.GetCapacity().GetLimits().GetPermitEgress(), " ") != "0.0.0.0/0 ::/0" {
 		t.Fatalf("hello %v", h)
+	} else if l := h.GetCapacity().GetLimits(); l.GetMaxCpu() != 2 || l.GetMaxMemoryMb() != 4096 || l.GetMaxPids() != 1000 || l.GetMaxTimeoutSeconds() != 3600 {
+		// The scheduler places by what the node says it allows.
+		t.Fatalf("hello reports limits %v, want the agent's maxima", l)
 	}
 	read(func() bool { return strings.Contains(stdout.String(), "\n5\n") })
 	cancel()

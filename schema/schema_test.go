@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -62,5 +63,84 @@ func TestMigrateConcurrentReplicas(t *testing.T) {
 	}
 	if n != len(ms) {
 		t.Fatalf("schema_migrations has %d rows, want %d", n, len(ms))
+	}
+}
+
+// 0006 adds the columns placement checks a node's limits against; tasks
+// already waiting when it is applied get them from their specs, sidecars
+// included, so an upgrade does not place them as if they asked for nothing.
+func TestNodeLimitsMigrationFillsWaitingTasks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "drop schema podium cascade"); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schema as it was before 0006, recorded as applied.
+	if _, err := c.Exec(ctx, `create schema podium; create table podium.schema_migrations (
+		version text primary key, applied_at timestamptz not null default now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version >= "0006" {
+			break
+		}
+		if _, err := c.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Version, err)
+		}
+		if _, err := c.Exec(ctx, "insert into podium.schema_migrations (version) values ($1)", m.Version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	specs := map[string]string{
+		"task_waiting": `{"image": "busybox", "resources": {"pids": "100"}, "timeoutSeconds": "7200",
+			"outputLimitBytes": "1048576", "allowEgress": ["10.0.0.0/8"],
+			"sidecars": [{"name": "db", "resources": {"pids": "50"}}, {"name": "log"}]}`,
+		"task_plain": `{"image": "busybox"}`,
+		"task_done":  `{"image": "busybox", "timeoutSeconds": "60"}`,
+	}
+	for id, spec := range specs {
+		state := "queued"
+		if id == "task_done" {
+			state = "succeeded"
+		}
+		if _, err := c.Exec(ctx, "insert into podium.tasks (id, spec, state) values ($1, $2, $3)", id, spec, state); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied, err := schema.Migrate(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) == 0 || applied[0] != "0006_node_limits" {
+		t.Fatalf("applied %v, want 0006_node_limits first", applied)
+	}
+	type row struct {
+		pids, timeout, output int64
+		egress                []string
+	}
+	want := map[string]row{
+		"task_waiting": {150, 7200, 1 << 20, []string{"10.0.0.0/8"}},
+		"task_plain":   {0, 0, 0, []string{}},
+		"task_done":    {0, 0, 0, []string{}}, // finished: never placed again, left alone
+	}
+	for id, w := range want {
+		var got row
+		if err := c.QueryRow(ctx, "select pids, timeout_seconds, output_limit_bytes, allow_egress from podium.tasks where id = $1", id).
+			Scan(&got.pids, &got.timeout, &got.output, &got.egress); err != nil {
+			t.Fatal(err)
+		}
+		if got.pids != w.pids || got.timeout != w.timeout || got.output != w.output || strings.Join(got.egress, ",") != strings.Join(w.egress, ",") {
+			t.Errorf("%s: %+v, want %+v", id, got, w)
+		}
 	}
 }

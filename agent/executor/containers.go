@@ -107,11 +107,19 @@ func (r *run) reopenEgress(ctx context.Context) {
 }
 
 // createVolume creates the workspace volume; creating a named volume that
-// exists returns it.
+// exists returns it. Its files live in the attempt's host directory
+// (volumeDir, made by prepareDir), bound by the local driver, rather than
+// under the engine's own directory: there they are on the disk the agent
+// measures and watches for a low watermark, the agent can measure what the
+// task fills (Limits.WorkspaceBytes) without reaching into the engine's
+// files, and they need nothing the agent does not already need (its data
+// directory on the engine's machine).
 func (r *run) createVolume() error {
 	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
 	defer cancel()
-	_, err := r.e.docker.VolumeCreate(ctx, volume.CreateOptions{Name: VolumeName(r.key), Labels: r.labels()})
+	_, err := r.e.docker.VolumeCreate(ctx, volume.CreateOptions{Name: VolumeName(r.key), Labels: r.labels(),
+		Driver:     "local",
+		DriverOpts: map[string]string{"type": "none", "o": "bind", "device": filepath.Join(r.dir, volumeDir)}})
 	return err
 }
 
@@ -145,7 +153,8 @@ func envList(env map[string]string) []string {
 
 // hardened is the host configuration every container of a task shares:
 // nothing privileged, no way to gain privileges, no log kept by the engine
-// (the runner log is the log), the runner mounted read-only, and the limits.
+// (the runner log is the log), the runner mounted read-only, and the limits:
+// res's, and the node's default for each res leaves unset.
 func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string, mounts ...mount.Mount) *container.HostConfig {
 	h := &container.HostConfig{
 		NetworkMode: container.NetworkMode(NetworkName(r.key)),
@@ -159,16 +168,17 @@ func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string,
 			{Type: mount.TypeBind, Source: logPath, Target: runner.LogPath},
 		}, mounts...),
 	}
-	if cpu := res.GetCpu(); cpu > 0 {
+	cpu, mb, pids := r.e.limits.resources(res)
+	if cpu > 0 {
 		h.NanoCPUs = int64(cpu * 1e9)
 	}
-	if mb := res.GetMemoryMb(); mb > 0 {
+	if mb > 0 {
 		// Swap equal to memory means no swap at all, so a task over its limit
 		// is OOM-killed (and reported as such) instead of thrashing the node.
 		h.Memory = mb << 20
 		h.MemorySwap = mb << 20
 	}
-	if pids := res.GetPids(); pids > 0 {
+	if pids > 0 {
 		h.PidsLimit = &pids
 	}
 	return h
@@ -200,6 +210,7 @@ func (r *run) taskContainer(argv []string) containerSpec {
 			Cmd:        argv,
 			Env:        envList(spec.GetEnv()),
 			WorkingDir: spec.GetWorkingDir(),
+			User:       r.e.limits.user(spec),
 			Labels:     r.labels(LabelRole, roleTask),
 		},
 		host: host,

@@ -27,7 +27,10 @@
 //
 //   - a private bridge network, podium-<task>-<attempt>, on which the task's
 //     container is "task" and each sidecar is its name;
-//   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace;
+//   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace,
+//     whose files are kept in the attempt's host directory (volume/), on
+//     the disk the agent measures, where the agent can see how much of it
+//     the task fills (see Limits.WorkspaceBytes);
 //   - a host directory, <data>/tasks/<task>-<attempt>/, holding the runner
 //     logs (output.log, sidecars/<name>.log), the inbox (inbox/, mounted at
 //     /run/podium/inbox), the artifacts directory (artifacts/, mounted at
@@ -63,6 +66,18 @@
 // dropped except those its spec adds back from taskspec.AllowedCapabilities,
 // with no-new-privileges, never privileged, and with no mounts but the ones
 // above: never the Docker socket.
+//
+// # Limits and user
+//
+// Every container runs under the node's Limits where its spec sets none:
+// CPU quota, memory with swap equal to memory (overuse is an OOM kill,
+// reported as one), a pids limit, and the task's timeout. A task that
+// reaches its pids limit is stopped by its runner and fails with a reason
+// starting "pids limit"; one that fills more disk than the workspace limit
+// fails with one starting "workspace full". The task's command runs as its
+// spec's user, else the node's default user, else the image's; the
+// directories mounted into it (workspace, artifacts, inbox) and its runner
+// log are writable by whoever that is.
 //
 // The data directory and the runner binary must be on the Docker engine's own
 // machine, because they are bind-mounted: a remote DOCKER_HOST is not
@@ -140,6 +155,10 @@ const ReasonTimeout = "timeout"
 // memory than its limit.
 const ReasonOOM = "oom"
 
+// ReasonPidsLimit starts the reason of a task stopped because it reached its
+// limit of processes and threads (see package runner).
+const ReasonPidsLimit = "pids limit"
+
 // MaxChunk is the most output bytes one LogChunk event carries. It keeps every
 // event far below any message-size limit on the way to the coordinator, and a
 // chunk is the unit the coordinator stores, so it also bounds a row.
@@ -194,6 +213,9 @@ type Config struct {
 	// and its rules before any of its containers start. Nil runs tasks
 	// without them, and with Docker's own bridge names.
 	Egress *egress.Filter
+	// Limits are the node's defaults and maxima for each task, and its
+	// workspace limit; the zero value limits nothing.
+	Limits Limits
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -207,6 +229,7 @@ type Executor struct {
 	uploader     artifacts.Uploader
 	artifactWait time.Duration
 	egress       *egress.Filter
+	limits       Limits
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -226,6 +249,9 @@ func New(cfg Config) (*Executor, error) {
 	case cfg.TasksDir == "":
 		return nil, errors.New("executor: Config.TasksDir is empty")
 	}
+	if err := cfg.Limits.check(); err != nil {
+		return nil, fmt.Errorf("executor: the node's task limits: %w", err)
+	}
 	if err := os.MkdirAll(cfg.TasksDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the tasks directory %s: %w", cfg.TasksDir, err)
 	}
@@ -243,6 +269,7 @@ func New(cfg Config) (*Executor, error) {
 		uploader:     cfg.Artifacts,
 		artifactWait: cfg.ArtifactWait,
 		egress:       cfg.Egress,
+		limits:       cfg.Limits,
 		runs:         make(map[Key]*run),
 		uploading:    make(map[Key]bool),
 	}

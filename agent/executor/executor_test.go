@@ -178,13 +178,18 @@ type env struct {
 	execs    []*executor.Executor
 	// egress is the executors' egress filter; nil runs without one.
 	egress *egress.Filter
+	// limits are what the env's executors run tasks under.
+	limits executor.Limits
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
+
+// setupWith is setup with the node's limits on each task.
+func setupWith(t *testing.T, limits executor.Limits) *env {
 	t.Helper()
 	image := dockertest.EnsureImage(t)
 	dc := dockertest.Client(t)
-	e := &env{logs: &logBuffer{}, docker: dc, image: image, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir(), t: t}
+	e := &env{logs: &logBuffer{}, docker: dc, image: image, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir(), t: t, limits: limits}
 	e.exec = e.newExecutor()
 	t.Cleanup(func() {
 		// A test that failed half-way may leave a task that would run
@@ -217,6 +222,7 @@ func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Artifacts:  up,
 		Egress:     e.egress,
+		Limits:     e.limits,
 	})
 	if err != nil {
 		e.t.Fatal(err)

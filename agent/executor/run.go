@@ -31,6 +31,8 @@ const (
 	logFile     = "output.log" // the task's runner log
 	inboxDir    = "inbox"      // mounted at inbox.ContainerDir
 	sidecarsDir = "sidecars"   // <name>.log: the sidecars' runner logs
+	// volumeDir holds the files of the workspace volume (see createVolume).
+	volumeDir = "volume"
 	// artifactsDir is mounted at artifacts.ContainerDir; what the task
 	// leaves there is uploaded when it exits.
 	artifactsDir = "artifacts"
@@ -66,6 +68,9 @@ type run struct {
 	cancelled    chan struct{} // closed by the first cancel
 	cancelReason string        // written before cancelled is closed
 	cancelGrace  time.Duration
+	// stopReason is why the agent stopped the task itself, for an outcome
+	// whose reason is not fixed (outcomeDiskFull).
+	stopReason string
 
 	// emitMu serialises the run's events and guards cur: an event and the
 	// cursor stored with it must go out in the order the cursor advanced,
@@ -240,8 +245,8 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 
 // validate refuses what the node will not run, whatever the coordinator
 // let through: capabilities beyond the allowed list, artifacts globs it
-// cannot match, and sidecar names that cannot be host names on the task's
-// network.
+// cannot match, a user that is not one, limits above the node's maxima,
+// and sidecar names that cannot be host names on the task's network.
 func (r *run) validate() *podiumv1.StatusChange {
 	spec := r.spec
 	if spec.GetImage() == "" {
@@ -264,6 +269,14 @@ func (r *run) validate() *podiumv1.StatusChange {
 			return failed("task refused: %v", err)
 		}
 	}
+	if u := spec.GetUser(); u != "" {
+		if p := taskspec.UserProblem(u); p != "" {
+			return failed("user refused: %s", p)
+		}
+	}
+	if why := r.e.limits.refusal(spec); why != "" {
+		return failed("%s", why)
+	}
 	seen := map[string]bool{}
 	for _, sc := range spec.GetSidecars() {
 		n := sc.GetName()
@@ -280,9 +293,23 @@ func (r *run) validate() *podiumv1.StatusChange {
 }
 
 // prepareDir makes the attempt's host directory: the empty runner logs the
-// containers' runners append to, the inbox and the artifacts directory.
+// containers' runners append to, the inbox, the artifacts directory and the
+// workspace volume's directory.
+//
+// What a task writes to is writable by every user, because the task may run
+// as any user (its spec's, the node's default, or its image's, which only
+// the image knows): the runner logs and the inbox and artifacts directories
+// say so themselves, and the workspace's directory is made here. Nothing
+// else can reach them: the tasks directory is the agent's own (0700).
 func (r *run) prepareDir() error {
 	if err := os.MkdirAll(filepath.Join(r.dir, sidecarsDir), 0o755); err != nil {
+		return err
+	}
+	vol := filepath.Join(r.dir, volumeDir)
+	if err := os.Mkdir(vol, 0o777); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Chmod(vol, 0o777); err != nil { // the umask had its say at creation
 		return err
 	}
 	if err := runlog.Create(filepath.Join(r.dir, logFile)); err != nil {
@@ -388,7 +415,7 @@ func (r *run) resume(ctx context.Context, found *container.InspectResponse) *pod
 		r.stopSidecars(ctx)
 		why := outcomeExited
 		if intent != nil {
-			why = intent.Why
+			why, r.stopReason = intent.Why, intent.Reason
 		}
 		st := r.compose(ctx, why, exit, nil, "")
 		r.checkWorkspaceCopied()
@@ -433,10 +460,17 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	waitC, waitErrC := r.e.docker.ContainerWait(ctx, id, container.WaitConditionNotRunning)
 
 	var timeoutC <-chan time.Time
-	if s := spec.GetTimeoutSeconds(); s > 0 {
-		t := time.NewTimer(max(0, time.Until(startedAt.Add(taskspec.Seconds(s)))))
+	timeout, defaultTimeout := r.e.limits.timeout(spec)
+	if timeout > 0 {
+		t := time.NewTimer(max(0, time.Until(startedAt.Add(timeout))))
 		defer t.Stop()
 		timeoutC = t.C
+	}
+	disk := r.watchDisk(ctx, id)
+	defer disk.stop()
+	var diskC <-chan string
+	if disk != nil {
+		diskC = disk.C
 	}
 	why := outcomeExited
 	var killC <-chan time.Time
@@ -448,7 +482,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	if intent != nil {
 		// A previous agent process began stopping the task; finish the job.
-		why = intent.Why
+		why, r.stopReason = intent.Why, intent.Reason
 		killC = r.signalStop(ctx, id, stopSignal, intent.KillAt)
 	}
 
@@ -473,8 +507,20 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 		case <-timeoutC:
 			timeoutC = nil
 			if why == outcomeExited {
-				r.log.Info("task ran past its timeout; stopping it", "timeout_seconds", spec.GetTimeoutSeconds())
+				r.log.Info("task ran past its timeout; stopping it", "timeout", timeout, "node_default", defaultTimeout)
+				if defaultTimeout {
+					r.note("the task ran longer than this node's default timeout of %s (its spec sets none; "+
+						"podium-agent --default-timeout); stopping it. Give it a timeout of its own if it needs longer", timeout)
+				}
 				beginStop(outcomeTimeout, ReasonTimeout, r.e.graceFor(spec, 0))
+			}
+		case reason := <-diskC:
+			diskC = nil
+			if why == outcomeExited {
+				r.log.Info("task is over its workspace limit; stopping it", "reason", reason)
+				r.stopReason = reason
+				// No grace: every second of it is more disk filled.
+				beginStop(outcomeDiskFull, reason, 0)
 			}
 		case <-killC:
 			killC = nil

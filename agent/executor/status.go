@@ -70,12 +70,13 @@ func (r *run) reportTailError(err error) {
 func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id *string, waitMsg string) *podiumv1.StatusChange {
 	var code *int32
 	var sig int32
-	oom := false
+	oom, pidsLimited := false, false
 	if exitRec != nil {
 		c := int32(exitRec.Code)
-		code, sig, oom = &c, int32(exitRec.Signal), exitRec.OOMKills > 0
+		code, sig, oom, pidsLimited = &c, int32(exitRec.Signal), exitRec.OOMKills > 0, exitRec.PidsRefused > 0
 	}
-	memLimited := r.spec.GetResources().GetMemoryMb() > 0
+	_, memLimit, pidsLimit := r.e.limits.resources(r.spec.GetResources())
+	memLimited := memLimit > 0
 	if id != nil {
 		info, err := r.inspect(ctx, *id)
 		if err == nil && info.State != nil {
@@ -102,6 +103,12 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: code, Signal: sig}
 	case outcomeTimeout:
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: ReasonTimeout, ExitCode: code, Signal: sig}
+	case outcomeDiskFull:
+		reason := r.stopReason
+		if reason == "" {
+			reason = ReasonWorkspaceFull
+		}
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason, ExitCode: code, Signal: sig}
 	}
 	if code == nil {
 		if waitMsg == "" {
@@ -112,10 +119,17 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 	st := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, ExitCode: code, Signal: sig}
 	switch {
 	case oom && memLimited:
-		st.Reason = fmt.Sprintf("%s: the task used more than its memory limit of %d MB and the kernel killed it; "+
-			"raise resources.memory_mb or make the task use less", ReasonOOM, r.spec.GetResources().GetMemoryMb())
+		st.Reason = fmt.Sprintf("%s: the task used more than its memory limit of %d MB%s and the kernel killed it; "+
+			"raise resources.memory_mb or make the task use less", ReasonOOM, memLimit, r.defaultNote(r.spec.GetResources().GetMemoryMb(), "memory"))
 	case oom:
 		st.Reason = ReasonOOM + ": the node ran out of memory and the kernel killed the task"
+	case pidsLimited && (*code != 0 || sig != 0):
+		limit := exitRec.PidsLimit
+		if limit <= 0 {
+			limit = pidsLimit
+		}
+		st.Reason = fmt.Sprintf("%s: the task tried to run more than %d processes and threads at once%s, and was stopped; "+
+			"raise resources.pids if it needs more, or look for a fork loop", ReasonPidsLimit, limit, r.defaultNote(r.spec.GetResources().GetPids(), "pids"))
 	case exitRec != nil && exitRec.Error != "":
 		st.Reason = strings.TrimPrefix(exitRec.Error, "podium-runner: ")
 	case *code == 0 && sig == 0:
@@ -126,6 +140,15 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 		st.Reason = fmt.Sprintf("exit code %d", *code)
 	}
 	return st
+}
+
+// defaultNote says, for a reason, that a limit was the node's default
+// because the spec set none (specValue 0).
+func (r *run) defaultNote(specValue int64, flag string) string {
+	if specValue > 0 {
+		return ""
+	}
+	return " (this node's default, podium-agent --default-" + flag + "; the spec sets none)"
 }
 
 // signalOf reads a signal out of a shell-style exit status: 128+N means the

@@ -24,6 +24,9 @@ const (
 	outcomeExited  outcome = ""        // the task's own process ended
 	outcomeCancel  outcome = "cancel"  // Cancel asked for it
 	outcomeTimeout outcome = "timeout" // timeout_seconds elapsed
+	// outcomeDiskFull: the task filled more disk than the node's workspace
+	// limit (the stop's Reason says how much).
+	outcomeDiskFull outcome = "workspace"
 )
 
 // stopIntent is the content of stopFile.
@@ -88,7 +91,7 @@ func (r *run) loadIntent() *stopIntent {
 		return nil
 	}
 	var in stopIntent
-	if json.Unmarshal(b, &in) != nil || (in.Why != outcomeCancel && in.Why != outcomeTimeout) {
+	if json.Unmarshal(b, &in) != nil || (in.Why != outcomeCancel && in.Why != outcomeTimeout && in.Why != outcomeDiskFull) {
 		return nil
 	}
 	return &in
@@ -128,5 +131,12 @@ func (r *run) teardown(ctx context.Context) {
 	defer cancel()
 	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
 		r.log.Error("tearing down the task's containers, network or volume failed", "err", err)
+		return
+	}
+	// The workspace's files go with its volume, before the rest of the
+	// host directory (which waits for the artifacts' uploads): what the
+	// artifacts globs select was copied out already (copyWorkspace).
+	if err := os.RemoveAll(filepath.Join(r.dir, volumeDir)); err != nil {
+		r.log.Warn("could not remove the task's workspace files; they go with its directory", "err", err)
 	}
 }

@@ -85,6 +85,14 @@ type Exit struct {
 	// the task's end out-of-memory: the killed process may have been a
 	// child whose death the main process merely reported.
 	OOMKills int `json:"oom_kills,omitempty"`
+	// PidsRefused is how many new processes or threads the container's
+	// pids limit refused while the task ran. The runner stops a task at
+	// the first (see package runner), so any means the task ended because
+	// it reached its limit.
+	PidsRefused int `json:"pids_refused,omitempty"`
+	// PidsLimit is the limit that refused them, as the container's cgroup
+	// read; 0 when it could not be read.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 	// Error is why the command could not be started, if it was not.
 	Error string `json:"error,omitempty"`
 	// Time is when the runner saw the process end.

@@ -33,6 +33,11 @@ var forwarded = []os.Signal{
 // a pipe open forever; the runner must still exit.
 const drainWait = 10 * time.Second
 
+// pidsCheck is how often the runner, as PID 1, looks at whether the
+// container's pids limit has refused a fork. Reading one small cgroup file
+// four times a second costs nothing; a fork bomb is stopped within it.
+const pidsCheck = 250 * time.Millisecond
+
 // writeRetry is how long the runner keeps retrying a failed write of the exit
 // record (a full disk, say) before it gives up and exits anyway.
 const writeRetry = 10 * time.Second
@@ -148,6 +153,11 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 	go s.copy(&copiers, outR, runlog.Stdout)
 	go s.copy(&copiers, errR, runlog.Stderr)
 
+	if pid1 {
+		stopWatch := s.watchPids(pid)
+		defer stopWatch()
+	}
+
 	var ws syscall.WaitStatus
 	for exited := false; !exited; {
 		sig := <-sigc
@@ -189,9 +199,50 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 	}
 	if pid1 {
 		e.OOMKills = oomKills()
+		e.PidsRefused, e.PidsLimit = pidsEvents()
 	}
 	s.writeExit(e)
 	return e
+}
+
+// watchPids stops the task the first time the container's pids limit
+// refuses it a process: everything in the container is killed, so the
+// command ends by SIGKILL and the exit record's PidsRefused says why. A task
+// at its limit is almost always a fork bomb or a leak, which would otherwise
+// sit there, forking and failing, until its timeout; and a program that
+// handles EAGAIN from fork by retrying never gets anywhere either. The
+// limit itself is what protects the node; this is what ends the task.
+//
+// Only PID 1 watches: its cgroup is the container's. The returned function
+// stops the watch.
+func (s *supervisor) watchPids(pid int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(pidsCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			refused, limit := pidsEvents()
+			if refused == 0 {
+				continue
+			}
+			s.write(runlog.Stderr, []byte(fmt.Sprintf("podium-runner: the task reached its limit of %d processes "+
+				"(a fork was refused); stopping it\n", limit)))
+			// kill(-1) from PID 1 reaches every other process in the
+			// container, whatever process group it made for itself.
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // reap collects every child that has exited — the command, and any orphan
@@ -357,6 +408,29 @@ func oomKills() int {
 		_ = f.Close()
 	}
 	return 0
+}
+
+// pidsEvents reads how many forks the container's pids limit has refused and
+// what the limit is: cgroup v2's pids.events and pids.max, or v1's in the
+// pids hierarchy. Both count from the cgroup's creation, the container's
+// start. A limit of "max" (none) reads as 0.
+func pidsEvents() (refused int, limit int64) {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids"} {
+		b, err := os.ReadFile(filepath.Join(dir, "pids.events"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "max "); ok {
+				refused, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		if m, err := os.ReadFile(filepath.Join(dir, "pids.max")); err == nil {
+			limit, _ = strconv.ParseInt(strings.TrimSpace(string(m)), 10, 64)
+		}
+		return refused, limit
+	}
+	return 0, 0
 }
 
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER, which package

@@ -35,6 +35,7 @@ Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
   podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                    [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
+                   [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]... [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -213,6 +214,12 @@ task's network, so it needs root and iptables. --allow-egress opens a range
 for every task; --permit-egress lets a task's spec open one with
 allow_egress. --egress-filter=false turns the rules off.
 
+Every task runs under limits: its spec's, or the --default-* ones for each
+it leaves out. The --max-* flags bound what one task may ask for; the node
+reports them, and the scheduler sends larger tasks elsewhere. Each limit flag
+may also be set by the environment variable named in its description, as
+/etc/podium/agent.env does.
+
 Flags:
 `
 
@@ -232,6 +239,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
 	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
 	ts := tsnetFlags(fs)
+	limitFlags := taskLimitFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -249,6 +257,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	if !*egressFilter && len(allow)+len(permit) > 0 {
 		return usageErr("--allow-egress and --permit-egress open ranges of the egress filter, which --egress-filter=false turns off: give one or the other")
+	}
+	limits, err := limitFlags.limits(measureMachine())
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -277,6 +289,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		EgressFilter:  *egressFilter,
 		AllowEgress:   allow,
 		PermitEgress:  permit,
+		Limits:        limits,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

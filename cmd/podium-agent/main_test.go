@@ -31,6 +31,9 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"run", "--allow-egress", "169.254.169.254/16"}, code: exitUsage, stderr: "--allow-egress: \"169.254.169.254/16\" has bits set past its /16: write 169.254.0.0/16"},
 		{args: []string{"run", "--permit-egress", "10.0.0.0/8,bogus"}, code: exitUsage, stderr: `--permit-egress: "bogus" is not an address or a CIDR range`},
 		{args: []string{"run", "--egress-filter=false", "--permit-egress", "10.0.0.0/8"}, code: exitUsage, stderr: "--egress-filter=false turns off"},
+		{args: []string{"run", "--default-memory", "lots"}, code: exitUsage, stderr: `--default-memory "lots": want a size`},
+		{args: []string{"run", "--default-pids", "9000", "--max-pids", "4096"}, code: exitUsage, stderr: "--default-pids 9000 is above --max-pids 4096"},
+		{args: []string{"run", "-h"}, code: exitOK, stdout: "PODIUM_AGENT_DEFAULT_PIDS"},
 		{args: []string{"run", "--data-dir", dir}, code: exitFail, stderr: "podium-agent enroll --coordinator URL --token T"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

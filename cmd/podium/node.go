@@ -183,6 +183,7 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 	if capa.GetDiskFreeMb() != 0 {
 		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
 	}
+	line("task limits", limitsText(capa.GetLimits()))
 	line("replica", n.GetReplica())
 	if n.GetTailscaleDeviceId() != "" {
 		line("tailscale device", n.GetTailscaleDevice()+" ("+n.GetTailscaleDeviceId()+")")
@@ -194,6 +195,34 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 	line("last heartbeat", heartbeat)
 	line("enrolled", timeText(n.GetEnrolledAt(), now))
 	tw.Flush()
+}
+
+// limitsText is the most one task may ask of the node, "" when it sets no
+// maximum.
+func limitsText(l *podiumv1.TaskLimits) string {
+	var parts []string
+	if v := l.GetMaxCpu(); v != 0 {
+		parts = append(parts, fmt.Sprintf("cpu %g", v))
+	}
+	if v := l.GetMaxMemoryMb(); v != 0 {
+		parts = append(parts, fmt.Sprintf("memory %d MiB", v))
+	}
+	if v := l.GetMaxPids(); v != 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", v))
+	}
+	if v := l.GetMaxTimeoutSeconds(); v != 0 {
+		parts = append(parts, "timeout "+secondsText(v))
+	}
+	if v := l.GetMaxOutputBytes(); v != 0 {
+		parts = append(parts, fmt.Sprintf("output %d bytes", v))
+	}
+	if e := l.GetPermitEgress(); len(e) > 0 {
+		parts = append(parts, "egress to "+strings.Join(e, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "at most " + strings.Join(parts, ", ")
 }
 
 // nodeBrief is a node's state in a few words, for the line a node command

@@ -30,10 +30,11 @@ stdout and stderr are copied to podium's byte for byte, podium's own progress
 goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoint
 and command; put "--" before it when it has flags of its own.
 
-Flags override the fields of --spec: --image, --timeout and --priority replace
-theirs, --env sets one variable each (replacing the file's value for that
-key), --label adds to the file's labels, --cap-add to its capabilities,
---allow-egress to its allow_egress, and CMD replaces its command. Sidecars and artifacts (globs) are given in the
+Flags override the fields of --spec: --image, --timeout, --priority and
+--user replace theirs, --env sets one variable each (replacing the file's value
+for that key), --label adds to the file's labels, --cap-add to its capabilities,
+--allow-egress to its allow_egress, and CMD replaces its command. Sidecars and
+artifacts (globs) are given in the
 spec file only.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
@@ -66,6 +67,7 @@ type runOptions struct {
 	image    string
 	specFile string
 	timeout  string
+	user     string
 	priority int
 	env      stringList
 	labels   stringList
@@ -90,6 +92,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
+	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
 	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
 	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
 	return o
@@ -176,6 +179,12 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			return nil, fmt.Errorf("--priority %d is out of range: give a number between %d and %d", o.priority, math.MinInt32, math.MaxInt32)
 		}
 		spec.Priority = int32(o.priority)
+	}
+	if o.set["user"] {
+		if problem := taskspec.UserProblem(o.user); problem != "" {
+			return nil, fmt.Errorf("--user: %s", problem)
+		}
+		spec.User = o.user
 	}
 	if len(o.command) > 0 {
 		spec.Command = o.command

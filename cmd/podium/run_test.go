@@ -72,6 +72,7 @@ env:
   OVERRIDE: file
 labels: [linux]
 timeout: 1m
+user: nobody
 priority: 5
 max_attempts: 2
 retry_on_node_loss: true
@@ -91,7 +92,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 	tc := newTestCLI(nil)
 	code := tc.run(t, "--server", f.url(), "run", "--spec", spec,
 		"--image", "busybox:1", "--env", "OVERRIDE=flag", "--env", "NEW=x=y", "--label", "gpu=a100", "--label", "linux",
-		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN",
+		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--user", "1000:1000",
 		"--allow-egress", "192.0.2.10", "--allow-egress", "10.20.0.0/16", "--allow-egress", "192.0.2.10", "--", "sh", "-c", "exit 0")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, tc.errOut)
@@ -102,6 +103,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 		Env:             map[string]string{"KEEP": "file", "OVERRIDE": "flag", "NEW": "x=y"},
 		Labels:          []string{"linux", "gpu=a100"},
 		TimeoutSeconds:  90,
+		User:            "1000:1000",
 		Priority:        -3,
 		MaxAttempts:     2,
 		RetryOnNodeLoss: true,
@@ -131,7 +133,7 @@ func TestRunUnsetFlagsKeepSpecFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.GetPriority() != 5 || spec.GetTimeoutSeconds() != 60 || spec.GetImage() != "alpine:3" ||
+	if spec.GetPriority() != 5 || spec.GetTimeoutSeconds() != 60 || spec.GetImage() != "alpine:3" || spec.GetUser() != "nobody" ||
 		strings.Join(spec.GetCommand(), " ") != "echo from-file" ||
 		strings.Join(spec.GetCapabilities(), " ") != "CHOWN" || len(spec.GetSidecars()) != 1 {
 		t.Errorf("buildSpec without flags = %v, want the file's fields", spec)
@@ -164,6 +166,8 @@ func TestRunRefusesBadInputLocally(t *testing.T) {
 		{"bad label", []string{"--image", "alpine:3", "--label", "a b"}, "", []string{"--label", `"a b"`}},
 		{"timeout without unit", []string{"--image", "alpine:3", "--timeout", "10"}, "", []string{"--timeout", "no unit"}},
 		{"negative timeout", []string{"--image", "alpine:3", "--timeout", "-1s"}, "", []string{"--timeout", "negative"}},
+		{"bad user", []string{"--image", "alpine:3", "--user", "www-data:www-data"}, "", []string{"--user", `"www-data:www-data" is not a user`}},
+		{"bad user in file", nil, "image: a\nuser: Root\n", []string{"spec.user", `"Root" is not a user`}},
 		{"priority out of range", []string{"--image", "alpine:3", "--priority", "3000000000"}, "", []string{"--priority", "out of range"}},
 		{"relative working_dir in file", nil, "image: a\nworking_dir: rel\n", []string{"spec.working_dir"}},
 		{"cap-add not allowed", []string{"--image", "alpine:3", "--cap-add", "SYS_ADMIN"}, "", []string{`--cap-add: "SYS_ADMIN" may not be added`, "NET_BIND_SERVICE"}},

@@ -174,6 +174,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("labels", strings.Join(s.GetLabels(), ", "))
 	line("resources", resourcesText(s.GetResources()))
 	line("timeout", secondsText(s.GetTimeoutSeconds()))
+	line("user", s.GetUser())
 	if s.GetPriority() != 0 {
 		line("priority", fmt.Sprint(s.GetPriority()))
 	}

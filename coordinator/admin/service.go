@@ -231,7 +231,9 @@ func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmI
 func nodeProto(n store.Node) *podiumv1.Node {
 	p := &podiumv1.Node{
 		Id: n.ID, Hostname: n.Hostname, Labels: n.Labels, Draining: n.Draining,
-		Capacity:     &podiumv1.Capacity{CpuCores: n.CPUCores, MemoryMb: n.MemoryMB, DiskFreeMb: n.DiskFreeMB, MaxTasks: n.SlotLimit()},
+		Capacity: &podiumv1.Capacity{CpuCores: n.CPUCores, MemoryMb: n.MemoryMB, DiskFreeMb: n.DiskFreeMB, MaxTasks: n.SlotLimit(),
+			Limits: &podiumv1.TaskLimits{MaxCpu: n.Limits.MaxCPU, MaxMemoryMb: n.Limits.MaxMemoryMB, MaxPids: n.Limits.MaxPids,
+				MaxTimeoutSeconds: n.Limits.MaxTimeoutSeconds, MaxOutputBytes: n.Limits.MaxOutputBytes, PermitEgress: n.Limits.PermitEgress}},
 		RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
 	}
 	switch n.Status {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -47,6 +48,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
+		Limits: nodeLimits(capa.GetLimits()),
 	})
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
@@ -387,6 +389,31 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 
 func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: k.task, Attempt: k.attempt, AckedSeq: seq}}}
+}
+
+// maxPermitEgress bounds how many egress ranges a node's Hello may permit.
+// An operator names a handful; the bound keeps one node's message from
+// growing every placement the scheduler makes.
+const maxPermitEgress = 256
+
+// nodeLimits is what a node's Hello says it allows one task, as the store
+// keeps it. Only the first maxPermitEgress ranges that parse as CIDRs are
+// kept: a range placement cannot read permits nothing anyway. A negative
+// bound is no bound, as zero is.
+func nodeLimits(l *podiumv1.TaskLimits) store.NodeLimits {
+	out := store.NodeLimits{
+		MaxCPU: max(l.GetMaxCpu(), 0), MaxMemoryMB: max(l.GetMaxMemoryMb(), 0), MaxPids: max(l.GetMaxPids(), 0),
+		MaxTimeoutSeconds: max(l.GetMaxTimeoutSeconds(), 0), MaxOutputBytes: max(l.GetMaxOutputBytes(), 0),
+	}
+	for _, r := range l.GetPermitEgress() {
+		if len(out.PermitEgress) == maxPermitEgress {
+			break
+		}
+		if p, err := netip.ParsePrefix(r); err == nil {
+			out.PermitEgress = append(out.PermitEgress, p.Masked().String())
+		}
+	}
+	return out
 }
 
 // costOfSpec is what a task takes out of a node's budget.

@@ -18,6 +18,7 @@ package placement
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -40,13 +41,41 @@ type Candidate struct {
 	CommittedCPU   float64
 	CommittedMemMB int64
 	LastAssignedAt time.Time // zero when never
+	// Limits are the most the node lets one task ask for, as its agent
+	// reported them (podium-agent --max-*, --allow-egress).
+	Limits Limits
 }
 
-// Need is what a task asks of a node: every label, and its Cost.
+// Limits are a node's bounds on one task. A zero bound is no bound, as in
+// the protocol's TaskLimits. They are not room: a node with 64 GiB free that
+// allows 4 GiB per task never takes a task asking for 8, however idle it is.
+type Limits struct {
+	MaxCPU            float64
+	MaxMemoryMB       int64
+	MaxPids           int64
+	MaxTimeoutSeconds int64
+	MaxOutputBytes    int64
+	// PermitEgress are the ranges a task's allow_egress may name: each of
+	// its ranges must lie within one of these.
+	PermitEgress []netip.Prefix
+}
+
+// Need is what a task asks of a node: every label, its Cost, and what the
+// node's Limits are checked against. A zero field asks for nothing: the task
+// then runs under the node's default for it, which the node keeps within its
+// own maximum.
 type Need struct {
 	Labels   []string
 	CPU      float64
 	MemoryMB int64
+	// Pids is the task's process limit with its sidecars' (PidsCost).
+	Pids int64
+	// TimeoutSeconds is the spec's timeout_seconds.
+	TimeoutSeconds int64
+	// OutputLimitBytes is the spec's output_limit_bytes.
+	OutputLimitBytes int64
+	// AllowEgress are the spec's allow_egress ranges, parsed and masked.
+	AllowEgress []netip.Prefix
 }
 
 // Cost is what a task takes out of a node's budget: its own limits plus every
@@ -61,6 +90,34 @@ func Cost(spec *podiumv1.TaskSpec) (cpu float64, memoryMB int64) {
 		memoryMB += sc.GetResources().GetMemoryMb()
 	}
 	return cpu, memoryMB
+}
+
+// PidsCost is a task's process limit counted the way its memory is: its
+// own plus every sidecar's, since all of them run on the node at once.
+func PidsCost(spec *podiumv1.TaskSpec) int64 {
+	pids := spec.GetResources().GetPids()
+	for _, sc := range spec.GetSidecars() {
+		pids += sc.GetResources().GetPids()
+	}
+	return pids
+}
+
+// ParseEgress parses allow_egress ranges for a Need. A range that does not
+// parse (the spec's validation refuses it, so only a row written before that
+// rule could hold one) becomes the zero Prefix, which no node permits: such
+// a task waits, and its reason names the range, rather than running with
+// less reach than it asked for.
+func ParseEgress(ranges []string) []netip.Prefix {
+	if len(ranges) == 0 {
+		return nil
+	}
+	out := make([]netip.Prefix, len(ranges))
+	for i, r := range ranges {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			out[i] = p.Masked()
+		}
+	}
+	return out
 }
 
 // FreeSlots is what is left of the slot limit; a draining node has none, so
@@ -105,14 +162,74 @@ func (c *Candidate) fits(n Need) bool {
 	return true
 }
 
+// The limits a task can ask more of than a node allows, in the order a
+// refusal names them: the first is the one a user is likeliest to have set
+// on purpose.
+const (
+	limMemory = 1 << iota
+	limCPU
+	limPids
+	limTimeout
+	limOutput
+	limEgress
+	limAll = limMemory | limCPU | limPids | limTimeout | limOutput | limEgress
+)
+
+// refuses returns the limits of n that the node does not allow, as a set of
+// lim bits; 0 means it allows everything n asks for.
+func (c *Candidate) refuses(n Need) int {
+	l := &c.Limits
+	bad := 0
+	if l.MaxMemoryMB > 0 && n.MemoryMB > l.MaxMemoryMB {
+		bad |= limMemory
+	}
+	if l.MaxCPU > 0 && n.CPU > l.MaxCPU+1e-9 {
+		bad |= limCPU
+	}
+	if l.MaxPids > 0 && n.Pids > l.MaxPids {
+		bad |= limPids
+	}
+	if l.MaxTimeoutSeconds > 0 && n.TimeoutSeconds > l.MaxTimeoutSeconds {
+		bad |= limTimeout
+	}
+	if l.MaxOutputBytes > 0 && n.OutputLimitBytes > l.MaxOutputBytes {
+		bad |= limOutput
+	}
+	for _, p := range n.AllowEgress {
+		if !l.permits(p) {
+			bad |= limEgress
+			break
+		}
+	}
+	return bad
+}
+
+// permits says whether the range p lies wholly within one the node permits.
+// The zero Prefix (a range that did not parse) lies within none.
+func (l *Limits) permits(p netip.Prefix) bool {
+	if !p.IsValid() {
+		return false
+	}
+	for _, q := range l.PermitEgress {
+		if q.IsValid() && q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
 // Place picks a node for a task: among the undrained nodes that carry every
-// label the task needs, have the CPU and memory for it and a free slot, the
+// label the task needs, allow what it asks for (Limits), have the CPU and
+// memory for it and a free slot, the
 // one with the most free slots, which spreads work instead of filling one
 // node first; ties go to the node assigned longest ago, then the lowest id,
 // so equal nodes take turns and the choice is the same on every run. It
 // returns the index into cands, or -1 and the reason when none fits, checked
 // in an order that names the first thing a user has to fix (labels before
-// draining before size before a full fleet).
+// draining before a node's limits before size before a full fleet). A task
+// that asks for more than every node allows waits with a reason naming the
+// limit and the most any node allows, rather than being sent to a node that
+// would refuse it: the node's refusal is only its last line of defence.
 //
 // It looks at each node once and allocates nothing: one pass places hundreds
 // of tasks among thousands of nodes.
@@ -120,7 +237,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
 	}
-	labelled, undrained, roomy := false, false, false
+	labelled, undrained, allowed, roomy := false, false, false, false
 	best := -1
 	var bestFree int32
 	for i, c := range cands {
@@ -132,6 +249,10 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		undrained = true
+		if c.refuses(n) != 0 {
+			continue
+		}
+		allowed = true
 		if !c.fits(n) {
 			continue
 		}
@@ -162,10 +283,127 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
 	case !undrained:
 		return -1, "every node with the labels the task needs is draining"
+	case !allowed:
+		return -1, limitsReason(n, cands)
 	case !roomy:
 		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
 	case best < 0:
 		return -1, "every node that could run the task is busy: it waits for a free slot"
 	}
 	return best, ""
+}
+
+// limitsReason says why no undrained node with the task's labels allows what
+// it asks for: the first limit no such node allows, with the most any of
+// them does, or, when each limit is allowed by some node but no node allows
+// them all, which ones. It runs only for a task that waits, so it may
+// allocate and look at the nodes again.
+func limitsReason(n Need, cands []*Candidate) string {
+	someAllow := 0 // the limits at least one node allows
+	var most Limits
+	for _, c := range cands {
+		if !c.hasLabels(n.Labels) || c.Draining {
+			continue
+		}
+		someAllow |= limAll &^ c.refuses(n)
+		l := &c.Limits
+		most.MaxMemoryMB = max(most.MaxMemoryMB, l.MaxMemoryMB)
+		most.MaxCPU = max(most.MaxCPU, l.MaxCPU)
+		most.MaxPids = max(most.MaxPids, l.MaxPids)
+		most.MaxTimeoutSeconds = max(most.MaxTimeoutSeconds, l.MaxTimeoutSeconds)
+		most.MaxOutputBytes = max(most.MaxOutputBytes, l.MaxOutputBytes)
+	}
+	which := "no connected node"
+	if len(n.Labels) > 0 {
+		which = "no connected node with the labels the task needs"
+	}
+	switch none := limAll &^ someAllow; {
+	case none&limMemory != 0:
+		return fmt.Sprintf("%s allows %s of memory for one task (largest: %s)", which, mib(n.MemoryMB), mib(most.MaxMemoryMB))
+	case none&limCPU != 0:
+		return fmt.Sprintf("%s allows %g CPU for one task (largest: %g CPU)", which, n.CPU, most.MaxCPU)
+	case none&limPids != 0:
+		return fmt.Sprintf("%s allows %d processes for one task (largest: %d)", which, n.Pids, most.MaxPids)
+	case none&limTimeout != 0:
+		return fmt.Sprintf("%s allows a timeout of %s for one task (largest: %s)", which,
+			seconds(n.TimeoutSeconds), seconds(most.MaxTimeoutSeconds))
+	case none&limOutput != 0:
+		return fmt.Sprintf("%s allows %s of output for one task (largest: %s)", which,
+			bytesOf(n.OutputLimitBytes), bytesOf(most.MaxOutputBytes))
+	case none&limEgress != 0:
+		return fmt.Sprintf("%s permits egress to %s (allow_egress; a node permits ranges with podium-agent --allow-egress)",
+			which, unpermitted(n, cands))
+	}
+	// Every limit is allowed somewhere, but never all on one node.
+	var asks []string
+	if n.MemoryMB > 0 {
+		asks = append(asks, mib(n.MemoryMB)+" of memory")
+	}
+	if n.CPU > 0 {
+		asks = append(asks, fmt.Sprintf("%g CPU", n.CPU))
+	}
+	if n.Pids > 0 {
+		asks = append(asks, fmt.Sprintf("%d processes", n.Pids))
+	}
+	if n.TimeoutSeconds > 0 {
+		asks = append(asks, "a timeout of "+seconds(n.TimeoutSeconds))
+	}
+	if n.OutputLimitBytes > 0 {
+		asks = append(asks, bytesOf(n.OutputLimitBytes)+" of output")
+	}
+	if len(n.AllowEgress) > 0 {
+		asks = append(asks, "its allow_egress ranges")
+	}
+	return fmt.Sprintf("%s allows all the task asks for at once (%s): each allows only some of it", which, strings.Join(asks, ", "))
+}
+
+// unpermitted is the first of the task's egress ranges that no undrained
+// node with its labels permits.
+func unpermitted(n Need, cands []*Candidate) string {
+	for _, p := range n.AllowEgress {
+		ok := false
+		for _, c := range cands {
+			if c.hasLabels(n.Labels) && !c.Draining && c.Limits.permits(p) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			if !p.IsValid() {
+				return "a range that is not a CIDR"
+			}
+			return p.String()
+		}
+	}
+	return "its ranges"
+}
+
+// mib writes a size in MiB the way a person reads it: whole GiB as GiB.
+func mib(mb int64) string {
+	if mb >= 1024 && mb%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mb/1024)
+	}
+	return fmt.Sprintf("%d MiB", mb)
+}
+
+// bytesOf writes a byte count in the largest binary unit that divides it.
+func bytesOf(b int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if b >= 1<<u.shift && b%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", b>>u.shift, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", b)
+}
+
+// seconds writes a number of seconds as a duration ("2h0m0s"), or as seconds
+// where a time.Duration could not hold it.
+func seconds(s int64) string {
+	if s > int64(1<<63-1)/int64(time.Second) {
+		return fmt.Sprintf("%d s", s)
+	}
+	return (time.Duration(s) * time.Second).String()
 }

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,22 @@ func assigned(at time.Time) func(*placement.Candidate) {
 
 func draining(c *placement.Candidate) { c.Draining = true }
 
+func limits(l placement.Limits) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.Limits = l }
+}
+
+func permit(cidrs ...string) func(*placement.Candidate) {
+	return func(c *placement.Candidate) {
+		for _, s := range cidrs {
+			c.Limits.PermitEgress = append(c.Limits.PermitEgress, netip.MustParsePrefix(s))
+		}
+	}
+}
+
+func egress(cidrs ...string) []netip.Prefix { return placement.ParseEgress(cidrs) }
+
+const gib = 1024 // MiB
+
 func TestPlace(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -89,6 +106,101 @@ func TestPlace(t *testing.T) {
 		{name: "too little memory",
 			need:  placement.Need{MemoryMB: 512},
 			cands: []*placement.Candidate{node("a", mem(1024, 600))}, why: "(0 CPU, 512 MB with its sidecars)"},
+
+		// A node's limits on one task (podium-agent --max-*). Each case has
+		// a node with room that refuses, and one that allows.
+		{name: "memory above a node's maximum goes to a node that allows it",
+			need:  placement.Need{MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 8 * gib}), slots(4, 3))},
+			want:  "b"},
+		{name: "memory above every node's maximum waits, naming the largest",
+			need:  placement.Need{MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 2 * gib}))},
+			why:   "no connected node allows 8 GiB of memory for one task (largest: 4 GiB)"},
+		{name: "memory is compared with the sidecars' added (a node's maximum is per task)",
+			need:  placement.Need{MemoryMB: 1536},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 1 * gib}))},
+			why:   "allows 1536 MiB of memory for one task (largest: 1 GiB)"},
+		{name: "CPU above a node's maximum",
+			need:  placement.Need{CPU: 8},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 4})), node("b", limits(placement.Limits{MaxCPU: 8}), slots(4, 3))},
+			want:  "b"},
+		{name: "CPU above every node's maximum waits",
+			need:  placement.Need{CPU: 8},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 4})), node("b", limits(placement.Limits{MaxCPU: 2.5}))},
+			why:   "no connected node allows 8 CPU for one task (largest: 4 CPU)"},
+		{name: "CPU exactly at the maximum fits, float sums included",
+			need:  placement.Need{CPU: tenth + fifth},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 0.3}))}, want: "a"},
+		{name: "pids above a node's maximum",
+			need:  placement.Need{Pids: 10000},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 4096})), node("b", limits(placement.Limits{MaxPids: 10000}), slots(4, 3))},
+			want:  "b"},
+		{name: "pids above every node's maximum waits",
+			need:  placement.Need{Pids: 10000},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 4096}))},
+			why:   "no connected node allows 10000 processes for one task (largest: 4096)"},
+		{name: "a timeout above a node's maximum",
+			need:  placement.Need{TimeoutSeconds: 7200},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 3600})), node("b", limits(placement.Limits{MaxTimeoutSeconds: 86400}), slots(4, 3))},
+			want:  "b"},
+		{name: "a timeout above every node's maximum waits",
+			need:  placement.Need{TimeoutSeconds: 7200},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 3600}))},
+			why:   "no connected node allows a timeout of 2h0m0s for one task (largest: 1h0m0s)"},
+		{name: "no timeout runs under the node's default, so any node allows it",
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 60, MaxMemoryMB: 1, MaxCPU: 0.1, MaxPids: 1, MaxOutputBytes: 1}))},
+			want:  "a"},
+		{name: "an output limit above a node's maximum",
+			need:  placement.Need{OutputLimitBytes: 4 << 30},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxOutputBytes: 1 << 30})), node("b", limits(placement.Limits{MaxOutputBytes: 4 << 30}), slots(4, 3))},
+			want:  "b"},
+		{name: "an output limit above every node's maximum waits",
+			need:  placement.Need{OutputLimitBytes: 4 << 30},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxOutputBytes: 1 << 30})), node("b", limits(placement.Limits{MaxOutputBytes: 512 << 20}))},
+			why:   "no connected node allows 4 GiB of output for one task (largest: 1 GiB)"},
+		{name: "egress within a permitted range",
+			need:  placement.Need{AllowEgress: egress("10.1.2.0/24", "169.254.169.254/32")},
+			cands: []*placement.Candidate{node("a", permit("10.0.0.0/8")), node("b", permit("10.0.0.0/8", "169.254.0.0/16"), slots(4, 3))},
+			want:  "b"},
+		{name: "egress to a range wider than the permitted one waits, naming it",
+			need:  placement.Need{AllowEgress: egress("10.0.0.0/8")},
+			cands: []*placement.Candidate{node("a", permit("10.1.0.0/16")), node("b")},
+			why:   "no connected node permits egress to 10.0.0.0/8"},
+		{name: "egress in another address family is not permitted",
+			need:  placement.Need{AllowEgress: egress("fd00::/64")},
+			cands: []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
+			why:   "permits egress to fd00::/64"},
+		{name: "egress naming a range that is not a CIDR is never placed",
+			need:  placement.Need{AllowEgress: egress("not-a-cidr")},
+			cands: []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
+			why:   "permits egress to a range that is not a CIDR"},
+		{name: "a node with no permitted ranges takes tasks without allow_egress",
+			cands: []*placement.Candidate{node("a")}, want: "a"},
+		{name: "each limit allowed somewhere but not all on one node",
+			need:  placement.Need{MemoryMB: 8 * gib, CPU: 8},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 8 * gib, MaxCPU: 4})), node("b", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 8}))},
+			why:   "no connected node allows all the task asks for at once (8 GiB of memory, 8 CPU)"},
+		{name: "the reason names the first limit no node allows, memory before CPU",
+			need:  placement.Need{MemoryMB: 8 * gib, CPU: 8, Pids: 99999},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 4, MaxPids: 100}))},
+			why:   "8 GiB of memory"},
+		{name: "with labels, the reason says which nodes it means",
+			need:  placement.Need{Labels: []string{"gpu"}, Pids: 200},
+			cands: []*placement.Candidate{node("a", labels("gpu"), limits(placement.Limits{MaxPids: 100})), node("b", limits(placement.Limits{MaxPids: 1000}))},
+			why:   "no connected node with the labels the task needs allows 200 processes for one task (largest: 100)"},
+		{name: "limits are named after draining",
+			need:  placement.Need{MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", draining, limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			why:   "draining"},
+		{name: "when a node allows the task but lacks room, the reason is room, not limits",
+			need:  placement.Need{MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", mem(4*gib, 0)), node("b", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			why:   "free CPU and memory"},
+		{name: "a node that refuses is never chosen over a busy one that allows",
+			need:  placement.Need{Pids: 500},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 100})), node("b", slots(1, 1))},
+			why:   "busy"},
 
 		// Slots, drain, and the order of the reasons.
 		{name: "no node connected", why: "no node is connected"},
@@ -174,6 +286,29 @@ func TestCostCountsEverySidecar(t *testing.T) {
 	}
 }
 
+func TestPidsCostCountsEverySidecar(t *testing.T) {
+	t.Parallel()
+	spec := &podiumv1.TaskSpec{Resources: &podiumv1.Resources{Pids: 100}, Sidecars: []*podiumv1.Sidecar{
+		{Name: "db", Resources: &podiumv1.Resources{Pids: 50}}, {Name: "log"}}}
+	if got := placement.PidsCost(spec); got != 150 {
+		t.Fatalf("PidsCost = %d, want 150", got)
+	}
+	if got := placement.PidsCost(nil); got != 0 {
+		t.Fatalf("PidsCost(nil) = %d, want 0", got)
+	}
+}
+
+func TestParseEgressMasksAndKeepsBadRangesUnplaceable(t *testing.T) {
+	t.Parallel()
+	got := placement.ParseEgress([]string{"10.1.2.3/8", "nonsense"})
+	if len(got) != 2 || got[0] != netip.MustParsePrefix("10.0.0.0/8") || got[1].IsValid() {
+		t.Fatalf("ParseEgress = %v, want [10.0.0.0/8 invalid]", got)
+	}
+	if placement.ParseEgress(nil) != nil {
+		t.Fatal("ParseEgress(nil) allocated a slice")
+	}
+}
+
 // A task whose main container fits but whose sidecars do not is refused: the
 // sidecars run on the same node.
 func TestPlaceRefusesATaskWhoseSidecarsDoNotFit(t *testing.T) {
@@ -235,7 +370,15 @@ func TestPlaceAllocatesNothing(t *testing.T) {
 		cands[i] = node(fmt.Sprintf("node_%04d", i), labels("linux", "x86"), slots(8, int32(i%8)),
 			cpu(16, float64(i%16)), mem(32768, int64(i%7)*1024), assigned(t0.Add(time.Duration(i%5)*time.Second)))
 	}
-	placed := placement.Need{Labels: []string{"x86"}, CPU: 1, MemoryMB: 512}
+	for i, c := range cands {
+		// Half the fleet has limits, every one of which the task is within.
+		if i%2 == 0 {
+			c.Limits = placement.Limits{MaxCPU: 8, MaxMemoryMB: 8192, MaxPids: 4096, MaxTimeoutSeconds: 3600,
+				MaxOutputBytes: 1 << 30, PermitEgress: egress("10.0.0.0/8", "192.168.0.0/16")}
+		}
+	}
+	placed := placement.Need{Labels: []string{"x86"}, CPU: 1, MemoryMB: 512, Pids: 100, TimeoutSeconds: 600,
+		OutputLimitBytes: 1 << 20, AllowEgress: egress("192.168.1.0/24")}
 	refused := placement.Need{Labels: []string{"gpu"}}
 	if allocs := testing.AllocsPerRun(100, func() {
 		if i, _ := placement.Place(placed, cands); i < 0 {

@@ -29,6 +29,21 @@ type Node struct {
 	LastAssignedAt   *time.Time
 	EnrolledAt       time.Time
 	RunningTasks     int32
+	// Limits are the node's bounds on one task, as its agent last said Hello.
+	Limits NodeLimits
+}
+
+// NodeLimits are a node's bounds on one task (podium-agent --max-*,
+// --allow-egress); zero and empty are no bound. The agent reports them in
+// its Hello; they change only when the agent restarts, so heartbeats do not
+// carry them to Postgres.
+type NodeLimits struct {
+	MaxCPU            float64
+	MaxMemoryMB       int64
+	MaxPids           int64
+	MaxTimeoutSeconds int64
+	MaxOutputBytes    int64
+	PermitEgress      []string
 }
 
 // SlotLimit is how many tasks the node may run at once: the operator's override
@@ -53,14 +68,16 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	n.max_tasks_override, n.cpu_cores, n.memory_mb, n.disk_free_mb, n.max_tasks, n.status,
 	n.last_heartbeat_at, n.session_replica, n.session_epoch, n.last_assigned_at, n.enrolled_at,
 	(select count(*) from podium.tasks t where t.node_id = n.id
-	   and t.state in ('scheduled', 'provisioning', 'running'))::int`
+	   and t.state in ('scheduled', 'provisioning', 'running'))::int,
+	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
 	err := row.Scan(&n.ID, &n.KeyHash, &n.Hostname, &n.AgentVersion, &n.Labels, &n.Draining,
 		&n.MaxTasksOverride, &n.CPUCores, &n.MemoryMB, &n.DiskFreeMB, &n.MaxTasks, &n.Status,
 		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
-		&n.RunningTasks)
+		&n.RunningTasks, &n.Limits.MaxCPU, &n.Limits.MaxMemoryMB, &n.Limits.MaxPids, &n.Limits.MaxTimeoutSeconds,
+		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress)
 	return n, err
 }
 
@@ -92,6 +109,7 @@ type SessionStart struct {
 	MemoryMB     int64
 	DiskFreeMB   int64
 	MaxTasks     int32
+	Limits       NodeLimits
 }
 
 // StartSession records that replica now holds the node's stream and returns the
@@ -106,9 +124,13 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			session_replica = $2, session_epoch = session_epoch + 1, status = 'online',
 			session_started_at = clock_timestamp(),
 			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
-			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8
+			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
+			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
+			max_output_bytes = $13, permit_egress = $14
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
+		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
+		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress),
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound

@@ -26,7 +26,8 @@ func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) 
 	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
-			coalesce(n.last_assigned_at, 'epoch'::timestamptz)
+			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
+			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress
 		from podium.nodes n
 		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem
 		           from podium.tasks where state in ('scheduled', 'provisioning', 'running')
@@ -38,8 +39,12 @@ func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*placement.Candidate, error) {
 		c := &placement.Candidate{}
+		var permit []string
+		l := &c.Limits
 		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
-			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt)
+			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt,
+			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &permit)
+		l.PermitEgress = placement.ParseEgress(permit)
 		return c, err
 	})
 }
@@ -67,7 +72,8 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		placed, waiting = nil, 0
-		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, attempt, reason, created_at from podium.tasks
+		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
+				allow_egress, attempt, reason, created_at from podium.tasks
 			where state = 'queued' order by priority desc, created_at, id
 			for update skip locked limit $1`, batch)
 		if err != nil {
@@ -82,7 +88,10 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		}
 		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
 			var q queued
-			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.attempt, &q.reason, &q.created)
+			var egress []string
+			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
+				&q.need.OutputLimitBytes, &egress, &q.attempt, &q.reason, &q.created)
+			q.need.AllowEgress = placement.ParseEgress(egress)
 			return q, err
 		})
 		if err != nil {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -98,14 +99,16 @@ func TestDispatchPassOffersHighestPriorityThenOldestThenLowestID(t *testing.T) {
 }
 
 // What a claimed task asks of a node is what was stored with it: its labels,
-// and its Cost, sidecars included.
+// its Cost, sidecars included, and what a node's limits are checked against.
 func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := openStore(t)
 	spec := &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"gpu", "ssd"},
-		Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 256},
-		Sidecars:  []*podiumv1.Sidecar{{Name: "db", Image: "postgres", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 1024}}}}
+		Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 256, Pids: 100},
+		Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "postgres", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 1024, Pids: 50}},
+			{Name: "log", Image: "busybox"}},
+		TimeoutSeconds: 7200, OutputLimitBytes: 3 << 30, AllowEgress: []string{"10.0.0.0/8", "169.254.169.254/32"}}
 	if _, err := st.InsertTask(ctx, "task_x", spec, "me"); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +122,52 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 	if !slices.Equal(got.Labels, spec.Labels) || got.CPU != 1.5 || got.MemoryMB != 1280 {
 		t.Fatalf("offered %+v, want labels %v, 1.5 CPU and 1280 MB (the sidecar counts)", got, spec.Labels)
 	}
+	wantEgress := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("169.254.169.254/32")}
+	if got.Pids != 150 || got.TimeoutSeconds != 7200 || got.OutputLimitBytes != 3<<30 || !slices.Equal(got.AllowEgress, wantEgress) {
+		t.Fatalf("offered %+v, want 150 pids (the sidecar counts), a 7200 s timeout, 3 GiB of output and egress %v", got, wantEgress)
+	}
+}
+
+// The limits a node's Hello reports are what placement sees of it, and what
+// an admin reads; a reconnect with other limits replaces them.
+func TestCandidatesCarryTheNodesLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openStore(t)
+	if _, err := rawSQL(t, db).Exec(ctx, "insert into podium.nodes (id, key_hash) values ('node_a', '\\x00')"); err != nil {
+		t.Fatal(err)
+	}
+	limits := store.NodeLimits{MaxCPU: 2.5, MaxMemoryMB: 4096, MaxPids: 4096, MaxTimeoutSeconds: 3600,
+		MaxOutputBytes: 1 << 30, PermitEgress: []string{"10.0.0.0/8"}}
+	n, err := st.StartSession(ctx, store.SessionStart{NodeID: "node_a", Replica: "r1", MaxTasks: 2, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Limits.MaxCPU != 2.5 || n.Limits.MaxMemoryMB != 4096 || n.Limits.MaxPids != 4096 || n.Limits.MaxTimeoutSeconds != 3600 ||
+		n.Limits.MaxOutputBytes != 1<<30 || !slices.Equal(n.Limits.PermitEgress, limits.PermitEgress) {
+		t.Fatalf("the node row has limits %+v, want %+v", n.Limits, limits)
+	}
+	fleet, err := st.Candidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := placement.Limits{MaxCPU: 2.5, MaxMemoryMB: 4096, MaxPids: 4096, MaxTimeoutSeconds: 3600, MaxOutputBytes: 1 << 30,
+		PermitEgress: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	if len(fleet) != 1 || !sameLimits(fleet[0].Limits, want) {
+		t.Fatalf("candidates %+v, want node_a with limits %+v", fleet, want)
+	}
+	// The agent restarted without limits.
+	if _, err := st.StartSession(ctx, store.SessionStart{NodeID: "node_a", Replica: "r1", MaxTasks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if fleet, err = st.Candidates(ctx); err != nil || len(fleet) != 1 || !sameLimits(fleet[0].Limits, placement.Limits{}) {
+		t.Fatalf("after a Hello without limits the candidate has %+v (%v), want none", fleet, err)
+	}
+}
+
+func sameLimits(a, b placement.Limits) bool {
+	return a.MaxCPU == b.MaxCPU && a.MaxMemoryMB == b.MaxMemoryMB && a.MaxPids == b.MaxPids &&
+		a.MaxTimeoutSeconds == b.MaxTimeoutSeconds && a.MaxOutputBytes == b.MaxOutputBytes && slices.Equal(a.PermitEgress, b.PermitEgress)
 }
 
 // A node that comes back reports what it runs. What it reported at the same

@@ -17,16 +17,21 @@ type NewTask struct {
 	RequestedBy string
 }
 
-// insertTasks stores one row per element of its arrays. The labels column is
-// derived from the spec's own JSON rather than passed: a text[] per row cannot
-// go through unnest, and the spec already carries them (protojson leaves an
-// empty list out, which array() turns into '{}').
+// insertTasks stores one row per element of its arrays. The labels and
+// allow_egress columns are derived from the spec's own JSON rather than
+// passed: a text[] per row cannot go through unnest, and the spec already
+// carries them (protojson leaves an empty list out, which array() turns into
+// '{}').
 const insertTasks = `insert into podium.tasks
-	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
+	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
+	 pids, timeout_seconds, output_limit_bytes, allow_egress)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
-		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by
-	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[])
-		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by)
+		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
+		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress'))
+	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
+		$10::int8[], $11::int8[], $12::int8[])
+		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
+		     pids, timeout_seconds, output_limit_bytes)
 	returning ` + insertedColumns
 
 // insertedColumns are taskColumns without the spec: the caller has it already,
@@ -64,6 +69,9 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		maxAttempts = make([]int32, n)
 		retries     = make([]bool, n)
 		who         = make([]string, n)
+		pids        = make([]int64, n)
+		timeouts    = make([]int64, n)
+		outputs     = make([]int64, n)
 		at          = make(map[string]int, n)
 	)
 	for i, t := range ts {
@@ -78,9 +86,11 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		ids[i], specs[i], who[i] = t.ID, string(js), t.RequestedBy
 		priorities[i], retries[i] = t.Spec.GetPriority(), t.Spec.GetRetryOnNodeLoss()
 		cpus[i], mems[i] = placement.Cost(t.Spec)
+		pids[i], timeouts[i], outputs[i] = placement.PidsCost(t.Spec), t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
 	}
-	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit)
+	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
+		pids, timeouts, outputs)
 	if err != nil {
 		return nil, err
 	}

@@ -23,11 +23,12 @@
 //	  GREETING: hello
 //	working_dir: /workspace          # absolute path inside the container
 //	labels: [linux, gpu=a100]        # a node must carry every one to be given the task
-//	resources:                       # limits; 0 or absent means no limit
+//	resources:                       # limits; 0 or absent means the node's default
 //	  cpu: 0.5                       # cores, fractions allowed
 //	  memory_mb: 512                 # MiB
 //	  pids: 256                      # processes and threads
-//	timeout: 10m                     # from container start; 0 or absent means none
+//	timeout: 10m                     # from container start; 0 or absent: the node's default
+//	user: "1000:1000"                # UID, UID:GID or a name; absent: the node's default
 //	priority: 10                     # any 32-bit integer, may be negative; higher runs first
 //	max_attempts: 3                  # how often the task may be requeued; 0 means 1
 //	retry_on_node_loss: true         # requeue when the task's node is lost
@@ -125,6 +126,22 @@
 // '/') on http_port answers 2xx; or command, run inside the sidecar, exits 0.
 // Giving two checks, http_path without http_port or the reverse, or a timeout
 // without a check is an error. The timeout bounds the wait; 0 means 60 s.
+//
+// # Limits and user
+//
+// Every task runs under limits. A resource left out or 0 takes its node's
+// default (podium-agent --default-cpu, --default-memory, --default-pids,
+// --default-timeout), and a node never takes a task asking for more than its
+// maximum (--max-cpu, --max-memory, --max-pids, --max-timeout): the
+// scheduler keeps the task queued, saying which limit no node allows, until
+// a node that allows it connects. A task's memory, CPU and pids are counted
+// with its sidecars' against a node's maximum, as they are against its room.
+//
+// user is who the task's command runs as: a UID ("1000"), a UID:GID pair
+// ("1000:1000") or a user name the image knows ("nobody"). Left out, the
+// node's --default-user applies, or the image's own user if the node sets
+// none. The task's workspace, artifacts directory and inbox are writable
+// whatever the user. Sidecars run as their images say.
 //
 // # Capabilities
 //

@@ -40,6 +40,7 @@ type specFile struct {
 	Capabilities    []string           `yaml:"capabilities"`
 	Artifacts       []string           `yaml:"artifacts"`
 	AllowEgress     []string           `yaml:"allow_egress"`
+	User            string             `yaml:"user"`
 }
 
 type specSidecar struct {
@@ -213,6 +214,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	spec.Capabilities = f.Capabilities
 	spec.Artifacts = f.Artifacts
 	spec.AllowEgress = f.AllowEgress
+	spec.User = f.User
 	return spec, nil
 }
 

@@ -34,6 +34,7 @@ retry_on_node_loss: true
 cancel_grace: 45s
 capabilities: [NET_BIND_SERVICE, cap_chown]
 artifacts: [dist/*.tar.gz, "**/junit.xml"]
+user: "1000:1000"
 sidecars:
   - name: db
     image: postgres:16
@@ -75,6 +76,7 @@ sidecars:
 		CancelGraceSeconds: 45,
 		Capabilities:       []string{"NET_BIND_SERVICE", "cap_chown"},
 		Artifacts:          []string{"dist/*.tar.gz", "**/junit.xml"},
+		User:               "1000:1000",
 		Sidecars: []*podiumv1.Sidecar{
 			{
 				Name:      "db",
@@ -276,6 +278,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"timeouts and attempts", func(s *podiumv1.TaskSpec) {
 			s.TimeoutSeconds, s.CancelGraceSeconds, s.MaxAttempts = 60, 5, 3
 		}},
+		{"user as a UID", func(s *podiumv1.TaskSpec) { s.User = "65534" }},
+		{"user as UID:GID", func(s *podiumv1.TaskSpec) { s.User = "1000:100" }},
+		{"user as a name", func(s *podiumv1.TaskSpec) { s.User = "nobody" }},
+		{"root, asked for", func(s *podiumv1.TaskSpec) { s.User = "0" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()
@@ -320,6 +326,9 @@ func TestValidateRejects(t *testing.T) {
 		{"negative timeout", func(s *podiumv1.TaskSpec) { s.TimeoutSeconds = -1 }, "spec.timeout_seconds", "negative"},
 		{"negative max_attempts", func(s *podiumv1.TaskSpec) { s.MaxAttempts = -1 }, "spec.max_attempts", "negative"},
 		{"negative cancel grace", func(s *podiumv1.TaskSpec) { s.CancelGraceSeconds = -1 }, "spec.cancel_grace_seconds", "negative"},
+		{"user with a group name", func(s *podiumv1.TaskSpec) { s.User = "www-data:www-data" }, "spec.user", "is not a user"},
+		{"user with a space", func(s *podiumv1.TaskSpec) { s.User = "1000 " }, "spec.user", "UID:GID pair (1000:1000)"},
+		{"user -1", func(s *podiumv1.TaskSpec) { s.User = "4294967295" }, "spec.user", "is not a user"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()
@@ -389,5 +398,37 @@ func wantParseError(t *testing.T, file string, want []string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("Parse(%q) error\n  %v\nshould contain %q", file, err, w)
 		}
+	}
+}
+
+func TestUserProblem(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		user string
+		ok   bool
+	}{
+		{"0", true}, {"65534", true}, {"1000:1000", true}, {"4294967294:0", true},
+		{"nobody", true}, {"_apt", true}, {"build-user", true}, {"user1", true}, {strings.Repeat("a", 32), true},
+		{"", false}, {":", false}, {"1000:", false}, {":1000", false}, {"1000:1000:1000", false},
+		{"4294967295", false}, {"99999999999", false}, {"-1", false}, {"+1", false}, {"0x10", false},
+		{"Root", false}, {"1user", false}, {"-user", false}, {"user name", false}, {"user\n", false},
+		{"nobody:nogroup", false}, {"nobody:100", false}, {"..", false}, {"user/x", false}, {strings.Repeat("a", 33), false},
+	} {
+		if got := UserProblem(tc.user); (got == "") != tc.ok {
+			t.Errorf("UserProblem(%q) = %q, want ok=%v", tc.user, got, tc.ok)
+		}
+	}
+}
+
+// A user written as a bare YAML number is read as the string a person wrote,
+// not refused as the wrong type.
+func TestParseUserAsANumber(t *testing.T) {
+	t.Parallel()
+	got, err := Parse(strings.NewReader("image: alpine:3\nuser: 65534\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetUser() != "65534" {
+		t.Fatalf("user = %q, want \"65534\"", got.GetUser())
 	}
 }

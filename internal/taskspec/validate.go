@@ -110,6 +110,11 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if _, err := AllowEgress("spec.allow_egress", spec.GetAllowEgress()); err != nil {
 		return err
 	}
+	if u := spec.GetUser(); u != "" {
+		if problem := UserProblem(u); problem != "" {
+			return fieldErr("spec.user", "%s", problem)
+		}
+	}
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}
@@ -296,6 +301,58 @@ func checkReadiness(field string, r *podiumv1.Readiness) error {
 }
 
 func isPort(p int32) bool { return p >= 1 && p <= 65535 }
+
+// maxUserName is the longest user name Linux tools (useradd) accept.
+const maxUserName = 32
+
+// UserProblem says what is wrong with a user a task's command is to run as,
+// or "" when nothing is: "UID", "UID:GID" (decimal numbers below 2^32-1,
+// which is "no id" to the kernel), or a name the image knows, made of
+// lower-case letters, digits, '_' and '-' and not starting with a digit or
+// '-'. Names of groups ("name:group") are not accepted: a UID:GID pair says
+// the same without depending on the image's /etc/group. The agent checks its
+// --default-user and every assignment with it too.
+func UserProblem(u string) string {
+	uid, gid, pair := strings.Cut(u, ":")
+	if isID(uid) && (!pair || isID(gid)) {
+		return ""
+	}
+	if !pair && isUserName(u) {
+		return ""
+	}
+	return fmt.Sprintf("%q is not a user: give a UID (1000), a UID:GID pair (1000:1000) or a user name the image knows "+
+		"(lower-case letters, digits, '_' and '-', e.g. nobody)", u)
+}
+
+func isID(s string) bool {
+	if s == "" || len(s) > 10 {
+		return false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		n = n*10 + uint64(s[i]-'0')
+	}
+	return n < math.MaxUint32
+}
+
+func isUserName(s string) bool {
+	if s == "" || len(s) > maxUserName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z' || c == '_':
+		case ('0' <= c && c <= '9' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // IsDNSLabel reports whether s is an RFC 1123 label: what Docker accepts as
 // a network alias and any resolver as a host name. A sidecar's name must be
