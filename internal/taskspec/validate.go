@@ -77,6 +77,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if spec.GetCancelGraceSeconds() < 0 {
 		return fieldErr("spec.cancel_grace_seconds", "%d is negative: give 0 (the default of 30 s) or a number of seconds", spec.GetCancelGraceSeconds())
 	}
+	if spec.GetOutputLimitBytes() < 0 {
+		return fieldErr("spec.output_limit_bytes", "%d is negative: give 0 (the node's default) or a number of bytes", spec.GetOutputLimitBytes())
+	}
 	names := map[string]int{}
 	for i, sc := range spec.GetSidecars() {
 		if err := checkSidecar(fmt.Sprintf("spec.sidecars[%d]", i), sc, i, names); err != nil {
