@@ -9,13 +9,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/podiumhq/podium/agent"
+	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/agent/session"
+	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -32,6 +36,7 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
   podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+                   [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -75,6 +80,21 @@ func (l *stringList) Set(v string) error {
 			*l = append(*l, item)
 		}
 	}
+	return nil
+}
+
+// sizeFlag is a flag that takes a byte size: a number of bytes or one with a
+// unit, as taskspec.ParseSize reads it (64MiB, 1GiB, 500MB).
+type sizeFlag int64
+
+func (z *sizeFlag) String() string { return taskspec.FormatSize(int64(*z)) }
+
+func (z *sizeFlag) Set(v string) error {
+	n, err := taskspec.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*z = sizeFlag(n)
 	return nil
 }
 
@@ -178,6 +198,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 }
 
 const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+                        [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -188,6 +209,13 @@ let the agent exit with --exit-on-drain once its last task has ended.
 
 Every container runs podium-runner (installed next to podium-agent, or given
 with --runner) as its first process; it must be a static binary.
+
+A task's output is capped per attempt (--output-limit, or the spec's
+output_limit up to --max-output-limit): past it, the rest is dropped with a
+note and the task runs on. Output waiting for the coordinator is bounded in
+memory (--pending-memory) and on disk (--pending-disk); past either, tasks
+that print are slowed down until the coordinator has stored what they
+printed. Sizes are bytes or take a unit: 100MiB, 1GiB, 500MB.
 
 Flags:
 `
@@ -203,11 +231,33 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
 		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
+	outputLimit := sizeFlag(executor.DefaultOutputLimit)
+	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
+	var maxOutputLimit sizeFlag
+	fs.Var(&maxOutputLimit, "max-output-limit", "the most output a spec may ask for (default: --output-limit); the scheduler places no task asking more here")
+	pendingMemory := sizeFlag(session.DefaultMaxPendingBytes)
+	fs.Var(&pendingMemory, "pending-memory", "task output held in memory until the coordinator stores it; past it tasks are slowed down")
+	pendingDisk := sizeFlag(session.DefaultMaxSpoolBytes)
+	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
 	ts := tsnetFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
 	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
+	for name, v := range map[string]sizeFlag{"output-limit": outputLimit, "pending-memory": pendingMemory, "pending-disk": pendingDisk} {
+		if v <= 0 {
+			return usageErr("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
+		}
+	}
+	if maxOutputLimit == 0 {
+		maxOutputLimit = outputLimit
+	}
+	if maxOutputLimit < outputLimit {
+		return usageErr("--max-output-limit %s is less than --output-limit %s: a spec could not even ask for the default", maxOutputLimit.String(), outputLimit.String())
+	}
+	if int64(pendingMemory) > math.MaxInt32 {
+		return usageErr("--pending-memory %s: give at most 2GiB", pendingMemory.String())
+	}
 	if *maxTasks < 0 {
 		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
 	}
@@ -235,6 +285,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		RunnerPath:    *runnerPath,
 		ExitOnDrain:   *exitOnDrain,
 		MetricsListen: *metricsListen,
+
+		OutputLimit:    int64(outputLimit),
+		MaxOutputLimit: int64(maxOutputLimit),
+		PendingMemory:  int(pendingMemory),
+		PendingDisk:    int64(pendingDisk),
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)
