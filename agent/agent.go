@@ -16,7 +16,9 @@
 //	                               executor's cursor (package spool)
 //	tasks/<task>-<attempt>/        one directory per task attempt on this node:
 //	  output.log                   the task's runner log (package runlog)
-//	  sidecars/<name>.log          each sidecar's runner log
+//	  output.progress              how far the agent has read it, for the
+//	                               runner's back-pressure (package runlog)
+//	  sidecars/<name>.log          each sidecar's runner log (and .progress)
 //	  inbox/                       messages sent to the task (package inbox),
 //	                               mounted at /run/podium/inbox
 //	  artifacts/                   files the task leaves for upload (package
@@ -66,6 +68,13 @@
 // retry)"); and each line a sidecar prints as a note
 // of its own, "[db] listening on port 5432", shown by `podium logs` and
 // `podium run` as "→ [db] listening on port 5432" on stderr.
+//
+// All of it up to the attempt's output limit (--output-limit, or the spec's
+// output_limit up to --max-output-limit): past it the rest is dropped, with a
+// note. Output waiting for the coordinator is bounded in memory
+// (--pending-memory) and in the spool (--pending-disk); past either, tasks
+// that print are held back rather than buffered (docs/protocol.md, "Output:
+// limits and back-pressure").
 package agent
 
 import (
@@ -151,6 +160,15 @@ type Config struct {
 	// (podium-agent --default-*, --max-*, --workspace-limit); the node
 	// reports the maxima with its capacity so the scheduler places by them.
 	Limits executor.Limits
+	// OutputLimit is the output an attempt keeps when its spec sets no
+	// limit, MaxOutputLimit the most a spec may ask for (0: the executor's
+	// defaults, see executor.Config).
+	OutputLimit, MaxOutputLimit int64
+	// PendingMemory and PendingDisk bound the task output waiting for the
+	// coordinator's acknowledgement, in memory and in the spool; past
+	// either, tasks' output is held back (0: the session's defaults).
+	PendingMemory int
+	PendingDisk   int64
 }
 
 // Agent is one node agent process.
@@ -236,6 +254,10 @@ func New(cfg Config) (*Agent, error) {
 		Artifacts:  uploader,
 		Egress:     filter,
 		Limits:     cfg.Limits,
+		// Output limits and the runner logs' backlog: see package
+		// executor's output.go.
+		OutputLimit:    cfg.OutputLimit,
+		MaxOutputLimit: cfg.MaxOutputLimit,
 	})
 	if err != nil {
 		return nil, err
@@ -253,17 +275,30 @@ func New(cfg Config) (*Agent, error) {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
 			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
-			return c
+			return withMaxOutput(c, a.exec.MaxOutputLimit())
 		},
 		Logger:      a.log.With("component", "session"),
 		OnState:     a.onState,
 		SpoolDir:    filepath.Join(cfg.DataDir, "spool"),
 		ExitOnDrain: cfg.ExitOnDrain,
+
+		MaxPendingBytes: cfg.PendingMemory,
+		MaxSpoolBytes:   cfg.PendingDisk,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// withMaxOutput adds the most output a spec may ask for to the node's limits
+// in c, which the scheduler places by.
+func withMaxOutput(c *podiumv1.Capacity, maxOutput int64) *podiumv1.Capacity {
+	if c.Limits == nil {
+		c.Limits = &podiumv1.TaskLimits{}
+	}
+	c.Limits.MaxOutputBytes = maxOutput
+	return c
 }
 
 // NodeID is the enrolled node's id.

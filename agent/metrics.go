@@ -36,8 +36,10 @@ func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 			}),
 		gauge("podium_agent_events_spooled", "Task events kept on disk until the coordinator acknowledges them.",
 			func() float64 { return float64(a.sess.Stats().EventsSpooled) }),
-		gauge("podium_agent_unacked_bytes", "Task output bytes sent or waiting but not yet acknowledged.",
+		gauge("podium_agent_unacked_bytes", "Task events sent or waiting but not yet acknowledged, in bytes as --pending-memory counts them.",
 			func() float64 { return float64(a.sess.Stats().UnackedBytes) }),
+		gauge("podium_agent_spool_bytes", "The spool's size on disk, which --pending-disk bounds.",
+			func() float64 { return float64(a.sess.Stats().SpoolBytes) }),
 	)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

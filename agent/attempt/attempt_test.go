@@ -105,6 +105,15 @@ func TestCursorEncodingIsStable(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, c) {
 		t.Fatalf("ParseCursor = %+v, %v; want %+v", back, err, c)
 	}
+	// An attempt that reached its output limit stores how much it used.
+	capped := attempt.Cursor{Task: runlog.Position{File: 17}, Output: 1 << 20, Capped: true}
+	const storedCapped = `{"task":{"file":17,"stdout":0,"stderr":0},"output":1048576,"capped":true}`
+	if got := string(capped.Marshal()); got != storedCapped {
+		t.Fatalf("Marshal = %s, want %s", got, storedCapped)
+	}
+	if back, err := attempt.ParseCursor([]byte(storedCapped)); err != nil || !reflect.DeepEqual(back, capped) {
+		t.Fatalf("ParseCursor = %+v, %v; want %+v", back, err, capped)
+	}
 	if zero, err := attempt.ParseCursor(nil); err != nil || !reflect.DeepEqual(zero, attempt.Cursor{}) {
 		t.Fatalf("ParseCursor(nil) = %+v, %v; want the zero cursor", zero, err)
 	}

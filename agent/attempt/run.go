@@ -32,9 +32,11 @@ var ErrNotRunning = errors.New("attempt: the task attempt is not running on this
 // ev.Seq before Emit returns: the executor keeps the newest with an
 // attempt's pending uploads, so that the notes of a restarted agent continue
 // the task's log. A run calls Emit from one goroutine at a time, in the
-// order of its events. Emit may block to push back on a task that writes
-// faster than its output can be shipped; the run then reads its runner log
-// later, and nothing is lost or held in memory.
+// order of its events. Emit may block a log chunk, or a note that carries a
+// cursor (a sidecar's line: output read from a runner log), to push back on
+// a task that writes faster than its output can be shipped; the run then reads its runner log later, and nothing is
+// lost or held in memory. A status change, or a note without a cursor (the
+// run's own remarks, which are few), never blocks, so a run can always end.
 type Emit func(ev *podiumv1.TaskEvent, cur *Cursor)
 
 // Cursor is how far a run has turned its runner logs into events. Whoever
@@ -48,6 +50,14 @@ type Cursor struct {
 	Task runlog.Position `json:"task"`
 	// Sidecars are the positions in the sidecars' runner logs, by name.
 	Sidecars map[string]runlog.Position `json:"sidecars,omitempty"`
+	// Output is how many bytes of the attempt's output limit its events
+	// have used: the task's output sent, and the notes that count against
+	// the limit. Capped is set once the limit was reached and noted. Both
+	// ride with the positions so that an agent that resumes the attempt
+	// neither lets it print a second limit's worth nor notes the limit
+	// twice.
+	Output uint64 `json:"output,omitempty"`
+	Capped bool   `json:"capped,omitempty"`
 }
 
 // Clone is a copy of c that shares nothing with it, for a run that keeps

@@ -22,8 +22,12 @@ func (r *run) uploadArtifacts(ctx context.Context) artifacts.Job {
 		r.note("artifacts: the task's artifacts directory could not be read on the node: %v", err)
 		return nil
 	}
-	for _, s := range skipped {
-		r.note("artifact %s skipped: %s", s.Name, s.Reason)
+	for i, s := range skipped {
+		if i == maxSkippedNotes {
+			r.countedNote("%d more artifacts skipped", len(skipped)-i)
+			break
+		}
+		r.countedNote("artifact %s skipped: %s", s.Name, s.Reason)
 	}
 	if len(files) == 0 {
 		return nil

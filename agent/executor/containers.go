@@ -132,10 +132,14 @@ type containerSpec struct {
 }
 
 // runnerEntrypoint makes the runner PID 1, writing to the runner log mounted
-// at runner.LogPath, and appends the runner's directory to the task's PATH so
-// `podium-runner ask` needs no path. The command follows "--".
-func runnerEntrypoint(pathAppend bool) []string {
-	ep := []string{runner.Path, "run", "--log", runner.LogPath}
+// at runner.LogPath no more than the attempt's output limit, and no further
+// ahead of the agent's reading than its backlog (the progress file at
+// runner.ProgressPath), and appends the runner's directory to the task's PATH
+// so `podium-runner ask` needs no path. The command follows "--".
+func (r *run) runnerEntrypoint(pathAppend bool) []string {
+	ep := []string{runner.Path, "run", "--log", runner.LogPath,
+		"--output-limit", strconv.FormatInt(r.outputLimit, 10),
+		"--progress", runner.ProgressPath, "--backlog", strconv.FormatInt(r.e.backlog, 10)}
 	if pathAppend {
 		ep = append(ep, "--path-append", runner.Dir)
 	}
@@ -196,6 +200,9 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		caps = append(caps, n)
 	}
 	host := r.hardened(spec.GetResources(), caps, filepath.Join(r.dir, logFile),
+		// Read-only: the agent's word on how far it has read, which the
+		// task must not be able to forge.
+		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, progressFile), Target: runner.ProgressPath, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, inboxDir), Target: inbox.ContainerDir},
 		mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
 		// Over the workspace volume, so the agent reads what the task leaves
@@ -206,7 +213,7 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		name: ContainerName(r.key),
 		cfg: &container.Config{
 			Image:      spec.GetImage(),
-			Entrypoint: runnerEntrypoint(true),
+			Entrypoint: r.runnerEntrypoint(true),
 			Cmd:        argv,
 			Env:        envList(spec.GetEnv()),
 			WorkingDir: spec.GetWorkingDir(),
@@ -232,12 +239,13 @@ func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpe
 		cfg: &container.Config{
 			Image:      sc.GetImage(),
 			Hostname:   name,
-			Entrypoint: runnerEntrypoint(false),
+			Entrypoint: r.runnerEntrypoint(false),
 			Cmd:        argv,
 			Env:        envList(sc.GetEnv()),
 			Labels:     r.labels(LabelRole, roleSidecar, LabelSidecar, name),
 		},
-		host: r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name)),
+		host: r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name),
+			mount.Mount{Type: mount.TypeBind, Source: r.sidecarProgress(name), Target: runner.ProgressPath, ReadOnly: true}),
 		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 			NetworkName(r.key): {Aliases: []string{name}},
 		}},

@@ -32,7 +32,9 @@
 //     the disk the agent measures, where the agent can see how much of it
 //     the task fills (see Limits.WorkspaceBytes);
 //   - a host directory, <data>/tasks/<task>-<attempt>/, holding the runner
-//     logs (output.log, sidecars/<name>.log), the inbox (inbox/, mounted at
+//     logs (output.log, sidecars/<name>.log) and the progress files that
+//     tell their runners how far the agent has read them (output.progress,
+//     sidecars/<name>.progress), the inbox (inbox/, mounted at
 //     /run/podium/inbox), the artifacts directory (artifacts/, mounted at
 //     /workspace/.podium/artifacts over the workspace volume) and, once the
 //     task has exited, the workspace files its artifacts globs select
@@ -78,6 +80,17 @@
 // spec's user, else the node's default user, else the image's; the
 // directories mounted into it (workspace, artifacts, inbox) and its runner
 // log are writable by whoever that is.
+// # Output
+//
+// An attempt keeps at most its output limit (the spec's, else
+// Config.OutputLimit; at most Config.MaxOutputLimit): the task's output and
+// its sidecars' lines, which are also rate-limited. Past it, the rest is read
+// and dropped and one note says so; the task runs on. An Emit that blocks
+// (the session's outbox is full) stops a tail reading its runner log, and
+// the runner, told through the progress file how far the tail has read,
+// holds the task's output back once Config.RunnerBacklog is unread: the task
+// is slowed down, and neither the agent's memory nor the host's disk takes
+// what it prints. output.go has the limits, tail.go the reading.
 //
 // The data directory and the runner binary must be on the Docker engine's own
 // machine, because they are bind-mounted: a remote DOCKER_HOST is not
@@ -216,6 +229,14 @@ type Config struct {
 	// Limits are the node's defaults and maxima for each task, and its
 	// workspace limit; the zero value limits nothing.
 	Limits Limits
+	// OutputLimit caps the output of an attempt whose spec sets none
+	// (output_limit_bytes 0); 0 means DefaultOutputLimit. MaxOutputLimit
+	// is the most a spec may ask for; 0 means OutputLimit.
+	OutputLimit, MaxOutputLimit int64
+	// RunnerBacklog is how much of a runner log may go unread before its
+	// runner holds the task's output back (see package runlog's progress
+	// file); 0 means DefaultRunnerBacklog.
+	RunnerBacklog int64
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -230,6 +251,9 @@ type Executor struct {
 	artifactWait time.Duration
 	egress       *egress.Filter
 	limits       Limits
+	// outputLimit, maxOutputLimit and backlog are Config's, defaults
+	// applied.
+	outputLimit, maxOutputLimit, backlog int64
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -282,8 +306,27 @@ func New(cfg Config) (*Executor, error) {
 	if e.defaultGrace <= 0 {
 		e.defaultGrace = DefaultGrace
 	}
+	e.outputLimit, e.maxOutputLimit, e.backlog = cfg.OutputLimit, cfg.MaxOutputLimit, cfg.RunnerBacklog
+	if e.outputLimit <= 0 {
+		e.outputLimit = DefaultOutputLimit
+	}
+	if e.maxOutputLimit <= 0 {
+		e.maxOutputLimit = e.outputLimit
+	}
+	if e.maxOutputLimit < e.outputLimit {
+		return nil, fmt.Errorf("executor: the most output a task may ask for (%s) is less than the default (%s); raise the maximum",
+			taskspec.FormatSize(e.maxOutputLimit), taskspec.FormatSize(e.outputLimit))
+	}
+	if e.backlog <= 0 {
+		e.backlog = DefaultRunnerBacklog
+	}
 	return e, nil
 }
+
+// MaxOutputLimit is the most output a spec may ask this node to keep for an
+// attempt; the node reports it with its capacity, so that the scheduler does
+// not place a task that asks for more here.
+func (e *Executor) MaxOutputLimit() int64 { return e.maxOutputLimit }
 
 // FindRunner returns the absolute path of the podium-runner binary: path if
 // given, else podium-runner next to this program's executable (where `make
@@ -437,6 +480,11 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attemp
 	if r.spec == nil {
 		r.spec = &podiumv1.TaskSpec{}
 	}
+	r.outputLimit = e.outputLimit
+	if n := r.spec.GetOutputLimitBytes(); n > 0 {
+		r.outputLimit = n // more than the maximum is refused by validate
+	}
+	r.capped.Store(cur.Capped)
 	if r.sel, r.selErr = newSelection(r.spec); r.selErr != nil {
 		r.sel, _ = newSelection(&podiumv1.TaskSpec{})
 	}

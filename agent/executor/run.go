@@ -33,6 +33,10 @@ const (
 	sidecarsDir = "sidecars"   // <name>.log: the sidecars' runner logs
 	// volumeDir holds the files of the workspace volume (see createVolume).
 	volumeDir = "volume"
+	// progressFile is the agent's progress file for the task's runner log
+	// (package runlog), mounted read-only at runner.ProgressPath; a
+	// sidecar's is sidecars/<name>.progress.
+	progressFile = "output.progress"
 	// artifactsDir is mounted at artifacts.ContainerDir; what the task
 	// leaves there is uploaded when it exits.
 	artifactsDir = "artifacts"
@@ -87,6 +91,12 @@ type run struct {
 
 	// sidecarTails are the running tails of the sidecars' runner logs.
 	sidecarTails map[string]*tail
+
+	// outputLimit is the most output the attempt keeps (its spec's, or the
+	// node's default). capped mirrors cur.Capped for the tails, which
+	// check it for every record without taking emitMu.
+	outputLimit int64
+	capped      atomic.Bool
 
 	// sel is what the spec's artifacts globs select (the default when
 	// selErr says they cannot be used, which validate refuses to run).
@@ -255,6 +265,9 @@ func (r *run) validate() *podiumv1.StatusChange {
 	if r.selErr != nil {
 		return failed("the spec's artifacts globs cannot be used: %v", r.selErr)
 	}
+	if st := r.checkOutputLimit(); st != nil {
+		return st
+	}
 	for _, c := range spec.GetCapabilities() {
 		if _, err := taskspec.NormalizeCapability(c); err != nil {
 			return failed("capability refused: %v", err)
@@ -315,8 +328,14 @@ func (r *run) prepareDir() error {
 	if err := runlog.Create(filepath.Join(r.dir, logFile)); err != nil {
 		return err
 	}
+	if err := runlog.CreateProgress(filepath.Join(r.dir, progressFile)); err != nil {
+		return err
+	}
 	for _, sc := range r.spec.GetSidecars() {
 		if err := runlog.Create(r.sidecarLog(sc.GetName())); err != nil {
+			return err
+		}
+		if err := runlog.CreateProgress(r.sidecarProgress(sc.GetName())); err != nil {
 			return err
 		}
 	}
@@ -328,6 +347,10 @@ func (r *run) prepareDir() error {
 
 func (r *run) sidecarLog(name string) string {
 	return filepath.Join(r.dir, sidecarsDir, name+".log")
+}
+
+func (r *run) sidecarProgress(name string) string {
+	return filepath.Join(r.dir, sidecarsDir, name+".progress")
 }
 
 // launch creates the network, the volume and the sidecars, waits for the

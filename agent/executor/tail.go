@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,17 +53,19 @@ func (t *tail) wait() (*runlog.Exit, error) {
 }
 
 // sink turns records into events. after is where the reader stands once rec
-// is consumed.
+// is consumed. flush is called whenever the reader has caught up with the
+// log, close once when the log is read to its end.
 type sink interface {
 	add(rec runlog.Record, after runlog.Position)
 	flush()
+	close()
 }
 
 func (r *run) startTaskTail(ctx context.Context) *tail {
 	r.emitMu.Lock()
 	from := r.cur.Task
 	r.emitMu.Unlock()
-	return r.startTail(ctx, filepath.Join(r.dir, logFile), from, &chunker{r: r})
+	return r.startTail(ctx, filepath.Join(r.dir, logFile), filepath.Join(r.dir, progressFile), from, &chunker{r: r})
 }
 
 func (r *run) startSidecarTail(ctx context.Context, name string) {
@@ -71,7 +75,7 @@ func (r *run) startSidecarTail(ctx context.Context, name string) {
 	if r.sidecarTails == nil {
 		r.sidecarTails = make(map[string]*tail)
 	}
-	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), from, &lineNotes{r: r, name: name})
+	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), r.sidecarProgress(name), from, &lineNotes{r: r, name: name})
 }
 
 // stopSidecarTails lets the sidecars' tails read what is left and waits for
@@ -88,22 +92,61 @@ func (r *run) stopSidecarTails(ctx context.Context) {
 	r.sidecarTails = nil
 }
 
-func (r *run) startTail(ctx context.Context, path string, from runlog.Position, s sink) *tail {
+// startTail follows the runner log at path, telling its runner how far it
+// has read through the progress file at progressPath.
+func (r *run) startTail(ctx context.Context, path, progressPath string, from runlog.Position, s sink) *tail {
 	t := &tail{finishC: make(chan struct{}), done: make(chan struct{})}
+	var pw *runlog.ProgressWriter
+	if _, err := os.Lstat(progressPath); err == nil {
+		if pw, err = runlog.OpenProgress(progressPath); err != nil {
+			// The runner then holds the task back at its backlog until
+			// the task ends; say why.
+			r.log.Warn("cannot open a runner log's progress file; its task's output is held back once its backlog is full",
+				"file", progressPath, "err", err)
+		}
+	} // else a container an older agent started, whose runner reads none
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
 		defer close(t.done)
-		t.exit, t.err = follow(ctx, path, from, s, t.finishC)
+		if pw != nil {
+			defer pw.Close()
+		}
+		t.exit, t.err = follow(ctx, path, from, s, t.finishC, &progress{w: pw, every: r.e.backlog / 4, log: r.log})
 	}()
 	return t
+}
+
+// progress tells a runner how far its log has been read: whenever the tail
+// has caught up with the log, and in between every quarter of the backlog,
+// so a runner held back resumes long before the tail catches up.
+type progress struct {
+	w     *runlog.ProgressWriter
+	every int64
+	told  int64
+	log   *slog.Logger
+	err   bool
+}
+
+func (p *progress) at(pos int64, caughtUp bool) {
+	if p.w == nil || pos <= p.told || !caughtUp && pos-p.told < p.every {
+		return
+	}
+	if err := p.w.Set(pos); err != nil {
+		if !p.err {
+			p.err = true
+			p.log.Warn("cannot write a runner log's progress file; its task's output may be held back", "err", err)
+		}
+		return
+	}
+	p.told = pos
 }
 
 // follow reads the runner log at path from a position until its exit record,
 // until the log ends after finishC is closed, or until ctx ends (the agent is
 // stopping: what was not turned into events yet stays in the file for the
 // next agent process).
-func follow(ctx context.Context, path string, from runlog.Position, s sink, finishC <-chan struct{}) (*runlog.Exit, error) {
+func follow(ctx context.Context, path string, from runlog.Position, s sink, finishC <-chan struct{}, pr *progress) (*runlog.Exit, error) {
 	f, err := openRunnerLog(path)
 	if err != nil {
 		return nil, err
@@ -122,7 +165,9 @@ func follow(ctx context.Context, path string, from runlog.Position, s sink, fini
 		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			s.flush()
+			pr.at(rd.Position().File, true)
 			if finishing {
+				s.close()
 				return nil, nil
 			}
 			t := time.NewTimer(poll)
@@ -145,9 +190,11 @@ func follow(ctx context.Context, path string, from runlog.Position, s sink, fini
 		poll = minPoll
 		if rec.Exit != nil {
 			s.flush()
+			s.close()
 			return rec.Exit, nil
 		}
 		s.add(rec, rd.Position())
+		pr.at(rd.Position().File, false)
 	}
 }
 
@@ -163,15 +210,28 @@ func openRunnerLog(path string) (*os.File, error) {
 // chunker gathers consecutive records of one stream into LogChunk events of
 // at most MaxChunk bytes. A chunk ends at a record's end whenever it can, so
 // the cursor stored with it is a plain file position.
+//
+// It also keeps the attempt to its output limit: a chunk that would cross
+// the limit is cut at it, and from then on records are read past without a
+// chunk (the cursor still moves over them, so that a restarted agent does not
+// read them again).
 type chunker struct {
 	r      *run
 	stream runlog.Stream
 	off    uint64 // stream offset of buf[0]
 	buf    []byte
 	end    runlog.Position // where the reader stands after buf
+	// moved is set while end is past what the cursor says, with nothing
+	// in buf: output read past once the limit was reached.
+	moved bool
 }
 
 func (c *chunker) add(rec runlog.Record, after runlog.Position) {
+	if c.r.capped.Load() {
+		// buf, if it holds anything, is dropped by flush too.
+		c.end, c.moved = after, true
+		return
+	}
 	if len(c.buf) > 0 && (rec.Stream != c.stream || rec.Offset != c.off+uint64(len(c.buf)) || len(c.buf)+len(rec.Data) > MaxChunk) {
 		c.flush()
 	}
@@ -197,38 +257,66 @@ func (c *chunker) add(rec runlog.Record, after runlog.Position) {
 }
 
 func (c *chunker) flush() {
-	if len(c.buf) == 0 {
+	if len(c.buf) == 0 && !c.moved {
 		return
 	}
-	stream := podiumv1.LogStream_LOG_STREAM_STDOUT
-	if c.stream == runlog.Stderr {
-		stream = podiumv1.LogStream_LOG_STREAM_STDERR
-	}
-	data := bytes.Clone(c.buf)
-	c.buf = c.buf[:0]
 	r := c.r
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
+	n := r.roomLocked(len(c.buf))
+	cut := n < len(c.buf)
 	r.cur.Task = c.end
-	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
-		Stream: stream, Offset: c.off, Data: data,
-	}}}, r.cur.Clone())
+	if n > 0 {
+		stream := podiumv1.LogStream_LOG_STREAM_STDOUT
+		if c.stream == runlog.Stderr {
+			stream = podiumv1.LogStream_LOG_STREAM_STDERR
+		}
+		r.cur.Output += uint64(n)
+		r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+			Stream: stream, Offset: c.off, Data: bytes.Clone(c.buf[:n]),
+		}}}, r.cur.Clone())
+	}
+	if cut {
+		r.capLocked(true)
+	}
+	c.buf, c.moved = c.buf[:0], false
 }
+
+func (c *chunker) close() { c.flush() }
 
 // lineNotes turns a sidecar's output into one Note per line, "[name] line":
 // a person reading `podium logs` sees the sidecar's output among Podium's own
 // "→" lines, marked with whose it is, while the task's stdout and stderr stay
 // byte-exact and only the task's. Each note carries the cursor just past its
 // line, so a restart neither repeats nor skips a line.
+//
+// The lines are kept to the sidecar's line budget (see noteRate); those over
+// it are counted, and the count is noted before the next line shown, or at
+// the end. Each note counts against the attempt's output limit.
 type lineNotes struct {
-	r    *run
-	name string
+	r      *run
+	name   string
+	budget lineBudget
+	// skipped counts the lines left out since the last note.
+	skipped int
 }
 
 func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
 	data := rec.Data
 	consumed := rec.Offset
-	for len(data) > 0 {
+	capped := l.r.capped.Load()
+	now := time.Now()
+	for len(data) > 0 && !capped {
+		if !l.budget.left(now) {
+			// Out of budget for the rest of the record: count its lines
+			// at memchr's speed rather than look at each, so a sidecar
+			// printing without pause costs the agent little.
+			l.skipped += bytes.Count(data, []byte{'\n'})
+			if data[len(data)-1] != '\n' {
+				l.skipped++
+			}
+			break
+		}
 		n, adv := len(data), len(data)
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			n, adv = i, i+1
@@ -236,32 +324,74 @@ func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
 		if n > maxNoteLine {
 			n, adv = maxNoteLine, maxNoteLine
 		}
-		line := strings.TrimRight(string(data[:n]), "\r")
+		raw := data[:n]
 		data = data[adv:]
+		start := consumed
 		consumed += uint64(adv)
-		pos := after
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		l.budget.take()
+		before, pos := after, after
+		before.File = rec.Start
+		before = before.WithConsumed(rec.Stream, start)
 		if len(data) > 0 {
 			pos.File = rec.Start
 			pos = pos.WithConsumed(rec.Stream, consumed)
 		}
-		if strings.TrimSpace(line) != "" {
-			l.emit(line, pos)
-		}
+		capped = l.emit(string(bytes.TrimRight(raw, "\r")), before, pos)
 	}
+	// Whatever was not shown is passed over: the cursor moves past it.
+	r := l.r
+	r.emitMu.Lock()
+	l.moveLocked(after)
+	r.emitMu.Unlock()
 }
 
 func (l *lineNotes) flush() {}
 
-func (l *lineNotes) emit(line string, pos runlog.Position) {
+// close notes the lines skipped since the last note shown.
+func (l *lineNotes) close() {
+	if l.skipped == 0 {
+		return
+	}
 	r := l.r
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
+	l.skippedLocked()
+}
+
+func (l *lineNotes) moveLocked(pos runlog.Position) {
+	r := l.r
 	if r.cur.Sidecars == nil {
 		r.cur.Sidecars = make(map[string]runlog.Position)
 	}
 	r.cur.Sidecars[l.name] = pos
-	text := "[" + l.name + "] " + strings.ToValidUTF8(line, "\uFFFD")
-	r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, r.cur.Clone())
+}
+
+func (l *lineNotes) skippedLocked() {
+	if l.skipped == 0 || l.r.cur.Capped {
+		return
+	}
+	n := l.skipped
+	l.skipped = 0
+	l.r.countedNoteLocked(fmt.Sprintf("[%s] … %d lines skipped: a sidecar's output is shown at up to %d lines a second", l.name, n, noteRate), true)
+}
+
+// emit notes one line, after the count of the lines skipped before it;
+// before and pos are where the line starts and ends. It reports whether the
+// attempt's output limit is reached.
+func (l *lineNotes) emit(line string, before, pos runlog.Position) bool {
+	r := l.r
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	if l.skipped > 0 {
+		l.moveLocked(before)
+		l.skippedLocked()
+	}
+	l.moveLocked(pos)
+	r.countedNoteLocked("["+l.name+"] "+line, true)
+	return r.cur.Capped
 }
 
 // lastLines is the end of a sidecar's output, for the reason of a task whose

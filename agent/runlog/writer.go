@@ -144,6 +144,21 @@ func (w *Writer) appendLocked(kind uint8, offset uint64, data []byte) error {
 	return nil
 }
 
+// Size is the file's size: the magic and every record written.
+func (w *Writer) Size() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.size
+}
+
+// Written is how many bytes of output the log holds, both streams together,
+// counting what an earlier runner on the same log wrote.
+func (w *Writer) Written() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next[Stdout] + w.next[Stderr]
+}
+
 // Close closes the file.
 func (w *Writer) Close() error {
 	w.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,7 +48,15 @@ func runCommand(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	logPath := fs.String("log", LogPath, "the runner log to write the command's output and exit status to")
 	pathAppend := fs.String("path-append", "", "a directory to append to the command's PATH")
+	limit := fs.Int64("output-limit", 0, "write at most this many `BYTES` of output (both streams) to the log, "+
+		"and one more if there was more; the rest is read and dropped (0: no limit)")
+	progressPath := fs.String("progress", "", "the agent's progress `FILE` (package runlog), saying how far it has read the log")
+	backlog := fs.Int64("backlog", 0, "with --progress, stop copying output while more than this many `BYTES` of the log are unread (0: never)")
 	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	if *limit < 0 || *backlog < 0 {
+		fmt.Fprintln(stderr, "podium-runner run: --output-limit and --backlog take a number of bytes, 0 or more")
 		return ExitUsage
 	}
 	argv := fs.Args()
@@ -62,7 +71,17 @@ func runCommand(args []string, stderr io.Writer) int {
 		return ExitRunnerError
 	}
 	defer w.Close()
-	s := &supervisor{w: w, stderr: stderr, stop: make(chan struct{})}
+	s := &supervisor{w: w, stderr: stderr, stop: make(chan struct{}), limit: *limit, written: int64(w.Written())}
+	if *progressPath != "" && *backlog > 0 {
+		p, err := os.Open(*progressPath)
+		if err != nil {
+			// Without it the output is not held back, which loses nothing.
+			fmt.Fprintf(stderr, "podium-runner: cannot open the progress file: %v; the task's output is not held back\n", err)
+		} else {
+			defer p.Close()
+			s.progress, s.backlog = p, *backlog
+		}
+	}
 	e := s.run(argv, commandEnv(os.Environ(), *pathAppend))
 	return e.Code
 }
@@ -98,6 +117,19 @@ type supervisor struct {
 	stderr io.Writer     // the runner's own stderr, for trouble with the log itself
 	stop   chan struct{} // closed when the runner gives up on writing
 	warned sync.Once
+
+	// limit is --output-limit (0: none); written counts the output bytes
+	// the log holds, both streams, guarded by mu.
+	limit   int64
+	mu      sync.Mutex
+	written int64
+
+	// progress is the agent's progress file and backlog how much of the log
+	// may go unread (see package runlog); nil and 0 without back-pressure.
+	progress *os.File
+	backlog  int64
+	// held counts the copiers waiting for the agent to read.
+	held atomic.Int32
 }
 
 // run starts argv, supervises it and returns how it ended, after writing that
@@ -180,14 +212,24 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 	}
 	drained := make(chan struct{})
 	go func() { copiers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainWait):
-		fmt.Fprintln(s.stderr, "podium-runner: the command's output did not end after it exited; closing it")
-		close(s.stop)
-		_ = outR.Close()
-		_ = errR.Close()
-		<-drained
+	for waiting := true; waiting; {
+		select {
+		case <-drained:
+			waiting = false
+		case <-time.After(drainWait):
+			if s.held.Load() > 0 {
+				// The output is there, held back until the agent has read
+				// the log: that is no pipe left open, and dropping it would
+				// lose what the task printed last.
+				continue
+			}
+			fmt.Fprintln(s.stderr, "podium-runner: the command's output did not end after it exited; closing it")
+			close(s.stop)
+			_ = outR.Close()
+			_ = errR.Close()
+			<-drained
+			waiting = false
+		}
 	}
 
 	e := runlog.Exit{Time: time.Now().UTC()}
@@ -267,24 +309,100 @@ func reap(pid int, ws *syscall.WaitStatus) bool {
 }
 
 // copy moves one output pipe into the log until the pipe ends. A write that
-// fails (a full disk) is retried rather than dropped: the pipe then fills and
-// the command blocks on its next write, which loses nothing.
+// fails (a full disk) is retried rather than dropped, and so is one the agent
+// is not ready for (see waitRoom): the pipe then fills and the command blocks
+// on its next write, which loses nothing. Output past --output-limit is read
+// and dropped, so the command goes on.
+//
+// After a short read the copy pauses for coalesceWait before reading again,
+// so that a command printing a little at a time has its output gathered into
+// fewer, bigger records: each record costs 17 bytes of framing on the host's
+// disk, and a command writing one byte at a time must not turn a limit on its
+// output into eighteen times that on disk. A short read means the pipe was
+// empty, so nothing waits on the pause.
 func (s *supervisor) copy(wg *sync.WaitGroup, r *os.File, stream runlog.Stream) {
 	defer wg.Done()
 	defer r.Close()
 	buf := make([]byte, runlog.MaxRecordData)
 	for {
 		n, err := r.Read(buf)
-		if n > 0 && !s.write(stream, buf[:n]) {
+		if p := s.admit(buf[:n]); len(p) > 0 && !s.write(stream, p) {
 			return
 		}
 		if err != nil {
 			return
 		}
+		if n < smallRead {
+			time.Sleep(coalesceWait)
+		}
+	}
+}
+
+// Coalescing small reads; see copy.
+const (
+	smallRead    = 4 << 10
+	coalesceWait = time.Millisecond
+)
+
+// admit is the part of p the log takes under --output-limit: everything up to
+// the limit and one byte more, which tells the agent that there was more than
+// the limit; then nothing.
+func (s *supervisor) admit(p []byte) []byte {
+	if s.limit <= 0 || len(p) == 0 {
+		return p
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	room := max(0, s.limit+1-s.written)
+	p = p[:min(int64(len(p)), room)]
+	s.written += int64(len(p))
+	return p
+}
+
+// Waiting for the agent to read: the first look again comes soon, later
+// ones less often, so a task held back for long costs nearly nothing.
+const (
+	minHold = 5 * time.Millisecond
+	maxHold = 200 * time.Millisecond
+)
+
+// waitRoom waits while more of the log than the backlog is unread by the
+// agent. It returns false if the runner gave up on the output meanwhile.
+func (s *supervisor) waitRoom() bool {
+	if s.progress == nil {
+		return true
+	}
+	held := false
+	defer func() {
+		if held {
+			s.held.Add(-1)
+		}
+	}()
+	wait := minHold
+	for {
+		read, err := runlog.ReadProgress(s.progress)
+		// A torn read is retried; a file that cannot be read at all
+		// holds nothing back (a lost progress file must not stop a task).
+		if err == nil && s.w.Size()-read <= s.backlog || err != nil && !errors.Is(err, runlog.ErrTornProgress) {
+			return true
+		}
+		if !held {
+			held = true
+			s.held.Add(1)
+		}
+		select {
+		case <-s.stop:
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxHold)
 	}
 }
 
 func (s *supervisor) write(stream runlog.Stream, p []byte) bool {
+	if !s.waitRoom() {
+		return false
+	}
 	for {
 		err := s.w.Write(stream, p)
 		if err == nil {

@@ -40,6 +40,9 @@ const (
 	Path = Dir + "/podium-runner"
 	// LogPath is where the container's runner log is mounted.
 	LogPath = Dir + "/log/output.log"
+	// ProgressPath is where the agent's progress file for that log is
+	// mounted, read-only (package runlog).
+	ProgressPath = Dir + "/log/progress"
 )
 
 // Exit codes of the runner itself, when it cannot run the command at all.
@@ -57,13 +60,18 @@ const (
 const usage = `podium-runner is PID 1 of every Podium task container.
 
 Usage:
-  podium-runner run [--log FILE] [--path-append DIR] -- COMMAND [ARG]...
+  podium-runner run [--log FILE] [--path-append DIR] [--output-limit BYTES]
+                    [--progress FILE --backlog BYTES] -- COMMAND [ARG]...
   podium-runner ask [--inbox DIR] [--timeout DURATION]
   podium-runner artifact add PATH [--name NAME]
   podium-runner version
 
 run    runs COMMAND, writing its output and exit status to the runner log FILE
        (default ` + LogPath + `), forwarding signals and reaping orphans.
+       With --output-limit it writes at most that many bytes of output (and
+       one more if there was more) and drops the rest; with --progress it
+       holds the output back, and so the command, while more than --backlog
+       bytes of the log are unread by the agent.
 ask    prints the next unread message sent to this task with "podium task
        send" and exits; it waits for one if there is none yet. Messages are
        read in the order they were sent, each once.

@@ -226,3 +226,100 @@ func running(t *testing.T, cmdline string) bool {
 	}
 	return false
 }
+
+// runLimited runs the real binary on a command with extra flags for `run`
+// and returns it with its log.
+func runLimited(t *testing.T, flags []string, script string) (*exec.Cmd, string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "out.log")
+	args := append(append([]string{"run", "--log", log}, flags...), "--", "sh", "-c", script)
+	cmd := exec.Command(agenttest.Runner(t), args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, log
+}
+
+// Past --output-limit the runner writes one byte more, which is how the
+// agent learns there was more, and drops the rest; the command goes on to
+// its own end. Output of exactly the limit is written whole, with nothing
+// more.
+func TestOutputLimitKeepsTheLimitAndOneByte(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		printed, want int
+	}{{5000, 1001}, {1000, 1000}, {999, 999}} {
+		cmd, log := runLimited(t, []string{"--output-limit", "1000"},
+			fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x; exit 4", c.printed))
+		_ = cmd.Wait()
+		out, errs, exit := logOf(t, log)
+		if exit == nil || exit.Code != 4 || cmd.ProcessState.ExitCode() != 4 {
+			t.Fatalf("printing %d: exit record %+v, runner exit %d; want the command's 4", c.printed, exit, cmd.ProcessState.ExitCode())
+		}
+		if got := len(out) + len(errs); got != c.want || strings.Trim(out, "x") != "" {
+			t.Fatalf("printing %d: the log holds %d bytes (stdout %d x's?, stderr %q), want %d", c.printed, got, len(out), errs, c.want)
+		}
+	}
+}
+
+// With a progress file the runner writes no further than its backlog ahead
+// of what the agent has read: the command is held back (its pipe fills) until
+// the agent reads on, and nothing it printed is lost. The test plays the
+// agent: it lets the runner fill its backlog, checks it stopped there, and
+// then says it has read everything.
+func TestBackPressureHoldsTheCommandUntilTheAgentReads(t *testing.T) {
+	t.Parallel()
+	const backlog = 64 << 10
+	const total = 1 << 20
+	progress := filepath.Join(t.TempDir(), "progress")
+	if err := runlog.CreateProgress(progress); err != nil {
+		t.Fatal(err)
+	}
+	pw, err := runlog.OpenProgress(progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cmd, log := runLimited(t, []string{"--progress", progress, "--backlog", fmt.Sprint(backlog)},
+		fmt.Sprintf("head -c %d /dev/zero; exit 7", total))
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	size := func() int64 {
+		st, err := os.Stat(log)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	// One record beyond the backlog is as far as the runner may go: it
+	// checks before each record.
+	const slack = runlog.MaxRecordData + 17
+	read, rounds := int64(0), 0
+	for done := false; !done; {
+		wait.For(t, 30*time.Second, "the runner to fill its backlog or end", func() bool {
+			select {
+			case <-exited:
+				done = true
+				return true
+			default:
+				return size()-read > backlog
+			}
+		})
+		if ahead := size() - read; ahead > backlog+slack {
+			t.Fatalf("the runner wrote %d bytes past what the agent read, more than the backlog of %d", ahead, backlog)
+		}
+		read = size()
+		if err := pw.Set(read); err != nil {
+			t.Fatal(err)
+		}
+		rounds++
+	}
+	out, _, exit := logOf(t, log)
+	if len(out) != total || exit == nil || exit.Code != 7 {
+		t.Fatalf("the log holds %d bytes of %d and exit %+v; nothing may be lost", len(out), total, exit)
+	}
+	if rounds < total/(backlog+slack) {
+		t.Fatalf("the runner was held back %d times; %d MiB through a %d KiB backlog takes at least %d", rounds, total>>20, backlog>>10, total/(backlog+slack))
+	}
+}

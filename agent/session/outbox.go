@@ -61,7 +61,8 @@ type retired struct {
 // executor reached, before it can be sent, and every acknowledgement is
 // recorded, so the next process knows exactly what to re-send.
 type outbox struct {
-	maxBytes int // unacked log bytes above which log events block
+	maxBytes int   // unacked bytes (see cost) above which output blocks
+	maxSpool int64 // spool bytes above which output blocks; 0: no bound
 	spool    *spool.Spool
 	log      *slog.Logger
 
@@ -79,9 +80,10 @@ type outbox struct {
 	notify chan struct{} // non-blocking "there is something to send"
 }
 
-func newOutbox(maxBytes int, sp *spool.Spool, log *slog.Logger) *outbox {
+func newOutbox(maxBytes int, maxSpool int64, sp *spool.Spool, log *slog.Logger) *outbox {
 	return &outbox{
 		maxBytes:  maxBytes,
+		maxSpool:  maxSpool,
 		spool:     sp,
 		log:       log,
 		tasks:     make(map[attempt.Key]*taskLog),
@@ -92,11 +94,25 @@ func newOutbox(maxBytes int, sp *spool.Spool, log *slog.Logger) *outbox {
 	}
 }
 
+// eventOverhead is what an event costs beyond its encoded size: the Go
+// structs that hold it in memory (the event, its time, its body). Counting
+// it is what makes a bound on bytes a bound on memory for tiny events too: a
+// sidecar's one-letter lines cost ten times their encoded size.
+const eventOverhead = 256
+
+// cost is what an event counts against the outbox's memory bound.
+func cost(ev *podiumv1.TaskEvent) int {
+	return proto.Size(ev) + eventOverhead
+}
+
 // add numbers ev, spools it with cur (the executor's cursor, nil if
-// unchanged) and queues it. Log output blocks while too much output is
-// unacknowledged; the executor then stops reading the task's runner log,
-// which keeps growing on disk instead of in the agent's memory. Status
-// changes and notes never block, so a task can always end.
+// unchanged) and queues it. Output — a log chunk, or a note that moves a
+// cursor (a sidecar's line) — blocks while too much is
+// unacknowledged (maxBytes) or the spool holds too much (maxSpool); the
+// executor then stops reading the task's runner log, whose runner in turn
+// holds the task back, so the output waits in the task rather than in the
+// agent's memory or on its disk. Status changes and the run's own notes (no
+// cursor, and few) never block, so a task can always end.
 //
 // Only a status change moves an attempt's final and ended flags: a note that
 // comes after the terminal status (an artifact upload that failed once the
@@ -105,9 +121,10 @@ func newOutbox(maxBytes int, sp *spool.Spool, log *slog.Logger) *outbox {
 // first event is a status, so it belongs to an attempt the coordinator
 // disowned, or one retired long ago.
 func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
-	size := proto.Size(ev)
+	size := cost(ev)
+	output := ev.GetLog() != nil || ev.GetNote() != nil && len(cur) > 0
 	o.mu.Lock()
-	for ev.GetLog() != nil && !o.closed && o.bytes > 0 && o.bytes+size > o.maxBytes {
+	for output && !o.closed && o.bytes > 0 && (o.bytes+size > o.maxBytes || o.spoolFullLocked()) {
 		wait := o.space
 		o.mu.Unlock()
 		<-wait
@@ -164,6 +181,13 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	}
 	o.bytes += size
 	o.wake()
+}
+
+// spoolFullLocked reports whether the spool holds more than its bound. With
+// nothing unacknowledged (o.bytes == 0) add does not ask: what the spool
+// holds then is acknowledged, and compacted away on the next ack.
+func (o *outbox) spoolFullLocked() bool {
+	return o.spool != nil && o.maxSpool > 0 && o.spool.Size() > o.maxSpool
 }
 
 func (o *outbox) wake() {
@@ -274,7 +298,7 @@ func (o *outbox) ack(key attempt.Key, seq uint64) {
 	n := 0
 	freed := 0
 	for n < len(tl.events) && tl.events[n].GetSeq() <= seq {
-		freed += proto.Size(tl.events[n])
+		freed += cost(tl.events[n])
 		n++
 	}
 	tl.events = slices.Delete(tl.events, 0, n)
@@ -472,7 +496,7 @@ func (o *outbox) load(attempts []*spool.Attempt) {
 		tl := &taskLog{key: key, lastSeq: a.LastSeq, acked: a.Acked, sent: a.Acked,
 			final: a.Final, ended: a.Ended, progress: time.Now(), events: a.Events}
 		for _, ev := range a.Events {
-			tl.bytes += proto.Size(ev)
+			tl.bytes += cost(ev)
 		}
 		o.bytes += tl.bytes
 		o.tasks[key] = tl

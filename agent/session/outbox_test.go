@@ -28,7 +28,7 @@ func statusEvent(task string, s podiumv1.TaskState) *podiumv1.TaskEvent {
 // with a sleep.
 func TestOutboxBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		o := newOutbox(10_000, nil, slog.Default())
+		o := newOutbox(10_000, 0, nil, slog.Default())
 		k := attempt.Key{TaskID: "t", Attempt: 1}
 		o.add(logEvent("t", 6000), nil)
 		done := make(chan struct{})
@@ -77,7 +77,7 @@ func TestOutboxBackpressure(t *testing.T) {
 }
 
 func TestOutboxRetireAndContinue(t *testing.T) {
-	o := newOutbox(1<<20, nil, slog.Default())
+	o := newOutbox(1<<20, 0, nil, slog.Default())
 	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_QUEUED), nil) // a rejection
 	if b := o.nextBatch(flushBytes, flushEvents); len(b) != 1 || b[0].GetSeq() != 1 {
@@ -109,7 +109,7 @@ func TestOutboxRetireAndContinue(t *testing.T) {
 // the stall is exact and takes no time.
 func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		o := newOutbox(1<<20, nil, slog.Default())
+		o := newOutbox(1<<20, 0, nil, slog.Default())
 		k := attempt.Key{TaskID: "t", Attempt: 1}
 		for range 5 {
 			o.add(logEvent("t", 10), nil)
@@ -139,7 +139,7 @@ func TestOutboxResendAfterReconnectAndStall(t *testing.T) {
 }
 
 func TestOutboxForget(t *testing.T) {
-	o := newOutbox(1<<20, nil, slog.Default())
+	o := newOutbox(1<<20, 0, nil, slog.Default())
 	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil)
 	o.forget(k, true)
@@ -166,7 +166,7 @@ func TestOutboxNotesAfterTheEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := newOutbox(1<<20, sp, slog.Default())
+	o := newOutbox(1<<20, 0, sp, slog.Default())
 	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)
 	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
@@ -234,7 +234,7 @@ func TestOutboxContinueAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := newOutbox(1<<20, sp, slog.Default())
+	o := newOutbox(1<<20, 0, sp, slog.Default())
 	k := attempt.Key{TaskID: "t", Attempt: 1}
 	o.continueAfter(k, 7)
 	ev := noteEvent("t")

@@ -58,8 +58,17 @@ const (
 	flushEvents = 256
 	flushLinger = 20 * time.Millisecond
 	// DefaultMaxPendingBytes is how much unacknowledged output the node
-	// holds before tasks' output blocks.
+	// holds in memory before tasks' output blocks.
 	DefaultMaxPendingBytes = 64 << 20
+	// DefaultMaxSpoolBytes is how much the spool may hold on disk before
+	// tasks' output blocks. The spool holds what memory does, framed, and
+	// between compactions up to about four times that (see package spool).
+	DefaultMaxSpoolBytes = 256 << 20
+	// flushRounds bounds the batches one flush sends before the writer
+	// looks at its other work (heartbeats above all): a task whose output
+	// refills the outbox as fast as it is sent must not keep the node's
+	// heartbeats from going out, or the node is taken for offline.
+	flushRounds = 32
 )
 
 // RejectReasonNoSlot is the reason of the QUEUED status a node sends back for
@@ -146,6 +155,8 @@ type Config struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// MaxPendingBytes overrides DefaultMaxPendingBytes.
 	MaxPendingBytes int
+	// MaxSpoolBytes overrides DefaultMaxSpoolBytes.
+	MaxSpoolBytes int64
 	// OnState, if set, is called whenever the connection state changes. It
 	// must not block.
 	OnState func(State)
@@ -211,6 +222,9 @@ func New(cfg Config) (*Session, error) {
 	if cfg.MaxPendingBytes <= 0 {
 		cfg.MaxPendingBytes = DefaultMaxPendingBytes
 	}
+	if cfg.MaxSpoolBytes <= 0 {
+		cfg.MaxSpoolBytes = DefaultMaxSpoolBytes
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -233,7 +247,10 @@ func New(cfg Config) (*Session, error) {
 		}
 	}
 	s.inject = newDeliveries(s, cfg.InjectTimeout)
-	s.out = newOutbox(cfg.MaxPendingBytes, s.spool, log)
+	if s.spool != nil {
+		s.spool.SetMaxBytes(cfg.MaxSpoolBytes)
+	}
+	s.out = newOutbox(cfg.MaxPendingBytes, cfg.MaxSpoolBytes, s.spool, log)
 	s.out.load(attempts)
 	for _, a := range attempts {
 		if !a.Final && a.Assign != nil {
@@ -380,13 +397,20 @@ func (s *Session) notifyState(st State) {
 type Stats struct {
 	FreeSlots int32
 	// EventsSpooled are events kept (on disk) until the coordinator acks them;
-	// UnackedBytes is the task output among them.
+	// UnackedBytes is what they take in memory, as the bound
+	// (Config.MaxPendingBytes) counts it; SpoolBytes is the spool's size on
+	// disk.
 	EventsSpooled int
 	UnackedBytes  int
+	SpoolBytes    int64
 }
 
 // Stats returns the session's figures now.
 func (s *Session) Stats() Stats {
 	events, bytes := s.out.stats()
-	return Stats{FreeSlots: s.freeSlots(), EventsSpooled: events, UnackedBytes: bytes}
+	st := Stats{FreeSlots: s.freeSlots(), EventsSpooled: events, UnackedBytes: bytes}
+	if s.spool != nil {
+		st.SpoolBytes = s.spool.Size()
+	}
+	return st
 }

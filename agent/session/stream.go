@@ -178,9 +178,14 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 	}
 }
 
-// flush sends everything the outbox has not sent on this stream, in batches.
-// Unless a full batch or a status change is already waiting it first lingers
-// briefly, so a burst of output becomes one batch rather than one message each.
+// flush sends what the outbox has not sent on this stream, in batches, at
+// most flushRounds of them: while tasks print, acks free room, the room is
+// refilled from their runner logs and there is always more to send, so a
+// flush that went on until the outbox was empty might never end, and the
+// writer would send no heartbeat meanwhile. It wakes the writer again for
+// the rest. Unless a full batch or a status change is already waiting it
+// first lingers briefly, so a burst of output becomes one batch rather than
+// one message each.
 func (s *Session) flush(ctx context.Context, stream *connect.BidiStreamForClient[podiumv1.StreamRequest, podiumv1.StreamResponse], cancel context.CancelCauseFunc) error {
 	if bytes, events := s.out.unsent(); bytes < flushBytes && events < flushEvents && !s.out.urgent() {
 		t := time.NewTimer(flushLinger)
@@ -191,7 +196,7 @@ func (s *Session) flush(ctx context.Context, stream *connect.BidiStreamForClient
 		case <-t.C:
 		}
 	}
-	for {
+	for range flushRounds {
 		batch := s.out.nextBatch(flushBytes, flushEvents)
 		if len(batch) == 0 {
 			return nil
@@ -201,6 +206,8 @@ func (s *Session) flush(ctx context.Context, stream *connect.BidiStreamForClient
 			return fmt.Errorf("send events: %w", err)
 		}
 	}
+	s.out.wake()
+	return nil
 }
 
 // receive handles what the coordinator sends until the stream ends, and

@@ -35,7 +35,7 @@
 package spool
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,6 +58,10 @@ import (
 // That bounds a long task's spool to a small multiple of its unacknowledged
 // output, and each rewrite copies at most a quarter of what it reclaims.
 const compactMin = 4 << 20
+
+// compactOverMin is the smallest file compacted while the spool is over its
+// bound (see SetMaxBytes).
+const compactOverMin = 64 << 10
 
 const fileSuffix = ".spool"
 
@@ -87,6 +91,10 @@ type Spool struct {
 
 	mu    sync.Mutex
 	files map[attempt.Key]*file
+	// total is the size of all the files; maxBytes the bound past which an
+	// ack compacts a file sooner (see SetMaxBytes).
+	total    int64
+	maxBytes int64
 }
 
 type file struct {
@@ -147,6 +155,7 @@ func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
 			continue
 		}
 		s.files[a.Key] = f
+		s.total += f.size
 		out = append(out, a)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
@@ -211,6 +220,7 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	defer s.mu.Unlock()
 	if old := s.files[k]; old != nil {
 		_ = old.f.Close()
+		s.total -= old.size
 		delete(s.files, k)
 	}
 	path := filepath.Join(s.dir, fileName(k))
@@ -227,6 +237,7 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 		return fmt.Errorf("write the spool file of %s: %w", k, err)
 	}
 	s.files[k] = &file{path: path, f: fh, size: int64(len(buf)), acked: lastSeq, lastSeq: lastSeq, sizes: make(map[uint64]int64)}
+	s.total += int64(len(buf))
 	return nil
 }
 
@@ -261,6 +272,7 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 		f.broke = true
 		return fmt.Errorf("spool an event of %s: %w; its events are kept in memory only from now on", k, err)
 	}
+	s.total += int64(len(rec))
 	f.lastSeq = max(f.lastSeq, ev.GetSeq())
 	f.sizes[ev.GetSeq()] = int64(len(rec))
 	if cursor != nil {
@@ -296,10 +308,12 @@ func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], seq)
-	if err := f.write(appendRecord(nil, kindAck, b[:])); err != nil {
+	rec := appendRecord(nil, kindAck, b[:])
+	if err := f.write(rec); err != nil {
 		f.broke = true
 		return fmt.Errorf("spool an ack of %s: %w", k, err)
 	}
+	s.total += int64(len(rec))
 	f.acked = seq
 	f.lastSeq = max(f.lastSeq, seq)
 	var unacked int64
@@ -310,7 +324,10 @@ func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 			unacked += n
 		}
 	}
-	if f.size > compactMin && unacked*4 < f.size {
+	// Over the spool's bound, any file that is mostly acknowledged is
+	// compacted, however small: many small files add up too.
+	over := s.maxBytes > 0 && s.total > s.maxBytes && f.size > compactOverMin && unacked*2 < f.size
+	if f.size > compactMin && unacked*4 < f.size || over {
 		if err := s.compactLocked(k, f); err != nil {
 			s.log.Warn("could not compact a spool file; it keeps growing until the task ends", "attempt", k.String(), "err", err)
 		}
@@ -320,12 +337,10 @@ func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 
 // compactLocked rewrites f with its header, a checkpoint and the
 // unacknowledged events, through a temporary file renamed into place, so a
-// crash leaves either the old file or the new one.
+// crash leaves either the old file or the new one. It reads the old file a
+// record at a time: a file that grew large while acks lagged must not be
+// read into memory whole just to be made small.
 func (s *Spool) compactLocked(k attempt.Key, f *file) error {
-	data := make([]byte, f.size)
-	if _, err := f.f.ReadAt(data, 0); err != nil {
-		return err
-	}
 	var flags byte
 	if f.final {
 		flags |= flagFinal
@@ -333,59 +348,109 @@ func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 	if f.ended {
 		flags |= flagEnded
 	}
-	var out bytes.Buffer
-	var header []byte
-	var events [][]byte
-	for pos := 0; pos < len(data); {
-		kind, payload, n, ok := parseRecord(data[pos:])
-		if !ok {
-			break
-		}
-		switch kind {
-		case kindHeader:
-			header = data[pos : pos+n]
-		case kindEvent:
-			cl := int(binary.BigEndian.Uint32(payload))
-			ev := &podiumv1.TaskEvent{}
-			if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
-				return err
-			}
-			if ev.GetSeq() > f.acked {
-				events = append(events, data[pos:pos+n])
-			}
-		}
-		pos += n
-	}
-	out.Write(header)
-	out.Write(appendRecord(nil, kindCheckpoint, checkpoint(f.lastSeq, f.acked, flags, f.cursor)...))
-	for _, e := range events {
-		out.Write(e)
-	}
 	tmp := filepath.Join(s.dir, "."+filepath.Base(f.path)+".tmp")
 	fh, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := fh.Write(out.Bytes()); err != nil {
+	fail := func(err error) error {
 		_ = fh.Close()
 		_ = os.Remove(tmp)
 		return err
+	}
+	w := bufio.NewWriterSize(fh, 256<<10)
+	rd := &recordReader{f: f.f, end: f.size}
+	kind, rec, err := rd.next()
+	if err != nil {
+		return fail(err)
+	}
+	if kind == kindHeader {
+		_, _ = w.Write(rec)
+	}
+	_, _ = w.Write(appendRecord(nil, kindCheckpoint, checkpoint(f.lastSeq, f.acked, flags, f.cursor)...))
+	rd.pos = 0
+	for {
+		kind, rec, err := rd.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if kind != kindEvent {
+			continue
+		}
+		payload := rec[5 : len(rec)-4]
+		if len(payload) < 4 || 4+int(binary.BigEndian.Uint32(payload)) > len(payload) {
+			return fail(errors.New("an event record with a cursor longer than itself"))
+		}
+		cl := int(binary.BigEndian.Uint32(payload))
+		ev := &podiumv1.TaskEvent{}
+		if err := proto.Unmarshal(payload[4+cl:], ev); err != nil {
+			return fail(err)
+		}
+		if ev.GetSeq() > f.acked {
+			_, _ = w.Write(rec)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fail(err)
 	}
 	if err := fh.Sync(); err != nil {
-		_ = fh.Close()
-		_ = os.Remove(tmp)
-		return err
+		return fail(err)
+	}
+	size, err := fh.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fail(err)
 	}
 	if err := os.Rename(tmp, f.path); err != nil {
-		_ = fh.Close()
-		_ = os.Remove(tmp)
-		return err
+		return fail(err)
 	}
 	_ = f.f.Close()
 	f.f = fh
-	f.size = int64(out.Len())
+	s.total += size - f.size
+	f.size = size
 	s.log.Debug("compacted a spool file", "attempt", k.String(), "bytes", f.size)
 	return nil
+}
+
+// recordReader reads the whole records of a spool file one at a time, up to
+// end, reusing one buffer the size of the biggest record.
+type recordReader struct {
+	f   *os.File
+	pos int64
+	end int64
+	buf []byte
+}
+
+// next returns the next record, framing and all (valid until the next call),
+// and io.EOF after the last whole one.
+func (r *recordReader) next() (byte, []byte, error) {
+	var h [5]byte
+	if r.pos+int64(len(h)) > r.end {
+		return 0, nil, io.EOF
+	}
+	if _, err := r.f.ReadAt(h[:], r.pos); err != nil {
+		return 0, nil, err
+	}
+	l := binary.BigEndian.Uint32(h[1:])
+	n := int64(5) + int64(l) + 4
+	if l > maxRecord || r.pos+n > r.end {
+		return 0, nil, io.EOF
+	}
+	if int64(cap(r.buf)) < n {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	if _, err := r.f.ReadAt(b, r.pos); err != nil {
+		return 0, nil, err
+	}
+	kind, _, _, ok := parseRecord(b)
+	if !ok {
+		return 0, nil, io.EOF
+	}
+	r.pos += n
+	return kind, b, nil
 }
 
 // Remove deletes an attempt's file: everything about it is acknowledged, or
@@ -398,11 +463,30 @@ func (s *Spool) Remove(k attempt.Key) error {
 		return nil
 	}
 	delete(s.files, k)
+	s.total -= f.size
 	_ = f.f.Close()
 	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// Size is how many bytes the spool's files hold.
+func (s *Spool) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// SetMaxBytes sets the bound the caller holds the spool to (0: none). The
+// spool does not refuse anything past it: events must be stored whatever
+// happens, and it is the caller that slows down what it appends. It compacts
+// files sooner while it is over the bound, so that acknowledgements bring it
+// back under.
+func (s *Spool) SetMaxBytes(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxBytes = n
 }
 
 // Close closes every file. The files stay: they are what the next agent
@@ -415,5 +499,6 @@ func (s *Spool) Close() error {
 		errs = append(errs, f.f.Close())
 		delete(s.files, k)
 	}
+	s.total = 0
 	return errors.Join(errs...)
 }

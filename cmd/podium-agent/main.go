@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -16,7 +17,9 @@ import (
 	"syscall"
 
 	"github.com/podiumhq/podium/agent"
+	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/agent/session"
 	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -36,6 +39,7 @@ Usage:
   podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                    [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
                    [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]... [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
+                   [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -93,6 +97,21 @@ func parseRanges(flagName string, values []string) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// sizeFlag is a flag that takes a byte size: a number of bytes or one with a
+// unit, as taskspec.ParseSize reads it (64MiB, 1GiB, 500MB).
+type sizeFlag int64
+
+func (z *sizeFlag) String() string { return taskspec.FormatSize(int64(*z)) }
+
+func (z *sizeFlag) Set(v string) error {
+	n, err := taskspec.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*z = sizeFlag(n)
+	return nil
 }
 
 // parse parses a subcommand's flags. It returns the exit code to stop with,
@@ -196,6 +215,9 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 
 const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                         [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
+                        [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
+                        [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
+                        [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -220,6 +242,13 @@ reports them, and the scheduler sends larger tasks elsewhere. Each limit flag
 may also be set by the environment variable named in its description, as
 /etc/podium/agent.env does.
 
+A task's output is capped per attempt (--output-limit, or the spec's
+output_limit up to --max-output-limit): past it, the rest is dropped with a
+note and the task runs on. Output waiting for the coordinator is bounded in
+memory (--pending-memory) and on disk (--pending-disk); past either, tasks
+that print are slowed down until the coordinator has stored what they
+printed. Sizes are bytes or take a unit: 100MiB, 1GiB, 500MB.
+
 Flags:
 `
 
@@ -238,12 +267,34 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var allowEgress, permitEgress stringList
 	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
 	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
+	outputLimit := sizeFlag(executor.DefaultOutputLimit)
+	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
+	var maxOutputLimit sizeFlag
+	fs.Var(&maxOutputLimit, "max-output-limit", "the most output a spec may ask for (default: --output-limit); the scheduler places no task asking more here")
+	pendingMemory := sizeFlag(session.DefaultMaxPendingBytes)
+	fs.Var(&pendingMemory, "pending-memory", "task output held in memory until the coordinator stores it; past it tasks are slowed down")
+	pendingDisk := sizeFlag(session.DefaultMaxSpoolBytes)
+	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
 	ts := tsnetFlags(fs)
 	limitFlags := taskLimitFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
 	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
+	for name, v := range map[string]sizeFlag{"output-limit": outputLimit, "pending-memory": pendingMemory, "pending-disk": pendingDisk} {
+		if v <= 0 {
+			return usageErr("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
+		}
+	}
+	if maxOutputLimit == 0 {
+		maxOutputLimit = outputLimit
+	}
+	if maxOutputLimit < outputLimit {
+		return usageErr("--max-output-limit %s is less than --output-limit %s: a spec could not even ask for the default", maxOutputLimit.String(), outputLimit.String())
+	}
+	if int64(pendingMemory) > math.MaxInt32 {
+		return usageErr("--pending-memory %s: give at most 2GiB", pendingMemory.String())
+	}
 	if *maxTasks < 0 {
 		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
 	}
@@ -279,17 +330,21 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	log := slog.New(handler)
 
 	a, err := agent.New(agent.Config{
-		DataDir:       *dataDir,
-		MaxTasks:      *maxTasks,
-		MinFreeDiskMB: *minFreeDisk,
-		Logger:        log,
-		RunnerPath:    *runnerPath,
-		ExitOnDrain:   *exitOnDrain,
-		MetricsListen: *metricsListen,
-		EgressFilter:  *egressFilter,
-		AllowEgress:   allow,
-		PermitEgress:  permit,
-		Limits:        limits,
+		DataDir:        *dataDir,
+		MaxTasks:       *maxTasks,
+		MinFreeDiskMB:  *minFreeDisk,
+		Logger:         log,
+		RunnerPath:     *runnerPath,
+		ExitOnDrain:    *exitOnDrain,
+		MetricsListen:  *metricsListen,
+		EgressFilter:   *egressFilter,
+		AllowEgress:    allow,
+		PermitEgress:   permit,
+		Limits:         limits,
+		OutputLimit:    int64(outputLimit),
+		MaxOutputLimit: int64(maxOutputLimit),
+		PendingMemory:  int(pendingMemory),
+		PendingDisk:    int64(pendingDisk),
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

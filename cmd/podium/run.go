@@ -31,11 +31,11 @@ goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoin
 and command; put "--" before it when it has flags of its own.
 
 Flags override the fields of --spec: --image, --timeout, --priority and
---user replace theirs, --env sets one variable each (replacing the file's value
-for that key), --label adds to the file's labels, --cap-add to its capabilities,
---allow-egress to its allow_egress, and CMD replaces its command. Sidecars and
-artifacts (globs) are given in the
-spec file only.
+Flags override the fields of --spec: --image, --timeout, --priority, --user
+and --output-limit replace theirs, --env sets one variable each (replacing the
+file's value for that key), --label adds to the file's labels, --cap-add to
+its capabilities, --allow-egress to its allow_egress, and CMD replaces its
+command. Sidecars and artifacts (globs) are given in the spec file only.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
 back, from Docker's default set only (CHOWN, KILL, NET_BIND_SERVICE, ...;
@@ -76,6 +76,9 @@ type runOptions struct {
 	detach   bool
 	quiet    bool
 	command  []string
+
+	// outputLimit is --output-limit, a size such as 100MiB.
+	outputLimit string
 	// set holds the names of the flags given on the command line: only those
 	// override the spec file (an absent --priority must not reset the file's
 	// priority to 0).
@@ -93,6 +96,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
+	fs.StringVar(&o.outputLimit, "output-limit", "", "keep at most `SIZE` of the task's output, e.g. 100MiB; the rest is dropped with a note (default: the node's, 1 GiB unless set)")
 	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
 	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
 	return o
@@ -185,6 +189,13 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			return nil, fmt.Errorf("--user: %s", problem)
 		}
 		spec.User = o.user
+	}
+	if o.set["output-limit"] {
+		n, err := taskspec.ParseSize(o.outputLimit)
+		if err != nil {
+			return nil, fmt.Errorf("--output-limit %v", err)
+		}
+		spec.OutputLimitBytes = n
 	}
 	if len(o.command) > 0 {
 		spec.Command = o.command

@@ -33,6 +33,7 @@
 //	max_attempts: 3                  # how often the task may be requeued; 0 means 1
 //	retry_on_node_loss: true         # requeue when the task's node is lost
 //	cancel_grace: 30s                # SIGTERM to SIGKILL on cancel; 0 means 30 s
+//	output_limit: 100MiB             # bytes of output kept per attempt (see below); 0 means the node's default
 //	capabilities: [NET_BIND_SERVICE] # Linux capabilities added back (see below)
 //	artifacts:                       # files uploaded when the task exits (see below)
 //	  - dist/*.tar.gz                # globs relative to /workspace
@@ -108,6 +109,15 @@
 // Nodes hold the same bounds when they turn seconds into a time.Duration
 // (Seconds clamps to MaxDuration), so a spec stored before the bound
 // existed cannot wrap a timeout around to nothing.
+//
+// output_limit caps the output stored for one attempt: the task's stdout and
+// stderr together with its sidecars' lines. Past it the rest of the attempt's
+// output is dropped, one note in the log says so, and the task runs on. It is
+// a number of bytes or a size with a unit, "100MiB" or "1GiB" (powers of
+// 1024) or "500MB" (powers of 1000); the API carries it as
+// output_limit_bytes. 0 or absent means the node's default (1 GiB unless its
+// operator set another), and a task asking for more than a node's maximum is
+// not placed on that node.
 //
 // # Sidecars
 //

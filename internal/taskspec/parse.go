@@ -41,6 +41,7 @@ type specFile struct {
 	Artifacts       []string           `yaml:"artifacts"`
 	AllowEgress     []string           `yaml:"allow_egress"`
 	User            string             `yaml:"user"`
+	OutputLimit     specSize           `yaml:"output_limit"`
 }
 
 type specSidecar struct {
@@ -84,6 +85,31 @@ func (d *specDuration) UnmarshalYAML(n *yaml.Node) error {
 		return nodeErr(n, "%v", err)
 	}
 	d.seconds = s
+	return nil
+}
+
+// specSize reads a byte size: a whole number of bytes or a string such as
+// "100MiB" (see ParseSize).
+type specSize struct{ bytes int64 }
+
+func (z *specSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return nodeErr(n, "want a size such as \"100MiB\" or a number of bytes, got %s", kindWord(n))
+	}
+	switch n.Tag {
+	case "!!null":
+		z.bytes = 0
+		return nil
+	case "!!int":
+		// Negative numbers pass here and are refused by Validate, which
+		// names the field as the API does.
+		return n.Decode(&z.bytes)
+	}
+	b, err := ParseSize(n.Value)
+	if err != nil {
+		return nodeErr(n, "%v", err)
+	}
+	z.bytes = b
 	return nil
 }
 
@@ -190,6 +216,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		MaxAttempts:        f.MaxAttempts.v,
 		RetryOnNodeLoss:    f.RetryOnNodeLoss,
 		CancelGraceSeconds: f.CancelGrace.seconds,
+		OutputLimitBytes:   f.OutputLimit.bytes,
 	}
 	spec.Resources = f.Resources.proto()
 	for _, sc := range f.Sidecars {

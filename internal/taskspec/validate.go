@@ -94,6 +94,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if n := len(spec.GetSidecars()); n > MaxSidecars {
 		return fieldErr("spec.sidecars", "has %d sidecars, more than %d", n, MaxSidecars)
 	}
+	if spec.GetOutputLimitBytes() < 0 {
+		return fieldErr("spec.output_limit_bytes", "%d is negative: give 0 (the node's default) or a number of bytes", spec.GetOutputLimitBytes())
+	}
 	names := map[string]int{}
 	for i, sc := range spec.GetSidecars() {
 		if err := checkSidecar(fmt.Sprintf("spec.sidecars[%d]", i), sc, i, names); err != nil {
