@@ -16,6 +16,7 @@ import (
 
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/agent/transport"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -30,8 +31,8 @@ const (
 const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
-  podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
-  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
+  podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--ca-file F] [--force]
+  podium-agent run [--data-dir D] [--ca-file F] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR] [--log-format text|json] [--log-level L]
   podium-agent version
 
 Run "podium-agent COMMAND --help" for a command's flags.
@@ -129,6 +130,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	var labels stringList
 	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated)")
 	ts := tsnetFlags(fs)
+	secFlags := securityFlags(fs)
 	if code := parse(fs, args, enrollUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -148,6 +150,14 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	if *hostname == "" {
 		*hostname, _ = os.Hostname()
 	}
+	sec, err := secFlags.security()
+	if err == nil {
+		err = secFlags.check(sec, ts, *coordinator)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-agent enroll: %v\n", err)
+		return exitFail
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -157,6 +167,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer leave()
+	ctx = transport.ContextWithSecurity(ctx, sec)
 	id, err := identity.Enroll(ctx, identity.EnrollParams{
 		DataDir:        *dataDir,
 		CoordinatorURL: *coordinator,
@@ -204,6 +215,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
 		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
 	ts := tsnetFlags(fs)
+	secFlags := securityFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -227,6 +239,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
+	sec, err := secFlags.security()
+	if err != nil {
+		log.Error("podium agent cannot start", "err", err)
+		return exitFail
+	}
+	// The coordinator's URL is the enrolled one; an identity that does not
+	// load is agent.New's to explain.
+	if id, err := identity.Load(*dataDir); err == nil {
+		if err := secFlags.check(sec, ts, id.CoordinatorURL); err != nil {
+			log.Error("podium agent cannot start", "err", err)
+			return exitFail
+		}
+	}
 	a, err := agent.New(agent.Config{
 		DataDir:       *dataDir,
 		MaxTasks:      *maxTasks,
@@ -248,6 +273,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer leave()
+	// Every connection the agent makes to a coordinator follows the
+	// security settings, through ctx (see transport.ContextWithSecurity).
+	ctx = transport.ContextWithSecurity(ctx, sec)
 	if err := a.Run(ctx); err != nil {
 		log.Error("podium agent failed", "err", err)
 		return exitFail
