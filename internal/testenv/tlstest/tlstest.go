@@ -29,9 +29,9 @@ type CA struct {
 	Pool *x509.CertPool
 }
 
-// New makes a CA and a certificate for 127.0.0.1, ::1 and localhost, in a
-// directory of the test's.
-func New(t testing.TB) *CA {
+// New makes a CA and a certificate for 127.0.0.1, ::1, localhost and the
+// names given, in a directory of the test's.
+func New(t testing.TB, names ...string) *CA {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -60,7 +60,7 @@ func New(t testing.TB) *CA {
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: append([]string{"localhost"}, names...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
