@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +132,47 @@ func TestCertificateReloads(t *testing.T) {
 	}
 	if _, err := issuer().Verify(x509.VerifyOptions{Roots: second.Pool}); err != nil {
 		t.Fatalf("after renewal: %v", err)
+	}
+}
+
+// The body read deadline is the body's: once a request's body has been read
+// to its end, a handler may answer for as long as it likes (as Events does
+// for a followed task) without the connection's deadline ending it, over
+// HTTP/1.1, where the deadline is the connection's.
+func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
+	t.Parallel()
+	const timeout = 50 * time.Millisecond
+	read := make(chan time.Time, 1)
+	release := make(chan struct{})
+	var ctxErr error
+	srv := httptest.NewServer(bodyLimits(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		read <- time.Now()
+		<-release
+		ctxErr = r.Context().Err()
+		_, _ = w.Write([]byte("late answer"))
+	}), timeout))
+	defer srv.Close()
+	type answer struct {
+		body string
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := http.Post(srv.URL+"/podium.v1.TaskService/Events", "application/connect+proto", strings.NewReader("x"))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		got <- answer{string(b), err}
+	}()
+	bodyRead := wait.Recv(t, 30*time.Second, "the handler to read the body", read)
+	wait.For(t, 30*time.Second, "the body's deadline to be well past", func() bool { return time.Since(bodyRead) > 10*timeout })
+	close(release)
+	a := wait.Recv(t, 30*time.Second, "the answer", got)
+	if a.err != nil || a.body != "late answer" || ctxErr != nil {
+		t.Errorf("an answer after the body's deadline: %q, %v (the handler's context: %v)", a.body, a.err, ctxErr)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -45,8 +46,8 @@ const (
 	// node holds one for its stream, so this is well above any fleet.
 	DefaultMaxConnections = 20000
 	// DefaultBodyReadTimeout bounds how long a request's body may take to
-	// arrive, except on the node stream and artifact uploads, which are long
-	// by nature (a stream's silence is bounded by its heartbeats instead).
+	// arrive; on the node stream and artifact uploads, which are long by
+	// nature, how long their first message (with the node's key) may take.
 	DefaultBodyReadTimeout = 30 * time.Second
 	// DefaultIdleTimeout closes a connection that has carried no request
 	// for this long. A node's connection is never idle: its stream is open.
@@ -93,8 +94,11 @@ func routes() map[string]route {
 // bodyLimits bounds what a request's body may cost before any handler reads
 // it: its size (http.MaxBytesReader, which also makes the server close the
 // connection rather than read on to the end of a body that is too large),
-// and the time it may take to arrive. A client-streaming call is exempt from
-// both: it is many messages over hours, each bounded by Connect.
+// and the time it may take to arrive. A client-streaming call (the node
+// stream, an artifact upload) is many messages over hours, each bounded by
+// Connect: only its first message, which carries the node's credentials,
+// must arrive in time, so that a caller who never says who it is cannot hold
+// a stream open.
 func bodyLimits(next http.Handler, timeout time.Duration) http.Handler {
 	table := routes()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -102,39 +106,64 @@ func bodyLimits(next http.Handler, timeout time.Duration) http.Handler {
 		if !ok {
 			rt = route{maxBytes: otherMaxBytes}
 		}
-		if rt.maxBytes == 0 || r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, rt.maxBytes)
+		if rt.maxBytes > 0 {
+			r.Body = http.MaxBytesReader(w, r.Body, rt.maxBytes)
+		}
 		if timeout > 0 {
 			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil && rt.maxBytes == 0 {
+				r.Body = &firstMessageBody{ReadCloser: r.Body, rc: rc}
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// deadlineBody lifts the read deadline once the body has been read to its
-// end. The deadline is the body's, not the call's: a server-streaming call
-// (Events) reads its one message and then answers for as long as the task
-// runs, and on HTTP/1 a read deadline that passed while it answered would
-// end the call.
-type deadlineBody struct {
+// firstMessageBody lifts the read deadline of a client-streaming call once its
+// first message is in. (Once a body has been read to its end the deadline
+// does no harm: net/http lifts an HTTP/1 connection's itself, and an HTTP/2
+// stream's only cuts off the body, so a server-streaming call such as Events
+// answers for as long as the task runs.)
+type firstMessageBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
 	cleared bool
+	// header and read follow the first message's envelope (the gRPC and
+	// Connect streaming protocols share it: a flags byte, then the length
+	// as 4 bytes big-endian, then the message).
+	header [5]byte
+	read   int64
 }
 
-func (b *deadlineBody) Read(p []byte) (int, error) {
+func (b *firstMessageBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.cleared {
+	if b.cleared {
+		return n, err
+	}
+	data := p[:n]
+	if b.read < int64(len(b.header)) {
+		k := copy(b.header[b.read:], data)
+		b.read += int64(k)
+		data = data[k:]
+	}
+	if b.read >= int64(len(b.header)) {
+		b.read += int64(len(data))
+		if b.read >= int64(len(b.header))+int64(binary.BigEndian.Uint32(b.header[1:])) {
+			b.clear()
+		}
+	}
+	return n, err
+}
+
+func (b *firstMessageBody) clear() {
+	if !b.cleared {
 		b.cleared = true
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
-	return n, err
 }
 
 // isPeopleAPI reports whether path is a call of the task or admin API.

@@ -161,13 +161,35 @@ func TestOversizedBodiesAreRefusedWithoutAllocating(t *testing.T) {
 }
 
 // A body that arrives too slowly is cut off at the body read timeout, over
-// HTTP/1.1 and over HTTP/2, however steadily it trickles; meanwhile the
-// replica serves other callers. (Here the timeout is 2 s and the body trickles
-// a byte a second; by default it is 30 s.)
+// HTTP/1.1 and over HTTP/2, however steadily it trickles, and so is an
+// artifact upload whose first message (the node's credentials) never comes;
+// meanwhile the replica serves other callers, and a node stream that said
+// Hello lives on past the timeout. (Here the timeout is 2 s and the body
+// trickles a byte a second; by default it is 30 s.)
 func TestSlowBodyIsCutOff(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{BodyReadTimeout: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := r.NodeClient().Enroll(ctx, connect.NewRequest(&podiumv1.EnrollRequest{Token: tok.Msg.Token, Hostname: "n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.NodeClient().Stream(ctx)
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
+		NodeId: node.Msg.NodeId, NodeKey: node.Msg.NodeKey, Capacity: &podiumv1.Capacity{MaxTasks: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Receive(); err != nil {
+		t.Fatalf("waiting for the HelloAck: %v", err)
+	}
+	defer st.CloseRequest()
+
 	stop := make(chan struct{})
 	defer close(stop)
 	// trickle writes one byte a second to w until it fails or the test ends.
@@ -224,6 +246,28 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		h2 <- err
 	}()
 
+	// An upload that never sends its meta.
+	upr, upw := io.Pipe()
+	defer upw.Close()
+	upload := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.URL()+podiumv1connect.NodeServiceUploadArtifactProcedure, upr)
+		req.Header.Set("Content-Type", "application/connect+proto")
+		res, err := coordtest.HTTPClient().Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("not cut off within 30 s: %w", err)
+		} else {
+			err = nil
+		}
+		upload <- err
+	}()
+
 	// Meanwhile, someone else is served.
 	if _, err := r.Tasks().Submit(context.Background(), connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox"}})); err != nil {
 		t.Fatalf("another caller's Submit while a body trickles: %v", err)
@@ -243,6 +287,24 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	}
 	if err := wait.Recv(t, 40*time.Second, "the HTTP/2 caller's answer", h2); err != nil {
 		t.Errorf("HTTP/2: %v", err)
+	}
+	if err := wait.Recv(t, 40*time.Second, "the silent upload's end", upload); err != nil {
+		t.Errorf("upload without its first message: %v", err)
+	}
+
+	// The node stream began before the trickles, which outlived the body
+	// timeout: it still carries what the replica pushes.
+	if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: node.Msg.NodeId, Draining: true})); err != nil {
+		t.Fatal(err)
+	}
+	for { // (the task submitted above may be assigned to it first)
+		pushed, err := st.Receive()
+		if err != nil {
+			t.Fatalf("the node stream after the body timeout: %v; want the drain pushed to it", err)
+		}
+		if pushed.GetConfig() != nil {
+			break
+		}
 	}
 }
 
