@@ -30,8 +30,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // nodeCAFile is where the Debian node keeps the CA of the coordinator's
-// certificate.
-const nodeCAFile = "/etc/podium/coordinator-ca.pem"
+// certificate: not in /etc/podium, which the purge below must leave empty.
+const nodeCAFile = "/etc/podium-test-coordinator-ca.pem"
 
 // apiToken is the coordinator's API token in this test (the coordinator
 // wants 32 bytes or more).
