@@ -354,3 +354,21 @@ func TestLocalTransportOverTLS(t *testing.T) {
 		t.Errorf("a client that does not trust the CA: %v, want an unknown authority", err)
 	}
 }
+
+// A compressed call within the bound is served as before: the bounded gzip
+// inflates it whole.
+func TestCompressedCallWithinTheBound(t *testing.T) {
+	t.Parallel()
+	r, _ := coordtest.New(t)
+	tasks := podiumv1connect.NewTaskServiceClient(r.HTTPClient(), r.URL(),
+		connect.WithSendGzip(), connect.WithInterceptors(bearer(coordtest.Token)))
+	arg := strings.Repeat("a", 40<<10)
+	res, err := tasks.Submit(context.Background(), connect.NewRequest(&podiumv1.SubmitRequest{
+		Spec: &podiumv1.TaskSpec{Image: "busybox", Command: []string{"echo", arg}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Msg.Task.GetSpec().GetCommand(); len(got) != 2 || got[1] != arg {
+		t.Errorf("the stored command is not the one sent (%d arguments)", len(got))
+	}
+}
