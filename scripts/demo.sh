@@ -10,7 +10,9 @@ demo=$root/.demo
 pgbin=/usr/lib/postgresql/15/bin
 port=${PODIUM_DEMO_PORT:-7070}
 export PODIUM_SERVER=http://127.0.0.1:$port
-export PODIUM_TOKEN=demo-token
+# The coordinator wants a token of at least 32 bytes. This one is no secret:
+# the demo serves on loopback only.
+export PODIUM_TOKEN=demo-token-on-loopback-0123456789abcdef
 image=podium-demo/busybox:latest
 
 stop() {

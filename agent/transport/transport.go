@@ -5,7 +5,9 @@
 // end. Inside a tailnet the coordinator is served over plain http:// — the
 // WireGuard tunnel already encrypts — so for http:// URLs the client speaks
 // HTTP/2 without TLS from the first byte ("prior knowledge"); for https:// it
-// negotiates HTTP/2 through TLS as usual.
+// negotiates HTTP/2 through TLS as usual. Plain http:// goes only to
+// loopback and tailnet addresses unless the operator says otherwise (see
+// Security), because anywhere else the node key would travel in clear text.
 package transport
 
 import (
@@ -27,6 +29,8 @@ import (
 const (
 	pingInterval = 15 * time.Second
 	pingTimeout  = 15 * time.Second
+	// tlsHandshakeTimeout bounds a TLS handshake with a coordinator.
+	tlsHandshakeTimeout = 10 * time.Second
 )
 
 // NewClient returns an HTTP client for the coordinator at rawURL, which must
@@ -56,6 +60,18 @@ func NewClient(rawURL string, opts ...Option) (*http.Client, error) {
 		opt(&o)
 	}
 	host := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if u.Scheme == "http" {
+		host.ControlContext = checkPlaintextDial
+	}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if o.dial != nil {
+			return o.dial(ctx, network, addr)
+		}
+		if d := dialerFrom(ctx); d != nil {
+			return d(ctx, network, addr)
+		}
+		return host.DialContext(ctx, network, addr)
+	}
 	tr := &http.Transport{
 		// A proxy cannot reach tailnet addresses: connections through an
 		// embedded tailnet device go straight to it.
@@ -65,16 +81,11 @@ func NewClient(rawURL string, opts ...Option) (*http.Client, error) {
 			}
 			return http.ProxyFromEnvironment(r)
 		},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if o.dial != nil {
-				return o.dial(ctx, network, addr)
-			}
-			if d := dialerFrom(ctx); d != nil {
-				return d(ctx, network, addr)
-			}
-			return host.DialContext(ctx, network, addr)
-		},
-		TLSHandshakeTimeout: 10 * time.Second,
+		DialContext: dial,
+		// The handshake is made here rather than by the transport so that
+		// it uses the CA of the request's Security (see ContextWithSecurity).
+		DialTLSContext:      dialTLS(dial),
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     90 * time.Second,
 		Protocols:           &protocols,
 		HTTP2: &http.HTTP2Config{

@@ -20,6 +20,7 @@ import (
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/session"
+	"github.com/podiumhq/podium/agent/transport"
 	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -35,8 +36,8 @@ const (
 const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
-  podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--force]
-  podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
+  podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--ca-file F] [--force]
+  podium-agent run [--data-dir D] [--ca-file F] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                    [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
                    [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]... [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                    [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
@@ -165,6 +166,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	var labels stringList
 	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated)")
 	ts := tsnetFlags(fs)
+	secFlags := securityFlags(fs)
 	if code := parse(fs, args, enrollUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -184,6 +186,14 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	if *hostname == "" {
 		*hostname, _ = os.Hostname()
 	}
+	sec, err := secFlags.security()
+	if err == nil {
+		err = secFlags.check(sec, ts, *coordinator)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-agent enroll: %v\n", err)
+		return exitFail
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -193,6 +203,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer leave()
+	ctx = transport.ContextWithSecurity(ctx, sec)
 	id, err := identity.Enroll(ctx, identity.EnrollParams{
 		DataDir:        *dataDir,
 		CoordinatorURL: *coordinator,
@@ -277,6 +288,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
 	ts := tsnetFlags(fs)
 	limitFlags := taskLimitFlags(fs)
+	secFlags := securityFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -329,6 +341,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
+	sec, err := secFlags.security()
+	if err != nil {
+		log.Error("podium agent cannot start", "err", err)
+		return exitFail
+	}
+	// The coordinator's URL is the enrolled one; an identity that does not
+	// load is agent.New's to explain.
+	if id, err := identity.Load(*dataDir); err == nil {
+		if err := secFlags.check(sec, ts, id.CoordinatorURL); err != nil {
+			log.Error("podium agent cannot start", "err", err)
+			return exitFail
+		}
+	}
 	a, err := agent.New(agent.Config{
 		DataDir:        *dataDir,
 		MaxTasks:       *maxTasks,
@@ -358,6 +383,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer leave()
+	// Every connection the agent makes to a coordinator follows the
+	// security settings, through ctx (see transport.ContextWithSecurity).
+	ctx = transport.ContextWithSecurity(ctx, sec)
 	if err := a.Run(ctx); err != nil {
 		log.Error("podium agent failed", "err", err)
 		return exitFail

@@ -2,13 +2,26 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podiumhq/podium/agent/identity"
 )
 
 func TestCommandLine(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
+	// A node enrolled with a coordinator it would reach in clear text across
+	// a network (192.0.2.1: TEST-NET-1, reachable by nobody).
+	plainDir := filepath.Join(t.TempDir(), "plain")
+	if err := identity.Save(plainDir, &identity.Identity{CoordinatorURL: "http://192.0.2.1:7070", NodeID: "node_x", NodeKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	badCA := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(badCA, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args   []string
 		code   int
@@ -35,9 +48,18 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"run", "--default-pids", "9000", "--max-pids", "4096"}, code: exitUsage, stderr: "--default-pids 9000 is above --max-pids 4096"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "PODIUM_AGENT_DEFAULT_PIDS"},
 		{args: []string{"run", "--data-dir", dir}, code: exitFail, stderr: "podium-agent enroll --coordinator URL --token T"},
+		// Plain http:// goes only to loopback or the tailnet, unless the
+		// operator says so; the refusals name the way out.
+		{args: []string{"enroll", "--coordinator", "http://192.0.2.1:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "--insecure-plaintext"},
+		{args: []string{"enroll", "--coordinator", "http://192.0.2.1:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "https://"},
+		{args: []string{"run", "--data-dir", plainDir}, code: exitFail, stderr: "--insecure-plaintext"},
+		{args: []string{"enroll", "--coordinator", "https://c", "--token", "t", "--ca-file", badCA, "--data-dir", dir}, code: exitFail, stderr: "holds no PEM certificate"},
+		{args: []string{"run", "--data-dir", plainDir, "--ca-file", "/nonexistent/ca.pem"}, code: exitFail, stderr: "CA file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			t.Setenv("PODIUM_ENROLL_TOKEN", "")
+			for _, v := range []string{"PODIUM_ENROLL_TOKEN", "PODIUM_CA_FILE", "PODIUM_INSECURE_PLAINTEXT", "PODIUM_TSNET_AUTHKEY"} {
+				t.Setenv(v, "")
+			}
 			var stdout, stderr bytes.Buffer
 			code := run(tc.args, &stdout, &stderr)
 			if code != tc.code {

@@ -32,16 +32,26 @@ func tsnetFlags(fs *flag.FlagSet) *tsnetOptions {
 	return o
 }
 
+// authKey is the embedded device's auth key, from the flag or the
+// environment.
+func (o *tsnetOptions) authKeyValue() string {
+	if *o.authKey != "" {
+		return *o.authKey
+	}
+	return os.Getenv("PODIUM_TSNET_AUTHKEY")
+}
+
+// embedded reports whether the agent reaches the coordinator through an
+// embedded device of its own.
+func (o *tsnetOptions) embedded() bool { return *o.enabled || o.authKeyValue() != "" }
+
 // join brings up the embedded device when asked for, and returns ctx carrying
 // its dialer, so that every connection the agent makes to the coordinator
 // goes through it, and the function that leaves the tailnet. Without
 // --tsnet it returns ctx as it is: the host's tailscaled routes.
 func (o *tsnetOptions) join(ctx context.Context, dataDir, hostname string, log *slog.Logger) (context.Context, func(), error) {
-	key := *o.authKey
-	if key == "" {
-		key = os.Getenv("PODIUM_TSNET_AUTHKEY")
-	}
-	if !*o.enabled && key == "" {
+	key := o.authKeyValue()
+	if !o.embedded() {
 		return ctx, func() {}, nil
 	}
 	dir := *o.stateDir

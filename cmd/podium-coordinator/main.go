@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,6 +70,18 @@ func envBoolDefault(key string, def bool) (bool, error) {
 		return false, fmt.Errorf("%s=%q: want true or false", key, v)
 	}
 	return b, nil
+}
+
+func envInt(key string, def int) (int, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok || v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a whole number", key, v)
+	}
+	return n, nil
 }
 
 func envDuration(key string, def time.Duration) (time.Duration, error) {
@@ -162,10 +175,36 @@ func run(args []string, stderr io.Writer) int {
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	db := fs.String("database", env("PODIUM_DATABASE_URL", ""), "Postgres URL (PODIUM_DATABASE_URL); a direct connection, not through PgBouncer in transaction mode")
+	// The database URL and the token are secrets (the URL may hold a
+	// password): their flags show no default, so -h does not print what the
+	// environment holds.
+	db := env("PODIUM_DATABASE_URL", "")
+	fs.Var(secret{&db}, "database", "Postgres URL (PODIUM_DATABASE_URL; prefer the variable: flags show in ps); a direct connection, not through PgBouncer in transaction mode")
 	listen := fs.String("listen", env("PODIUM_LISTEN", "127.0.0.1:7070"), "address to serve on (PODIUM_LISTEN)")
-	allow := fs.Bool("allow-non-loopback", envBool("PODIUM_ALLOW_NON_LOOPBACK"), "allow a non-loopback --listen, e.g. in a container (PODIUM_ALLOW_NON_LOOPBACK)")
-	token := fs.String("token", env("PODIUM_TOKEN", ""), "bearer token API callers must present (PODIUM_TOKEN)")
+	allow := fs.Bool("allow-non-loopback", envBool("PODIUM_ALLOW_NON_LOOPBACK"), "allow a non-loopback --listen, e.g. in a container, with TLS (PODIUM_ALLOW_NON_LOOPBACK)")
+	token := env("PODIUM_TOKEN", "")
+	fs.Var(secret{&token}, "token", "bearer token API callers must present, at least 32 bytes: `openssl rand -hex 32` (PODIUM_TOKEN; prefer the variable: flags show in ps)")
+	tlsCert := fs.String("tls-cert", env("PODIUM_TLS_CERT", ""), "PEM certificate (with its chain) to serve HTTPS with on the local transport; re-read when it changes (PODIUM_TLS_CERT)")
+	tlsKey := fs.String("tls-key", env("PODIUM_TLS_KEY", ""), "the certificate's PEM private key (PODIUM_TLS_KEY)")
+	insecure := fs.Bool("insecure-plaintext", envBool("PODIUM_INSECURE_PLAINTEXT"), "serve plain HTTP on a non-loopback --listen without TLS, when something else encrypts the traffic (PODIUM_INSECURE_PLAINTEXT)")
+	maxConns, err := envInt("PODIUM_MAX_CONNECTIONS", server.DefaultMaxConnections)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.IntVar(&maxConns, "max-connections", maxConns, "connections served at once; more wait to be accepted (each node holds one) (PODIUM_MAX_CONNECTIONS)")
+	bodyTimeout, err := envDuration("PODIUM_BODY_READ_TIMEOUT", server.DefaultBodyReadTimeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.DurationVar(&bodyTimeout, "body-read-timeout", bodyTimeout, "how long a request body may take to arrive; node streams and artifact uploads excepted (PODIUM_BODY_READ_TIMEOUT)")
+	idleTimeout, err := envDuration("PODIUM_IDLE_TIMEOUT", server.DefaultIdleTimeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.DurationVar(&idleTimeout, "idle-timeout", idleTimeout, "close a connection that carried no request for this long (PODIUM_IDLE_TIMEOUT)")
 	advertise := fs.String("advertise", env("PODIUM_ADVERTISE", ""), "URL nodes reach this replica at (PODIUM_ADVERTISE); default http://<listen>")
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
@@ -188,12 +227,12 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&art.AccessKey, "s3-access-key", env("PODIUM_S3_ACCESS_KEY", ""), "S3 access key (PODIUM_S3_ACCESS_KEY)")
 	art.SecretKey = env("PODIUM_S3_SECRET_KEY", "")
 	fs.Var(secret{&art.SecretKey}, "s3-secret-key", "S3 secret key (PODIUM_S3_SECRET_KEY; prefer the variable: flags show in ps)")
-	tls, err := envBoolDefault("PODIUM_S3_TLS", true)
+	s3TLS, err := envBoolDefault("PODIUM_S3_TLS", true)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
-	fs.BoolVar(&art.TLS, "s3-tls", tls, "speak HTTPS to the object store (PODIUM_S3_TLS); a URL endpoint's scheme overrides it")
+	fs.BoolVar(&art.TLS, "s3-tls", s3TLS, "speak HTTPS to the object store (PODIUM_S3_TLS); a URL endpoint's scheme overrides it")
 	maxSize := sizeFlag{n: 1 << 30}
 	if v, ok := os.LookupEnv("PODIUM_S3_MAX_ARTIFACT_SIZE"); ok {
 		if err := maxSize.Set(v); err != nil {
@@ -209,6 +248,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if maxConns < 1 || bodyTimeout <= 0 || idleTimeout <= 0 {
+		fmt.Fprintln(stderr, "podium-coordinator: --max-connections, --body-read-timeout and --idle-timeout must be positive")
 		return 2
 	}
 	art.MaxSize = maxSize.n
@@ -232,7 +275,9 @@ func serve(args []string, stderr io.Writer) int {
 		defer stopDebug()
 	}
 	cfg := server.Config{
-		DatabaseURL: *db, Listen: *listen, AllowNonLoopback: *allow, Token: *token,
+		DatabaseURL: db, Listen: *listen, AllowNonLoopback: *allow, Token: token,
+		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
+		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
 		Transport: *ts.transport, Tailnet: ts.config(),
 	}
@@ -252,17 +297,18 @@ func serve(args []string, stderr io.Writer) int {
 func migrate(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	db := fs.String("database", env("PODIUM_DATABASE_URL", ""), "Postgres URL (PODIUM_DATABASE_URL)")
+	db := env("PODIUM_DATABASE_URL", "")
+	fs.Var(secret{&db}, "database", "Postgres URL (PODIUM_DATABASE_URL; prefer the variable: flags show in ps)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *db == "" {
+	if db == "" {
 		fmt.Fprintln(stderr, "podium-coordinator migrate: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := server.Migrate(ctx, *db, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
+	if err := server.Migrate(ctx, db, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator migrate:", err)
 		return 1
 	}
@@ -272,17 +318,21 @@ func migrate(args []string, stderr io.Writer) int {
 
 // healthcheck is what a container's HEALTHCHECK runs: the image is FROM
 // scratch, so there is no curl to do it. It asks /readyz on this machine,
-// at the port PODIUM_LISTEN names unless --url says otherwise.
+// at the port PODIUM_LISTEN names and over HTTPS when PODIUM_TLS_CERT is set,
+// unless --url says otherwise.
 func healthcheck(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := "http://127.0.0.1:7070/readyz"
+	scheme, port := "http", "7070"
+	if os.Getenv("PODIUM_TLS_CERT") != "" {
+		scheme = "https"
+	}
 	if l := os.Getenv("PODIUM_LISTEN"); l != "" {
-		if _, port, err := net.SplitHostPort(l); err == nil && port != "" {
-			def = "http://127.0.0.1:" + port + "/readyz"
+		if _, p, err := net.SplitHostPort(l); err == nil && p != "" {
+			port = p
 		}
 	}
-	url := fs.String("url", def, "readiness URL to ask")
+	url := fs.String("url", scheme+"://127.0.0.1:"+port+"/readyz", "readiness URL to ask")
 	timeout := fs.Duration("timeout", 4*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -294,7 +344,14 @@ func healthcheck(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "podium-coordinator healthcheck:", err)
 		return 2
 	}
-	res, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if ip := net.ParseIP(req.URL.Hostname()); req.URL.Scheme == "https" && ip != nil && ip.IsLoopback() {
+		// The certificate names the coordinator's public host, not
+		// 127.0.0.1, and this probe sends nothing secret and reads one
+		// word from the process beside it: it does not verify.
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator healthcheck: not healthy:", err)
 		return 1

@@ -57,6 +57,17 @@ func TestHealthcheck(t *testing.T) {
 	if code := run([]string{"healthcheck", "--url", srv.URL}, &stderr); code != 1 {
 		t.Fatalf("no coordinator: exit %d: %s", code, stderr.String())
 	}
+
+	// A coordinator serving TLS on loopback: its certificate names its
+	// public host, so the probe beside it does not verify it.
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ready\n"))
+	}))
+	defer tlsSrv.Close()
+	stderr.Reset()
+	if code := run([]string{"healthcheck", "--url", tlsSrv.URL}, &stderr); code != 0 {
+		t.Fatalf("healthy coordinator over TLS: exit %d: %s", code, stderr.String())
+	}
 }
 
 // The profiler listens on loopback only, and says so; on loopback it serves.

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -32,13 +35,22 @@ type client struct {
 }
 
 // newClient builds the clients for server, sending token (if any) on every
-// request. It does not contact the coordinator: the first call does.
-func newClient(server, token string) (*client, error) {
+// request, and trusting the CA in caFile (if any) as well as the system's. It
+// does not contact the coordinator: the first call does.
+func newClient(server, token, caFile string) (*client, error) {
 	u, err := parseServer(server)
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Transport: &bearer{token: token, next: newTransport(u.Scheme)}}
+	t := newTransport(u.Scheme)
+	if caFile != "" {
+		pool, err := loadCA(caFile)
+		if err != nil {
+			return nil, err
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	hc := &http.Client{Transport: &bearer{token: token, next: t}}
 	base := u.String()
 	return &client{
 		server:   base,
@@ -63,6 +75,23 @@ func parseServer(s string) (*url.URL, error) {
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	return u, nil
+}
+
+// loadCA reads a PEM file of CA certificates for --ca-file: the system's CAs
+// plus these, so one setting serves a private coordinator and public ones.
+func loadCA(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("--ca-file: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, usageErrorf("--ca-file %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // newTransport speaks HTTP/2 without TLS (prior knowledge, "h2c") to http://
@@ -144,6 +173,11 @@ func (c *client) describe(err error, notFound string) string {
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return fmt.Sprintf("cannot reach the coordinator at %s: %v (is podium-coordinator running? set --server or PODIUM_SERVER)", c.server, opErr)
 	}
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		return fmt.Sprintf("the coordinator at %s has a certificate no CA here vouches for (%v): if a private CA signed it, "+
+			"give its certificate with --ca-file or PODIUM_CA_FILE", c.server, err)
+	}
 	if strings.Contains(err.Error(), "looked like an HTTP/1.1 header") {
 		// net/http has no typed error for this: an http:// server that
 		// answered HTTP/2 prior knowledge with HTTP/1.1.
@@ -214,7 +248,7 @@ func unary[T any](ctx context.Context, f func(context.Context) (T, error)) (T, e
 // dial builds the client for the global flags. A bad --server is a usage
 // error of cmd; ok is false once it has been reported.
 func (c *cli) dial(cmd *command) (cl *client, code int, ok bool) {
-	cl, err := newClient(c.server, c.token)
+	cl, err := newClient(c.server, c.token, c.caFile)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "podium %s: %v\n", cmd.name, err)
 		return nil, cmd.usageExit, false

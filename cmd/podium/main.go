@@ -42,8 +42,9 @@
 // --server (or PODIUM_SERVER, default http://127.0.0.1:7070) names the
 // coordinator; http:// URLs are spoken to with HTTP/2 without TLS, as the
 // coordinator serves inside a tailnet. --token (or PODIUM_TOKEN) is sent as
-// "Authorization: Bearer <token>" on every request. Both may be given before
-// or after the command name. A coordinator on a tailnet needs no token: it
+// "Authorization: Bearer <token>" on every request. An https:// coordinator
+// whose certificate a private CA signed is trusted with --ca-file (or
+// PODIUM_CA_FILE). All may be given before or after the command name. A coordinator on a tailnet needs no token: it
 // knows you by your Tailscale device ("podium whoami" shows how).
 package main
 
@@ -96,6 +97,9 @@ type cli struct {
 	isTerminal func() bool
 
 	server, token string
+	// caFile is a PEM file of the CA that signed an https:// coordinator's
+	// certificate (--ca-file, PODIUM_CA_FILE).
+	caFile string
 }
 
 // command is one subcommand. Commands in a group ("task get") have a name of
@@ -148,6 +152,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		c.server = defaultServer
 	}
 	c.token = c.getenv("PODIUM_TOKEN")
+	c.caFile = c.getenv("PODIUM_CA_FILE")
 
 	fs := flag.NewFlagSet("podium", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -216,11 +221,13 @@ func (c *cli) unknownCommand(args []string) {
 	fmt.Fprintf(c.stderr, "Run 'podium help %s' for its usage.\n", group[0])
 }
 
-// addGlobalFlags registers --server and --token on fs. Every command's flag
-// set has them too, so they work on either side of the command name.
+// addGlobalFlags registers --server, --token and --ca-file on fs. Every
+// command's flag set has them too, so they work on either side of the command
+// name.
 func (c *cli) addGlobalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", c.server, "the coordinator's `URL` (env PODIUM_SERVER)")
 	fs.Var(secret{&c.token}, "token", "bearer `TOKEN` sent on every request (env PODIUM_TOKEN)")
+	fs.StringVar(&c.caFile, "ca-file", c.caFile, "PEM `FILE` of the CA that signed an https:// coordinator's certificate (env PODIUM_CA_FILE)")
 }
 
 // secret is a string flag whose value is never printed, so that "--help" does
@@ -351,7 +358,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 
 func (c *cli) printTopHelp(w io.Writer) {
 	fmt.Fprintf(w, "podium runs containerised tasks on machines you own.\n\n")
-	fmt.Fprintf(w, "Usage: podium [--server URL] [--token TOKEN] COMMAND [flags] [args]\n\nCommands:\n")
+	fmt.Fprintf(w, "Usage: podium [--server URL] [--token TOKEN] [--ca-file FILE] COMMAND [flags] [args]\n\nCommands:\n")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	for _, cmd := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", cmd.name, cmd.summary)
@@ -361,6 +368,9 @@ func (c *cli) printTopHelp(w io.Writer) {
 Global flags (before or after the command):
   --server URL    the coordinator (env PODIUM_SERVER, default %s)
   --token TOKEN   sent as a bearer token on every request (env PODIUM_TOKEN)
+  --ca-file FILE  the CA of an https:// coordinator's certificate, when a private
+                  CA signed it (env PODIUM_CA_FILE; SSL_CERT_FILE replaces the
+                  system's CAs instead)
 
 Exit codes: podium run exits with the task's exit code, 128+N if it was killed
 by signal N, 130 if it was cancelled or interrupted, and 125 if podium failed

@@ -43,8 +43,26 @@ type Config struct {
 	// AllowNonLoopback permits a non-loopback Listen in the local transport
 	// (in a container, where the port is published deliberately).
 	AllowNonLoopback bool
-	// Token is the bearer token API callers must present (local transport).
+	// Token is the bearer token API callers must present (local transport);
+	// at least MinTokenBytes long.
 	Token string
+	// TLSCertFile and TLSKeyFile are a PEM certificate (with its chain) and
+	// its key; with them the local transport serves HTTPS. They are read
+	// again when they change, so a renewed certificate needs no restart.
+	TLSCertFile, TLSKeyFile string
+	// InsecurePlaintext lets the local transport serve plain HTTP on a
+	// non-loopback address, for when something else encrypts the traffic.
+	InsecurePlaintext bool
+	// MaxConnections bounds the connections served at once, across all
+	// listeners; DefaultMaxConnections when 0.
+	MaxConnections int
+	// BodyReadTimeout bounds how long a request's body may take to arrive
+	// (the node stream and artifact uploads excepted);
+	// DefaultBodyReadTimeout when 0.
+	BodyReadTimeout time.Duration
+	// IdleTimeout closes connections idle for this long; DefaultIdleTimeout
+	// when 0.
+	IdleTimeout time.Duration
 	// Transport is TransportLocal (the default), TransportTailnet or
 	// TransportHost; see transport.go.
 	Transport string
@@ -78,8 +96,15 @@ type Server struct {
 	http      *http.Server
 	// listeners are the transport's: one on loopback, or the tailnet's.
 	listeners []net.Listener
+	conns     *connLimit
+	certs     *certFiles // the local transport's TLS certificate, if any
 	addr      string
+	scheme    string         // of URL: http, or https when the local transport serves TLS
 	endpoint  *join.Endpoint // nil on the local transport
+	// notReady is what /readyz last said was wrong, so that the log says
+	// it once when it starts and once when it ends, not on every probe.
+	readyMu  sync.Mutex
+	notReady string
 	// nodeAuth and apiAuth identify the callers of the node API and of the
 	// task and admin APIs, as the transport allows.
 	nodeAuth, apiAuth connect.HandlerOption
@@ -108,6 +133,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.ReplicaID = ids.New("replica")
 	}
 	log = log.With("replica", cfg.ReplicaID)
+	// A certificate that does not load is a mistake in the configuration,
+	// found before anything is touched.
+	var certs *certFiles
+	if cfg.TLSCertFile != "" {
+		var err error
+		if certs, err = loadCertFiles(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
+			return nil, err
+		}
+	}
 	if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, err
 	}
@@ -120,7 +154,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("artifacts: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: certs}
 	if err := s.openTransport(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -145,20 +188,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Log: log})
 
 	mux := http.NewServeMux()
-	auth := connect.WithHandlerOptions(s.apiAuth, compressLarge, tasks.StrictJSON())
-	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes, connect.WithHandlerOptions(s.nodeAuth, compressLarge)))
-	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, auth))
-	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, auth))
+	people := connect.WithHandlerOptions(s.apiAuth, compressLarge, readLimits(PeopleReadMaxBytes), tasks.StrictJSON())
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes,
+		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
+	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
+	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet
 	// is, never what any task is. Keep the port off the internet.
 	mux.Handle("GET /metrics", m.Handler())
+	var handler http.Handler = mux
+	if cfg.Transport == TransportLocal {
+		handler = newTokenGate(cfg.Token, handler)
+	}
+	handler = bodyLimits(handler, cfg.BodyReadTimeout)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	protocols.SetHTTP2(true) // the tailnet's HTTPS listener
-	s.http = &http.Server{Handler: mux, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second,
+	protocols.SetHTTP2(true) // the TLS listeners
+	// No ReadTimeout or WriteTimeout: they would end node streams, which
+	// last for hours. bodyLimits bounds a body's arrival instead, and the
+	// streams' heartbeats their silence.
+	s.http = &http.Server{Handler: handler, Protocols: &protocols,
+		ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.IdleTimeout, ConnState: s.conns.connState,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	return s, nil
 }
@@ -180,30 +233,29 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) error {
 	return nil
 }
 
-func checkListen(addr string, allow bool) error {
+// checkListen refuses a non-loopback address unless allow, and says whether
+// the address is loopback.
+func checkListen(addr string, allow bool) (loopback bool, err error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", addr, err)
-	}
-	if allow {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
+		return false, fmt.Errorf("listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", addr, err)
 	}
 	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("listen address %q is not loopback: the local transport serves plain HTTP with a bearer token, "+
-			"so it stays on this machine unless you pass --allow-non-loopback (for example inside a container)", addr)
+	loopback = host == "localhost" || (ip != nil && ip.IsLoopback())
+	if !loopback && !allow {
+		return false, fmt.Errorf("listen address %q is not loopback: the local transport answers anyone who presents the token, "+
+			"so it stays on this machine unless you pass --allow-non-loopback (for example inside a container, with TLS)", addr)
 	}
-	return nil
+	return loopback, nil
 }
 
-// Addr is the address the replica listens on (without TLS).
+// Addr is the address the replica listens on (on the tailnet, its cleartext
+// listener's).
 func (s *Server) Addr() string { return s.addr }
 
-// URL is the replica's base URL.
-func (s *Server) URL() string { return "http://" + s.Addr() }
+// URL is the replica's base URL: https:// when the local transport serves
+// TLS.
+func (s *Server) URL() string { return s.scheme + "://" + s.Addr() }
 
 // Advertise is the URL nodes are told to reach this replica at: on the
 // tailnet, its HTTPS name when it has a certificate.
@@ -227,18 +279,34 @@ func (s *Server) Artifacts() *artifacts.Service { return s.artifacts }
 // Leases is the replica's lease keeper.
 func (s *Server) Leases() *lease.Keeper { return s.leases }
 
+// readyz says whether the replica can do its work, and if not which of its
+// dependencies is down. Not why: the driver's error names hosts, socket paths
+// and users, and /readyz answers anyone who can reach the port; the reason
+// goes to the log.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
+	what, reason := "", ""
 	if err := s.store.Ping(ctx); err != nil {
-		http.Error(w, "not ready: Postgres does not answer: "+err.Error(), http.StatusServiceUnavailable)
-		return
+		what, reason = "Postgres does not answer", err.Error()
+	} else if err := s.artifacts.Ready(); err != nil && !errors.Is(err, artifacts.ErrNotConfigured) {
+		// A configured object store that does not answer makes the replica
+		// not ready: it would refuse every artifact upload. One that was
+		// never configured is a choice, not a fault.
+		what, reason = "the object store for artifacts ("+s.cfg.Artifacts.Endpoint+") is unavailable", err.Error()
 	}
-	// A configured object store that does not answer makes the replica not
-	// ready: it would refuse every artifact upload. One that was never
-	// configured is a choice, not a fault.
-	if err := s.artifacts.Ready(); err != nil && !errors.Is(err, artifacts.ErrNotConfigured) {
-		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+	s.readyMu.Lock()
+	if reason != s.notReady {
+		if reason != "" {
+			s.log.Warn("not ready: "+what, "err", reason)
+		} else {
+			s.log.Info("ready again")
+		}
+		s.notReady = reason
+	}
+	s.readyMu.Unlock()
+	if what != "" {
+		http.Error(w, "not ready: "+what+"; the coordinator's log says why", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))

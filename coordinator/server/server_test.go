@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -81,17 +82,26 @@ func TestWhoAmIOverLocal(t *testing.T) {
 func TestTransportConfigErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	tok := coordtest.Token
 	for _, tc := range []struct {
 		cfg  server.Config
 		says string
 	}{
-		{server.Config{Transport: "wireguard", Token: "t"}, "want local, tailnet or host"},
+		{server.Config{Transport: "wireguard", Token: tok}, "want local, tailnet or host"},
 		{server.Config{Transport: server.TransportLocal}, "PODIUM_TOKEN"},
+		{server.Config{Token: "tok-short"}, "openssl rand -hex 32"},
+		{server.Config{Token: strings.Repeat("x", server.MinTokenBytes-1)}, "at least 32"},
 		{server.Config{Transport: server.TransportTailnet, Listen: "7070"}, "want :PORT"},
 		{server.Config{Transport: server.TransportTailnet, Listen: ":70700"}, "want :PORT"},
 		{server.Config{Transport: server.TransportTailnet}, "--ts-state-dir"},
-		{server.Config{Token: "t", Listen: "0.0.0.0:7070"}, "--allow-non-loopback"},
-		{server.Config{Token: "t"}, ""},
+		{server.Config{Transport: server.TransportTailnet, TLSCertFile: "c.pem", TLSKeyFile: "k.pem"}, "for the local transport"},
+		{server.Config{Token: tok, Listen: "0.0.0.0:7070"}, "--allow-non-loopback"},
+		// Off loopback the local transport wants TLS, or to be told that
+		// something else encrypts.
+		{server.Config{Token: tok, Listen: "0.0.0.0:7070", AllowNonLoopback: true}, "--tls-cert and --tls-key"},
+		{server.Config{Token: tok, Listen: "0.0.0.0:7070", AllowNonLoopback: true}, "--insecure-plaintext"},
+		{server.Config{Token: tok, TLSCertFile: "c.pem"}, "both a certificate and its key"},
+		{server.Config{Token: tok}, ""},
 	} {
 		tc.cfg.DatabaseURL = "postgres://unused"
 		if tc.says == "" {
@@ -117,7 +127,8 @@ func get(t *testing.T, url string) (int, string) {
 
 // /healthz says the process serves; /readyz says whether it can do its work,
 // which it cannot while Postgres does not answer, and says so; it is ready
-// again when Postgres is back. Neither needs the API token, nor does /metrics.
+// again when Postgres is back. It names the dependency, not the driver's
+// error. Neither needs the API token, nor does /metrics.
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	r, db := coordtest.New(t)
@@ -148,10 +159,23 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	var body string
 	wait.For(t, 30*time.Second, "/readyz to say Postgres does not answer", func() bool {
-		code, body := get(t, r.URL()+"/readyz")
+		var code int
+		code, body = get(t, r.URL()+"/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "Postgres does not answer")
 	})
+	// Which dependency, not the driver's words: those name the socket, the
+	// user and the database, and /readyz answers anyone.
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{u.Query().Get("host"), db.Name, "postgres@", "FATAL", "SQLSTATE"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("/readyz says %q, which gives away %q", body, secret)
+		}
+	}
 	if code, _ := get(t, r.URL()+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz while Postgres is away: %d, want 200 (the process still serves)", code)
 	}

@@ -30,6 +30,12 @@ const (
 	TransportHost = "host"
 )
 
+// MinTokenBytes is the shortest API token the local transport accepts: the
+// token is all that stands between the network and the API, so it must be
+// too long to guess (32 random bytes, or 64 hex digits, are what
+// `openssl rand -hex 32` gives).
+const MinTokenBytes = 32
+
 // TailnetConfig configures the tailnet and host transports.
 type TailnetConfig struct {
 	// StateDir, Hostname, AuthKey and ControlURL configure the embedded
@@ -58,13 +64,35 @@ func checkTransport(cfg *Config) error {
 	case "", TransportLocal:
 		cfg.Transport = TransportLocal
 		if cfg.Token == "" {
-			return errors.New("no API token: set PODIUM_TOKEN (or --token) to a secret that CLI users will present")
+			return errors.New("no API token: set PODIUM_TOKEN (or --token) to a secret that CLI users will present; " +
+				"make one with `openssl rand -hex 32`")
+		}
+		if len(cfg.Token) < MinTokenBytes {
+			return fmt.Errorf("the API token is %d bytes; it is all that guards the API, so it must be at least %d: "+
+				"make one with `openssl rand -hex 32`", len(cfg.Token), MinTokenBytes)
 		}
 		if cfg.Listen == "" {
 			cfg.Listen = "127.0.0.1:7070"
 		}
-		return checkListen(cfg.Listen, cfg.AllowNonLoopback)
+		if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+			return errors.New("TLS needs both a certificate and its key: set --tls-cert and --tls-key (PODIUM_TLS_CERT, PODIUM_TLS_KEY), or neither")
+		}
+		loopback, err := checkListen(cfg.Listen, cfg.AllowNonLoopback)
+		if err != nil {
+			return err
+		}
+		if !loopback && cfg.TLSCertFile == "" && !cfg.InsecurePlaintext {
+			return fmt.Errorf("listen address %q is not loopback and no TLS certificate is set: the API token, node keys and "+
+				"task secrets would cross the network in clear text. Set --tls-cert and --tls-key (PODIUM_TLS_CERT, PODIUM_TLS_KEY), "+
+				"or pass --insecure-plaintext (PODIUM_INSECURE_PLAINTEXT) if something else encrypts the traffic, "+
+				"such as a TLS proxy in front of the coordinator", cfg.Listen)
+		}
+		return nil
 	case TransportTailnet, TransportHost:
+		if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+			return errors.New("--tls-cert and --tls-key are for the local transport: on the tailnet, WireGuard encrypts, " +
+				"and the replica serves HTTPS with the tailnet's own certificate when the tailnet has one")
+		}
 		if cfg.Listen == "" {
 			cfg.Listen = ":7070"
 		}
@@ -102,14 +130,27 @@ func (s *Server) openTransport(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 		}
-		s.listeners = []net.Listener{ln}
 		s.addr = ln.Addr().String()
-		if s.cfg.Advertise == "" {
-			s.cfg.Advertise = "http://" + s.addr
+		s.scheme = "http"
+		if s.certs != nil {
+			s.scheme = "https"
+			ln = tls.NewListener(ln, &tls.Config{
+				GetCertificate: s.certs.get,
+				NextProtos:     []string{"h2", "http/1.1"}, // the node stream needs HTTP/2
+				MinVersion:     tls.VersionTLS12,
+			})
 		}
-		// Nodes prove themselves with their node key; API callers with the token.
+		// The bound is taken before a connection is accepted, so one waiting
+		// for a slot costs nothing, not even a handshake (which the HTTP
+		// server makes, after accepting).
+		s.listeners = []net.Listener{s.conns.listener(ln)}
+		if s.cfg.Advertise == "" {
+			s.cfg.Advertise = s.scheme + "://" + s.addr
+		}
+		// Nodes prove themselves with their node key; API callers with the
+		// token, which tokenGate checks before Connect reads a body.
 		s.nodeAuth = connect.WithInterceptors()
-		s.apiAuth = connect.WithInterceptors(tokenAuth{token: s.cfg.Token}, requestedBy{})
+		s.apiAuth = connect.WithInterceptors(requestedBy{})
 		return nil
 	}
 	if s.cfg.Token != "" {
@@ -131,8 +172,11 @@ func (s *Server) openTransport(ctx context.Context) error {
 		return err
 	}
 	s.endpoint = ep
-	s.listeners = ep.Listeners
+	for _, ln := range ep.Listeners {
+		s.listeners = append(s.listeners, s.conns.listener(ln))
+	}
 	s.addr = ep.Addr
+	s.scheme = "http"
 	if s.cfg.Advertise == "" {
 		s.cfg.Advertise = ep.URL
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,12 +24,18 @@ import (
 
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/tlstest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// apiToken is the coordinator's API token in this test.
-const apiToken = "packagingtest-token"
+// nodeCAFile is where the Debian node keeps the CA of the coordinator's
+// certificate: not in /etc/podium, which the purge below must leave empty.
+const nodeCAFile = "/etc/podium-test-coordinator-ca.pem"
+
+// apiToken is the coordinator's API token in this test (the coordinator
+// wants 32 bytes or more).
+const apiToken = "packagingtest-token-0123456789abcdef0123456789"
 
 // TestAgentPackageAndCoordinatorImage installs the podium-agent package in
 // Debian with systemd as PID 1 and runs it the way an operator would, against
@@ -65,7 +72,7 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	h.cleanup("network "+network, func() { _, _ = h.command(time.Minute, "docker", "network", "rm", network) })
 
 	coord := h.startCoordinator(coordImage, network)
-	cli.server = coord.url
+	cli.server, cli.caFile = coord.url, coord.tls.CAFile
 
 	h.step("waiting for the Debian systemd image")
 	r := <-rootfs
@@ -125,9 +132,16 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	// namespace on the host's engine, so the task networks' bridges are
 	// not its interfaces and rules it made would filter nothing (the agent
 	// would refuse every task, rightly); it has no iptables either.
+	// PODIUM_CA_FILE: the coordinator's certificate is the test CA's.
 	node.must(time.Minute, "cp /usr/bin/podium-runner "+dataDir+"/podium-runner")
+	caPEM, err := os.ReadFile(coord.tls.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.must(time.Minute, "cat >"+nodeCAFile+" <<'EOF'\n"+string(caPEM)+"EOF")
 	flags := "--max-tasks 2 --exit-on-drain --egress-filter=false --runner " + dataDir + "/podium-runner"
-	node.must(time.Minute, fmt.Sprintf("printf '%%s\\n' 'PODIUM_AGENT_DATA_DIR=%s' 'PODIUM_AGENT_FLAGS=%s' >>/etc/podium/agent.env", dataDir, flags))
+	node.must(time.Minute, fmt.Sprintf("printf '%%s\\n' 'PODIUM_AGENT_DATA_DIR=%s' 'PODIUM_AGENT_FLAGS=%s' 'PODIUM_CA_FILE=%s' >>/etc/podium/agent.env",
+		dataDir, flags, nodeCAFile))
 	node.must(time.Minute, "mkdir -p /etc/systemd/system/podium-agent.service.d && cat >/etc/systemd/system/podium-agent.service.d/packagingtest.conf <<'EOF'\n"+
 		"[Service]\nReadWritePaths="+dataDir+"\nWatchdogSec=3s\nRestartSec=1s\nEOF\nsystemctl daemon-reload")
 
@@ -149,10 +163,10 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 		t.Fatalf("podium token create exited %d:\n%s", tokenCode, tokenErr)
 	}
 	token = strings.TrimSpace(token)
-	coordURL := "http://" + coord.name + ":7070"
+	coordURL := "https://" + coord.name + ":7070"
 	// enroll prints the node id on stdout and what it did on stderr.
 	nodeID, enrollErr, enrollCode := h.run(time.Minute, "docker", "exec", node.name,
-		"podium-agent", "enroll", "--coordinator", coordURL, "--token", token, "--data-dir", dataDir)
+		"podium-agent", "enroll", "--coordinator", coordURL, "--ca-file", nodeCAFile, "--token", token, "--data-dir", dataDir)
 	nodeID = strings.TrimSpace(nodeID)
 	if enrollCode != 0 || !strings.HasPrefix(nodeID, "node_") {
 		t.Fatalf("podium-agent enroll exited %d and printed %q, want the node id\n%s", enrollCode, nodeID, enrollErr)
@@ -195,7 +209,7 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 
 	h.step("the coordinator's /metrics shows the task that ran")
 	h.eventually(time.Minute, "/metrics to count the failed task", func() (bool, string) {
-		res, err := http.Get(coord.url + "/metrics")
+		res, err := coord.hc.Get(coord.url + "/metrics")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -433,10 +447,11 @@ func (h *harness) buildCoordinatorImage() string {
 type cliBinary struct {
 	path   string
 	server string
+	caFile string
 }
 
 func (c *cliBinary) args(args ...string) []string {
-	return append([]string{"--server", c.server, "--token", apiToken}, args...)
+	return append([]string{"--server", c.server, "--token", apiToken, "--ca-file", c.caFile}, args...)
 }
 
 func (h *harness) buildCLI() *cliBinary {
@@ -451,6 +466,10 @@ type coordinator struct {
 	h    *harness
 	name string
 	url  string // as the host reaches it
+	// tls is the coordinator's certificate and the CA that signed it: the
+	// image's examples serve TLS, and so does this test.
+	tls *tlstest.CA
+	hc  *http.Client // trusts tls's CA
 }
 
 // startCoordinator runs the coordinator image on a fresh, empty database of
@@ -487,14 +506,37 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 	socketDir := pgURL.Query().Get("host")
 
 	c := &coordinator{h: h, name: "podium-pkgtest-coord-" + h.suffix}
+	c.tls = tlstest.New(t, c.name)
+	// The image runs as user 65532: the certificate and key go in a
+	// directory it can read.
+	tlsDir, err := os.MkdirTemp("", "podium-pkgtest-tls-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cleanup(tlsDir, func() { _ = os.RemoveAll(tlsDir) })
+	for src, dst := range map[string]string{c.tls.CertFile: "cert.pem", c.tls.KeyFile: "key.pem"} {
+		b, err := os.ReadFile(src)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(tlsDir, dst), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(tlsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	h.must(time.Minute, "docker", "run", "-d", "--name", c.name, "--network", network,
 		"-p", "127.0.0.1::7070",
 		"-v", socketDir+":/pgsock",
+		"-v", tlsDir+":/tls:ro",
 		"-e", "PODIUM_DATABASE_URL=postgres://postgres@/"+db+"?host=/pgsock&sslmode=disable",
 		"-e", "PODIUM_TOKEN="+apiToken,
 		"-e", "PODIUM_LISTEN=0.0.0.0:7070",
 		"-e", "PODIUM_ALLOW_NON_LOOPBACK=1",
-		"-e", "PODIUM_ADVERTISE=http://"+c.name+":7070",
+		"-e", "PODIUM_TLS_CERT=/tls/cert.pem",
+		"-e", "PODIUM_TLS_KEY=/tls/key.pem",
+		"-e", "PODIUM_ADVERTISE=https://"+c.name+":7070",
 		image)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -504,10 +546,11 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 	})
 	h.cleanup("container "+c.name, func() { _, _ = h.command(time.Minute, "docker", "rm", "-f", c.name) })
 	port := strings.TrimSpace(h.must(time.Minute, "docker", "port", c.name, "7070/tcp"))
-	c.url = "http://" + lastLine(port)
+	c.url = "https://" + lastLine(port)
 
+	c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.tls.Pool}}}
 	h.eventually(time.Minute, "the coordinator to answer /readyz", func() (bool, string) {
-		res, err := http.Get(c.url + "/readyz")
+		res, err := c.hc.Get(c.url + "/readyz")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -531,8 +574,9 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 func (c *coordinator) checkHealth() {
 	h := c.h
 	h.step("the coordinator container's health")
-	out, err := h.command(time.Minute, "docker", "exec", c.name, "/usr/bin/podium-coordinator",
-		"healthcheck", "--url", "http://127.0.0.1:7070/readyz")
+	// As the image's HEALTHCHECK runs it: the port and the scheme come from
+	// PODIUM_LISTEN and PODIUM_TLS_CERT.
+	out, err := h.command(time.Minute, "docker", "exec", c.name, "/usr/bin/podium-coordinator", "healthcheck")
 	if err != nil {
 		h.t.Errorf("podium-coordinator healthcheck in the container: %v\n%s", err, out)
 	}

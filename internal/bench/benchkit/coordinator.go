@@ -48,8 +48,9 @@ type Coordinator struct {
 	URL string
 }
 
-// APIToken is the bearer token benchmark coordinators accept.
-const APIToken = "x"
+// APIToken is the bearer token benchmark coordinators accept: as long as the
+// coordinator requires (32 bytes).
+const APIToken = "bench-token-0123456789abcdef0123456789abcdef"
 
 // StartCoordinator runs `podium-coordinator serve` on a free loopback port
 // with the API token APIToken, logging to logPath, with extra flags and

@@ -5,6 +5,7 @@ package coordtest
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net/http"
 	"os"
@@ -19,16 +20,19 @@ import (
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/tlstest"
 	"github.com/podiumhq/podium/internal/testenv/wait"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
-// Token is the API token test replicas accept.
-const Token = "test-token"
+// Token is the API token test replicas accept: as long as the coordinator
+// requires (server.MinTokenBytes).
+const Token = "test-token-0123456789abcdef0123456789abcdef"
 
 // Replica is a running coordinator replica.
 type Replica struct {
 	*server.Server
+	client *http.Client
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -57,6 +61,13 @@ type Options struct {
 	// A test that replaces a replica gives the new one the old one's
 	// address, so that nodes enrolled with it find it again.
 	Listen string
+	// TLS makes the local transport serve HTTPS with the certificate of a
+	// tlstest.CA, and the replica's clients trust that CA.
+	TLS *tlstest.CA
+	// BodyReadTimeout and MaxConnections are the server's (see
+	// server.Config); zero keeps its defaults.
+	BodyReadTimeout time.Duration
+	MaxConnections  int
 }
 
 // Start runs a replica on the database until the test ends.
@@ -82,15 +93,24 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		listen = opts.Listen
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Config{
+	cfg := server.Config{
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Transport: opts.Transport, Tailnet: opts.Tailnet,
-	})
+		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections,
+	}
+	client := HTTPClient()
+	if opts.TLS != nil {
+		cfg.TLSCertFile, cfg.TLSKeyFile = opts.TLS.CertFile, opts.TLS.KeyFile
+		var p http.Protocols
+		p.SetHTTP2(true)
+		client = &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: &tls.Config{RootCAs: opts.TLS.Pool}}}
+	}
+	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("coordtest: start replica: %v", err)
 	}
-	r := &Replica{Server: srv, cancel: cancel, done: make(chan struct{})}
+	r := &Replica{Server: srv, client: client, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		if err := srv.Run(ctx); err != nil {
@@ -133,19 +153,23 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 	return next
 }
 
+// HTTPClient is an HTTP client that reaches the replica: HTTP/2 without TLS,
+// or through TLS trusting the test CA when the replica serves TLS.
+func (r *Replica) HTTPClient() *http.Client { return r.client }
+
 // Tasks is a TaskService client with the test token.
 func (r *Replica) Tasks() podiumv1connect.TaskServiceClient {
-	return podiumv1connect.NewTaskServiceClient(HTTPClient(), r.URL(), connect.WithInterceptors(bearer(Token)))
+	return podiumv1connect.NewTaskServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
 }
 
 // Admin is an AdminService client with the test token.
 func (r *Replica) Admin() podiumv1connect.AdminServiceClient {
-	return podiumv1connect.NewAdminServiceClient(HTTPClient(), r.URL(), connect.WithInterceptors(bearer(Token)))
+	return podiumv1connect.NewAdminServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
 }
 
 // NodeClient is a NodeService client.
 func (r *Replica) NodeClient() podiumv1connect.NodeServiceClient {
-	return podiumv1connect.NewNodeServiceClient(HTTPClient(), r.URL())
+	return podiumv1connect.NewNodeServiceClient(r.client, r.URL())
 }
 
 // Eventually polls cond until it is true or the wait runs out (wait.For).
