@@ -50,6 +50,16 @@ var (
 	errTooDeep      = errors.New("directories nested too deep")
 )
 
+// fileBlocks is the disk space allocated to the file at path, not following
+// a link; 0 if it cannot be looked at.
+func fileBlocks(path string) int64 {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
 // usage sums the disk space allocated to everything under each of dirs (a
 // directory that does not exist counts 0). It is walked from the host, as
 // root, inside directories the task writes to, so it follows no symbolic
@@ -171,7 +181,13 @@ func (r *run) watchDisk(ctx context.Context, id string) *diskWatch {
 	ctx, cancel := context.WithCancel(ctx)
 	c := make(chan string, 1)
 	w := &diskWatch{C: c, cancel: cancel}
-	dirs := []string{filepath.Join(r.dir, volumeDir), filepath.Join(r.dir, artifactsDir), filepath.Join(r.dir, inboxDir)}
+	// The runner logs count too: they are bind-mounted writable into the
+	// containers (the runner writes them as the task's user), so a task
+	// could write to one directly, past the runner's output limit, and
+	// fill the host's disk with what the agent would never read.
+	dirs := []string{filepath.Join(r.dir, volumeDir), filepath.Join(r.dir, artifactsDir), filepath.Join(r.dir, inboxDir),
+		filepath.Join(r.dir, sidecarsDir)}
+	runnerLog := filepath.Join(r.dir, logFile)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -187,6 +203,7 @@ func (r *run) watchDisk(ctx context.Context, id string) *diskWatch {
 			}
 			began := time.Now()
 			used, err := usage(dirs...)
+			used += fileBlocks(runnerLog)
 			layer := r.layerSize(ctx, id)
 			took := time.Since(began)
 			wait = max(r.e.limits.WorkspaceCheck, took*scanShare)
@@ -204,7 +221,7 @@ func (r *run) watchDisk(ctx context.Context, id string) *diskWatch {
 				r.log.Warn("cannot measure the task's disk use; its workspace limit is checked on what can be read", "err", err)
 			}
 			if total := used + layer; total > limit {
-				c <- fmt.Sprintf("%s: the task filled %s of disk (its workspace, artifacts, inbox and its container's own files), "+
+				c <- fmt.Sprintf("%s: the task filled %s of disk (its workspace, artifacts, inbox, runner logs and its container's own files), "+
 					"more than this node's limit of %s for one task (podium-agent --workspace-limit); write less, "+
 					"or clean up as the task goes", ReasonWorkspaceFull, sizeText(total), sizeText(limit))
 				return

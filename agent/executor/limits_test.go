@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/runner"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -186,8 +187,16 @@ func TestWorkspaceFull(t *testing.T) {
 				where, st, executor.ReasonWorkspaceFull)
 		}
 	}
+	// The runner log is bind-mounted writable (the runner writes it as the
+	// task's user), so a task could append to it directly, past the
+	// runner's output limit: that counts against the limit too.
+	rec, key := e.run(t, e.sh("echo started; head -c 25165824 /dev/zero >>"+runner.LogPath+"; sleep 600"))
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED ||
+		!strings.HasPrefix(st.GetReason(), executor.ReasonWorkspaceFull) {
+		t.Errorf("appending 24 MiB to the runner log ended %v, want FAILED with a reason starting %q", st, executor.ReasonWorkspaceFull)
+	}
 	// Under the limit nothing happens.
-	rec, key := e.run(t, e.sh("dd if=/dev/zero of=/workspace/small bs=1M count=1 2>/dev/null; echo ok"))
+	rec, key = e.run(t, e.sh("dd if=/dev/zero of=/workspace/small bs=1M count=1 2>/dev/null; echo ok"))
 	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("a task well under the limit ended %v", st)
 	}
