@@ -46,8 +46,8 @@ func runArtifacts(ctx context.Context, c *cli, cmd *command, args []string) int 
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListArtifactsResponse], error) {
-		return cl.tasks.ListArtifacts(ctx, connect.NewRequest(&podiumv1.ListArtifactsRequest{Id: id}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListArtifactsResponse], error) {
+		return e.tasks.ListArtifacts(ctx, connect.NewRequest(&podiumv1.ListArtifactsRequest{Id: id}))
 	})
 	if err != nil {
 		return c.failed(cl, err, fmt.Sprintf("no task %s", id))
@@ -140,8 +140,8 @@ func runArtifactGet(ctx context.Context, c *cli, cmd *command, args []string) in
 }
 
 func (c *cli) artifactURL(ctx context.Context, cl *client, id, name string, attempt int32) int {
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ArtifactURLResponse], error) {
-		return cl.tasks.ArtifactURL(ctx, connect.NewRequest(&podiumv1.ArtifactURLRequest{Id: id, Name: name, Attempt: attempt}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ArtifactURLResponse], error) {
+		return e.tasks.ArtifactURL(ctx, connect.NewRequest(&podiumv1.ArtifactURLRequest{Id: id, Name: name, Attempt: attempt}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -190,7 +190,7 @@ func (c *cli) downloadArtifact(ctx context.Context, cl *client, id, name string,
 		return c.failed(cl, err, "")
 	}
 
-	st, err := cl.tasks.DownloadArtifact(ctx, connect.NewRequest(&podiumv1.DownloadArtifactRequest{Id: id, Name: name, Attempt: attempt}))
+	st, err := cl.current().tasks.DownloadArtifact(ctx, connect.NewRequest(&podiumv1.DownloadArtifactRequest{Id: id, Name: name, Attempt: attempt}))
 	if err != nil {
 		return fail(err)
 	}

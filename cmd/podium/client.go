@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,40 +25,91 @@ import (
 // a prompt that hangs.
 const callTimeout = 30 * time.Second
 
-// client is one coordinator, reached through one HTTP client.
+// client is the coordinator, reached at one or more addresses (the replicas
+// of one deployment, --server a,b,c). Calls go to the address that answered
+// last; one that cannot be reached is skipped for the next, so that a replica
+// dying does not take the CLI down with it.
 type client struct {
-	// server is the URL as the user should see it in messages.
-	server string
+	endpoints []*endpoint
+	// cur is the index of the endpoint in use: the last one that answered,
+	// or the last one tried.
+	cur atomic.Int32
 	// hasToken says whether a token is sent, to word a refusal.
 	hasToken bool
-	tasks    podiumv1connect.TaskServiceClient
-	admin    podiumv1connect.AdminServiceClient
 }
 
-// newClient builds the clients for server, sending token (if any) on every
-// request, and trusting the CA in caFile (if any) as well as the system's. It
-// does not contact the coordinator: the first call does.
-func newClient(server, token, caFile string) (*client, error) {
-	u, err := parseServer(server)
-	if err != nil {
-		return nil, err
-	}
-	t := newTransport(u.Scheme)
-	if caFile != "" {
-		pool, err := loadCA(caFile)
+// endpoint is one address of the coordinator.
+type endpoint struct {
+	// server is the URL as the user should see it in messages.
+	server string
+	tasks  podiumv1connect.TaskServiceClient
+	admin  podiumv1connect.AdminServiceClient
+}
+
+// newClient builds the clients for servers (comma-separated URLs), sending
+// token (if any) on every request, and trusting the CA in caFile (if any) as
+// well as the system's. It does not contact the coordinator: the first call
+// does.
+func newClient(servers, token, caFile string) (*client, error) {
+	var urls []*url.URL
+	for s := range strings.SplitSeq(servers, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" && strings.TrimSpace(servers) != "" {
+			continue
+		}
+		u, err := parseServer(s)
 		if err != nil {
 			return nil, err
 		}
-		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		urls = append(urls, u)
 	}
-	hc := &http.Client{Transport: &bearer{token: token, next: t}}
-	base := u.String()
-	return &client{
-		server:   base,
-		hasToken: token != "",
-		tasks:    podiumv1connect.NewTaskServiceClient(hc, base),
-		admin:    podiumv1connect.NewAdminServiceClient(hc, base),
-	}, nil
+	var pool *x509.CertPool
+	if caFile != "" {
+		var err error
+		if pool, err = loadCA(caFile); err != nil {
+			return nil, err
+		}
+	}
+	cl := &client{hasToken: token != ""}
+	for _, u := range urls {
+		t := newTransport(u.Scheme)
+		if pool != nil {
+			t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		hc := &http.Client{Transport: &bearer{token: token, next: t}}
+		base := u.String()
+		cl.endpoints = append(cl.endpoints, &endpoint{
+			server: base,
+			tasks:  podiumv1connect.NewTaskServiceClient(hc, base),
+			admin:  podiumv1connect.NewAdminServiceClient(hc, base),
+		})
+	}
+	return cl, nil
+}
+
+// current is the endpoint in use.
+func (cl *client) current() *endpoint { return cl.endpoints[cl.cur.Load()] }
+
+// server is the URL of the endpoint in use, for messages.
+func (cl *client) server() string { return cl.current().server }
+
+// index is ep's place in the list.
+func (cl *client) index(ep *endpoint) int {
+	for i, e := range cl.endpoints {
+		if e == ep {
+			return i
+		}
+	}
+	return 0
+}
+
+// servers lists every address, for messages about all of them.
+func (cl *client) servers() string {
+	s := make([]string, len(cl.endpoints))
+	for i, e := range cl.endpoints {
+		s[i] = e.server
+	}
+	return strings.Join(s, ", ")
 }
 
 // parseServer accepts a URL, or a bare host:port meaning http://host:port,
@@ -168,7 +220,21 @@ func usageErrorf(format string, args ...any) error {
 // describe turns an error from a call to the coordinator into a sentence that
 // says what happened and what to do. notFound is the sentence for
 // connect.CodeNotFound, which only the caller can word ("no task task_…").
-func (c *client) describe(err error, notFound string) string {
+func (cl *client) describe(err error, notFound string) string {
+	what := describeAt(cl.server(), cl.hasToken, err, notFound)
+	if len(cl.endpoints) > 1 && unreachable(err) {
+		// unary tried every address before giving up.
+		return fmt.Sprintf("no address of the coordinator answered (%s); the last: %s", cl.servers(), what)
+	}
+	return what
+}
+
+// describeAt is describe for the coordinator at server.
+func describeAt(server string, hasToken bool, err error, notFound string) string {
+	c := struct {
+		server   string
+		hasToken bool
+	}{server, hasToken}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return fmt.Sprintf("cannot reach the coordinator at %s: %v (is podium-coordinator running? set --server or PODIUM_SERVER)", c.server, opErr)
@@ -238,11 +304,43 @@ func isDefinitive(err error) bool {
 	return false
 }
 
-// unary runs f with the per-call deadline.
-func unary[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return f(ctx)
+// unary runs f with the per-call deadline against the endpoint in use and, if
+// that one cannot be reached, against the others in turn. The endpoint that
+// answers becomes the one in use.
+func unary[T any](ctx context.Context, cl *client, f func(context.Context, *endpoint) (T, error)) (T, error) {
+	start := int(cl.cur.Load())
+	var (
+		v   T
+		err error
+	)
+	for i := range cl.endpoints {
+		n := (start + i) % len(cl.endpoints)
+		cl.cur.Store(int32(n))
+		v, err = func() (T, error) {
+			ctx, cancel := context.WithTimeout(ctx, callTimeout)
+			defer cancel()
+			return f(ctx, cl.endpoints[n])
+		}()
+		if err == nil || ctx.Err() != nil || !unreachable(err) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+// unreachable reports whether err says the request never reached a working
+// coordinator, so that another replica may be asked the same: the connection
+// could not be made (nothing was sent), or the coordinator itself answered
+// Unavailable. A connection that broke after the request went out is not
+// included: the call may have been carried out (a task submitted, a message
+// queued), and repeating it elsewhere could do it twice.
+func unreachable(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && connect.IsWireError(err)
 }
 
 // dial builds the client for the global flags. A bad --server is a usage

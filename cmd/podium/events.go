@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/connect"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
-	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
 // printer writes a task's events for a person: log chunks to stdout or stderr
@@ -182,28 +181,60 @@ func signalName(n int32) string {
 // follower reads a task's events from the coordinator and hands them to a
 // printer, reconnecting when the stream breaks. It resumes after the last seq
 // it printed, so a coordinator restart or a move to another replica neither
-// repeats nor skips a byte: seq is the one order the coordinator's log has.
-// (Chunk offsets are not used to dedupe: they restart with every attempt, and
-// the log's seq already says everything about order.)
+// repeats nor skips a byte: seq is the one order the coordinator's log has,
+// and every replica serves the same log. (Chunk offsets are not used to
+// dedupe: they restart with every attempt, and the log's seq already says
+// everything about order.)
+//
+// Each reconnect goes to the next of the coordinator's addresses: the replica
+// that broke the stream is the one most likely to be gone. Reconnecting is
+// bounded: a follower that cannot reach any replica for reconnectTimeout
+// gives up with errGaveUp rather than hang, because a script waiting on
+// "podium run" is better told that the task's state is unknown.
 type follower struct {
-	api podiumv1connect.TaskServiceClient
-	id  string
-	p   *printer
+	cl *client
+	id string
+	p  *printer
 	// follow keeps the stream open until the task ends; without it the
 	// follower stops once it has caught up with the stored log.
 	follow bool
 	// reached says the coordinator has answered already (run's Submit did).
-	// Until it has, a failure is reported at once: retrying a coordinator
-	// that was never there only makes the user wait for the same error.
+	// Until it has, a failure is reported once every address has failed:
+	// retrying a coordinator that was never there only makes the user wait
+	// for the same error.
 	reached    bool
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	// reconnectTimeout bounds the time without a stream; zero means
+	// defaultReconnectTimeout.
+	reconnectTimeout time.Duration
+	// noteEvery is how often a "→ reconnecting" line is repeated while the
+	// stream is down; zero means defaultReconnectNote.
+	noteEvery time.Duration
 	// lastSeq is the seq of the last event printed.
 	lastSeq uint64
-	// describe words the error that broke the stream, for the
-	// "→ lost the event stream" line.
-	describe func(error) string
 }
+
+const (
+	defaultReconnectTimeout = 2 * time.Minute
+	defaultReconnectNote    = 5 * time.Second
+)
+
+// errGaveUp is returned when no replica could be reached for the follower's
+// reconnect timeout.
+var errGaveUp = errors.New("gave up reconnecting")
+
+// gaveUpError is errGaveUp with the last failure and how long it lasted.
+type gaveUpError struct {
+	after time.Duration
+	last  string
+}
+
+func (e *gaveUpError) Error() string {
+	return fmt.Sprintf("no coordinator answered for %s (last: %s)", e.after, e.last)
+}
+
+func (e *gaveUpError) Unwrap() error { return errGaveUp }
 
 // maxCatchUpFailures bounds retries when not following: "podium logs" of a
 // finished task should fail, not wait forever, if the coordinator is gone.
@@ -220,11 +251,22 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 	if maxB < minB {
 		maxB = max(5*time.Second, minB)
 	}
+	bound, every := f.reconnectTimeout, f.noteEvery
+	if bound <= 0 {
+		bound = defaultReconnectTimeout
+	}
+	if every <= 0 {
+		every = defaultReconnectNote
+	}
 	backoff := minB
 	failures := 0
 	broken := false
+	// down is when the stream was lost; noted, when the last
+	// "→ reconnecting" line was written.
+	var down, noted time.Time
 	for {
-		final, progressed, err := f.once(ctx, &broken)
+		ep := f.cl.current()
+		final, progressed, err := f.once(ctx, ep, &broken)
 		if final != nil {
 			return final, nil
 		}
@@ -243,23 +285,41 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 			}
 			err = errors.New("the coordinator closed the event stream before the task ended")
 		}
-		if isDefinitive(err) || !f.reached {
+		if isDefinitive(err) {
 			return nil, err
 		}
 		if progressed {
 			backoff, failures = minB, 0
 		}
 		failures++
-		if !f.follow && failures >= maxCatchUpFailures {
+		if !f.reached && failures >= len(f.cl.endpoints) {
 			return nil, err
 		}
-		if !broken {
-			broken = true
-			f.p.notef("lost the event stream (%s); reconnecting", f.describe(err))
+		if !f.follow && failures >= max(maxCatchUpFailures, len(f.cl.endpoints)) {
+			return nil, err
 		}
+		what := describeAt(ep.server, f.cl.hasToken, err, "")
+		now := time.Now()
+		switch {
+		case !broken:
+			broken, down, noted = true, now, now
+			f.p.notef("lost the event stream (%s); reconnecting", what)
+		case now.Sub(down) >= bound:
+			return nil, &gaveUpError{after: now.Sub(down).Round(time.Second), last: what}
+		case now.Sub(noted) >= every:
+			noted = now
+			f.p.notef("reconnecting (%s without the event stream, giving up after %s): %s",
+				now.Sub(down).Round(time.Second), bound, what)
+		}
+		// The next try goes to the next address: when the replica that
+		// broke the stream is dead, another one serves the same log.
+		f.cl.cur.Store(int32((f.cl.index(ep) + 1) % len(f.cl.endpoints)))
 		// Full jitter around the backoff keeps many CLIs that lost the same
 		// coordinator from returning to it in step.
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if broken {
+			wait = min(wait, max(bound-time.Since(down), 0))
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -271,10 +331,10 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 
 // once reads one Events stream to its end. progressed reports whether any
 // message arrived, which resets the backoff.
-func (f *follower) once(ctx context.Context, broken *bool) (final *podiumv1.Task, progressed bool, err error) {
+func (f *follower) once(ctx context.Context, ep *endpoint, broken *bool) (final *podiumv1.Task, progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := f.api.Events(ctx, connect.NewRequest(&podiumv1.EventsRequest{Id: f.id, AfterSeq: f.lastSeq, Follow: f.follow}))
+	stream, err := ep.tasks.Events(ctx, connect.NewRequest(&podiumv1.EventsRequest{Id: f.id, AfterSeq: f.lastSeq, Follow: f.follow}))
 	if err != nil {
 		return nil, false, err
 	}
@@ -285,7 +345,7 @@ func (f *follower) once(ctx context.Context, broken *bool) (final *podiumv1.Task
 			progressed, f.reached = true, true
 			if *broken {
 				*broken = false
-				f.p.note("reconnected")
+				f.p.notef("reconnected to %s", ep.server)
 			}
 		}
 		if ev := msg.GetEvent(); ev != nil {
@@ -313,8 +373,8 @@ func (f *follower) once(ctx context.Context, broken *bool) (final *podiumv1.Task
 // endedAndRead asks whether the task has ended and every event of its log has
 // been printed; if so it returns the task.
 func (f *follower) endedAndRead(ctx context.Context) *podiumv1.Task {
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
-		return f.api.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: f.id}))
+	resp, err := unary(ctx, f.cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.GetResponse], error) {
+		return e.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: f.id}))
 	})
 	if err != nil {
 		return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 )
@@ -33,11 +34,15 @@ func runLogs(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	p := newPrinter(c.stdout, c.stderr, quiet)
 	f := &follower{
-		api: cl.tasks, id: id, p: p, follow: follow,
+		cl: cl, id: id, p: p, follow: follow,
 		minBackoff: c.minBackoff, maxBackoff: c.maxBackoff,
-		describe: func(err error) string { return cl.describe(err, "") },
+		reconnectTimeout: c.reconnectTimeout, noteEvery: c.reconnectNote,
 	}
 	final, err := f.run(ctx)
+	if errors.Is(err, errGaveUp) {
+		c.gaveUp(p, cl, id, err)
+		return exitPodium
+	}
 	if err != nil {
 		p.fail("%s", cl.describe(err, fmt.Sprintf("no task %s", id)))
 		return exitPodium

@@ -96,7 +96,15 @@ type cli struct {
 	// (which decides whether a download draws a progress bar).
 	isTerminal func() bool
 
+	// reconnectNote, when set, replaces how often a follower repeats its
+	// "→ reconnecting" line.
+	reconnectNote time.Duration
+
+	// server is one coordinator URL or several, comma-separated.
 	server, token string
+	// reconnectTimeout bounds how long a follower tries to reach a
+	// coordinator before it gives up (--reconnect-timeout).
+	reconnectTimeout time.Duration
 	// caFile is a PEM file of the CA that signed an https:// coordinator's
 	// certificate (--ca-file, PODIUM_CA_FILE).
 	caFile string
@@ -153,6 +161,15 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	}
 	c.token = c.getenv("PODIUM_TOKEN")
 	c.caFile = c.getenv("PODIUM_CA_FILE")
+	c.reconnectTimeout = defaultReconnectTimeout
+	if v := c.getenv("PODIUM_RECONNECT_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			fmt.Fprintf(c.stderr, "podium: PODIUM_RECONNECT_TIMEOUT=%q is not a positive duration: give one such as 2m or 30s\n", v)
+			return exitUsage
+		}
+		c.reconnectTimeout = d
+	}
 
 	fs := flag.NewFlagSet("podium", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -225,7 +242,9 @@ func (c *cli) unknownCommand(args []string) {
 // command's flag set has them too, so they work on either side of the command
 // name.
 func (c *cli) addGlobalFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.server, "server", c.server, "the coordinator's `URL` (env PODIUM_SERVER)")
+	fs.StringVar(&c.server, "server", c.server, "the coordinator's `URL`, or its replicas' URLs comma-separated (env PODIUM_SERVER)")
+	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", c.reconnectTimeout,
+		"how long to try to reach a coordinator again while following a task before giving up with exit code 125 (env PODIUM_RECONNECT_TIMEOUT)")
 	fs.Var(secret{&c.token}, "token", "bearer `TOKEN` sent on every request (env PODIUM_TOKEN)")
 	fs.StringVar(&c.caFile, "ca-file", c.caFile, "PEM `FILE` of the CA that signed an https:// coordinator's certificate (env PODIUM_CA_FILE)")
 }
@@ -289,6 +308,9 @@ func (c *cli) checkText(cmd *command, fs *flag.FlagSet, rest []string) ([]string
 			bad = fmt.Errorf("--%s: the value is not valid UTF-8 text: give it as text (in the encoding of your terminal, UTF-8)", f.Name)
 		}
 	})
+	if bad == nil && c.reconnectTimeout <= 0 {
+		bad = fmt.Errorf("--reconnect-timeout %s: give a positive duration, such as 2m or 30s", c.reconnectTimeout)
+	}
 	if bad == nil && !utf8.ValidString(c.server) {
 		bad = errors.New("--server (or PODIUM_SERVER): the URL is not valid UTF-8 text")
 	}

@@ -133,8 +133,8 @@ func runNodeGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	id := rest[0]
 	// There is no GetNode: the fleet is small enough to list.
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListNodesResponse], error) {
-		return cl.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListNodesResponse], error) {
+		return e.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -265,8 +265,8 @@ func runNodeDrain(ctx context.Context, c *cli, cmd *command, args []string, drai
 		return code
 	}
 	id := rest[0]
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.DrainNodeResponse], error) {
-		return cl.admin.DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: draining}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.DrainNodeResponse], error) {
+		return e.admin.DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: draining}))
 	})
 	if err != nil {
 		return c.failed(cl, err, noNode(id))
@@ -296,8 +296,8 @@ func runNodeSlots(ctx context.Context, c *cli, cmd *command, args []string) int 
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SetNodeSlotsResponse], error) {
-		return cl.admin.SetNodeSlots(ctx, connect.NewRequest(&podiumv1.SetNodeSlotsRequest{NodeId: id, MaxTasks: int32(slots)}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SetNodeSlotsResponse], error) {
+		return e.admin.SetNodeSlots(ctx, connect.NewRequest(&podiumv1.SetNodeSlotsRequest{NodeId: id, MaxTasks: int32(slots)}))
 	})
 	if err != nil {
 		return c.failed(cl, err, noNode(id))
@@ -348,8 +348,8 @@ func runNodeLabel(ctx context.Context, c *cli, cmd *command, args []string) int 
 		return code
 	}
 	id := rest[0]
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
-		return cl.admin.SetNodeLabels(ctx, connect.NewRequest(&podiumv1.SetNodeLabelsRequest{NodeId: id, Add: add, Remove: remove}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
+		return e.admin.SetNodeLabels(ctx, connect.NewRequest(&podiumv1.SetNodeLabelsRequest{NodeId: id, Add: add, Remove: remove}))
 	})
 	if err != nil {
 		return c.failed(cl, err, noNode(id))
@@ -374,8 +374,8 @@ func runNodeRm(ctx context.Context, c *cli, cmd *command, args []string) int {
 		return code
 	}
 	id := rest[0]
-	_, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.RemoveNodeResponse], error) {
-		return cl.admin.RemoveNode(ctx, connect.NewRequest(&podiumv1.RemoveNodeRequest{NodeId: id}))
+	_, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.RemoveNodeResponse], error) {
+		return e.admin.RemoveNode(ctx, connect.NewRequest(&podiumv1.RemoveNodeRequest{NodeId: id}))
 	})
 	if err != nil {
 		// FailedPrecondition (online and not drained, or holding tasks)
@@ -405,19 +405,19 @@ func runNodeRekey(ctx context.Context, c *cli, cmd *command, args []string) int 
 		return code
 	}
 	id := rest[0]
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.RekeyNodeResponse], error) {
-		return cl.admin.RekeyNode(ctx, connect.NewRequest(&podiumv1.RekeyNodeRequest{NodeId: id, TtlSeconds: ttlSeconds}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.RekeyNodeResponse], error) {
+		return e.admin.RekeyNode(ctx, connect.NewRequest(&podiumv1.RekeyNodeRequest{NodeId: id, TtlSeconds: ttlSeconds}))
 	})
 	if err != nil {
 		return c.failed(cl, err, noNode(id))
 	}
 	m := resp.Msg
 	if m.GetToken() == "" {
-		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server)
+		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server())
 		return exitPodium
 	}
 	fmt.Fprintln(c.stdout, m.GetToken())
-	fmt.Fprintf(c.stderr, "→ on the node's new machine: podium-agent enroll --coordinator %s --token TOKEN --force\n", cl.server)
+	fmt.Fprintf(c.stderr, "→ on the node's new machine: podium-agent enroll --coordinator %s --token TOKEN --force\n", cl.server())
 	fmt.Fprintf(c.stderr, "→ it becomes node %s there; the old key stops working when the token is used", id)
 	if exp := m.GetExpiresAt(); exp != nil {
 		fmt.Fprintf(c.stderr, " (it expires at %s)", exp.AsTime().Local().Format(time.RFC3339))

@@ -41,8 +41,8 @@ func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListNodesResponse], error) {
-		return cl.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListNodesResponse], error) {
+		return e.admin.ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")

@@ -265,8 +265,8 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	}()
 	stopped := func() bool { return errors.Is(context.Cause(ctx), errStopped) }
 
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SubmitResponse], error) {
-		return cl.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SubmitResponse], error) {
+		return e.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
 	})
 	if err != nil {
 		if stopped() {
@@ -278,7 +278,7 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	}
 	id := resp.Msg.GetTask().GetId()
 	if id == "" {
-		p.fail("the coordinator at %s accepted the task but returned no id: is it a podium-coordinator?", cl.server)
+		p.fail("the coordinator at %s accepted the task but returned no id: is it a podium-coordinator?", cl.server())
 		return exitPodium
 	}
 	if o.detach {
@@ -293,8 +293,8 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	}
 	p.notef("task %s submitted", id)
 	p.node = func(ctx context.Context) (string, int32) {
-		r, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
-			return cl.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
+		r, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.GetResponse], error) {
+			return e.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 		})
 		if err != nil {
 			return "", -1
@@ -313,14 +313,18 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	}()
 
 	f := &follower{
-		api: cl.tasks, id: id, p: p, follow: true, reached: true,
+		cl: cl, id: id, p: p, follow: true, reached: true,
 		minBackoff: c.minBackoff, maxBackoff: c.maxBackoff,
-		describe: func(err error) string { return cl.describe(err, "") },
+		reconnectTimeout: c.reconnectTimeout, noteEvery: c.reconnectNote,
 	}
 	final, err := f.run(followCtx)
 	if stopped() {
 		p.fail("stopped following task %s; the coordinator was asked to cancel it (see podium task get %s)", id, id)
 		return exitCancel
+	}
+	if errors.Is(err, errGaveUp) {
+		c.gaveUp(p, cl, id, err)
+		return exitPodium
 	}
 	if err != nil {
 		p.fail("following task %s: %s", id, cl.describe(err, fmt.Sprintf("no task %s: the coordinator no longer knows it", id)))
@@ -340,6 +344,14 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	return code
 }
 
+// gaveUp reports a follower that could reach no coordinator for its bound:
+// the task may have ended, or may still be running, and only asking again
+// later can tell.
+func (c *cli) gaveUp(p *printer, cl *client, id string, err error) {
+	p.fail("following task %s: %v; the state of task %s is unknown: it may still be running or may have ended", id, err, id)
+	p.fail("when a coordinator (%s) is back, see podium task get %s, or podium logs -f %s to keep following", cl.servers(), id, id)
+}
+
 // cancelReason is what the task's log shows as why it was cancelled.
 const cancelReason = "podium run was interrupted"
 
@@ -349,8 +361,8 @@ func (c *cli) cancelUntilDone(ctx context.Context, cl *client, p *printer, id st
 	p.notef("cancelling task %s (press Ctrl-C again to stop waiting)", id)
 	backoff := max(c.minBackoff, 250*time.Millisecond)
 	for {
-		_, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
-			return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
+		_, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.CancelResponse], error) {
+			return e.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
 		})
 		if err == nil || ctx.Err() != nil {
 			return
@@ -370,8 +382,8 @@ func (c *cli) cancelUntilDone(ctx context.Context, cl *client, p *printer, id st
 
 // cancelOnce cancels a task that was detached while being interrupted.
 func (cl *client) cancelOnce(ctx context.Context, p *printer, id string) {
-	_, err := unary(context.WithoutCancel(ctx), func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
-		return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
+	_, err := unary(context.WithoutCancel(ctx), cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.CancelResponse], error) {
+		return e.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: cancelReason}))
 	})
 	if err != nil {
 		p.fail("interrupted, but could not cancel task %s: %s", id, cl.describe(err, ""))

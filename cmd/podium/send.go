@@ -82,8 +82,8 @@ func runTaskSend(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.SendResponse], error) {
-		return cl.tasks.Send(ctx, connect.NewRequest(&podiumv1.SendRequest{Id: id, Text: text}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SendResponse], error) {
+		return e.tasks.Send(ctx, connect.NewRequest(&podiumv1.SendRequest{Id: id, Text: text}))
 	})
 	if err != nil {
 		return c.failed(cl, err, fmt.Sprintf("no task %s", id))

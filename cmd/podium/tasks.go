@@ -58,8 +58,8 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.ListResponse], error) {
-		return cl.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit)}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListResponse], error) {
+		return e.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit)}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -125,8 +125,8 @@ func runTaskGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.GetResponse], error) {
-		return cl.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.GetResponse], error) {
+		return e.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 	})
 	if err != nil {
 		return c.failed(cl, err, fmt.Sprintf("no task %s", id))
@@ -234,8 +234,8 @@ func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int
 	if *reason == "" {
 		*reason = "cancelled from the podium CLI"
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CancelResponse], error) {
-		return cl.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: *reason}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.CancelResponse], error) {
+		return e.tasks.Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: id, Reason: *reason}))
 	})
 	if err != nil {
 		return c.failed(cl, err, fmt.Sprintf("no task %s", id))

@@ -54,15 +54,15 @@ func runTokenCreate(ctx context.Context, c *cli, cmd *command, args []string) in
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {
-		return cl.admin.CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels, TtlSeconds: ttlSeconds}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {
+		return e.admin.CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels, TtlSeconds: ttlSeconds}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
 	}
 	m := resp.Msg
 	if m.GetToken() == "" {
-		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server)
+		fmt.Fprintf(c.stderr, "podium: the coordinator at %s returned an empty token: is it a podium-coordinator?\n", cl.server())
 		return exitPodium
 	}
 	fmt.Fprintln(c.stdout, m.GetToken())

@@ -41,8 +41,8 @@ func runWhoami(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if !ok {
 		return code
 	}
-	resp, err := unary(ctx, func(ctx context.Context) (*connect.Response[podiumv1.WhoAmIResponse], error) {
-		return cl.admin.WhoAmI(ctx, connect.NewRequest(&podiumv1.WhoAmIRequest{}))
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.WhoAmIResponse], error) {
+		return e.admin.WhoAmI(ctx, connect.NewRequest(&podiumv1.WhoAmIRequest{}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -65,7 +65,7 @@ func runWhoami(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	line("device", device)
 	line("tags", strings.Join(m.GetTags(), ", "))
-	line("coordinator", cl.server)
+	line("coordinator", cl.server())
 	line("transport", m.GetTransport())
 	tw.Flush()
 	return exitOK
