@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -266,7 +268,10 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 	var down, noted time.Time
 	for {
 		ep := f.cl.current()
-		final, progressed, err := f.once(ctx, ep, &broken)
+		var sent atomic.Bool
+		final, progressed, err := f.once(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(w httptrace.WroteRequestInfo) { sent.Store(w.Err == nil) },
+		}), ep, &broken)
 		if final != nil {
 			return final, nil
 		}
@@ -299,7 +304,17 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 			return nil, err
 		}
 		what := describeAt(ep.server, f.cl.hasToken, err, "")
+		if !strings.Contains(what, ep.server) {
+			what = ep.server + ": " + what
+		}
 		now := time.Now()
+		if broken && sent.Load() && !connect.IsWireError(err) {
+			// The stream was open again (a quiet task sends nothing for a
+			// while, so no event need have come) and has broken anew: a
+			// new outage, whose bound starts now. An error the replica
+			// sent at once does not count: it was not serving the task.
+			down = now
+		}
 		switch {
 		case !broken:
 			broken, down, noted = true, now, now
@@ -308,7 +323,7 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 			return nil, &gaveUpError{after: now.Sub(down).Round(time.Second), last: what}
 		case now.Sub(noted) >= every:
 			noted = now
-			f.p.notef("reconnecting (%s without the event stream, giving up after %s): %s",
+			f.p.notef("still reconnecting (%s without the event stream, giving up after %s): %s",
 				now.Sub(down).Round(time.Second), bound, what)
 		}
 		// The next try goes to the next address: when the replica that
