@@ -14,7 +14,9 @@ var logsCommand = &command{
 	detail: `
 Prints the output stored for the task, byte for byte, with podium's notes and
 state changes as "→ " lines on stderr (--quiet leaves them out). With -f it
-keeps printing until the task ends, reconnecting if the coordinator restarts.
+keeps printing until the task ends, reconnecting if the coordinator restarts
+(to another replica, when --server lists several), and exits 125 if none can
+be reached for --reconnect-timeout.
 
 logs exits 0 once it has printed the output, whatever the task's own exit code:
 it reports on itself, not on the task (podium task get shows the task's code).`,

@@ -15,8 +15,9 @@
 //	125      podium itself failed, not the task: bad flags or spec (nothing is
 //	         sent), the coordinator could not be reached or refused the
 //	         request, the task could not run at all (e.g. its image is
-//	         missing: failed without an exit code), or the task was lost with
-//	         its node
+//	         missing: failed without an exit code), the task was lost with
+//	         its node, or no coordinator answered for --reconnect-timeout
+//	         while following (the task's state is then unknown)
 //
 // Every other command exits 0 on success, 125 when the coordinator could not
 // be reached or refused the request, and 2 on a usage error (unknown command
@@ -44,7 +45,13 @@
 // coordinator serves inside a tailnet. --token (or PODIUM_TOKEN) is sent as
 // "Authorization: Bearer <token>" on every request. An https:// coordinator
 // whose certificate a private CA signed is trusted with --ca-file (or
-// PODIUM_CA_FILE). All may be given before or after the command name. A coordinator on a tailnet needs no token: it
+// PODIUM_CA_FILE). All may be given before or after the command name.
+// --server may list the replicas of one coordinator, comma-separated: a
+// command goes to the one that answered last and moves on to the next one that
+// cannot be reached; a follower (run, logs -f) whose replica dies reconnects to
+// the next and resumes after the last event it printed. It gives up after
+// --reconnect-timeout (PODIUM_RECONNECT_TIMEOUT, 2m) without any replica, with
+// exit code 125: the task's state is then unknown, not failed. A coordinator on a tailnet needs no token: it
 // knows you by your Tailscale device ("podium whoami" shows how).
 package main
 
@@ -380,7 +387,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 
 func (c *cli) printTopHelp(w io.Writer) {
 	fmt.Fprintf(w, "podium runs containerised tasks on machines you own.\n\n")
-	fmt.Fprintf(w, "Usage: podium [--server URL] [--token TOKEN] [--ca-file FILE] COMMAND [flags] [args]\n\nCommands:\n")
+	fmt.Fprintf(w, "Usage: podium [--server URL[,URL...]] [--token TOKEN] [--ca-file FILE] COMMAND [flags] [args]\n\nCommands:\n")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	for _, cmd := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", cmd.name, cmd.summary)
@@ -388,7 +395,11 @@ func (c *cli) printTopHelp(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, `
 Global flags (before or after the command):
-  --server URL    the coordinator (env PODIUM_SERVER, default %s)
+  --server URL    the coordinator, or its replicas comma-separated
+                  (env PODIUM_SERVER, default %s)
+  --reconnect-timeout D
+                  how long run and logs -f try to reach a coordinator again
+                  before exiting 125 (env PODIUM_RECONNECT_TIMEOUT, default 2m)
   --token TOKEN   sent as a bearer token on every request (env PODIUM_TOKEN)
   --ca-file FILE  the CA of an https:// coordinator's certificate, when a private
                   CA signed it (env PODIUM_CA_FILE; SSL_CERT_FILE replaces the

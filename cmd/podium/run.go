@@ -52,7 +52,9 @@ it ending, and exits 130; a second Ctrl-C stops waiting.
 
 Exit code: the task's own; 128+N if killed by signal N; 130 if cancelled or
 interrupted; 125 if podium failed or the task could not run (e.g. its image
-is missing) or was lost with its node.
+is missing) or was lost with its node, or if no coordinator answered for
+--reconnect-timeout while following (the task's state is then unknown: see
+podium task get ID).
 
 Example:
   podium run --image alpine:3 -- sh -c 'echo hi; exit 3'`,
