@@ -63,6 +63,9 @@ func newClient(servers, token, caFile string) (*client, error) {
 		}
 		urls = append(urls, u)
 	}
+	if len(urls) == 0 {
+		return nil, usageErrorf("--server %q names no coordinator: give its URL, or its replicas' URLs comma-separated, e.g. %s", servers, defaultServer)
+	}
 	var pool *x509.CertPool
 	if caFile != "" {
 		var err error

@@ -27,7 +27,14 @@ type following struct {
 
 func (e *env) follow(args ...string) *following {
 	e.t.Helper()
+	return e.followEnv(nil, args...)
+}
+
+// followEnv is follow with env added to podium's environment.
+func (e *env) followEnv(env []string, args ...string) *following {
+	e.t.Helper()
 	f := &following{cmd: e.podiumCmd(append([]string{"run"}, args...)...), out: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	f.cmd.Env = append(f.cmd.Env, env...)
 	f.cmd.Stdout, f.cmd.Stderr = f.out, f.stderr
 	if err := f.cmd.Start(); err != nil {
 		e.t.Fatal(err)
