@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	// and static, as `make build` makes it: it runs inside the test image,
 	// which has no C library. It is built on its own so that the others keep
 	// the build cache of an ordinary `go build`.
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium", "../../cmd/podium-agent")
+	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium", "../../cmd/podium-agent", "../../cmd/podium-coordinator")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	runner := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium-runner")
 	runner.Env = append(os.Environ(), "CGO_ENABLED=0")
