@@ -316,6 +316,9 @@ func (f *follower) run(ctx context.Context) (*podiumv1.Task, error) {
 			down = now
 		}
 		switch {
+		case !f.reached:
+			// Not yet connected anywhere: no stream was lost, and the
+			// error is reported once every address has failed.
 		case !broken:
 			broken, down, noted = true, now, now
 			f.p.notef("lost the event stream (%s); reconnecting", what)
