@@ -136,7 +136,9 @@ type Config struct {
 	// Docker overrides the engine client built from the environment
 	// (DOCKER_HOST and friends).
 	Docker *client.Client
-	// Hostname overrides os.Hostname() in Hello.
+	// Hostname is the name Hello reports. Empty means the one saved at
+	// enrollment (identity.Identity.Hostname), or os.Hostname() for an
+	// identity saved without one.
 	Hostname string
 	// RunnerPath is the podium-runner binary; empty means podium-runner
 	// next to this program (see executor.FindRunner).
@@ -199,12 +201,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxTasks == 0 {
 		cfg.MaxTasks = runtime.NumCPU()
 	}
-	if cfg.Hostname == "" {
-		cfg.Hostname, _ = os.Hostname()
-	}
 	id, err := identity.Load(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = id.Hostname
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname, _ = os.Hostname()
 	}
 	runnerPath, err := executor.FindRunner(cfg.RunnerPath)
 	if err != nil {

@@ -48,6 +48,11 @@ type Identity struct {
 	// coordinator's copy is the truth (an operator can change it later); this
 	// one is for the operator reading the file.
 	Labels []string `json:"labels,omitempty"`
+	// Hostname is the name the node enrolled under (enroll --hostname, or
+	// the machine's hostname then). The agent reports it in every Hello
+	// unless run --hostname overrides it, so the name given at enrollment
+	// sticks.
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // Path is where the identity file lives in dataDir.
@@ -191,6 +196,7 @@ func Enroll(ctx context.Context, p EnrollParams) (*Identity, error) {
 		NodeID:         resp.Msg.GetNodeId(),
 		NodeKey:        resp.Msg.GetNodeKey(),
 		Labels:         resp.Msg.GetLabels(),
+		Hostname:       p.Hostname,
 	}
 	if id.NodeID == "" || id.NodeKey == "" {
 		return nil, fmt.Errorf("coordinator %s answered the enrollment without a node id or key; "+
