@@ -87,17 +87,26 @@ func Load(dataDir string) (*Identity, error) {
 // one, so a crash leaves either the old identity or the new one, never half of
 // either. The directory is created 0700 and the file is 0600.
 func Save(dataDir string, id *Identity) error {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return fmt.Errorf("create data directory %s: %w", dataDir, err)
-	}
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode node identity: %w", err)
 	}
-	b = append(b, '\n')
-	tmp, err := os.CreateTemp(dataDir, "."+FileName+".*")
+	if err := writeAtomic(dataDir, FileName, append(b, '\n')); err != nil {
+		return fmt.Errorf("write node identity: %w", err)
+	}
+	return nil
+}
+
+// writeAtomic writes b to dataDir/name through a synced temporary file in
+// the same directory renamed over the old one, then syncs the directory. The
+// directory is created 0700 and the file is 0600.
+func writeAtomic(dataDir, name string, b []byte) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory %s: %w", dataDir, err)
+	}
+	tmp, err := os.CreateTemp(dataDir, "."+name+".*")
 	if err != nil {
-		return fmt.Errorf("write node identity in %s: %w", dataDir, err)
+		return err
 	}
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName) // a no-op once the rename succeeded
@@ -105,21 +114,21 @@ func Save(dataDir string, id *Identity) error {
 	// survives a future change of that default.
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
-	if err := os.Rename(tmpName, Path(dataDir)); err != nil {
-		return fmt.Errorf("write node identity: %w", err)
+	if err := os.Rename(tmpName, filepath.Join(dataDir, name)); err != nil {
+		return err
 	}
 	// Make the rename itself durable.
 	if d, err := os.Open(dataDir); err == nil {
