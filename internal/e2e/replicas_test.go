@@ -63,3 +63,37 @@ func TestAgentFindsReplicasItWasToldOf(t *testing.T) {
 		t.Fatalf("podium run on C: code %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 }
+
+// hostnameOf is the hostname the coordinator has for the node.
+func (e *env) hostnameOf() string {
+	e.t.Helper()
+	res, err := e.r.Admin().ListNodes(context.Background(), connect.NewRequest(&podiumv1.ListNodesRequest{}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, n := range res.Msg.Nodes {
+		if n.Id == e.node {
+			return n.Hostname
+		}
+	}
+	e.t.Fatalf("node %s is not listed", e.node)
+	return ""
+}
+
+// The name given to enroll --hostname sticks once the agent runs (it is kept
+// in the identity and sent in every Hello), and run --hostname overrides it.
+func TestEnrolledHostnameSticksAndRunOverridesIt(t *testing.T) {
+	t.Parallel()
+	e := newEnvEnroll(t, coordtest.Options{}, []string{"--hostname", "enrolled-name"}, nil)
+	if got := e.hostnameOf(); got != "enrolled-name" {
+		t.Fatalf("node's hostname once the agent connected is %q, want the enrolled %q", got, "enrolled-name")
+	}
+	e.stopAgent()
+	e.agentArgs = []string{"--hostname", "run-name"}
+	e.startAgent()
+	// The node may still be listed online from its last session until the
+	// new one has started; the new Hello is what carries the name.
+	coordtest.Eventually(t, 30*time.Second, "the node's hostname to be run-name (run --hostname)", func() bool {
+		return e.hostnameOf() == "run-name"
+	})
+}
