@@ -12,6 +12,8 @@
 // # Data directory
 //
 //	identity.json                  the node's id and key (package identity)
+//	replicas.json                  the coordinator replicas last heard of,
+//	                               tried when the enrolled one is down
 //	spool/<task>-<attempt>.spool   events not yet acknowledged, with the
 //	                               executor's cursor (package spool)
 //	tasks/<task>-<attempt>/        one directory per task attempt on this node:
@@ -136,7 +138,13 @@ type Config struct {
 	// Docker overrides the engine client built from the environment
 	// (DOCKER_HOST and friends).
 	Docker *client.Client
-	// Hostname overrides os.Hostname() in Hello.
+	// Coordinators are more coordinator addresses to try, after the one the
+	// node enrolled with and before the replicas it last heard of (kept in
+	// replicas.json in DataDir).
+	Coordinators []string
+	// Hostname is the name Hello reports. Empty means the one saved at
+	// enrollment (identity.Identity.Hostname), or os.Hostname() for an
+	// identity saved without one.
 	Hostname string
 	// RunnerPath is the podium-runner binary; empty means podium-runner
 	// next to this program (see executor.FindRunner).
@@ -199,12 +207,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxTasks == 0 {
 		cfg.MaxTasks = runtime.NumCPU()
 	}
-	if cfg.Hostname == "" {
-		cfg.Hostname, _ = os.Hostname()
-	}
 	id, err := identity.Load(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = id.Hostname
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname, _ = os.Hostname()
 	}
 	runnerPath, err := executor.FindRunner(cfg.RunnerPath)
 	if err != nil {
@@ -262,15 +273,26 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	replicas, err := identity.LoadReplicas(cfg.DataDir)
+	if err != nil {
+		a.log.Warn("ignoring the kept list of coordinator replicas; the coordinator sends a new one", "err", err)
+	}
 	a.sess, err = session.New(session.Config{
 		CoordinatorURL: id.CoordinatorURL,
-		NodeID:         id.NodeID,
-		NodeKey:        id.NodeKey,
-		Hostname:       cfg.Hostname,
-		AgentVersion:   version.Version,
-		MaxTasks:       cfg.MaxTasks,
-		MinFreeDiskMB:  cfg.MinFreeDiskMB,
-		Runner:         a.exec,
+		Coordinators:   cfg.Coordinators,
+		Replicas:       replicas,
+		OnReplicas: func(urls []string) {
+			if err := identity.SaveReplicas(cfg.DataDir, urls); err != nil {
+				a.log.Warn("could not keep the list of coordinator replicas; a restart will know only the configured ones", "err", err)
+			}
+		},
+		NodeID:        id.NodeID,
+		NodeKey:       id.NodeKey,
+		Hostname:      cfg.Hostname,
+		AgentVersion:  version.Version,
+		MaxTasks:      cfg.MaxTasks,
+		MinFreeDiskMB: cfg.MinFreeDiskMB,
+		Runner:        a.exec,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
 			c.Limits = a.exec.Limits().TaskLimits()

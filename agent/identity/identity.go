@@ -48,6 +48,11 @@ type Identity struct {
 	// coordinator's copy is the truth (an operator can change it later); this
 	// one is for the operator reading the file.
 	Labels []string `json:"labels,omitempty"`
+	// Hostname is the name the node enrolled under (enroll --hostname, or
+	// the machine's hostname then). The agent reports it in every Hello
+	// unless run --hostname overrides it, so the name given at enrollment
+	// sticks.
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // Path is where the identity file lives in dataDir.
@@ -82,17 +87,26 @@ func Load(dataDir string) (*Identity, error) {
 // one, so a crash leaves either the old identity or the new one, never half of
 // either. The directory is created 0700 and the file is 0600.
 func Save(dataDir string, id *Identity) error {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return fmt.Errorf("create data directory %s: %w", dataDir, err)
-	}
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode node identity: %w", err)
 	}
-	b = append(b, '\n')
-	tmp, err := os.CreateTemp(dataDir, "."+FileName+".*")
+	if err := writeAtomic(dataDir, FileName, append(b, '\n')); err != nil {
+		return fmt.Errorf("write node identity: %w", err)
+	}
+	return nil
+}
+
+// writeAtomic writes b to dataDir/name through a synced temporary file in
+// the same directory renamed over the old one, then syncs the directory. The
+// directory is created 0700 and the file is 0600.
+func writeAtomic(dataDir, name string, b []byte) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory %s: %w", dataDir, err)
+	}
+	tmp, err := os.CreateTemp(dataDir, "."+name+".*")
 	if err != nil {
-		return fmt.Errorf("write node identity in %s: %w", dataDir, err)
+		return err
 	}
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName) // a no-op once the rename succeeded
@@ -100,21 +114,21 @@ func Save(dataDir string, id *Identity) error {
 	// survives a future change of that default.
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write node identity: %w", err)
+		return err
 	}
-	if err := os.Rename(tmpName, Path(dataDir)); err != nil {
-		return fmt.Errorf("write node identity: %w", err)
+	if err := os.Rename(tmpName, filepath.Join(dataDir, name)); err != nil {
+		return err
 	}
 	// Make the rename itself durable.
 	if d, err := os.Open(dataDir); err == nil {
@@ -191,6 +205,7 @@ func Enroll(ctx context.Context, p EnrollParams) (*Identity, error) {
 		NodeID:         resp.Msg.GetNodeId(),
 		NodeKey:        resp.Msg.GetNodeKey(),
 		Labels:         resp.Msg.GetLabels(),
+		Hostname:       p.Hostname,
 	}
 	if id.NodeID == "" || id.NodeKey == "" {
 		return nil, fmt.Errorf("coordinator %s answered the enrollment without a node id or key; "+

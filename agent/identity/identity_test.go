@@ -134,8 +134,8 @@ func TestEnroll(t *testing.T) {
 		t.Fatalf("enrolled as %+v", id)
 	}
 	loaded, err := identity.Load(dir)
-	if err != nil || loaded.NodeKey != "k-123" {
-		t.Fatalf("saved identity %+v, %v", loaded, err)
+	if err != nil || loaded.NodeKey != "k-123" || loaded.Hostname != "box" {
+		t.Fatalf("saved identity %+v, %v; want the key and the enrolled hostname", loaded, err)
 	}
 
 	p.Hostname = "other"
@@ -145,6 +145,9 @@ func TestEnroll(t *testing.T) {
 	p.Force = true
 	if id, err := identity.Enroll(ctx, p); err != nil || id.NodeID != "n-other" {
 		t.Fatalf("forced enroll: %+v, %v", id, err)
+	}
+	if loaded, err := identity.Load(dir); err != nil || loaded.Hostname != "other" {
+		t.Fatalf("identity after forced enroll: %+v, %v; want hostname other", loaded, err)
 	}
 }
 

@@ -1,7 +1,9 @@
 package session
 
-// Which coordinator to dial: the enrolled URL first, then each replica the
-// last HelloAck named; and the HTTP clients that reach them.
+// Which coordinator to dial: the enrolled URL first, then those given with
+// --coordinator, then each replica the coordinator last named (in HelloAck,
+// or pushed when a replica joined or left, and kept on disk by the agent);
+// and the HTTP clients that reach them.
 
 import (
 	"slices"
@@ -29,13 +31,59 @@ func (s *Session) nextCandidate() {
 
 func (s *Session) candidatesLocked() []string {
 	all := []string{s.base.String()}
-	for _, r := range s.replicas {
+	for _, r := range slices.Concat(s.configured, s.replicas) {
 		if r != "" && !slices.Contains(all, r) {
 			all = append(all, r)
 		}
 	}
 	return all
 }
+
+// setReplicas takes the coordinator's list of replicas. An empty list (the
+// coordinator could not read it) keeps the one the node has. A changed list
+// is handed to Config.OnReplicas to keep.
+func (s *Session) setReplicas(addrs []string) {
+	urls := s.replicaURLs(addrs)
+	if len(urls) == 0 {
+		return
+	}
+	s.mu.Lock()
+	changed := !slices.Equal(s.replicas, urls)
+	s.replicas = urls
+	s.mu.Unlock()
+	if changed {
+		s.log.Info("coordinator replicas", "replicas", urls)
+		if s.cfg.OnReplicas != nil {
+			s.cfg.OnReplicas(slices.Clone(urls))
+		}
+	}
+}
+
+// replicaURLs turns addresses into URLs (see replicaURL), dropping repeats
+// and keeping at most maxReplicas.
+func (s *Session) replicaURLs(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if len(out) == maxReplicas {
+			s.log.Warn("the coordinator listed more replicas than a node keeps; ignoring the rest", "max", maxReplicas)
+			break
+		}
+		if len(a) > maxReplicaAddress {
+			continue
+		}
+		if u := s.replicaURL(a); u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// maxReplicas and maxReplicaAddress bound the list a coordinator can make a
+// node keep and dial (identity.MaxReplicas and MaxReplicaAddress agree).
+const (
+	maxReplicas       = 64
+	maxReplicaAddress = 2048
+)
 
 // replicaURL turns an address from HelloAck into a URL. A bare host:port
 // takes the scheme of the enrolled URL, because a replica serves the same way

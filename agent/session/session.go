@@ -130,12 +130,24 @@ type State struct {
 // Config is what a Session needs.
 type Config struct {
 	// CoordinatorURL is the coordinator the node enrolled with; it is tried
-	// first, then the replicas HelloAck listed.
+	// first, then Coordinators, then the replicas the coordinator listed.
 	CoordinatorURL string
-	NodeID         string
-	NodeKey        string
-	Hostname       string
-	AgentVersion   string
+	// Coordinators are more addresses to try after CoordinatorURL
+	// (podium-agent run --coordinator).
+	Coordinators []string
+	// Replicas is the replica list an earlier process kept (see
+	// OnReplicas): tried after Coordinators until a coordinator sends a new
+	// one.
+	Replicas []string
+	// OnReplicas, if set, is called with the new list (as URLs) whenever
+	// the coordinator's list of replicas changes, to keep it for the next
+	// process. It is called on the stream's receiver and must not block for
+	// long.
+	OnReplicas   func([]string)
+	NodeID       string
+	NodeKey      string
+	Hostname     string
+	AgentVersion string
 	// MaxTasks is how many tasks the node runs at once unless the
 	// coordinator overrides it. Must be at least 1.
 	MaxTasks int
@@ -196,6 +208,7 @@ type Session struct {
 	override    int32
 	labels      []string
 	interval    time.Duration
+	configured  []string // Config.Coordinators, as URLs
 	replicas    []string
 	lastCap     *podiumv1.Capacity
 	settingsC   chan struct{} // the writer re-reads settings and heartbeats now
@@ -262,6 +275,12 @@ func New(cfg Config) (*Session, error) {
 	if cfg.HTTPClient != nil {
 		s.clients[base.Scheme] = cfg.HTTPClient
 	}
+	for _, c := range cfg.Coordinators {
+		if u := s.replicaURL(c); u != "" {
+			s.configured = append(s.configured, u)
+		}
+	}
+	s.replicas = s.replicaURLs(cfg.Replicas)
 	return s, nil
 }
 

@@ -321,6 +321,10 @@ func start(t *testing.T, r session.Runner, maxTasks int, reject error) *fixture 
 	return startWith(t, r, session.Config{MaxTasks: maxTasks}, reject)
 }
 
+// selfURL in Config.Coordinators or Config.Replicas given to startWith stands
+// for the test coordinator's own URL.
+const selfURL = "self"
+
 // startWith is start with more of the session's configuration.
 func startWith(t *testing.T, r session.Runner, cfg session.Config, reject error) *fixture {
 	t.Helper()
@@ -333,7 +337,16 @@ func startWith(t *testing.T, r session.Runner, cfg session.Config, reject error)
 	srv.Start()
 
 	logs := &logBuffer{}
-	cfg.CoordinatorURL = srv.URL
+	if cfg.CoordinatorURL == "" {
+		cfg.CoordinatorURL = srv.URL
+	}
+	for _, l := range [][]string{cfg.Coordinators, cfg.Replicas} {
+		for i, u := range l {
+			if u == selfURL {
+				l[i] = srv.URL
+			}
+		}
+	}
 	cfg.NodeID, cfg.NodeKey, cfg.Hostname, cfg.AgentVersion = "n-1", "k-1", "box", "test"
 	cfg.Runner = r
 	cfg.Capacity = func(context.Context) *podiumv1.Capacity {

@@ -19,13 +19,8 @@ func (s *Session) applySettings(ack *podiumv1.HelloAck) {
 	if ms := ack.GetHeartbeatIntervalMs(); ms > 0 {
 		s.interval = time.Duration(ms) * time.Millisecond
 	}
-	s.replicas = s.replicas[:0]
-	for _, r := range ack.GetReplicas() {
-		if u := s.replicaURL(r); u != "" {
-			s.replicas = append(s.replicas, u)
-		}
-	}
 	s.mu.Unlock()
+	s.setReplicas(ack.GetReplicas())
 	select {
 	case s.settingsC <- struct{}{}:
 	default:

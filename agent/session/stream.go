@@ -239,6 +239,8 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			s.applyConfig(c.GetDraining(), c.GetMaxTasksOverride(), c.GetLabels())
 		case *podiumv1.StreamResponse_Inject:
 			s.handleInject(m.Inject)
+		case *podiumv1.StreamResponse_Replicas:
+			s.setReplicas(m.Replicas.GetAddresses())
 		default:
 			s.log.Warn("ignoring a message this agent does not know; is the coordinator newer?", "type", fmt.Sprintf("%T", m))
 		}

@@ -37,7 +37,7 @@ const mainUsage = `podium-agent runs Podium tasks on this machine.
 
 Usage:
   podium-agent enroll --coordinator URL --token T [--label L]... [--data-dir D] [--ca-file F] [--force]
-  podium-agent run [--data-dir D] [--ca-file F] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
+  podium-agent run [--data-dir D] [--hostname H] [--coordinator URL]... [--ca-file F] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                    [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
                    [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]... [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                    [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
@@ -224,7 +224,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-const runUsage = `Usage: podium-agent run [--data-dir D] [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
+const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coordinator URL]... [--max-tasks N] [--runner PATH] [--exit-on-drain] [--metrics-listen ADDR]
                         [--egress-filter=false] [--allow-egress CIDR]... [--permit-egress CIDR]... [--log-format text|json] [--log-level L]
                         [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
@@ -266,6 +266,9 @@ Flags:
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
+	hostname := fs.String("hostname", "", "name the node reports (default: the one given at enrollment, else this machine's hostname)")
+	var coordinators stringList
+	fs.Var(&coordinators, "coordinator", "another coordinator `URL` to try when the enrolled one cannot be reached, after it and before the replicas it named (repeatable)")
 	maxTasks := fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
 	minFreeDisk := fs.Int64("min-free-disk-mb", 0, "take no new tasks while the data disk has less free space (0: no check)")
 	runnerPath := fs.String("runner", "", "the podium-runner binary (default: podium-runner next to podium-agent)")
@@ -354,8 +357,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
+	for _, c := range coordinators {
+		if _, err := transport.NormalizeURL(c); err != nil {
+			return usageErr("--coordinator %q: %v", c, err)
+		}
+		if err := secFlags.check(sec, ts, c); err != nil {
+			log.Error("podium agent cannot start", "err", err)
+			return exitFail
+		}
+	}
 	a, err := agent.New(agent.Config{
 		DataDir:        *dataDir,
+		Hostname:       *hostname,
+		Coordinators:   coordinators,
 		MaxTasks:       *maxTasks,
 		MinFreeDiskMB:  *minFreeDisk,
 		Logger:         log,

@@ -364,3 +364,59 @@ func httpClientFrom(ip string) *http.Client {
 	c.Transport.(*http.Transport).DialContext = d.DialContext
 	return c
 }
+
+// replicasPushed waits until the coordinator pushes n a replica list that
+// satisfies ok, and returns it. A replica may push the same list more than
+// once (its doorbell always pushes), so lists before the one wanted are
+// skipped; the stream's context bounds the wait.
+func replicasPushed(t *testing.T, n *simNode, what string, ok func([]string) bool) []string {
+	t.Helper()
+	var last []string
+	for {
+		m, err := n.stream.Receive()
+		if err != nil {
+			t.Fatalf("waiting for a replica list with %s (last pushed: %v): %v", what, last, err)
+		}
+		if r := m.GetReplicas(); r != nil {
+			last = r.GetAddresses()
+			if ok(last) {
+				return last
+			}
+		}
+	}
+}
+
+func listsAddr(addrs []string, addr string) bool {
+	for _, a := range addrs {
+		if contains(a, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// A replica started after a node connected is pushed to the node at once by
+// the replica holding it, and so is one that stops: the node's list follows
+// the replicas without waiting for its next Hello.
+func TestNodeIsToldWhenReplicasJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	a := coordtest.Start(t, db.URL, coordtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, key := enroll(t, a)
+	node, ack := connectNode(t, ctx, a, id, key)
+	if len(ack.Replicas) != 1 || !listsAddr(ack.Replicas, a.Addr()) {
+		t.Fatalf("HelloAck lists replicas %v, want only A (%s)", ack.Replicas, a.Addr())
+	}
+
+	b := coordtest.Start(t, db.URL, coordtest.Options{})
+	replicasPushed(t, node, "A and B", func(got []string) bool {
+		return len(got) == 2 && listsAddr(got, a.Addr()) && listsAddr(got, b.Addr())
+	})
+
+	b.Stop()
+	replicasPushed(t, node, "only A", func(got []string) bool {
+		return len(got) == 1 && listsAddr(got, a.Addr())
+	})
+}

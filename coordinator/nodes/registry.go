@@ -10,6 +10,7 @@
 package nodes
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -304,4 +305,23 @@ func (r *Registry) Forget(nodeID, taskID string) {
 	if s, ok := r.Get(nodeID); ok {
 		s.release(taskID)
 	}
+}
+
+// pushReplicas sends every session the list of replica addresses. A session
+// whose queue is full goes without: it gets the list with its next HelloAck.
+func (r *Registry) pushReplicas(addrs []string) {
+	r.mu.Lock()
+	all := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	for _, s := range all {
+		_ = s.trySend(replicasMessage(addrs))
+	}
+}
+
+func replicasMessage(addrs []string) *podiumv1.StreamResponse {
+	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Replicas{
+		Replicas: &podiumv1.Replicas{Addresses: slices.Clone(addrs)}}}
 }

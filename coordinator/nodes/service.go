@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,6 +145,7 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Go(func() { s.flushLoop(ctx) })
 	wg.Go(func() { s.takeoverLoop(ctx) })
 	wg.Go(func() { s.leaseLoop(ctx) })
+	wg.Go(func() { s.replicasLoop(ctx) })
 	wg.Wait()
 	return nil
 }
@@ -220,6 +222,44 @@ func (s *Service) fleetChanged() {
 	select {
 	case s.fleetBell <- struct{}{}:
 	default:
+	}
+}
+
+// replicasWindow is how recently a replica must have touched its row to be
+// listed to nodes; each touches it every 10 s (flushLoop).
+const replicasWindow = time.Minute
+
+// replicasLoop pushes the list of replicas to every node this replica holds
+// when a replica joins or leaves: at once on the ChannelReplicas doorbell
+// (RegisterReplica, RetireReplica), and, for a replica that died without
+// retiring, when its row ages out, which the touch tick notices. It pushes
+// only a list that differs from the last one it read; a session that started
+// while the list changed reads it again once registered (Stream).
+func (s *Service) replicasLoop(ctx context.Context) {
+	bell, unsubscribe := s.bus.Subscribe(store.ChannelReplicas, "")
+	defer unsubscribe()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	last, _ := s.store.ReplicaAddresses(ctx, replicasWindow)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-bell:
+		case <-tick.C:
+		}
+		addrs, err := s.store.ReplicaAddresses(ctx, replicasWindow)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("nodes: list replicas (nodes keep the list they have)", "err", err)
+			}
+			continue
+		}
+		if len(addrs) == 0 || slices.Equal(addrs, last) {
+			continue
+		}
+		last = addrs
+		s.reg.pushReplicas(addrs)
 	}
 }
 

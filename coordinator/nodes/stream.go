@@ -69,7 +69,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
 	}
-	replicas, err := s.store.ReplicaAddresses(ctx, time.Minute)
+	replicas, err := s.store.ReplicaAddresses(ctx, replicasWindow)
 	if err != nil {
 		s.log.Warn("nodes: list replicas", "err", err)
 	}
@@ -92,6 +92,12 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	s.reg.put(sess)
 	defer s.reg.remove(sess)
 	defer sess.Close()
+	// A replica that joined or left between the HelloAck's list and put is
+	// pushed by nobody else: replicasLoop pushes to the sessions registered
+	// when it reads the list. Reading it again now closes that gap.
+	if now, err := s.store.ReplicaAddresses(ctx, replicasWindow); err == nil && len(now) > 0 && !slices.Equal(now, replicas) {
+		_ = sess.trySend(replicasMessage(now))
+	}
 	s.log.Info("node connected", "node", node.ID, "epoch", sess.Epoch, "hostname", hello.GetHostname(),
 		"running", len(hello.GetRunning()))
 

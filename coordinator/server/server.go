@@ -175,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	sessions := nodes.NewRegistry()
 	m := metrics.New(st, sessions.Len, log)
 	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
-		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, leader.Channel}},
+		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},
 		bus.Deps{Metrics: m, Log: log})
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
@@ -380,9 +380,14 @@ func (s *Server) Run(ctx context.Context) error {
 		err = nil
 	}
 	s.log.Info("coordinator shutting down")
-	s.nodes.Registry().CloseAll()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Out of the list first, so the other replicas stop naming this one to
+	// their nodes; the nodes this one held reconnect elsewhere.
+	if rerr := s.store.RetireReplica(sctx, s.cfg.ReplicaID); rerr != nil {
+		s.log.Warn("take this replica out of the list nodes are given", "err", rerr)
+	}
+	s.nodes.Registry().CloseAll()
 	if serr := s.http.Shutdown(sctx); serr != nil {
 		s.log.Warn("http shutdown", "err", serr)
 		_ = s.http.Close()

@@ -21,6 +21,9 @@ const (
 	ChannelTaskEvents   = "podium_task_events"
 	ChannelSubmit       = "podium_submit"
 	ChannelTakeover     = "podium_session_takeover"
+	// ChannelReplicas, with no payload, means "a replica joined or left":
+	// each replica pushes the new list to the nodes it holds.
+	ChannelReplicas = "podium_replicas"
 )
 
 // PayloadFleet on ChannelSubmit says a node connected, went, or had its

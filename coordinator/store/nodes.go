@@ -196,11 +196,26 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 	return written, err
 }
 
-// RegisterReplica records a replica and the address nodes can reach it on.
+// RegisterReplica records a replica and the address nodes can reach it on,
+// then rings ChannelReplicas (after the commit) so every replica tells its
+// nodes.
 func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {
-	_, err := s.pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
-		on conflict (id) do update set address = excluded.address, seen_at = now()`, id, address)
-	return err
+	if _, err := s.pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
+		on conflict (id) do update set address = excluded.address, seen_at = now()`, id, address); err != nil {
+		return err
+	}
+	return s.Notify(ctx, ChannelReplicas, "")
+}
+
+// RetireReplica takes a stopping replica out of the list nodes are given
+// and rings ChannelReplicas. A replica that dies without retiring drops out
+// once its row has not been touched for the window ReplicaAddresses is
+// asked about.
+func (s *Store) RetireReplica(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, "delete from podium.replicas where id = $1", id); err != nil {
+		return err
+	}
+	return s.Notify(ctx, ChannelReplicas, "")
 }
 
 // TouchReplica tells the others this replica is still alive.

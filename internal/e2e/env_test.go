@@ -98,6 +98,12 @@ func newEnvWithArtifacts(t *testing.T, s3 *s3test.Server) *env {
 // newEnvOpts is newEnv with the replica's options and flags for the agent.
 func newEnvOpts(t *testing.T, opts coordtest.Options, agentArgs []string, labels ...string) *env {
 	t.Helper()
+	return newEnvEnroll(t, opts, nil, agentArgs, labels...)
+}
+
+// newEnvEnroll is newEnvOpts with flags for `podium-agent enroll`.
+func newEnvEnroll(t *testing.T, opts coordtest.Options, enrollArgs, agentArgs []string, labels ...string) *env {
+	t.Helper()
 	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs, opts: opts}
 	e.db = pgtest.NewDatabase(t)
 	e.r = coordtest.Start(t, e.db.URL, opts)
@@ -106,8 +112,8 @@ func newEnvOpts(t *testing.T, opts coordtest.Options, agentArgs []string, labels
 	if err != nil {
 		t.Fatal(err)
 	}
-	enroll := exec.Command(filepath.Join(binDir, "podium-agent"), "enroll", "--coordinator", e.r.URL(),
-		"--token", tok.Msg.Token, "--data-dir", e.data)
+	enroll := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"enroll", "--coordinator", e.r.URL(),
+		"--token", tok.Msg.Token, "--data-dir", e.data}, enrollArgs...)...)
 	var stderr bytes.Buffer
 	enroll.Stderr = &stderr
 	out, err := enroll.Output()

@@ -1101,6 +1101,53 @@ func (x *NodeConfig) GetLabels() []string {
 	return nil
 }
 
+// Replicas is the current list of replica addresses (as in HelloAck), pushed
+// to connected nodes whenever a replica joins or leaves, so a node learns of a
+// replica started after it connected. It always carries the whole list.
+type Replicas struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replicas) Reset() {
+	*x = Replicas{}
+	mi := &file_podium_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replicas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replicas) ProtoMessage() {}
+
+func (x *Replicas) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
+func (*Replicas) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Replicas) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
 // Inject delivers one message from a person into a running task's inbox.
 type Inject struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1115,7 +1162,7 @@ type Inject struct {
 
 func (x *Inject) Reset() {
 	*x = Inject{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1174,7 @@ func (x *Inject) String() string {
 func (*Inject) ProtoMessage() {}
 
 func (x *Inject) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1187,7 @@ func (x *Inject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inject.ProtoReflect.Descriptor instead.
 func (*Inject) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Inject) GetTaskId() string {
@@ -1181,6 +1228,7 @@ type StreamResponse struct {
 	//	*StreamResponse_Ack
 	//	*StreamResponse_Config
 	//	*StreamResponse_Inject
+	//	*StreamResponse_Replicas
 	Msg           isStreamResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1188,7 +1236,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1248,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1261,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1277,6 +1325,15 @@ func (x *StreamResponse) GetInject() *Inject {
 	return nil
 }
 
+func (x *StreamResponse) GetReplicas() *Replicas {
+	if x != nil {
+		if x, ok := x.Msg.(*StreamResponse_Replicas); ok {
+			return x.Replicas
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Msg interface {
 	isStreamResponse_Msg()
 }
@@ -1305,6 +1362,10 @@ type StreamResponse_Inject struct {
 	Inject *Inject `protobuf:"bytes,6,opt,name=inject,proto3,oneof"`
 }
 
+type StreamResponse_Replicas struct {
+	Replicas *Replicas `protobuf:"bytes,7,opt,name=replicas,proto3,oneof"`
+}
+
 func (*StreamResponse_HelloAck) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Assign) isStreamResponse_Msg() {}
@@ -1316,6 +1377,8 @@ func (*StreamResponse_Ack) isStreamResponse_Msg() {}
 func (*StreamResponse_Config) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Inject) isStreamResponse_Msg() {}
+
+func (*StreamResponse_Replicas) isStreamResponse_Msg() {}
 
 // ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
 // no session, so it carries the node's credentials itself, the same node_id and
@@ -1340,7 +1403,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1415,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1428,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1432,7 +1495,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1507,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1520,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1518,7 +1581,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1593,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1606,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1665,20 +1728,23 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"NodeConfig\x12\x1a\n" +
 	"\bdraining\x18\x01 \x01(\bR\bdraining\x12,\n" +
 	"\x12max_tasks_override\x18\x02 \x01(\x05R\x10maxTasksOverride\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"n\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"(\n" +
+	"\bReplicas\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\"n\n" +
 	"\x06Inject\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x03 \x01(\x03R\tmessageId\x12\x12\n" +
-	"\x04text\x18\x04 \x01(\tR\x04text\"\xa7\x02\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\"\xda\x02\n" +
 	"\x0eStreamResponse\x122\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x13.podium.v1.HelloAckH\x00R\bhelloAck\x12+\n" +
 	"\x06assign\x18\x02 \x01(\v2\x11.podium.v1.AssignH\x00R\x06assign\x12+\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x11.podium.v1.CancelH\x00R\x06cancel\x12\"\n" +
 	"\x03ack\x18\x04 \x01(\v2\x0e.podium.v1.AckH\x00R\x03ack\x12/\n" +
 	"\x06config\x18\x05 \x01(\v2\x15.podium.v1.NodeConfigH\x00R\x06config\x12+\n" +
-	"\x06inject\x18\x06 \x01(\v2\x11.podium.v1.InjectH\x00R\x06injectB\x05\n" +
+	"\x06inject\x18\x06 \x01(\v2\x11.podium.v1.InjectH\x00R\x06inject\x121\n" +
+	"\breplicas\x18\a \x01(\v2\x13.podium.v1.ReplicasH\x00R\breplicasB\x05\n" +
 	"\x03msg\"\x89\x01\n" +
 	"\fArtifactMeta\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
@@ -1715,7 +1781,7 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
 	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
@@ -1732,14 +1798,15 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*Cancel)(nil),                 // 12: podium.v1.Cancel
 	(*Ack)(nil),                    // 13: podium.v1.Ack
 	(*NodeConfig)(nil),             // 14: podium.v1.NodeConfig
-	(*Inject)(nil),                 // 15: podium.v1.Inject
-	(*StreamResponse)(nil),         // 16: podium.v1.StreamResponse
-	(*ArtifactMeta)(nil),           // 17: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 18: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 19: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 20: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 21: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*Replicas)(nil),               // 15: podium.v1.Replicas
+	(*Inject)(nil),                 // 16: podium.v1.Inject
+	(*StreamResponse)(nil),         // 17: podium.v1.StreamResponse
+	(*ArtifactMeta)(nil),           // 18: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 19: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 20: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 21: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 22: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
@@ -1747,30 +1814,31 @@ var file_podium_v1_node_proto_depIdxs = []int32{
 	4,  // 2: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
 	6,  // 3: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
 	0,  // 4: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	20, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	21, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
 	5,  // 6: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
 	8,  // 7: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
 	9,  // 8: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	21, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	22, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
 	7,  // 10: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
 	11, // 11: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
 	12, // 12: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
 	13, // 13: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
 	14, // 14: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	15, // 15: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	17, // 16: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	22, // 17: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 18: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	10, // 19: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	18, // 20: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	3,  // 21: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	16, // 22: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	19, // 23: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	21, // [21:24] is the sub-list for method output_type
-	18, // [18:21] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 15: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	15, // 16: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	18, // 17: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	23, // 18: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 19: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	10, // 20: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	19, // 21: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	3,  // 22: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	17, // 23: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	20, // 24: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -1784,15 +1852,16 @@ func file_podium_v1_node_proto_init() {
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[16].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[17].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
 		(*StreamResponse_Ack)(nil),
 		(*StreamResponse_Config)(nil),
 		(*StreamResponse_Inject)(nil),
+		(*StreamResponse_Replicas)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[18].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[19].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -1802,7 +1871,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
