@@ -289,6 +289,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	what, reason := "", ""
 	if err := s.store.Ping(ctx); err != nil {
 		what, reason = "Postgres does not answer", err.Error()
+	} else if err := s.leases.Ready(); err != nil {
+		// Without its lease connection the replica can hold no node's
+		// stream and cannot lead: nodes sent here would be refused.
+		what, reason = "the lease connection to Postgres is down", err.Error()
+	} else if err := s.bus.Ready(); err != nil {
+		what, reason = "the doorbell listener on Postgres is down", err.Error()
 	} else if err := s.artifacts.Ready(); err != nil && !errors.Is(err, artifacts.ErrNotConfigured) {
 		// A configured object store that does not answer makes the replica
 		// not ready: it would refuse every artifact upload. One that was
