@@ -48,7 +48,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: nodeLimits(capa.GetLimits()),
+		Limits: nodeLimits(capa.GetLimits()), Lock: key,
 	})
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
