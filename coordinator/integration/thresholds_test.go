@@ -74,6 +74,14 @@ func TestThresholdsSharedByReplicas(t *testing.T) {
 	if stored.OfflineAfter != 20*time.Second || stored.UnreachableAfter != 3*time.Second || stored.SetBy != c.ReplicaID() {
 		t.Fatalf("stored %+v", stored)
 	}
+	// A node is told them in HelloAck, by any replica.
+	id, key := enroll(t, b)
+	node, ack := connectNode(t, ctx, b, id, key)
+	if ack.GetUnreachableAfterMs() != 3000 || ack.GetOfflineAfterMs() != 20000 {
+		t.Fatalf("HelloAck from B says unreachable %d ms, offline %d ms; want the stored 3000, 20000", ack.GetUnreachableAfterMs(), ack.GetOfflineAfterMs())
+	}
+	_ = node.stream.CloseRequest()
+	_ = node.stream.CloseResponse()
 	if l := log.String(); !strings.Contains(l, "replace the stored ones") || !strings.Contains(l, "set_by="+a.ReplicaID()) {
 		t.Fatalf("C's log does not warn that it replaced A's thresholds:\n%s", l)
 	}

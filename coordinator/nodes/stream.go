@@ -215,6 +215,13 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 		NodeId: node.ID, Replica: s.cfg.Replica, HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
 		Labels: node.Labels, Draining: node.Draining, MaxTasksOverride: node.MaxTasksOverride,
 	}
+	// The thresholds as stored for every replica now, so the node fences
+	// itself by the same clock the leader's watchdog uses.
+	if th, err := s.store.Thresholds(ctx); err == nil {
+		ack.UnreachableAfterMs, ack.OfflineAfterMs = th.UnreachableAfter.Milliseconds(), th.OfflineAfter.Milliseconds()
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
+	}
 	var cancels []*podiumv1.Cancel
 	reported := map[string]int32{}
 	for _, r := range running {
