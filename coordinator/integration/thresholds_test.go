@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
@@ -102,4 +104,38 @@ func TestThresholdsSharedByReplicas(t *testing.T) {
 		t.Fatalf("a refused replica changed the stored thresholds: %+v %v", again, err)
 	}
 
+}
+
+// A leader takes thresholds another replica stored at its next sweep, not at
+// its next term: with the leader's own at an hour, a node that stops
+// heartbeating goes offline within seconds of a replica storing 1 s and 2 s.
+func TestLeaderTakesStoredThresholds(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fast := nodes.Config{HeartbeatInterval: 500 * time.Millisecond} // told in HelloAck; the sim node never beats
+	a := coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
+		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Hour, OfflineAfter: 2 * time.Hour}})
+	coordtest.Eventually(t, 10*time.Second, "A to lead", a.Leading)
+	id, key := enroll(t, a)
+	node, _ := connectNode(t, ctx, a, id, key)
+	defer func() {
+		_ = node.stream.CloseRequest()
+		_ = node.stream.CloseResponse()
+	}()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
+		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}})
+	coordtest.Eventually(t, 20*time.Second, "the node to go offline by the stored thresholds", func() bool {
+		var status string
+		if err := conn.QueryRow(ctx, "select status from podium.nodes where id = $1", id).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		return status == "offline"
+	})
 }
