@@ -218,7 +218,42 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		hbDefault = d
 	}
-	hb := fs.Duration("heartbeat-interval", hbDefault, "how often nodes heartbeat (PODIUM_HEARTBEAT_INTERVAL)")
+	hb := fs.Duration("heartbeat-interval", hbDefault, "how often nodes heartbeat (PODIUM_HEARTBEAT_INTERVAL); shorter than --unreachable-after")
+	// The thresholds every replica must agree on are stored in Postgres:
+	// those given here (by flag or variable) replace the stored ones for
+	// every replica; those not given are read from there.
+	def := server.DefaultThresholds()
+	var th server.Thresholds
+	thresholds := []struct {
+		flag, env string
+		into      *time.Duration
+		def       time.Duration
+		usage     string
+	}{
+		{"unreachable-after", "PODIUM_UNREACHABLE_AFTER", &th.UnreachableAfter, def.UnreachableAfter, "a node without a heartbeat this long is unreachable; its tasks keep running"},
+		{"offline-after", "PODIUM_OFFLINE_AFTER", &th.OfflineAfter, def.OfflineAfter, "a node without a heartbeat this long is offline and its tasks are requeued or lost; longer than --unreachable-after"},
+		{"ack-deadline", "PODIUM_ACK_DEADLINE", &th.AckDeadline, def.AckDeadline, "an assignment a node has not accepted this long after it was made is revoked and requeued"},
+		{"write-off-after", "PODIUM_WRITE_OFF_AFTER", &th.WriteOffAfter, def.WriteOffAfter, "a cancelled task whose node is gone is written off after this long"},
+	}
+	given := map[string]*time.Duration{}
+	for _, f := range thresholds {
+		v, ok := os.LookupEnv(f.env)
+		if ok && v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				fmt.Fprintf(stderr, "podium-coordinator: %s=%q: want a positive duration such as %s\n", f.env, v, f.def)
+				return 2
+			}
+			*f.into = d
+		}
+		// The flag's own variable shows the default in -h; what was given is
+		// copied into th after parsing.
+		val := f.def
+		if *f.into != 0 {
+			val = *f.into
+		}
+		given[f.flag] = fs.Duration(f.flag, val, f.usage+"; stored for every replica; unset: the stored value, else "+f.def.String()+" ("+f.env+")")
+	}
 	ts := tailnetFlags(fs)
 	var art artifacts.Config
 	fs.StringVar(&art.Endpoint, "s3-endpoint", env("PODIUM_S3_ENDPOINT", ""), "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused")
@@ -250,6 +285,25 @@ func serve(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	var zero string
+	fs.Visit(func(f *flag.Flag) {
+		for _, t := range thresholds {
+			if f.Name == t.flag {
+				*t.into = *given[t.flag]
+				if *t.into == 0 {
+					zero = t.flag
+				}
+			}
+		}
+	})
+	if zero != "" {
+		fmt.Fprintf(stderr, "podium-coordinator: --%s 0: want a positive duration\n", zero)
+		return 2
+	}
+	if err := th.Or(def).Check(*hb); err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	if maxConns < 1 || bodyTimeout <= 0 || idleTimeout <= 0 {
 		fmt.Fprintln(stderr, "podium-coordinator: --max-connections, --body-read-timeout and --idle-timeout must be positive")
 		return 2
@@ -279,7 +333,7 @@ func serve(args []string, stderr io.Writer) int {
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
-		Transport: *ts.transport, Tailnet: ts.config(),
+		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	srv, err := server.New(ctx, cfg)

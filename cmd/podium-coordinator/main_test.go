@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -98,5 +99,42 @@ func TestDebugListen(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Errorf("/debug/pprof/cmdline: %s", res.Status)
+	}
+}
+
+// Thresholds that cannot work are refused at start, before anything is
+// touched, by flag or by variable, and the error says what to change.
+func TestThresholdsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		says []string
+	}{
+		{[]string{"--offline-after", "20s"}, nil, []string{"--offline-after 20s is not longer than --unreachable-after 30s", "raise --offline-after or lower --unreachable-after"}},
+		{[]string{"--unreachable-after", "5m"}, nil, []string{"--offline-after 2m0s is not longer than --unreachable-after 5m0s"}},
+		{[]string{"--unreachable-after", "10s"}, nil, []string{"--unreachable-after 10s is not longer than --heartbeat-interval 10s", "raise --unreachable-after", "lower --heartbeat-interval"}},
+		{[]string{"--heartbeat-interval", "1m"}, nil, []string{"--unreachable-after 30s is not longer than --heartbeat-interval 1m0s"}},
+		{nil, map[string]string{"PODIUM_UNREACHABLE_AFTER": "1s", "PODIUM_OFFLINE_AFTER": "5s", "PODIUM_HEARTBEAT_INTERVAL": "1s"}, []string{"--unreachable-after 1s is not longer than --heartbeat-interval 1s"}},
+		{nil, map[string]string{"PODIUM_UNREACHABLE_AFTER": "3s", "PODIUM_OFFLINE_AFTER": "3s", "PODIUM_HEARTBEAT_INTERVAL": "1s"}, []string{"--offline-after 3s is not longer than --unreachable-after 3s"}},
+		{[]string{"--ack-deadline", "0"}, nil, []string{"--ack-deadline 0: want a positive duration"}},
+		{[]string{"--write-off-after", "-1s"}, nil, []string{"must all be positive"}},
+		{nil, map[string]string{"PODIUM_ACK_DEADLINE": "soon"}, []string{`PODIUM_ACK_DEADLINE="soon": want a positive duration`}},
+	} {
+		t.Run(strings.Join(c.args, " ")+fmt.Sprint(c.env), func(t *testing.T) {
+			// No database: the thresholds are refused before one is needed.
+			t.Setenv("PODIUM_DATABASE_URL", "")
+			for _, k := range []string{"PODIUM_UNREACHABLE_AFTER", "PODIUM_OFFLINE_AFTER", "PODIUM_ACK_DEADLINE", "PODIUM_WRITE_OFF_AFTER", "PODIUM_HEARTBEAT_INTERVAL"} {
+				t.Setenv(k, c.env[k])
+			}
+			var stderr bytes.Buffer
+			if code := run(append([]string{"serve"}, c.args...), &stderr); code != 2 {
+				t.Fatalf("exit %d, want 2: %s", code, stderr.String())
+			}
+			for _, want := range c.says {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("says %q; want it to say %q", stderr.String(), want)
+				}
+			}
+		})
 	}
 }

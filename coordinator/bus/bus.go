@@ -7,6 +7,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,7 +26,17 @@ type Bus struct {
 	mu      sync.Mutex
 	subs    map[string]map[string]map[*sub]struct{} // channel → key → subscribers
 	l       pgxlisten.Listener
+	// channels is how many channels a connection listens on; conn is the
+	// listener's current connection and listening how many of them it
+	// listens on yet (Ready).
+	channels  int
+	conn      *pgx.Conn
+	listening int
 }
+
+// ErrNotListening is what Ready says while the listener connection is down
+// or has not yet listened on every channel.
+var ErrNotListening = errors.New("bus: the listener connection is not listening (reconnecting)")
 
 type sub struct{ ch chan struct{} }
 
@@ -51,10 +62,23 @@ func New(cfg Config, deps Deps) *Bus {
 	log := deps.Log
 	b := &Bus{log: log, metrics: deps.Metrics, subs: map[string]map[string]map[*sub]struct{}{}}
 	b.l = pgxlisten.Listener{
-		Connect:        func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cfg.DatabaseURL) },
-		LogError:       func(_ context.Context, err error) { log.Warn("bus: listener", "err", err) },
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			b.setConn(nil)
+			conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+			if err == nil {
+				b.setConn(conn)
+			}
+			return conn, err
+		},
+		LogError: func(_ context.Context, err error) {
+			// Every error pgxlisten reports but a handler's (which ours never
+			// return) ends the connection.
+			b.setConn(nil)
+			log.Warn("bus: listener", "err", err)
+		},
 		ReconnectDelay: time.Second,
 	}
+	b.channels = len(cfg.Channels)
 	for _, c := range cfg.Channels {
 		b.subs[c] = map[string]map[*sub]struct{}{}
 		b.l.Handle(c, handler{b: b})
@@ -72,8 +96,32 @@ func (h handler) HandleNotification(_ context.Context, n *pgconn.Notification, _
 
 // HandleBacklog runs on every (re)connect: whatever was notified while the
 // connection was down is lost, so every subscriber of the channel re-reads.
-func (h handler) HandleBacklog(_ context.Context, channel string, _ *pgx.Conn) error {
+func (h handler) HandleBacklog(_ context.Context, channel string, conn *pgx.Conn) error {
+	h.b.mu.Lock()
+	if h.b.conn == conn {
+		h.b.listening++
+	}
+	h.b.mu.Unlock()
 	h.b.ringAll(channel)
+	return nil
+}
+
+func (b *Bus) setConn(conn *pgx.Conn) {
+	b.mu.Lock()
+	b.conn, b.listening = conn, 0
+	b.mu.Unlock()
+}
+
+// Ready says whether the listener connection is up and listening on every
+// channel: nil if it is, ErrNotListening while it is (re)connecting. A
+// replica that is not listening misses doorbells; it catches up when it
+// listens again, but until then it answers late.
+func (b *Bus) Ready() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn == nil || b.listening < b.channels {
+		return ErrNotListening
+	}
 	return nil
 }
 

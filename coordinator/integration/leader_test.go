@@ -23,7 +23,7 @@ func TestLeaderFailover(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	opts := coordtest.Options{
-		Nodes:    nodes.Config{HeartbeatInterval: time.Hour},
+		Nodes:    nodes.Config{HeartbeatInterval: 500 * time.Millisecond}, // the sim node never beats
 		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
 	}
 	a := coordtest.Start(t, db.URL, opts)

@@ -79,7 +79,7 @@ func TestGracePeriodAfterRestart(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	wd := nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: 2 * time.Second, OfflineAfter: 4 * time.Second}
-	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd, Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	id, key := enroll(t, r)
@@ -100,7 +100,7 @@ func TestGracePeriodAfterRestart(t *testing.T) {
 	if _, err := conn.Exec(ctx, "update podium.nodes set last_heartbeat_at = now() - interval '1 hour'"); err != nil {
 		t.Fatal(err)
 	}
-	r2 := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd})
+	r2 := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd, Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}})
 	coordtest.Eventually(t, 10*time.Second, "a leader", r2.Leading)
 	// Well inside the grace period the node is not offline and its task runs.
 	// The sleep is the scenario: that nothing happens for a while can only be

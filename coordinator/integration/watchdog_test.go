@@ -21,7 +21,7 @@ func TestWatchdogNodeLossPolicy(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{
-		Nodes:    nodes.Config{HeartbeatInterval: time.Hour}, // the sim node never beats
+		Nodes:    nodes.Config{HeartbeatInterval: 500 * time.Millisecond}, // told in HelloAck; the sim node never beats
 		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -61,6 +62,27 @@ func (k *Keeper) Run(ctx context.Context) error {
 			k.ready = make(chan struct{})
 			k.mu.Unlock()
 		}
+	}
+}
+
+// ErrNoLease is what Ready says while the keeper has no live lease
+// connection: the replica can take no node's stream and cannot lead.
+var ErrNoLease = errors.New("lease: no lease connection (reconnecting)")
+
+// Ready says whether the keeper holds a live lease connection now: nil if it
+// does, ErrNoLease while it is (re)connecting.
+func (k *Keeper) Ready() error {
+	k.mu.Lock()
+	cur := k.cur
+	k.mu.Unlock()
+	if cur == nil {
+		return ErrNoLease
+	}
+	select {
+	case <-cur.Lost():
+		return ErrNoLease
+	default:
+		return nil
 	}
 }
 

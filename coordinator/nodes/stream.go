@@ -48,7 +48,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: nodeLimits(capa.GetLimits()),
+		Limits: nodeLimits(capa.GetLimits()), Lock: key,
 	})
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
@@ -220,6 +220,13 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 	ack := &podiumv1.HelloAck{
 		NodeId: node.ID, Replica: s.cfg.Replica, HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
 		Labels: node.Labels, Draining: node.Draining, MaxTasksOverride: node.MaxTasksOverride,
+	}
+	// The thresholds as stored for every replica now, so the node fences
+	// itself by the same clock the leader's watchdog uses.
+	if th, err := s.store.Thresholds(ctx); err == nil {
+		ack.UnreachableAfterMs, ack.OfflineAfterMs = th.UnreachableAfter.Milliseconds(), th.OfflineAfter.Milliseconds()
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
 	}
 	var cancels []*podiumv1.Cancel
 	reported := map[string]int32{}

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/store"
@@ -52,6 +53,7 @@ func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) error {
 			return nil
 		case <-t.C:
 		}
+		s.storedThresholds(ctx, &w)
 		changes, err := s.store.SweepHealth(ctx, w.UnreachableAfter, w.OfflineAfter, start)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -78,5 +80,22 @@ func (s *Service) RunWatchdog(ctx context.Context, w Watchdog) error {
 		if len(lost) > 0 {
 			_ = s.store.Notify(ctx, store.ChannelSubmit, "")
 		}
+	}
+}
+
+// storedThresholds takes the thresholds stored for every replica
+// (podium.settings): a replica started since with other flags changes them
+// for the leader at its next sweep, not at its next term.
+func (s *Service) storedThresholds(ctx context.Context, w *Watchdog) {
+	st, err := s.store.Thresholds(ctx)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+			s.log.Warn("watchdog: cannot read the stored thresholds; keeping the last ones", "err", err)
+		}
+		return
+	}
+	if st.UnreachableAfter != w.UnreachableAfter || st.OfflineAfter != w.OfflineAfter {
+		s.log.Info("watchdog: thresholds changed", "unreachable_after", st.UnreachableAfter, "offline_after", st.OfflineAfter, "set_by", st.SetBy)
+		w.UnreachableAfter, w.OfflineAfter = st.UnreachableAfter, st.OfflineAfter
 	}
 }

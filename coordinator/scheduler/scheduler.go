@@ -8,6 +8,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -145,6 +146,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // are taken back, tasks past their timeout are stopped, and cancelled tasks
 // whose node is gone are written off.
 func (s *Scheduler) Sweep(ctx context.Context) {
+	s.storedThresholds(ctx)
 	steps := []struct {
 		name string
 		run  func() ([]store.Touched, error)
@@ -242,4 +244,21 @@ func (s *Scheduler) readFleet(ctx context.Context) error {
 	}
 	s.fleet, s.fleetAt, s.fleetStale = fleet, at, false
 	return nil
+}
+
+// storedThresholds takes the deadlines stored for every replica
+// (podium.settings): a replica started since with other flags changes them
+// for the leader at its next sweep, not at its next term.
+func (s *Scheduler) storedThresholds(ctx context.Context) {
+	st, err := s.store.Thresholds(ctx)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+			s.log.Warn("scheduler: cannot read the stored thresholds; keeping the last ones", "err", err)
+		}
+		return
+	}
+	if st.AckDeadline != s.cfg.AckDeadline || st.WriteOffAfter != s.cfg.WriteOffAfter {
+		s.log.Info("scheduler: deadlines changed", "ack_deadline", st.AckDeadline, "write_off_after", st.WriteOffAfter, "set_by", st.SetBy)
+		s.cfg.AckDeadline, s.cfg.WriteOffAfter = st.AckDeadline, st.WriteOffAfter
+	}
 }

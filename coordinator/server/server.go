@@ -72,10 +72,15 @@ type Config struct {
 	Advertise string
 	// ReplicaID names this replica; a fresh id by default.
 	ReplicaID string
-	Nodes     nodes.Config
-	Watchdog  nodes.Watchdog
-	Scheduler scheduler.Config
-	Leader    leader.Config
+	// Thresholds are the ones given explicitly (flags); they are stored for
+	// every replica, and zero fields are read from what is stored (see
+	// Thresholds). Non-zero thresholds in Watchdog and Scheduler count as
+	// given too.
+	Thresholds Thresholds
+	Nodes      nodes.Config
+	Watchdog   nodes.Watchdog
+	Scheduler  scheduler.Config
+	Leader     leader.Config
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
 	Artifacts artifacts.Config
@@ -149,6 +154,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
+		AckDeadline: cfg.Scheduler.AckDeadline, WriteOffAfter: cfg.Scheduler.WriteOffAfter})
+	if cfg.Nodes.HeartbeatInterval == 0 {
+		cfg.Nodes.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	th, err := settleThresholds(ctx, st, cfg.ReplicaID, given, cfg.Nodes.HeartbeatInterval, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	cfg.Thresholds = th
+	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
+	cfg.Scheduler.AckDeadline, cfg.Scheduler.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
 	arts, err := artifacts.New(cfg.Artifacts, st, log)
 	if err != nil {
 		st.Close()
@@ -276,6 +294,10 @@ func (s *Server) Leading() bool { return s.leader.Leading() }
 // Artifacts is the replica's artifact store.
 func (s *Server) Artifacts() *artifacts.Service { return s.artifacts }
 
+// Thresholds are the thresholds the replica read from Postgres when it
+// started; the leader reads them again on every sweep.
+func (s *Server) Thresholds() Thresholds { return s.cfg.Thresholds }
+
 // Leases is the replica's lease keeper.
 func (s *Server) Leases() *lease.Keeper { return s.leases }
 
@@ -289,6 +311,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	what, reason := "", ""
 	if err := s.store.Ping(ctx); err != nil {
 		what, reason = "Postgres does not answer", err.Error()
+	} else if err := s.leases.Ready(); err != nil {
+		// Without its lease connection the replica can hold no node's
+		// stream and cannot lead: nodes sent here would be refused.
+		what, reason = "the lease connection to Postgres is down", err.Error()
+	} else if err := s.bus.Ready(); err != nil {
+		what, reason = "the doorbell listener on Postgres is down", err.Error()
 	} else if err := s.artifacts.Ready(); err != nil && !errors.Is(err, artifacts.ErrNotConfigured) {
 		// A configured object store that does not answer makes the replica
 		// not ready: it would refuse every artifact upload. One that was

@@ -135,9 +135,12 @@ func TestHealthAndReadiness(t *testing.T) {
 	if code, body := get(t, r.URL()+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
-	if code, body := get(t, r.URL()+"/readyz"); code != http.StatusOK || body != "ready\n" {
-		t.Fatalf("/readyz with Postgres up and no object store configured: %d %q", code, body)
-	}
+	// Ready once the lease connection and the listener are up, which Run
+	// opens after the replica starts serving.
+	wait.For(t, 30*time.Second, "/readyz with Postgres up and no object store configured to answer ready", func() bool {
+		code, body := get(t, r.URL()+"/readyz")
+		return code == http.StatusOK && body == "ready\n"
+	})
 	if code, _ := get(t, r.URL()+"/metrics"); code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
@@ -186,4 +189,65 @@ func TestHealthAndReadiness(t *testing.T) {
 		code, _ := get(t, r.URL()+"/readyz")
 		return code == http.StatusOK
 	})
+}
+
+// /readyz is not ready while the replica's lease connection or its doorbell
+// listener is down, though Postgres answers its pool: a replica without its
+// lease can take no node's stream, one without its listener hears no
+// doorbell. It is ready again once each is back. New connections to the
+// database are refused while the one connection is killed, so it stays down
+// until the test lets it back.
+func TestReadinessWaitsForLeaseAndListener(t *testing.T) {
+	t.Parallel()
+	r, db := coordtest.New(t)
+	ready := func() bool {
+		code, _ := get(t, r.URL()+"/readyz")
+		return code == http.StatusOK
+	}
+	wait.For(t, 30*time.Second, "/readyz to answer ready", ready)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pgtest.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	allow := func(yes bool) {
+		t.Helper()
+		q := `alter database "` + db.Name + `" allow_connections ` + map[bool]string{true: "true", false: "false"}[yes]
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	defer allow(true)
+	for _, c := range []struct{ name, pid, says string }{
+		{"the lease connection", "", "lease connection"},
+		{"the listener", `select pid from pg_stat_activity where datname = $1 and query ilike 'listen %'`, "doorbell listener"},
+	} {
+		var pid uint32
+		if c.pid == "" {
+			l, err := r.Leases().Current(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid = l.PID()
+		} else if err := admin.QueryRow(ctx, c.pid, db.Name).Scan(&pid); err != nil {
+			t.Fatalf("find %s's backend: %v", c.name, err)
+		}
+		allow(false)
+		if _, err := admin.Exec(ctx, "select pg_terminate_backend($1)", int(pid)); err != nil {
+			t.Fatal(err)
+		}
+		wait.For(t, 30*time.Second, "/readyz to say "+c.name+" is down", func() bool {
+			code, body := get(t, r.URL()+"/readyz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, c.says)
+		})
+		// Still not ready while it cannot come back: the pool answers, the
+		// killed connection does not.
+		if code, body := get(t, r.URL()+"/readyz"); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz while %s cannot reconnect: %d %q", c.name, code, body)
+		}
+		allow(true)
+		wait.For(t, 30*time.Second, "/readyz to be ready once "+c.name+" is back", ready)
+	}
 }

@@ -110,6 +110,12 @@ type SessionStart struct {
 	DiskFreeMB   int64
 	MaxTasks     int32
 	Limits       NodeLimits
+	// Lock is the node's advisory lock key (lease.NodeKey), held on the
+	// replica's lease connection for as long as the session is real: the
+	// node_health view shows session_replica only while some connection
+	// holds it, so a replica that died without ending its sessions stops
+	// being shown at once.
+	Lock int64
 }
 
 // StartSession records that replica now holds the node's stream and returns the
@@ -126,11 +132,11 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
 			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
-			max_output_bytes = $13, permit_egress = $14
+			max_output_bytes = $13, permit_egress = $14, session_lock = $15
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
-		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress),
+		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock,
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound

@@ -552,8 +552,14 @@ type HelloAck struct {
 	Draining            bool     `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
 	// max_tasks_override is 0 when the node's own max_tasks applies.
 	MaxTasksOverride int32 `protobuf:"varint,8,opt,name=max_tasks_override,json=maxTasksOverride,proto3" json:"max_tasks_override,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// unreachable_after_ms and offline_after_ms are the control plane's
+	// thresholds (podium-coordinator --unreachable-after, --offline-after):
+	// past offline_after_ms without reaching a replica, the coordinator will
+	// have given up the node's tasks. 0: not told (an older coordinator).
+	UnreachableAfterMs int64 `protobuf:"varint,9,opt,name=unreachable_after_ms,json=unreachableAfterMs,proto3" json:"unreachable_after_ms,omitempty"`
+	OfflineAfterMs     int64 `protobuf:"varint,10,opt,name=offline_after_ms,json=offlineAfterMs,proto3" json:"offline_after_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *HelloAck) Reset() {
@@ -638,6 +644,20 @@ func (x *HelloAck) GetDraining() bool {
 func (x *HelloAck) GetMaxTasksOverride() int32 {
 	if x != nil {
 		return x.MaxTasksOverride
+	}
+	return 0
+}
+
+func (x *HelloAck) GetUnreachableAfterMs() int64 {
+	if x != nil {
+		return x.UnreachableAfterMs
+	}
+	return 0
+}
+
+func (x *HelloAck) GetOfflineAfterMs() int64 {
+	if x != nil {
+		return x.OfflineAfterMs
 	}
 	return 0
 }
@@ -1688,7 +1708,7 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04keep\x18\x03 \x01(\bR\x04keep\x12\x1b\n" +
-	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\"\x97\x02\n" +
+	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\"\xf3\x02\n" +
 	"\bHelloAck\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12\x1a\n" +
@@ -1697,7 +1717,10 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x05adopt\x18\x05 \x03(\v2\x10.podium.v1.AdoptR\x05adopt\x12\x16\n" +
 	"\x06labels\x18\x06 \x03(\tR\x06labels\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12,\n" +
-	"\x12max_tasks_override\x18\b \x01(\x05R\x10maxTasksOverride\"\x80\x01\n" +
+	"\x12max_tasks_override\x18\b \x01(\x05R\x10maxTasksOverride\x120\n" +
+	"\x14unreachable_after_ms\x18\t \x01(\x03R\x12unreachableAfterMs\x12(\n" +
+	"\x10offline_after_ms\x18\n" +
+	" \x01(\x03R\x0eofflineAfterMs\"\x80\x01\n" +
 	"\tHeartbeat\x12/\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x12#\n" +
 	"\rrunning_tasks\x18\x02 \x01(\x05R\frunningTasks\x12\x1d\n" +
