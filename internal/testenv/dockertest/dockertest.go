@@ -65,7 +65,11 @@ func EnsureImage(t testing.TB) string {
 
 // Build builds a busybox image named tag from nothing but the local busybox
 // binary. The demo uses it too.
-func Build(ctx context.Context, tag string) error {
+func Build(ctx context.Context, tag string) error { return build(ctx, "", tag) }
+
+// build is Build in the engine at host (a DOCKER_HOST value; "" is the
+// environment's).
+func build(ctx context.Context, host, tag string) error {
 	bb, err := os.ReadFile(BusyboxPath)
 	if err != nil {
 		return fmt.Errorf("read %s (install Debian's busybox-static): %w", BusyboxPath, err)
@@ -86,6 +90,9 @@ func Build(ctx context.Context, tag string) error {
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "-t", tag, dir)
+	if host != "" {
+		cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
+	}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("docker build %s: %v\n%s", tag, err, out.String())

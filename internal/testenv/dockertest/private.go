@@ -1,0 +1,305 @@
+package dockertest
+
+// A private Docker engine: a dockerd of the test's own, with its own data
+// root, exec root (and so its own containerd), pid file and socket, that the
+// test may stop, kill and start again without touching the machine's engine
+// or the other tests using it.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+)
+
+// DockerdPath is where Debian's docker.io installs the engine.
+const DockerdPath = "/usr/sbin/dockerd"
+
+// privatePool is the address pool a private engine takes its networks'
+// subnets from. The engine skips subnets that overlap a route the host
+// already has, so two private engines at once (or a task network of the
+// machine's engine) do not collide.
+const privatePool = "10.213.0.0/16"
+
+// PrivateEngine is a dockerd the test started itself. Its networks are made
+// without iptables rules, so it changes nothing the machine's engine relies
+// on; containers on its user-defined bridge networks reach each other, which
+// is all a task needs.
+//
+// Its default bridge is a Linux bridge the test makes for it (the engine
+// needs one to build the test image). It must never be "none": an engine
+// told to run without a default bridge deletes docker0, the machine
+// engine's, as it starts.
+type PrivateEngine struct {
+	t      testing.TB
+	dir    string
+	bridge string // its default bridge's interface
+	host   string // DOCKER_HOST value: unix://<dir>/docker.sock
+	cfg    string // the daemon.json this engine reads
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	logf *os.File
+	c    *client.Client
+}
+
+// StartPrivateEngine starts a dockerd of the test's own, waits until it
+// answers, and gives it the test image (Image), built there. Cleanup stops it
+// and removes everything it had. The storage driver is the machine engine's,
+// which is known to work on this machine's file systems.
+func StartPrivateEngine(t testing.TB) *PrivateEngine {
+	t.Helper()
+	if _, err := os.Stat(DockerdPath); err != nil {
+		t.Fatalf("dockertest: %s is not installed (apt-get install docker.io): %v", DockerdPath, err)
+	}
+	sys := Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	info, err := sys.Info(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("dockertest: ask the machine's engine for its storage driver: %v", err)
+	}
+	// A short path: the engine's and its containerd's unix sockets live
+	// under it, and a socket path may not be longer than 107 bytes.
+	dir, err := os.MkdirTemp("", "podium-dockerd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"data", "exec"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bridge, err := makeBridge(filepath.Base(dir))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("dockertest: a default bridge for the private engine: %v", err)
+	}
+	cfg := map[string]any{
+		"storage-driver":        info.Driver,
+		"bridge":                bridge,
+		"iptables":              false,
+		"ip-forward":            false,
+		"ip-masq":               false,
+		"default-address-pools": []map[string]any{{"base": privatePool, "size": 24}},
+		"log-driver":            "json-file",
+	}
+	b, _ := json.Marshal(cfg)
+	e := &PrivateEngine{t: t, dir: dir, bridge: bridge, host: "unix://" + filepath.Join(dir, "docker.sock"), cfg: filepath.Join(dir, "daemon.json")}
+	if err := os.WriteFile(e.cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.logf, err = os.Create(filepath.Join(dir, "dockerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.cleanup)
+	e.Start()
+	c, err := client.NewClientWithOpts(client.WithHost(e.host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatalf("dockertest: a client for the private engine: %v", err)
+	}
+	e.c = c
+	bctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := build(bctx, e.host, Image); err != nil {
+		t.Fatalf("dockertest: build the test image in the private engine: %v\nengine log:\n%s", err, e.Log())
+	}
+	return e
+}
+
+// Host is the engine's address as DOCKER_HOST takes it.
+func (e *PrivateEngine) Host() string { return e.host }
+
+// Client is a client of the engine. It reconnects by itself after Restart.
+func (e *PrivateEngine) Client() *client.Client { return e.c }
+
+// Log is what the engine has logged so far, for a failing test to show.
+func (e *PrivateEngine) Log() string {
+	b, _ := os.ReadFile(filepath.Join(e.dir, "dockerd.log"))
+	return string(b)
+}
+
+// Start starts the engine (again) and waits until it answers.
+func (e *PrivateEngine) Start() {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cmd != nil {
+		e.t.Fatal("dockertest: the private engine is running already")
+	}
+	cmd := exec.Command(DockerdPath, "--config-file", e.cfg,
+		"--data-root", filepath.Join(e.dir, "data"), "--exec-root", filepath.Join(e.dir, "exec"),
+		"--pidfile", filepath.Join(e.dir, "docker.pid"), "-H", e.host)
+	cmd.Stdout, cmd.Stderr = e.logf, e.logf
+	// Its own process group, so that a terminal's ^C reaches the test, not
+	// the engine, and the test decides how the engine goes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("dockertest: start %s: %v", DockerdPath, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	e.cmd, e.done = cmd, done
+	c, err := client.NewClientWithOpts(client.WithHost(e.host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c.Ping(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-done:
+			e.cmd = nil
+			e.t.Fatalf("dockertest: the private engine exited as it started: %v\nengine log:\n%s", err, e.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("dockertest: gave up after a minute waiting for the private engine to answer: %v\nengine log:\n%s", err, e.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop sends the engine sig and waits until it has exited. SIGTERM is what
+// `systemctl stop docker` sends: the engine stops its containers (their stop
+// signal, then SIGKILL after their stop timeout) and exits. SIGKILL leaves
+// the containers to their shims, and the next Start stops them.
+func (e *PrivateEngine) Stop(sig syscall.Signal) {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cmd == nil {
+		return
+	}
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		e.t.Fatalf("dockertest: signal the private engine: %v", err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(2 * time.Minute):
+		_ = e.cmd.Process.Kill()
+		<-e.done
+		e.t.Errorf("dockertest: the private engine did not exit within 2 minutes of %v; killed it", sig)
+	}
+	e.cmd = nil
+}
+
+// Restart stops the engine with sig and starts it again, as `systemctl
+// restart docker` does with SIGTERM.
+func (e *PrivateEngine) Restart(sig syscall.Signal) {
+	e.t.Helper()
+	e.Stop(sig)
+	e.Start()
+}
+
+// cleanup removes every container the engine has, stops it, and removes its
+// directories. The engine bind-mounts its data root onto itself (and its
+// storage driver mounts below it), which outlive it: they are unmounted
+// before the directory goes.
+func (e *PrivateEngine) cleanup() {
+	running := e.cmd != nil
+	if running && e.c != nil {
+		// Networks too: their bridges are interfaces of the machine,
+		// which outlive the engine.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cs, _ := e.c.ContainerList(ctx, container.ListOptions{All: true})
+		for _, c := range cs {
+			_ = e.c.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		}
+		nets, _ := e.c.NetworkList(ctx, network.ListOptions{})
+		for _, n := range nets {
+			if n.Driver == "bridge" && n.Name != "bridge" {
+				_ = e.c.NetworkRemove(ctx, n.ID)
+			}
+		}
+		cancel()
+	}
+	if e.c != nil {
+		_ = e.c.Close()
+	}
+	e.Stop(syscall.SIGTERM)
+	_ = e.logf.Close()
+	if out, err := exec.Command("ip", "link", "del", e.bridge).CombinedOutput(); err != nil {
+		e.t.Errorf("dockertest: remove the private engine's bridge %s: %v: %s", e.bridge, err, out)
+	}
+	if err := unmountBelow(e.dir); err != nil {
+		e.t.Errorf("dockertest: %v", err)
+	}
+	if err := os.RemoveAll(e.dir); err != nil {
+		e.t.Errorf("dockertest: remove the private engine's directory: %v", err)
+	}
+}
+
+// makeBridge makes an up Linux bridge with a /24 of 10.214.0.0/16 no route
+// of the machine covers yet, for a private engine's default bridge. Its name
+// is made of the unique suffix of the engine's directory.
+func makeBridge(unique string) (string, error) {
+	name := "pdk" + unique[len(unique)-min(len(unique), 9):]
+	routes, err := exec.Command("ip", "-4", "route", "show").Output()
+	if err != nil {
+		return "", fmt.Errorf("ip route: %w", err)
+	}
+	if out, err := exec.Command("ip", "link", "add", name, "type", "bridge").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("ip link add %s type bridge: %v: %s", name, err, out)
+	}
+	for n := 1; n < 255; n++ {
+		subnet := fmt.Sprintf("10.214.%d.", n)
+		if strings.Contains(string(routes), subnet) {
+			continue
+		}
+		out, err := exec.Command("ip", "addr", "add", subnet+"1/24", "dev", name).CombinedOutput()
+		if err != nil {
+			_ = exec.Command("ip", "link", "del", name).Run()
+			return "", fmt.Errorf("ip addr add %s1/24 dev %s: %v: %s", subnet, name, err, out)
+		}
+		if out, err := exec.Command("ip", "link", "set", name, "up").CombinedOutput(); err != nil {
+			_ = exec.Command("ip", "link", "del", name).Run()
+			return "", fmt.Errorf("ip link set %s up: %v: %s", name, err, out)
+		}
+		return name, nil
+	}
+	_ = exec.Command("ip", "link", "del", name).Run()
+	return "", errors.New("every /24 of 10.214.0.0/16 is routed already")
+}
+
+// unmountBelow lazily unmounts every mount at or below dir, deepest first.
+func unmountBelow(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	var errs []error
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
