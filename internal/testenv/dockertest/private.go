@@ -202,6 +202,40 @@ func (e *PrivateEngine) Stop(sig syscall.Signal) {
 		e.t.Errorf("dockertest: the private engine did not exit within 2 minutes of %v; killed it", sig)
 	}
 	e.cmd = nil
+	e.awaitContainerd()
+}
+
+// awaitContainerd waits until the containerd the engine started has gone
+// too. An engine killed with SIGKILL takes it down after it (it dies with
+// its parent), and an engine started while it is still dying would adopt it
+// from its pid file and give up waiting for it to answer. A dead containerd
+// nobody has reaped yet counts as gone, and its pid file is removed so that
+// the next engine starts one of its own, as it would after the machine's
+// init reaped it.
+func (e *PrivateEngine) awaitContainerd() {
+	e.t.Helper()
+	pidFile := filepath.Join(e.dir, "exec", "containerd", "containerd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid := strings.TrimSpace(string(b))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return
+		}
+		// The state follows the command's closing parenthesis.
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
+			_ = os.Remove(pidFile)
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("dockertest: the private engine's containerd (pid %s) still runs a minute after the engine exited", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Restart stops the engine with sig and starts it again, as `systemctl
