@@ -27,21 +27,18 @@ import (
 // DockerdPath is where Debian's docker.io installs the engine.
 const DockerdPath = "/usr/sbin/dockerd"
 
-// privatePool is the address pool a private engine takes its networks'
-// subnets from. The engine skips subnets that overlap a route the host
-// already has, so two private engines at once (or a task network of the
-// machine's engine) do not collide.
-const privatePool = "10.213.0.0/16"
-
 // PrivateEngine is a dockerd the test started itself. Its networks are made
 // without iptables rules, so it changes nothing the machine's engine relies
 // on; containers on its user-defined bridge networks reach each other, which
 // is all a task needs.
 //
 // Its default bridge is a Linux bridge the test makes for it (the engine
-// needs one to build the test image). It must never be "none": an engine
-// told to run without a default bridge deletes docker0, the machine
-// engine's, as it starts.
+// needs one to build the test image). Two settings are never used, because
+// an engine given them deletes docker0, the machine engine's bridge, by
+// name: "bridge": "none" (as it starts), and default-address-pools without
+// live-restore (as it starts again). Its networks take the engine's built-in
+// pools, skipping subnets the machine already routes, as the machine's
+// engine does.
 type PrivateEngine struct {
 	t      testing.TB
 	dir    string
@@ -89,13 +86,12 @@ func StartPrivateEngine(t testing.TB) *PrivateEngine {
 		t.Fatalf("dockertest: a default bridge for the private engine: %v", err)
 	}
 	cfg := map[string]any{
-		"storage-driver":        info.Driver,
-		"bridge":                bridge,
-		"iptables":              false,
-		"ip-forward":            false,
-		"ip-masq":               false,
-		"default-address-pools": []map[string]any{{"base": privatePool, "size": 24}},
-		"log-driver":            "json-file",
+		"storage-driver": info.Driver,
+		"bridge":         bridge,
+		"iptables":       false,
+		"ip-forward":     false,
+		"ip-masq":        false,
+		"log-driver":     "json-file",
 	}
 	b, _ := json.Marshal(cfg)
 	e := &PrivateEngine{t: t, dir: dir, bridge: bridge, host: "unix://" + filepath.Join(dir, "docker.sock"), cfg: filepath.Join(dir, "daemon.json")}
