@@ -45,7 +45,10 @@
 //     node's --allow-egress and the spec's allow_egress. They are installed
 //     before any of its containers start, and removed once the network is.
 //
-// Teardown removes all of it.
+// Teardown removes all of it, and tries again until it has: an engine that
+// is stopping or restarting refuses for a while (engine.go). A task whose
+// container the engine itself stopped, as it stopped or restarted, fails with
+// a reason starting ReasonEngineRestarted and no exit code.
 //
 // # Artifacts
 //

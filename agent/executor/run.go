@@ -8,6 +8,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -147,11 +148,12 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	defer r.prepCancel()
 	final := body(ctx)
 	// Whatever path main leaves by, the network and volume a finished body
-	// left go before the executor counts this run as done, on a context the
-	// agent's stopping does not cancel.
+	// left go before the executor counts this run as done: tried until
+	// they are gone (an engine restarting refuses for a while), or until
+	// the agent stops, which leaves them to the next agent's RemoveOrphans.
 	defer func() {
 		if r.teardownAfterStatus {
-			r.teardown(context.WithoutCancel(ctx))
+			r.teardownUntilDone(ctx)
 		}
 	}()
 	r.bg.Wait()
@@ -244,7 +246,7 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	id, started, st := r.launch(ctx, argv, sidecars)
 	if !started {
 		r.stopSidecarTails(ctx)
-		r.teardown(ctx)
+		r.teardownOrLater(ctx)
 		if st == nil {
 			r.removeDir() // the agent is stopping; there is nothing to resume
 		}
@@ -442,7 +444,7 @@ func (r *run) resume(ctx context.Context, found *container.InspectResponse) *pod
 		}
 		st := r.compose(ctx, why, exit, nil, "")
 		r.checkWorkspaceCopied()
-		r.teardown(ctx)
+		r.teardownOrLater(ctx)
 		return st
 	}
 	r.reopenEgress(ctx)
@@ -509,6 +511,16 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 		killC = r.signalStop(ctx, id, stopSignal, intent.KillAt)
 	}
 
+	// engineLost says the engine went away while the container ran (the
+	// wait on it broke) and the container has not been seen running
+	// since. Meanwhile backC is closed when the engine answers again, and
+	// tailDoneC when the runner has written its exit record, which means
+	// the container has ended whether or not the engine is back.
+	engineLost := false
+	var backC, tailDoneC <-chan struct{}
+	bctx, stopBack := context.WithCancel(ctx)
+	defer stopBack()
+
 	cancelC := r.cancelled
 	var exit *container.WaitResponse
 	var waitErr error
@@ -520,7 +532,36 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 			if ctx.Err() != nil {
 				return r.leave()
 			}
-			waitErr = err
+			r.log.Warn("lost the Docker engine while the task ran; waiting for it to answer again", "err", err)
+			engineLost = true
+			waitC, waitErrC = nil, nil
+			backC, tailDoneC = r.engineBack(bctx), taskTail.done
+		case <-backC:
+			backC = nil
+			info, err := r.inspect(ctx, id)
+			switch {
+			case err == nil && info.State != nil && info.State.Running:
+				// A wait that broke with the engine still up, or an
+				// engine with live-restore, whose containers survive
+				// it: a restarted engine without it has stopped every
+				// container before it answers.
+				r.log.Info("the Docker engine answers again and the task's container is still running; watching it on")
+				engineLost, tailDoneC = false, nil
+				waitC, waitErrC = r.e.docker.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+			case err == nil && info.State != nil:
+				exit = &container.WaitResponse{StatusCode: int64(info.State.ExitCode)}
+			case err == nil:
+				waitErr = errors.New("the Docker engine answers again, but without the state of the task's container")
+			case ctx.Err() != nil:
+				return r.leave()
+			default:
+				waitErr = fmt.Errorf("the Docker engine answers again, but not about the task's container: %w", err)
+			}
+		case <-tailDoneC:
+			// The runner's last act is its exit record: the container
+			// has ended while the engine was away.
+			tailDoneC = nil
+			exit = &container.WaitResponse{}
 		case <-cancelC:
 			cancelC = nil // a closed channel would spin the loop
 			if why == outcomeExited {
@@ -563,6 +604,13 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 		return r.leave()
 	}
 	r.reportTailError(tailErr)
+	stopBack()
+	if why == outcomeExited {
+		engineLost = r.stoppedByEngine(ctx, engineLost, exitRec, exit)
+		if engineLost {
+			why = outcomeEngine
+		}
+	}
 	r.stopSidecars(ctx)
 
 	waitMsg := ""
@@ -581,6 +629,35 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	r.removeContainers(ctx)
 	r.teardownAfterStatus = true
 	return st
+}
+
+// stoppedByEngine says whether the engine, stopping or restarting, ended a
+// task the agent did not stop: lost says the engine went away while the
+// container ran. An exit nobody here asked for is checked against the
+// engine: one that does not take new connections any more is stopping, and
+// stopped the container on its way (the wait still answered, on a
+// connection it had open). A task that succeeded keeps its success.
+func (r *run) stoppedByEngine(ctx context.Context, lost bool, rec *runlog.Exit, exit *container.WaitResponse) bool {
+	// The runner's record is exact; the engine's status is second best,
+	// and none is known of a container that ended while the engine was
+	// away without a record.
+	succeeded := false
+	switch {
+	case rec != nil:
+		succeeded = rec.Code == 0 && rec.Signal == 0
+	case exit != nil && !lost:
+		succeeded = exit.StatusCode == 0
+	}
+	switch {
+	case succeeded || ctx.Err() != nil:
+		return false
+	case lost:
+		return true
+	case !r.e.engineAnswers(ctx):
+		r.log.Warn("the task's container stopped as the Docker engine stopped answering; the engine stopped it")
+		return true
+	}
+	return false
 }
 
 func (r *run) inspect(ctx context.Context, id string) (container.InspectResponse, error) {

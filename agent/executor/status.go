@@ -103,6 +103,11 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_CANCELLED, Reason: r.cancelReason, ExitCode: code, Signal: sig}
 	case outcomeTimeout:
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: ReasonTimeout, ExitCode: code, Signal: sig}
+	case outcomeEngine:
+		// No exit code or signal: they are the engine's doing, and a
+		// client takes a failure without them for Podium's (podium run
+		// exits 125). The reason keeps them.
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: engineStopped(code, sig)}
 	case outcomeDiskFull:
 		reason := r.stopReason
 		if reason == "" {

@@ -27,6 +27,10 @@ const (
 	// outcomeDiskFull: the task filled more disk than the node's workspace
 	// limit (the stop's Reason says how much).
 	outcomeDiskFull outcome = "workspace"
+	// outcomeEngine: the Docker engine stopped the container as it stopped
+	// or restarted (see engine.go). Never recorded in stopFile: the agent
+	// does not stop a task for it.
+	outcomeEngine outcome = "engine"
 )
 
 // stopIntent is the content of stopFile.
@@ -125,18 +129,29 @@ func (r *run) objectFilter() filters.Args {
 // teardown removes every Docker object of the attempt: its containers, then
 // its network and volume. It finds them by their labels rather than by what
 // this run remembers creating, so it also cleans up after a run an earlier
-// agent process started.
-func (r *run) teardown(ctx context.Context) {
+// agent process started. It makes one try, even when ctx has ended; the
+// error says what is left. teardownUntilDone tries until it is all gone.
+func (r *run) teardown(ctx context.Context) error {
 	tctx, cancel := apiCtx(ctx, apiTimeout)
 	defer cancel()
 	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
-		r.log.Error("tearing down the task's containers, network or volume failed", "err", err)
-		return
+		return err
 	}
 	// The workspace's files go with its volume, before the rest of the
 	// host directory (which waits for the artifacts' uploads): what the
 	// artifacts globs select was copied out already (copyWorkspace).
 	if err := os.RemoveAll(filepath.Join(r.dir, volumeDir)); err != nil {
 		r.log.Warn("could not remove the task's workspace files; they go with its directory", "err", err)
+	}
+	return nil
+}
+
+// teardownOrLater tears the attempt down now, and if that fails leaves it to
+// main to try again after the terminal status (teardownUntilDone), so that
+// the status does not wait for an engine that is restarting.
+func (r *run) teardownOrLater(ctx context.Context) {
+	if err := r.teardown(ctx); err != nil {
+		r.log.Warn("tearing down the task's containers, network or volume failed; trying again after its status", "err", err)
+		r.teardownAfterStatus = true
 	}
 }

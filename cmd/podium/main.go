@@ -16,7 +16,9 @@
 //	         sent), the coordinator could not be reached or refused the
 //	         request, the task could not run at all (e.g. its image is
 //	         missing: failed without an exit code), the task was lost with
-//	         its node, or no coordinator answered for --reconnect-timeout
+//	         its node or stopped by its node's Docker engine stopping or
+//	         restarting (reason "engine restarted", also without an exit
+//	         code), or no coordinator answered for --reconnect-timeout
 //	         while following (the task's state is then unknown)
 //
 // Every other command exits 0 on success, 125 when the coordinator could not

@@ -52,7 +52,8 @@ it ending, and exits 130; a second Ctrl-C stops waiting.
 
 Exit code: the task's own; 128+N if killed by signal N; 130 if cancelled or
 interrupted; 125 if podium failed or the task could not run (e.g. its image
-is missing) or was lost with its node, or if no coordinator answered for
+is missing) or was lost with its node or stopped by its node's Docker engine
+restarting (reason "engine restarted"), or if no coordinator answered for
 --reconnect-timeout while following (the task's state is then unknown: see
 podium task get ID).
 
@@ -401,7 +402,9 @@ func (cl *client) cancelOnce(ctx context.Context, p *printer, id string) {
 // pulled, its node refused it), and one that "failed" with exit code 0 was
 // failed by Podium after the process succeeded: both are Podium's failures,
 // 125, so a script never mistakes them for the task's own answer. Lost is
-// 125 too: the task did nothing wrong, its machine went away.
+// 125 too: the task did nothing wrong, its machine went away; so is a task
+// its node's Docker engine stopped as it restarted, which the agent reports
+// failed without an exit code for that reason.
 func exitCode(t *podiumv1.Task) int {
 	switch t.GetState() {
 	case podiumv1.TaskState_TASK_STATE_SUCCEEDED:

@@ -1,0 +1,172 @@
+package executor
+
+// The Docker engine going away under a run: telling a task the engine
+// stopped from one that failed by itself, waiting for the engine to be back,
+// and tearing down an attempt once it is.
+//
+// `systemctl restart docker` (SIGTERM) makes the engine close its API
+// listener, stop every container (their stop signal, SIGKILL after their stop
+// timeout) and exit; the connections it had open keep being served until
+// then, so the agent sees an ordinary exit by SIGTERM. An engine that crashes
+// or is SIGKILLed leaves its containers running to their shims, the agent's
+// wait on the container breaks, and the engine stops the containers when it
+// starts again (unless live-restore is on, when they survive). Either way the
+// task did nothing wrong: it fails with ReasonEngineRestarted and no exit
+// code, which `podium run` reports as Podium's failure (125), not the task's.
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ReasonEngineRestarted starts the reason of a task whose container the node's
+// Docker engine stopped because the engine itself stopped or restarted.
+const ReasonEngineRestarted = "engine restarted"
+
+// How long a fresh connection to the engine may take to answer a ping before
+// the engine counts as gone. A healthy engine answers in milliseconds; a
+// stopping one has closed its listener (refused at once) or, started by
+// systemd's docker.socket, leaves the connection waiting in the socket's
+// queue until the next engine starts.
+const engineProbeTimeout = 5 * time.Second
+
+// How often a run waiting for the engine asks whether it is back: from
+// engineRetryMin, doubling, to engineRetryMax. Asking is one ping on a local
+// socket.
+const (
+	engineRetryMin = 250 * time.Millisecond
+	engineRetryMax = 5 * time.Second
+)
+
+// How long a teardown that failed while the engine answered waits before its
+// next try: from teardownRetryMin, doubling, to teardownRetryMax. One that
+// failed because the engine did not answer is tried again as soon as it
+// answers.
+const (
+	teardownRetryMin = time.Second
+	teardownRetryMax = time.Minute
+)
+
+// engineAnswers reports whether the engine answers a ping on a new
+// connection within engineProbeTimeout. The client's own connections will
+// not do: it keeps them open, and a stopping engine still answers on those.
+func (e *Executor) engineAnswers(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
+	defer cancel()
+	conn, err := e.docker.Dialer()(pctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if dl, ok := pctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, "http://docker/_ping", nil)
+	if err != nil {
+		return false
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return false
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// awaitEngine returns once the engine answers, asking again with backoff; it
+// reports false if ctx ended first.
+func (e *Executor) awaitEngine(ctx context.Context) bool {
+	delay := engineRetryMin
+	for !e.engineAnswers(ctx) {
+		if !sleep(ctx, delay) {
+			return false
+		}
+		delay = min(2*delay, engineRetryMax)
+	}
+	return ctx.Err() == nil
+}
+
+// sleep waits d; it reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// engineBack starts waiting for the engine in one of the run's helper
+// goroutines; the channel is closed once the engine answers, and never if ctx
+// ends first.
+func (r *run) engineBack(ctx context.Context) <-chan struct{} {
+	back := make(chan struct{})
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		if r.e.awaitEngine(ctx) {
+			close(back)
+		}
+	}()
+	return back
+}
+
+// teardownUntilDone tears the attempt down, and while that fails tries again:
+// as soon as the engine answers if it did not, else after a backoff. A
+// network or volume must not outlive its task because the engine was
+// restarting when the task ended. It gives up only when ctx ends (the agent
+// is stopping), leaving what is left to the next agent process's
+// RemoveOrphans.
+func (r *run) teardownUntilDone(ctx context.Context) {
+	delay := teardownRetryMin
+	for try := 1; ; try++ {
+		err := r.teardown(ctx)
+		if err == nil {
+			if try > 1 {
+				r.log.Info("the task's containers, network and volume are removed", "tries", try)
+			}
+			return
+		}
+		var waited bool
+		if ctx.Err() == nil && !r.e.engineAnswers(ctx) {
+			r.log.Warn("tearing down the task failed and the Docker engine does not answer; trying again once it does",
+				"try", try, "err", err)
+			waited = r.e.awaitEngine(ctx)
+		} else if ctx.Err() == nil {
+			r.log.Warn("tearing down the task's containers, network or volume failed; trying again", "try", try,
+				"retry_in", delay, "err", err)
+			waited = sleep(ctx, delay)
+			delay = min(2*delay, teardownRetryMax)
+		}
+		if !waited {
+			r.log.Warn("agent is stopping before the task's containers, network or volume could be removed; "+
+				"the next agent start removes them", "err", err)
+			return
+		}
+	}
+}
+
+// engineStopped is the terminal status of a task whose container the engine
+// stopped as it stopped or restarted. The exit code is left out so that
+// `podium run` exits 125: the code is the engine's doing, not the task's
+// answer. It is in the reason, for whoever reads it.
+func engineStopped(code *int32, sig int32) string {
+	how := ""
+	switch {
+	case sig > 0:
+		how = " (its process was ended by signal " + strconv.Itoa(int(sig)) + ")"
+	case code != nil:
+		how = " (its process exited with code " + strconv.Itoa(int(*code)) + ")"
+	}
+	return ReasonEngineRestarted + ": the Docker engine on this node stopped or restarted while the task ran, and stopped the task's container" +
+		how + "; the task did not fail by itself: run it again (its output so far is kept)"
+}
