@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,10 +133,16 @@ func (e *PrivateEngine) Log() string {
 // Start starts the engine (again) and waits until it answers.
 func (e *PrivateEngine) Start() {
 	e.t.Helper()
+	if err := e.start(); err != nil {
+		e.t.Fatalf("dockertest: %v", err)
+	}
+}
+
+func (e *PrivateEngine) start() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cmd != nil {
-		e.t.Fatal("dockertest: the private engine is running already")
+		return errors.New("the private engine is running already")
 	}
 	cmd := exec.Command(DockerdPath, "--config-file", e.cfg,
 		"--data-root", filepath.Join(e.dir, "data"), "--exec-root", filepath.Join(e.dir, "exec"),
@@ -145,14 +152,14 @@ func (e *PrivateEngine) Start() {
 	// the engine, and the test decides how the engine goes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("dockertest: start %s: %v", DockerdPath, err)
+		return fmt.Errorf("start %s: %w", DockerdPath, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	e.cmd, e.done = cmd, done
 	c, err := client.NewClientWithOpts(client.WithHost(e.host), client.WithAPIVersionNegotiation())
 	if err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	defer c.Close()
 	deadline := time.Now().Add(time.Minute)
@@ -161,16 +168,16 @@ func (e *PrivateEngine) Start() {
 		_, err := c.Ping(ctx)
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-done:
 			e.cmd = nil
-			e.t.Fatalf("dockertest: the private engine exited as it started: %v\nengine log:\n%s", err, e.Log())
+			return fmt.Errorf("the private engine exited as it started: %v\nengine log:\n%s", err, e.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("dockertest: gave up after a minute waiting for the private engine to answer: %v\nengine log:\n%s", err, e.Log())
+			return fmt.Errorf("gave up after a minute waiting for the private engine to answer: %v\nengine log:\n%s", err, e.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -246,8 +253,20 @@ func (e *PrivateEngine) Restart(sig syscall.Signal) {
 // directories. The engine bind-mounts its data root onto itself (and its
 // storage driver mounts below it), which outlive it: they are unmounted
 // before the directory goes.
+//
+// An engine the test left stopped is started once more first: containers it
+// left to their shims (killed with SIGKILL) are stopped only by an engine
+// that starts again. Whatever of it still runs after that (shims, its
+// containerd, fuse-overlayfs) is killed by pid.
 func (e *PrivateEngine) cleanup() {
 	running := e.cmd != nil
+	if !running && e.c != nil {
+		if err := e.start(); err != nil {
+			e.t.Logf("dockertest: could not start the private engine again to remove its containers: %v", err)
+		} else {
+			running = true
+		}
+	}
 	if running && e.c != nil {
 		// Networks too: their bridges are interfaces of the machine,
 		// which outlive the engine.
@@ -269,6 +288,7 @@ func (e *PrivateEngine) cleanup() {
 	}
 	e.Stop(syscall.SIGTERM)
 	_ = e.logf.Close()
+	killMentioning(e.dir + "/")
 	if out, err := exec.Command("ip", "link", "del", e.bridge).CombinedOutput(); err != nil {
 		e.t.Errorf("dockertest: remove the private engine's bridge %s: %v: %s", e.bridge, err, out)
 	}
@@ -277,6 +297,21 @@ func (e *PrivateEngine) cleanup() {
 	}
 	if err := os.RemoveAll(e.dir); err != nil {
 		e.t.Errorf("dockertest: remove the private engine's directory: %v", err)
+	}
+}
+
+// killMentioning SIGKILLs every process whose command line mentions s.
+func killMentioning(s string) {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 
