@@ -30,8 +30,11 @@ const ReasonEngineRestarted = "engine restarted"
 // the engine counts as gone. A healthy engine answers in milliseconds; a
 // stopping one has closed its listener (refused at once) or, started by
 // systemd's docker.socket, leaves the connection waiting in the socket's
-// queue until the next engine starts.
-const engineProbeTimeout = 5 * time.Second
+// queue until the next engine has started, which takes longer than this:
+// the old one must first stop its containers and exit, the new one start
+// its containerd and restore its state. Short for that reason: the answer
+// of the next engine must not count as the old one's.
+const engineProbeTimeout = time.Second
 
 // How often a run waiting for the engine asks whether it is back: from
 // engineRetryMin, doubling, to engineRetryMax. Asking is one ping on a local
