@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -158,4 +160,51 @@ func TestContainerStoppedWhileTheEngineRunsKeepsItsOwnStatus(t *testing.T) {
 		strings.Contains(st.GetReason(), executor.ReasonEngineRestarted) {
 		t.Fatalf("final status %v, want FAILED by signal 15 with exit code 143, not blamed on the engine", st)
 	}
+}
+
+// A network the engine refuses to remove (here: a container that is not the
+// task's is still attached to it) is tried again, with a pause between
+// tries, until it goes; the run is over only then, and nothing is left.
+func TestTeardownIsRetriedUntilTheNetworkCanGo(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := newRecorder()
+	a := e.assign(t, e.sh("echo started; sleep 600"))
+	key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
+	done, err := e.exec.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, rec, podiumv1.LogStream_LOG_STREAM_STDOUT, "started\n")
+
+	ctx := context.Background()
+	blocker, err := e.docker.ContainerCreate(ctx, &container.Config{Image: e.image, Cmd: []string{"sleep", "600"},
+		Labels: map[string]string{"podium.test": "blocker"}},
+		&container.HostConfig{NetworkMode: container.NetworkMode(executor.NetworkName(key))}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeBlocker := func() error {
+		return e.docker.ContainerRemove(ctx, blocker.ID, container.RemoveOptions{Force: true})
+	}
+	t.Cleanup(func() { _ = removeBlocker() })
+	if err := e.docker.ContainerStart(ctx, blocker.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	e.exec.Cancel(a.TaskId, a.Attempt, "user asked", time.Second)
+	rec.waitState(t, podiumv1.TaskState_TASK_STATE_CANCELLED)
+	select {
+	case <-done:
+		t.Fatal("the run ended while its network could not be removed")
+	default:
+	}
+	if err := removeBlocker(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 2*time.Minute)
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("final status %v, want CANCELLED", st)
+	}
+	// setup's cleanup checks that nothing of the node is left.
 }
