@@ -499,15 +499,17 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	why := outcomeExited
 	var killC <-chan time.Time
+	var killAt time.Time // of the stop begun, if one was
 	beginStop := func(o outcome, reason string, grace time.Duration) {
 		why = o
 		in := stopIntent{Why: o, Reason: reason, KillAt: time.Now().Add(grace)}
 		r.saveIntent(in)
+		killAt = in.KillAt
 		killC = r.signalStop(ctx, id, stopSignal, in.KillAt)
 	}
 	if intent != nil {
 		// A previous agent process began stopping the task; finish the job.
-		why, r.stopReason = intent.Why, intent.Reason
+		why, r.stopReason, killAt = intent.Why, intent.Reason, intent.KillAt
 		killC = r.signalStop(ctx, id, stopSignal, intent.KillAt)
 	}
 
@@ -548,6 +550,12 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 				r.log.Info("the Docker engine answers again and the task's container is still running; watching it on")
 				engineLost, tailDoneC = false, nil
 				waitC, waitErrC = r.e.docker.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+				if why != outcomeExited {
+					// The stop begun while the engine was away
+					// reached nobody: again, with what is left of
+					// its grace.
+					killC = r.signalStop(ctx, id, stopSignal, killAt)
+				}
 			case err == nil && info.State != nil:
 				exit = &container.WaitResponse{StatusCode: int64(info.State.ExitCode)}
 			case err == nil:
