@@ -84,7 +84,8 @@ func (e *Executor) engineAnswers(ctx context.Context) bool {
 }
 
 // awaitEngine returns once the engine answers, asking again with backoff; it
-// reports false if ctx ended first.
+// reports false if ctx ended first. An engine back is asked what it is
+// (learnEngine): its configuration may have changed with its restart.
 func (e *Executor) awaitEngine(ctx context.Context) bool {
 	delay := engineRetryMin
 	for !e.engineAnswers(ctx) {
@@ -93,7 +94,27 @@ func (e *Executor) awaitEngine(ctx context.Context) bool {
 		}
 		delay = min(2*delay, engineRetryMax)
 	}
-	return ctx.Err() == nil
+	if ctx.Err() != nil {
+		return false
+	}
+	e.learnEngine(ctx)
+	return true
+}
+
+// learnEngine asks the engine whether it has live-restore on, which decides
+// whether its restarts stop containers at all. It is asked once, when a
+// first task starts, and again whenever the engine is back after being
+// away: while the engine is away, the answer it gave before is all there is.
+func (e *Executor) learnEngine(ctx context.Context) {
+	ictx, cancel := apiCtx(ctx, apiTimeout)
+	defer cancel()
+	info, err := e.docker.Info(ictx)
+	if err != nil {
+		e.log.Warn("could not ask the Docker engine whether it has live-restore on; taking it as off", "err", err)
+		return
+	}
+	e.liveRestore.Store(info.LiveRestoreEnabled)
+	e.engineKnown.Store(true)
 }
 
 // sleep waits d; it reports false if ctx ended first.

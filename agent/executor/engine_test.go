@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -29,7 +31,12 @@ type privateEnv struct {
 
 func setupPrivate(t *testing.T) *privateEnv {
 	t.Helper()
-	pe := dockertest.StartPrivateEngine(t)
+	return setupPrivateWith(t, dockertest.PrivateConfig{})
+}
+
+func setupPrivateWith(t *testing.T, pc dockertest.PrivateConfig) *privateEnv {
+	t.Helper()
+	pe := dockertest.StartPrivateEngineWith(t, pc)
 	p := &privateEnv{pe: pe, nodeID: agenttest.NodeID(t), tasksDir: t.TempDir()}
 	ex, err := executor.New(executor.Config{
 		Docker:     pe.Client(),
@@ -56,9 +63,16 @@ func setupPrivate(t *testing.T) *privateEnv {
 // printed.
 func (p *privateEnv) start(t *testing.T) (*recorder, executor.Key, <-chan struct{}) {
 	t.Helper()
+	return p.startScript(t, "echo started; sleep 600")
+}
+
+// startScript runs a task that prints "started" first, and waits until it
+// has printed.
+func (p *privateEnv) startScript(t *testing.T, script string) (*recorder, executor.Key, <-chan struct{}) {
+	t.Helper()
 	rec := newRecorder()
 	e := &env{image: dockertest.Image}
-	a := e.assign(t, e.sh("echo started; sleep 600"))
+	a := e.assign(t, e.sh(script))
 	done, err := p.exec.Start(context.Background(), a, rec.emit)
 	if err != nil {
 		t.Fatal(err)
@@ -207,4 +221,28 @@ func TestTeardownIsRetriedUntilTheNetworkCanGo(t *testing.T) {
 		t.Fatalf("final status %v, want CANCELLED", st)
 	}
 	// setup's cleanup checks that nothing of the node is left.
+}
+
+// An engine with live-restore keeps its containers running while it
+// restarts: the task goes on, watched again once the engine answers, and
+// ends with its own status, not the engine's.
+func TestEngineRestartWithLiveRestoreLeavesTheTaskToItsOwnEnd(t *testing.T) {
+	t.Parallel()
+	p := setupPrivateWith(t, dockertest.PrivateConfig{LiveRestore: true})
+	rec, key, done := p.startScript(t, "echo started; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo done; exit 3")
+
+	p.pe.Restart(syscall.SIGTERM)
+	// The workspace's files are in the attempt's directory on the host.
+	if err := os.WriteFile(filepath.Join(p.tasksDir, attempt.FileName(key), "volume", "go"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 2*time.Minute)
+	st := rec.final(t, key)
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || st.GetExitCode() != 3 || st.GetReason() != "exit code 3" {
+		t.Fatalf("final status %v, want FAILED with the task's own exit code 3", st)
+	}
+	if got := string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT)); got != "started\ndone\n" {
+		t.Fatalf("stdout %q, want %q", got, "started\ndone\n")
+	}
+	p.checkNothingLeft(t)
 }

@@ -111,6 +111,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -257,6 +258,11 @@ type Executor struct {
 	// outputLimit, maxOutputLimit and backlog are Config's, defaults
 	// applied.
 	outputLimit, maxOutputLimit, backlog int64
+
+	// liveRestore is whether the engine keeps its containers running
+	// while it stops and starts again, as it last said (learnEngine);
+	// engineKnown whether it has said.
+	liveRestore, engineKnown atomic.Bool
 
 	mu   sync.Mutex
 	runs map[Key]*run

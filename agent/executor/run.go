@@ -520,6 +520,9 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	// the container has ended whether or not the engine is back.
 	engineLost := false
 	var backC, tailDoneC <-chan struct{}
+	if !r.e.engineKnown.Load() {
+		r.e.learnEngine(ctx)
+	}
 	bctx, stopBack := context.WithCancel(ctx)
 	defer stopBack()
 
@@ -644,7 +647,9 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 // container ran. An exit nobody here asked for is checked against the
 // engine: one that does not take new connections any more is stopping, and
 // stopped the container on its way (the wait still answered, on a
-// connection it had open). A task that succeeded keeps its success.
+// connection it had open). A task that succeeded keeps its success, and an
+// engine with live-restore stops no container as it goes or comes back: a
+// task that ended meanwhile ended by itself.
 func (r *run) stoppedByEngine(ctx context.Context, lost bool, rec *runlog.Exit, exit *container.WaitResponse) bool {
 	// The runner's record is exact; the engine's status is second best,
 	// and none is known of a container that ended while the engine was
@@ -657,7 +662,7 @@ func (r *run) stoppedByEngine(ctx context.Context, lost bool, rec *runlog.Exit, 
 		succeeded = exit.StatusCode == 0
 	}
 	switch {
-	case succeeded || ctx.Err() != nil:
+	case succeeded || ctx.Err() != nil || r.e.liveRestore.Load():
 		return false
 	case lost:
 		return true

@@ -60,6 +60,19 @@ type PrivateEngine struct {
 // which is known to work on this machine's file systems.
 func StartPrivateEngine(t testing.TB) *PrivateEngine {
 	t.Helper()
+	return StartPrivateEngineWith(t, PrivateConfig{})
+}
+
+// PrivateConfig is what may differ between private engines.
+type PrivateConfig struct {
+	// LiveRestore keeps containers running while the engine stops and
+	// starts again ("live-restore": true in daemon.json).
+	LiveRestore bool
+}
+
+// StartPrivateEngineWith is StartPrivateEngine with cfg.
+func StartPrivateEngineWith(t testing.TB, pc PrivateConfig) *PrivateEngine {
+	t.Helper()
 	if _, err := os.Stat(DockerdPath); err != nil {
 		t.Fatalf("dockertest: %s is not installed (apt-get install docker.io): %v", DockerdPath, err)
 	}
@@ -93,6 +106,7 @@ func StartPrivateEngine(t testing.TB) *PrivateEngine {
 		"ip-forward":     false,
 		"ip-masq":        false,
 		"log-driver":     "json-file",
+		"live-restore":   pc.LiveRestore,
 	}
 	b, _ := json.Marshal(cfg)
 	e := &PrivateEngine{t: t, dir: dir, bridge: bridge, host: "unix://" + filepath.Join(dir, "docker.sock"), cfg: filepath.Join(dir, "daemon.json")}
