@@ -91,6 +91,9 @@ func engineRestartRound(t *testing.T, e *env, pe *dockertest.PrivateEngine, sig 
 	if stdout.String() != "started\n" {
 		t.Errorf("engine restarted with %v: stdout %q, want the task's %q", sig, stdout.String(), "started\n")
 	}
+	if logs := e.podium("logs", id); logs.code != 0 || string(logs.stdout) != "started\n" {
+		t.Errorf("engine restarted with %v: podium logs exited %d with %q, want the stored output %q", sig, logs.code, logs.stdout, "started\n")
+	}
 	waitNothingLeft(t, pe.Client(), e.node, fmt.Sprintf("after the engine restarted with %v", sig))
 }
 
