@@ -10,9 +10,11 @@ package executor
 // then, so the agent sees an ordinary exit by SIGTERM. An engine that crashes
 // or is SIGKILLed leaves its containers running to their shims, the agent's
 // wait on the container breaks, and the engine stops the containers when it
-// starts again (unless live-restore is on, when they survive). Either way the
-// task did nothing wrong: it fails with ReasonEngineRestarted and no exit
-// code, which `podium run` reports as Podium's failure (125), not the task's.
+// starts again. Either way the task did nothing wrong: it fails with
+// ReasonEngineRestarted and no exit code, which `podium run` reports as
+// Podium's failure (125), not the task's. An engine with live-restore stops
+// no container either way: its tasks run on, watched again once it answers,
+// and one that ends meanwhile keeps its own status.
 
 import (
 	"bufio"
