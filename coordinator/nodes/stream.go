@@ -48,7 +48,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: nodeLimits(capa.GetLimits()), Lock: key,
+		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
@@ -87,6 +87,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 			sess.charge(a.TaskId, s.costOf(ctx, a.TaskId))
 		} else {
 			s.reg.Forget(node.ID, a.TaskId)
+			sess.tearingDown(1)
 		}
 	}
 	s.reg.put(sess)
@@ -313,8 +314,10 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 		case *podiumv1.StreamRequest_Heartbeat:
 			c := body.Heartbeat.GetCapacity()
 			sess.seen(c)
+			sess.running(body.Heartbeat.GetRunningTasks())
 			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
-				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks()})
+				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks(),
+				RunningTasks: body.Heartbeat.GetRunningTasks()})
 		case *podiumv1.StreamRequest_Events:
 			if err := checkEvents(body.Events.GetEvents()); err != nil {
 				s.log.Warn("node disconnected: it broke the protocol's bounds; nothing of its message was stored",
