@@ -69,6 +69,7 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 	if ack == nil {
 		return false, fmt.Errorf("the coordinator answered Hello with %T instead of HelloAck; check that it runs a compatible version", msg.GetMsg())
 	}
+	s.reached()
 	s.out.resetSent()
 	s.applyHelloAck(ack, hello.GetRunning())
 	s.log.Info("connected to coordinator", "coordinator", target, "replica", ack.GetReplica(),
@@ -221,6 +222,7 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			}
 			return err
 		}
+		s.reached()
 		switch m := msg.GetMsg().(type) {
 		case *podiumv1.StreamResponse_Assign:
 			s.handleAssign(m.Assign)
@@ -241,6 +243,8 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			s.handleInject(m.Inject)
 		case *podiumv1.StreamResponse_Replicas:
 			s.setReplicas(m.Replicas.GetAddresses())
+		case *podiumv1.StreamResponse_HeartbeatAck:
+			// Proof the control plane hears this node (reached, above).
 		default:
 			s.log.Warn("ignoring a message this agent does not know; is the coordinator newer?", "type", fmt.Sprintf("%T", m))
 		}

@@ -318,6 +318,10 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
 				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks(),
 				RunningTasks: body.Heartbeat.GetRunningTasks()})
+			// The node's proof that it reaches the control plane: without
+			// it, past the offline threshold, it fences itself. A full queue
+			// skips one; the next heartbeat gets its answer.
+			_ = sess.trySend(heartbeatAck)
 		case *podiumv1.StreamRequest_Events:
 			if err := checkEvents(body.Events.GetEvents()); err != nil {
 				s.log.Warn("node disconnected: it broke the protocol's bounds; nothing of its message was stored",
@@ -402,6 +406,10 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 	}
 	return nil
 }
+
+// heartbeatAck answers every heartbeat; it carries nothing, so one value
+// serves every session.
+var heartbeatAck = &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HeartbeatAck{HeartbeatAck: &podiumv1.HeartbeatAck{}}}
 
 func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: k.task, Attempt: k.attempt, AckedSeq: seq}}}
