@@ -17,6 +17,9 @@ type Placement struct {
 	NodeID    string
 	Attempt   int32
 	CreatedAt time.Time
+	// Reoffered is set when the attempt was given back by a node before and
+	// is placed again under the same number.
+	Reoffered bool
 }
 
 // Candidates reads the connected nodes with what they are already committed
@@ -120,7 +123,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 				}
 				continue
 			}
-			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created})
+			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt})
 		}
 		if len(placed) == 0 {
 			return nil
