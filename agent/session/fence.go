@@ -122,13 +122,17 @@ func (s *Session) fenceIfCutOff() {
 		reason := fmt.Sprintf("fenced: this node reached no coordinator replica for %s, close to the control plane's "+
 			"offline threshold (%s); the task has retry_on_node_loss, so the control plane requeues it elsewhere, "+
 			"and this attempt is stopped so that it never runs twice at once", silence, offline)
+		s.out.fence(key) // first: its note must not go out on this stream
 		s.emitNote(key, reason)
-		s.out.fence(key)
 		s.fmu.Lock()
 		delete(s.runs, key)
 		s.fmu.Unlock()
 		s.log.Warn("fencing: stopping a task the control plane will requeue", "task_id", key.TaskID, "attempt", key.Attempt)
 		s.cfg.Runner.Cancel(key.TaskID, key.Attempt, reason, max(lead/2, time.Millisecond))
+		select {
+		case s.restream <- struct{}{}:
+		default:
+		}
 	}
 }
 

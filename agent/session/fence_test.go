@@ -21,8 +21,10 @@ func assignSpec(task string, spec *podiumv1.TaskSpec) *podiumv1.StreamResponse {
 // declare it offline fences itself: it stops the attempt the control plane
 // will have requeued elsewhere (retry_on_node_loss, an attempt left), saying
 // why in the task's notes and its own log, keeps the other running for
-// adoption (with a note too), and leaves the stopped attempt out of its next
-// Hello so a coordinator that still holds it applies its node-loss policy.
+// adoption (with a note too), ends the stream it fenced on, and leaves the
+// stopped attempt out of its next Hello so a coordinator that still holds it
+// applies its node-loss policy; the stopped attempt's note and status go
+// out only after that Hello is answered.
 // While the control plane answers its heartbeats, however long, nothing is
 // stopped.
 func TestFencesRequeuableTasksPastTheOfflineThreshold(t *testing.T) {
@@ -57,21 +59,6 @@ func TestFencesRequeuableTasksPastTheOfflineThreshold(t *testing.T) {
 	if !strings.HasPrefix(c, "requeued: fenced: ") {
 		t.Fatalf("cancel %q, want the requeued task stopped because the node fenced itself", c)
 	}
-	var notes []string
-	var cancelled bool
-	for _, ev := range cn.events(t, 3) {
-		switch {
-		case ev.GetNote() != nil:
-			notes = append(notes, ev.GetTaskId()+": "+ev.GetNote().GetText())
-		case ev.GetTaskId() == "requeued" && ev.GetStatus().GetState() == podiumv1.TaskState_TASK_STATE_CANCELLED:
-			cancelled = true
-		}
-	}
-	joined := strings.Join(notes, "\n")
-	if !cancelled || !strings.Contains(joined, "requeued: fenced: this node reached no coordinator replica") ||
-		!strings.Contains(joined, "kept: this node reached no coordinator replica") || !strings.Contains(joined, "keeps running") {
-		t.Fatalf("the tasks' notes after fencing are\n%s\n(cancelled status sent: %v); want a note on each, the requeued one stopped", joined, cancelled)
-	}
 	if r.Running() != 1 {
 		t.Fatalf("%d tasks run after fencing, want the one without retry_on_node_loss", r.Running())
 	}
@@ -80,15 +67,53 @@ func TestFencesRequeuableTasksPastTheOfflineThreshold(t *testing.T) {
 		t.Fatalf("fencing stopped a task the control plane will not requeue: %s", c)
 	default:
 	}
-	if !strings.Contains(f.logs.String(), "fencing: stopping a task the control plane will requeue") ||
-		!strings.Contains(f.logs.String(), "fencing: keeping a task running for adoption") {
-		t.Fatal("the agent's log does not say what fencing did")
+	wait.For(t, patience, "the agent's log to say what fencing did with each task", func() bool {
+		return strings.Contains(f.logs.String(), "fencing: stopping a task the control plane will requeue") &&
+			strings.Contains(f.logs.String(), "fencing: keeping a task running for adoption")
+	})
+	// The node ends the stream it fenced on: nothing of the stopped attempt
+	// goes out on it, where a coordinator that has not given the node up
+	// yet would take its final status for a cancel.
+	var events []*podiumv1.TaskEvent
+	for m := range cn.recv {
+		events = append(events, m.GetEvents().GetEvents()...)
 	}
-
-	cn.end <- errors.New("the partition ends with a new stream")
-	h := f.coord.next(t).hello(t)
+	for _, ev := range events {
+		if ev.GetTaskId() == "requeued" && ev.GetSeq() > 1 {
+			t.Fatalf("the fenced attempt's event %v went out on the stream open when the node fenced", ev)
+		}
+	}
+	// The next Hello leaves the fenced attempt out, so a coordinator still
+	// holding it applies its node-loss policy; after the HelloAck its note
+	// and final status are sent.
+	cn = f.coord.next(t)
+	h := cn.hello(t)
 	if len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != "kept" {
 		t.Fatalf("Hello after fencing reports %v, want only the task kept for adoption", h.GetRunning())
+	}
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "kept", Attempt: 1, Keep: true, AckedSeq: 1}))
+	var notes []string
+	cancelled := false
+	deadline := time.Now().Add(patience)
+	for !cancelled || len(notes) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the new HelloAck: notes %q, cancelled status sent: %v; want a note on each task and the stopped one's status", notes, cancelled)
+		}
+		events = append(events, cn.read(t).GetEvents().GetEvents()...)
+		notes, cancelled = nil, false
+		for _, ev := range events {
+			switch {
+			case ev.GetNote() != nil:
+				notes = append(notes, ev.GetTaskId()+": "+ev.GetNote().GetText())
+			case ev.GetTaskId() == "requeued" && ev.GetStatus().GetState() == podiumv1.TaskState_TASK_STATE_CANCELLED:
+				cancelled = true
+			}
+		}
+	}
+	joined := strings.Join(notes, "\n")
+	if !strings.Contains(joined, "requeued: fenced: this node reached no coordinator replica") ||
+		!strings.Contains(joined, "kept: this node reached no coordinator replica") || !strings.Contains(joined, "keeps running") {
+		t.Fatalf("the tasks' notes after fencing are\n%s\nwant one on each, saying what became of it", joined)
 	}
 }
 

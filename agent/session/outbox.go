@@ -76,8 +76,12 @@ type outbox struct {
 	// fenced are attempts the node stopped itself, cut off from the control
 	// plane past its offline threshold (see Session.fence): Hello leaves them
 	// out, so a coordinator that still holds one applies its node-loss
-	// policy, while their last events (the note saying why, the final
-	// status) are still sent and stored.
+	// policy. Until a HelloAck has come after the fence (true: held) their
+	// events are not sent: the stream open when the node fenced may carry
+	// them to a coordinator that has not given the node up yet, and their
+	// final status would end the task as if it had been cancelled. Once
+	// held no more, their last events (the note saying why, the final
+	// status) are sent and stored as late.
 	fenced map[attempt.Key]bool
 	bytes  int           // unacked bytes over all tasks
 	space  chan struct{} // closed (and replaced) when bytes drop
@@ -218,6 +222,9 @@ func (o *outbox) nextBatch(maxBytes, maxEvents int) []*podiumv1.TaskEvent {
 	var batch []*podiumv1.TaskEvent
 	size := 0
 	for _, key := range o.order {
+		if o.fenced[key] {
+			continue // held until the next HelloAck; see fenced
+		}
 		tl := o.tasks[key]
 		for _, ev := range tl.unsentLocked() {
 			if len(batch) >= maxEvents || size >= maxBytes {
@@ -250,7 +257,10 @@ func (tl *taskLog) unsentLocked() []*podiumv1.TaskEvent {
 func (o *outbox) urgent() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, tl := range o.tasks {
+	for key, tl := range o.tasks {
+		if o.fenced[key] {
+			continue
+		}
 		for _, ev := range tl.unsentLocked() {
 			if ev.GetStatus() != nil {
 				return true
@@ -264,7 +274,10 @@ func (o *outbox) urgent() bool {
 func (o *outbox) unsent() (bytes, events int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, tl := range o.tasks {
+	for key, tl := range o.tasks {
+		if o.fenced[key] {
+			continue
+		}
 		for _, ev := range tl.unsentLocked() {
 			events++
 			bytes += proto.Size(ev)
@@ -446,7 +459,7 @@ func (o *outbox) running() []*podiumv1.RunningTask {
 	defer o.mu.Unlock()
 	out := make([]*podiumv1.RunningTask, 0, len(o.order))
 	for _, key := range o.order {
-		if o.fenced[key] {
+		if _, fenced := o.fenced[key]; fenced {
 			continue
 		}
 		out = append(out, &podiumv1.RunningTask{TaskId: key.TaskID, Attempt: key.Attempt, LastSeq: o.tasks[key].lastSeq})
@@ -462,6 +475,17 @@ func (o *outbox) fence(key attempt.Key) {
 	if o.tasks[key] != nil {
 		o.fenced[key] = true
 	}
+}
+
+// releaseFenced lets the events of fenced attempts go, once a HelloAck has
+// settled them (the Hello before it left them out).
+func (o *outbox) releaseFenced() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.fenced {
+		o.fenced[k] = false
+	}
+	o.wake()
 }
 
 // ended reports whether an attempt already ran to a terminal status on this

@@ -226,6 +226,9 @@ type Session struct {
 	// offlineAfter and unreachableAfter are the control plane's thresholds
 	// (HelloAck); 0 until a coordinator tells them, and no fencing then.
 	offlineAfter, unreachableAfter time.Duration
+	// restream asks the writer to end the stream after a fence, so that
+	// the next Hello (which leaves the fenced attempts out) settles them.
+	restream chan struct{}
 }
 
 // New checks cfg and returns a session; Run starts it.
@@ -265,6 +268,7 @@ func New(cfg Config) (*Session, error) {
 		kick:      make(chan struct{}, 1),
 		taskCtx:   context.Background(),
 		runs:      make(map[attempt.Key]bool),
+		restream:  make(chan struct{}, 1),
 	}
 	var attempts []*spool.Attempt
 	if cfg.SpoolDir != "" {

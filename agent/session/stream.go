@@ -45,6 +45,12 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 	}()
 
 	s.log.Debug("dialling coordinator", "coordinator", target)
+	// This Hello leaves out whatever was fenced until now: no need to end
+	// this stream for it.
+	select {
+	case <-s.restream:
+	default:
+	}
 	hello := &podiumv1.Hello{
 		NodeId:       s.cfg.NodeID,
 		NodeKey:      s.cfg.NodeKey,
@@ -72,6 +78,7 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 	s.reached()
 	s.out.resetSent()
 	s.applyHelloAck(ack, hello.GetRunning())
+	s.out.releaseFenced()
 	s.log.Info("connected to coordinator", "coordinator", target, "replica", ack.GetReplica(),
 		"adopted", len(ack.GetAdopt()), "draining", ack.GetDraining())
 	s.notifyState(State{Connected: true, Coordinator: target, Replica: ack.GetReplica()})
@@ -167,6 +174,8 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 			if s.drained() {
 				return ErrDrained
 			}
+		case <-s.restream:
+			return errors.New("fenced: this node stopped attempts the control plane may still hold; a new stream settles them (its Hello leaves them out)")
 		case <-stall.C:
 			if s.out.rewindStalled(ackStallAfter) {
 				s.log.Warn("the coordinator has not acknowledged events for a while; sending them again", "after", ackStallAfter)
