@@ -58,6 +58,9 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 		Hostname:     s.cfg.Hostname,
 		Capacity:     s.capacity(ctx),
 		Running:      s.out.running(),
+		// Answered heartbeats are how this node knows it still reaches
+		// the control plane (fence.go).
+		HeartbeatAcks: true,
 	}
 	if err := s.send(stream, cancel, &podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		return false, s.streamErr(sctx, stream, err)

@@ -48,6 +48,9 @@ type Session struct {
 	NodeID  string
 	Epoch   int64
 	Started time.Time
+	// heartbeatAcks is whether the node asked for its heartbeats to be
+	// answered (Hello.heartbeat_acks); set before the session runs.
+	heartbeatAcks bool
 
 	mu               sync.Mutex
 	labels           []string

@@ -54,6 +54,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
+	sess.heartbeatAcks = hello.GetHeartbeatAcks()
 	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
 	sess.seen(capa)
 	defer close(sess.ended)
@@ -321,7 +322,9 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			// The node's proof that it reaches the control plane: without
 			// it, past the offline threshold, it fences itself. A full queue
 			// skips one; the next heartbeat gets its answer.
-			_ = sess.trySend(heartbeatAck)
+			if sess.heartbeatAcks {
+				_ = sess.trySend(heartbeatAck)
+			}
 		case *podiumv1.StreamRequest_Events:
 			if err := checkEvents(body.Events.GetEvents()); err != nil {
 				s.log.Warn("node disconnected: it broke the protocol's bounds; nothing of its message was stored",

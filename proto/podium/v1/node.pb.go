@@ -385,13 +385,17 @@ func (x *RunningTask) GetLastSeq() uint64 {
 
 // Hello must be the first message on a stream.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	NodeKey       string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
-	AgentVersion  string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	Hostname      string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Capacity      *Capacity              `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Running       []*RunningTask         `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeKey      string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
+	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	Hostname     string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Capacity     *Capacity              `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Running      []*RunningTask         `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	// heartbeat_acks asks the coordinator to answer every heartbeat
+	// (HeartbeatAck): the node fences itself when no answer comes. An older
+	// node does not ask, and is sent none it would not know.
+	HeartbeatAcks bool `protobuf:"varint,7,opt,name=heartbeat_acks,json=heartbeatAcks,proto3" json:"heartbeat_acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +470,13 @@ func (x *Hello) GetRunning() []*RunningTask {
 		return x.Running
 	}
 	return nil
+}
+
+func (x *Hello) GetHeartbeatAcks() bool {
+	if x != nil {
+		return x.HeartbeatAcks
+	}
+	return false
 }
 
 // Adopt tells a node what to do with a task it reported in Hello.
@@ -1766,14 +1777,15 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\vRunningTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xdf\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\x86\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bnode_key\x18\x02 \x01(\tR\anodeKey\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12/\n" +
 	"\bcapacity\x18\x05 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x120\n" +
-	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\"k\n" +
+	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\x12%\n" +
+	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\"k\n" +
 	"\x05Adopt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
