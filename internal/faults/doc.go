@@ -1,0 +1,34 @@
+// Package faults is Podium's fault-injection suite: each test drives the
+// real binaries (podium-coordinator replicas as processes, podium-agent,
+// podium-runner inside real containers, the podium CLI) on a Postgres
+// cluster and a TCP link of its own, injects one fault mid-task (Postgres
+// restarted or killed, a replica SIGKILLed, the link black-holed, ...) and
+// checks what an operator would: the task ends with its own status, `podium
+// run` exits with the task's code, the output printed and stored is
+// byte-exact against the task's own checksum, nodes come back without
+// action, and nothing labelled by Podium is left in Docker.
+//
+// The package holds tests only. Its harness (harness_test.go) is small on
+// purpose; a new row is a test that uses it:
+//
+//	func TestSomeFault(t *testing.T) {
+//		t.Parallel()
+//		pg := pgtest.NewCluster(t)                  // Postgres of its own
+//		db := pgtest.NewDatabaseIn(t, pg)
+//		r := StartReplica(t, db.URL)                // podium-coordinator serve
+//		a := EnrollAgent(t, r, r.URL())             // podium-agent enroll
+//		a.Start()                                   // podium-agent run
+//		r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+//		w := Workload{Lines: 40, Every: 100 * time.Millisecond, Code: 3}
+//		run := StartRun(t, []string{r.URL()}, w.Args()...)   // podium run
+//		run.WaitStdout(t, w.Line(5))
+//		... inject the fault ...
+//		w.Check(t, r, run)            // exit code, checksum, stored output
+//		NothingLeft(t, a.Node)        // Docker
+//	}
+//
+// Thresholds are shortened with the coordinator's own flags
+// (--unreachable-after, --offline-after, ...) given to StartReplica, so that
+// a row stays short. Waits poll a condition with a deadline (wait.For);
+// nothing sleeps to wait.
+package faults
