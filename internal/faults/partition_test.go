@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func TestBlackHoleShorterThanUnreachableLosesNothing(t *testing.T) {
 	run.WaitStdout(t, w.Line(3))
 
 	link.BlackHole()
+	printedAtCut := len(run.Stdout())
 	// The hole lasts a fixed time; the node's status is sampled through it.
 	// This waits for nothing: it is the fault.
 	var seen []podiumv1.NodeStatus
@@ -51,7 +53,9 @@ func TestBlackHoleShorterThanUnreachableLosesNothing(t *testing.T) {
 			t.Errorf("during the black hole the task is %s (%q), want running", tk.State, tk.Reason)
 		}
 	}
+	printedInHole := len(run.Stdout()) - printedAtCut
 	link.Restore()
+	t.Logf("podium run printed %d bytes during the %s black hole (the task printed on)", printedInHole, hole)
 	for _, s := range seen {
 		if s != podiumv1.NodeStatus_NODE_STATUS_ONLINE {
 			t.Errorf("during a %s black hole the node was listed %v (samples %v); want online throughout (unreachable only after 30 s)", hole, s, seen)
@@ -67,4 +71,11 @@ func TestBlackHoleShorterThanUnreachableLosesNothing(t *testing.T) {
 		t.Errorf("after the black hole the node is %v (%v), want online", n.GetStatus(), err)
 	}
 	NothingLeft(t, a.Node)
+	// The fault was where it should be: the agent only ever reached the
+	// replica through the proxy.
+	for _, l := range strings.Split(a.Log(), "\n") {
+		if strings.Contains(l, "connected to coordinator") && !strings.Contains(l, "coordinator="+link.URL()) {
+			t.Errorf("the agent reached the coordinator around the proxy: %s", l)
+		}
+	}
 }
