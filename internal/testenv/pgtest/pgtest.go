@@ -233,8 +233,13 @@ func NewCluster(t testing.TB, settings ...string) *Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	// Smaller than the shared cluster: a test may run several at once.
-	c, err := start(port, append([]string{"shared_buffers=16MB", "max_connections=100"}, settings...)...)
+	// Smaller than the shared cluster: a test may run several at once. And
+	// durable commits, as in production: with synchronous_commit off an
+	// immediate shutdown (SIGQUIT) loses the commits of the last moments
+	// that clients were told had succeeded, which no real deployment does
+	// and no fault test should measure. (fsync and full_page_writes stay
+	// off: they guard against the OS crashing, which these tests do not do.)
+	c, err := start(port, append([]string{"shared_buffers=16MB", "max_connections=100", "synchronous_commit=on"}, settings...)...)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
