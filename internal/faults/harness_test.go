@@ -114,6 +114,7 @@ type Replica struct {
 	log   *logBuffer
 	mu    sync.Mutex
 	p     *proc
+	id    string
 }
 
 // StartReplica starts a replica on a free port against databaseURL (the
@@ -155,12 +156,34 @@ func (r *Replica) Start() {
 		r.t.Fatalf("replica %s is already running", r.Addr)
 	}
 	fmt.Fprintf(r.log, "=== harness: start replica %s %v\n", r.Addr, r.flags)
+	from := len(r.log.Bytes())
 	cmd := exec.Command(filepath.Join(binDir, "podium-coordinator"), append([]string{"serve", "--listen", r.Addr}, r.flags...)...)
 	cmd.Env = append(os.Environ(), "PODIUM_DATABASE_URL="+r.db, "PODIUM_TOKEN="+coordtest.Token)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	r.p = startProc(r.t, cmd)
 	r.mu.Unlock()
 	r.WaitReady()
+	var id string
+	wait.For(r.t, readyWithin, "replica "+r.Addr+" to log its id", func() bool {
+		m := servingRe.FindSubmatch(r.log.Bytes()[from:])
+		if m != nil {
+			id = string(m[1])
+		}
+		return m != nil
+	})
+	r.mu.Lock()
+	r.id = id
+	r.mu.Unlock()
+}
+
+var servingRe = regexp.MustCompile(`msg="coordinator serving" replica=(\S+)`)
+
+// ID is the replica id of the running process (a fresh one at each Start
+// unless the flags give --replica-id): what a node's Replica field names.
+func (r *Replica) ID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
 }
 
 // WaitReady waits until the replica answers /readyz with 200.
@@ -239,6 +262,16 @@ func (r *Replica) WaitNode(t testing.TB, id string, want podiumv1.NodeStatus) {
 	wait.For(t, nodeWithin, "node "+id+" to be "+want.String()+" at "+r.Addr, func() bool {
 		n, err := r.Node(id)
 		return err == nil && n.Status == want && (want != podiumv1.NodeStatus_NODE_STATUS_ONLINE || n.Replica != "")
+	})
+}
+
+// WaitOnlineOn waits until the replica lists the node online with its
+// stream held by this very replica.
+func (r *Replica) WaitOnlineOn(t testing.TB, id string) {
+	t.Helper()
+	wait.For(t, nodeWithin, "node "+id+" to be online on replica "+r.Addr, func() bool {
+		n, err := r.Node(id)
+		return err == nil && n.Status == podiumv1.NodeStatus_NODE_STATUS_ONLINE && n.Replica == r.ID()
 	})
 }
 

@@ -29,7 +29,7 @@ func postgresRestartMidTask(t *testing.T, mode string) {
 		t.Fatalf("restart Postgres -m %s: %v", mode, err)
 	}
 	w.Check(t, r, run)
-	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	r.WaitOnlineOn(t, a.Node)
 	NothingLeft(t, a.Node)
 }
 
