@@ -53,9 +53,6 @@ type env struct {
 	data  string
 	// agentArgs are added to every `podium-agent run`.
 	agentArgs []string
-	// agentEnv is added to the agent's environment (DOCKER_HOST of a
-	// private engine, say).
-	agentEnv  []string
 	agent     *exec.Cmd
 	agentDone chan struct{} // closed when the agent process has exited
 	alog      *syncBuffer
@@ -90,14 +87,7 @@ func newEnvOpts(t *testing.T, opts coordtest.Options, agentArgs []string, labels
 // newEnvEnroll is newEnvOpts with flags for `podium-agent enroll`.
 func newEnvEnroll(t *testing.T, opts coordtest.Options, enrollArgs, agentArgs []string, labels ...string) *env {
 	t.Helper()
-	return newEnvFull(t, opts, enrollArgs, agentArgs, nil, labels...)
-}
-
-// newEnvFull is newEnvEnroll with variables for the agent's environment.
-func newEnvFull(t *testing.T, opts coordtest.Options, enrollArgs, agentArgs, agentEnv []string, labels ...string) *env {
-	t.Helper()
-	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs,
-		agentEnv: agentEnv, opts: opts}
+	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs, opts: opts}
 	e.db = pgtest.NewDatabase(t)
 	e.r = coordtest.Start(t, e.db.URL, opts)
 	ctx := context.Background()
@@ -139,7 +129,6 @@ func (e *env) startAgent() {
 	e.t.Helper()
 	args := append([]string{"run", "--data-dir", e.data, "--max-tasks", "4"}, e.agentArgs...)
 	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), args...)
-	cmd.Env = append(os.Environ(), e.agentEnv...)
 	cmd.Stdout, cmd.Stderr = e.alog, e.alog
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
