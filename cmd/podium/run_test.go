@@ -38,6 +38,8 @@ func TestExitCode(t *testing.T) {
 		{"killed by SIGTERM, exit code also set", &podiumv1.Task{State: failed, ExitCode: i32(143), Signal: 15}, 143},
 		{"signal wins over exit code", &podiumv1.Task{State: failed, ExitCode: i32(1), Signal: 9}, 137},
 		{"image missing: failed, no exit code", &podiumv1.Task{State: failed, Reason: "image not found"}, 125},
+		{"engine restarted: failed, no exit code", &podiumv1.Task{State: failed,
+			Reason: "engine restarted: the Docker engine on this node stopped or restarted while the task ran, and stopped the task's container (its process was ended by signal 15)"}, 125},
 		{"failed with exit code 0", &podiumv1.Task{State: failed, ExitCode: i32(0)}, 125},
 		{"failed with impossible exit code", &podiumv1.Task{State: failed, ExitCode: i32(300)}, 125},
 		{"failed with negative exit code", &podiumv1.Task{State: failed, ExitCode: i32(-1)}, 125},
