@@ -25,8 +25,18 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// DockerdPath is where Debian's docker.io installs the engine.
-const DockerdPath = "/usr/sbin/dockerd"
+// dockerdPath finds the engine's binary: on $PATH (Docker's own packages put
+// it in /usr/bin), else where Debian's docker.io installs it.
+func dockerdPath() (string, error) {
+	if p, err := exec.LookPath("dockerd"); err == nil {
+		return p, nil
+	}
+	const debian = "/usr/sbin/dockerd"
+	if _, err := os.Stat(debian); err != nil {
+		return "", fmt.Errorf("no dockerd on $PATH nor at %s: install the engine (apt-get install docker.io, or scripts/ensure-docker.sh): %w", debian, err)
+	}
+	return debian, nil
+}
 
 // PrivateEngine is a dockerd the test started itself. Its networks are made
 // without iptables rules, so it changes nothing the machine's engine relies
@@ -73,8 +83,8 @@ type PrivateConfig struct {
 // StartPrivateEngineWith is StartPrivateEngine with cfg.
 func StartPrivateEngineWith(t testing.TB, pc PrivateConfig) *PrivateEngine {
 	t.Helper()
-	if _, err := os.Stat(DockerdPath); err != nil {
-		t.Fatalf("dockertest: %s is not installed (apt-get install docker.io): %v", DockerdPath, err)
+	if _, err := dockerdPath(); err != nil {
+		t.Fatalf("dockertest: %v", err)
 	}
 	sys := Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -158,7 +168,11 @@ func (e *PrivateEngine) start() error {
 	if e.cmd != nil {
 		return errors.New("the private engine is running already")
 	}
-	cmd := exec.Command(DockerdPath, "--config-file", e.cfg,
+	dockerd, err := dockerdPath()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(dockerd, "--config-file", e.cfg,
 		"--data-root", filepath.Join(e.dir, "data"), "--exec-root", filepath.Join(e.dir, "exec"),
 		"--pidfile", filepath.Join(e.dir, "docker.pid"), "-H", e.host)
 	cmd.Stdout, cmd.Stderr = e.logf, e.logf
@@ -166,7 +180,7 @@ func (e *PrivateEngine) start() error {
 	// the engine, and the test decides how the engine goes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", DockerdPath, err)
+		return fmt.Errorf("start %s: %w", dockerd, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
