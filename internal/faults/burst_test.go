@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,53 @@ func (w Workload) checkStored(t testing.TB, r *Replica, tk *podiumv1.Task) {
 	}
 }
 
+// checkEventsOnce checks that each event of the task is stored once: the
+// stored positions rise one by one, each log chunk of an attempt's stream
+// starts at the offset where the one before it ended (no chunk stored twice,
+// none missing), and no attempt reports the same state twice.
+func checkEventsOnce(t testing.TB, tasks podiumv1connect.TaskServiceClient, id string) {
+	t.Helper()
+	stream, err := tasks.Events(context.Background(), connect.NewRequest(&podiumv1.EventsRequest{Id: id}))
+	if err != nil {
+		t.Fatalf("events of %s: %v", id, err)
+	}
+	defer stream.Close()
+	type key struct {
+		attempt int32
+		stream  podiumv1.LogStream
+	}
+	next := map[key]uint64{}
+	states := map[int32][]podiumv1.TaskState{}
+	var seq uint64
+	for stream.Receive() {
+		m := stream.Msg()
+		if m.GetEvent() == nil {
+			continue
+		}
+		if m.GetSeq() != seq+1 {
+			t.Errorf("task %s: event at position %d follows position %d", id, m.GetSeq(), seq)
+		}
+		seq = m.GetSeq()
+		ev := m.GetEvent()
+		if l := ev.GetLog(); l != nil {
+			k := key{ev.GetAttempt(), l.GetStream()}
+			if l.GetOffset() != next[k] {
+				t.Errorf("task %s attempt %d: a %s chunk at offset %d, where the stored chunks before it end at %d", id, k.attempt, k.stream, l.GetOffset(), next[k])
+			}
+			next[k] = l.GetOffset() + uint64(len(l.GetData()))
+		}
+		if st := ev.GetStatus(); st != nil {
+			if slices.Contains(states[ev.GetAttempt()], st.GetState()) {
+				t.Errorf("task %s attempt %d: %s stored again after %v", id, ev.GetAttempt(), st.GetState(), states[ev.GetAttempt()])
+			}
+			states[ev.GetAttempt()] = append(states[ev.GetAttempt()], st.GetState())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("events of %s: %v", id, err)
+	}
+}
+
 // TestCoordinatorKilledMidBurst SIGKILLs the replica that takes a burst of
 // concurrent submits and holds the node's stream, while tasks it placed are
 // printing (their log events in flight from the agent) and further submits
@@ -116,7 +164,7 @@ func TestCoordinatorKilledMidBurst(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts++
-		return Workload{Lines: 6, Every: 100 * time.Millisecond, Code: attempts % 4}
+		return Workload{Lines: 10, Every: 200 * time.Millisecond, Code: attempts % 4}
 	}
 	ack := func(id string, w Workload) int {
 		mu.Lock()
@@ -143,9 +191,9 @@ func TestCoordinatorKilledMidBurst(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	wait.For(t, runWithin, "a task of the first wave to run", func() bool {
+	wait.For(t, runWithin, "two tasks of the first wave to run", func() bool {
 		res, err := ta.List(context.Background(), connect.NewRequest(&podiumv1.ListRequest{States: []podiumv1.TaskState{podiumv1.TaskState_TASK_STATE_RUNNING}}))
-		return err == nil && len(res.Msg.Tasks) > 0
+		return err == nil && len(res.Msg.Tasks) >= 2
 	})
 
 	// The second wave submits without pause to A until A fails it, then
@@ -178,7 +226,11 @@ func TestCoordinatorKilledMidBurst(t *testing.T) {
 	wait.Closed(t, runWithin, "a few submits of the second wave to be answered", killNow)
 	a.Kill()
 	g.Wait()
-	t.Logf("%d submits, %d answered with a task id", attempts, len(acked))
+	running, err := tb.List(context.Background(), connect.NewRequest(&podiumv1.ListRequest{States: []podiumv1.TaskState{podiumv1.TaskState_TASK_STATE_RUNNING}}))
+	if err != nil {
+		t.Fatalf("list running tasks at %s: %v", b.Addr, err)
+	}
+	t.Logf("%d submits, %d answered with a task id; %d tasks running just after the kill", attempts, len(acked), len(running.Msg.Tasks))
 
 	b.WaitOnlineOn(t, ag.Node)
 	for _, s := range acked {
@@ -188,11 +240,13 @@ func TestCoordinatorKilledMidBurst(t *testing.T) {
 			continue
 		}
 		s.w.checkStored(t, b, tk)
+		checkEventsOnce(t, tb, s.id)
 	}
 	res, err := tb.List(context.Background(), connect.NewRequest(&podiumv1.ListRequest{Limit: 1000}))
 	if err != nil {
 		t.Fatalf("list tasks at %s: %v", b.Addr, err)
 	}
+	t.Logf("%d tasks exist", len(res.Msg.Tasks))
 	if len(res.Msg.Tasks) > attempts {
 		t.Errorf("%d tasks exist after %d submits: a submit made more than one", len(res.Msg.Tasks), attempts)
 	}

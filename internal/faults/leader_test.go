@@ -99,6 +99,7 @@ func TestLeaderKilledWithTasksQueued(t *testing.T) {
 	wait.For(t, readyWithin, "the standby "+standby.Addr+" to lead", standby.Leading)
 	for i := range n {
 		tk := ws[i].Check(t, standby, runs[i])
+		checkEventsOnce(t, tasks, ids[i])
 		if tk.Attempt != 1 || tk.NodeId != ag.Node {
 			t.Errorf("task %s ran as attempt %d on node %q, want attempt 1 on %s", ids[i], tk.Attempt, tk.NodeId, ag.Node)
 		}

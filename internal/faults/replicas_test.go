@@ -52,6 +52,7 @@ func TestReplicaHoldingNodeStreamKilled(t *testing.T) {
 
 	b.WaitOnlineOn(t, ag.Node)
 	tk := w.Check(t, b, run)
+	checkEventsOnce(t, b.Tasks(), tk.Id)
 	if tk.Attempt != 1 {
 		t.Errorf("the task ended as attempt %d, want 1: the node re-homed, nothing should have been retried", tk.Attempt)
 	}

@@ -58,6 +58,7 @@ func TestAgentAndCoordinatorKilledTogether(t *testing.T) {
 
 	r.WaitOnlineOn(t, ag.Node)
 	tk := w.Check(t, r, run)
+	checkEventsOnce(t, r.Tasks(), id)
 	if tk.Attempt != 1 {
 		t.Errorf("the task ended as attempt %d, want 1: the restarted agent should have adopted it", tk.Attempt)
 	}
