@@ -94,9 +94,10 @@ func TestLeaderKilledWithTasksQueued(t *testing.T) {
 		return running == 1 && queued == n-1
 	})
 	leader.Kill()
+	killed := time.Now()
 	t.Logf("leader %s SIGKILLed with the tasks %v", leader.Addr, states)
-
 	wait.For(t, readyWithin, "the standby "+standby.Addr+" to lead", standby.Leading)
+	t.Logf("the standby led %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	for i := range n {
 		tk := ws[i].Check(t, standby, runs[i])
 		checkEventsOnce(t, tasks, ids[i])

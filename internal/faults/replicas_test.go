@@ -50,7 +50,9 @@ func TestReplicaHoldingNodeStreamKilled(t *testing.T) {
 		t.Fatal("the task ended before its replica was killed: the row tested nothing")
 	}
 
+	killed := time.Now()
 	b.WaitOnlineOn(t, ag.Node)
+	t.Logf("the node was online on the other replica %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	tk := w.Check(t, b, run)
 	checkEventsOnce(t, b.Tasks(), tk.Id)
 	if tk.Attempt != 1 {
@@ -78,12 +80,16 @@ func TestAgentRestartedWhileItsReplicaIsDead(t *testing.T) {
 
 	a.Kill()
 	ag.Restart()
+	restarted := time.Now()
 	b.WaitOnlineOn(t, ag.Node)
+	t.Logf("the restarted agent was online on B %s after it started", time.Since(restarted).Round(100*time.Millisecond))
 
 	c := StartReplica(t, db.URL)
 	waitKept(t, ag, c)
 	b.Kill()
+	killed := time.Now()
 	c.WaitOnlineOn(t, ag.Node)
+	t.Logf("the node was online on C %s after B was killed", time.Since(killed).Round(100*time.Millisecond))
 
 	w := Workload{Lines: 5, Every: 50 * time.Millisecond, Code: 4}
 	run := StartRun(t, []string{c.URL()}, w.Args(t)...)
