@@ -451,9 +451,19 @@ func (r *Run) Stderr() string { return r.stderr.String() }
 // WaitStdout waits until stdout contains s.
 func (r *Run) WaitStdout(t testing.TB, s string) {
 	t.Helper()
+	exited := false
 	wait.For(t, runWithin, fmt.Sprintf("%q on podium's stdout", s), func() bool {
-		return bytes.Contains(r.stdout.Bytes(), []byte(s))
+		select {
+		case <-r.p.done:
+			exited = true
+		default:
+		}
+		return exited || bytes.Contains(r.stdout.Bytes(), []byte(s))
 	})
+	// It may have printed it just before it exited.
+	if !bytes.Contains(r.stdout.Bytes(), []byte(s)) {
+		t.Fatalf("podium exited (code %d) without printing %q; stderr:\n%s", r.p.cmd.ProcessState.ExitCode(), s, r.Stderr())
+	}
 }
 
 // Wait waits for the command to exit and returns its exit code.
