@@ -161,3 +161,38 @@ func MultiHostURL(db string, clusters ...*Cluster) string {
 	}
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write", strings.Join(hosts, ","), db)
 }
+
+// WaitReplayed waits until the standby has replayed everything the primary
+// has written so far: what was committed on the primary is on the standby.
+func (s *Standby) WaitReplayed(t testing.TB, primary *Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var target string
+	if err := queryOne(ctx, primary, "select pg_current_wal_lsn()::text", &target); err != nil {
+		t.Fatalf("pgtest: the primary's WAL position: %v", err)
+	}
+	for {
+		var caughtUp bool
+		err := queryOne(ctx, s.Cluster, "select pg_last_wal_replay_lsn() >= '"+target+"'::pg_lsn", &caughtUp)
+		if err == nil && caughtUp {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: standby %s did not replay up to %s (%v)\n%s", s.Name, target, err, s.Log())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// queryOne scans one row of one column from the cluster's "postgres"
+// database.
+func queryOne(ctx context.Context, c *Cluster, q string, dst any) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, q).Scan(dst)
+}
