@@ -17,7 +17,11 @@ import (
 // TestPostgresFailoverToSynchronousStandbyLosesNothing fails Postgres over
 // mid-task, as an operator with a streaming standby would: the primary quits
 // (immediate, a crash) and its synchronous standby, made by pg_basebackup,
-// is promoted. The two coordinator replicas are given both clusters in one
+// is promoted. It is the fault that loses events with an asynchronous
+// standby (the next test): the standby stops receiving while the task
+// prints, and the primary quits once a commit is waiting for it. Committed
+// on the primary alone, that commit was never acknowledged, so the node
+// still has those events and sends them again. The two coordinator replicas are given both clusters in one
 // multi-host URL with target_session_attrs=read-write and nothing else is
 // done: both must find the new primary (answer /readyz 200 again), the node
 // must come back online, the task must finish with its own code with its
@@ -41,8 +45,15 @@ func TestPostgresFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	run := StartRun(t, []string{r1.URL()}, w.Args(t)...)
 	id := run.TaskID(t)
 	run.WaitStdout(t, w.Line(5))
+	if err := standby.Down("fast"); err != nil {
+		t.Fatalf("stop the standby: %v", err)
+	}
+	pg.WaitCommitWaitingForStandby(t)
 	if err := pg.Down("immediate"); err != nil {
 		t.Fatalf("stop the primary: %v", err)
+	}
+	if err := standby.Up(); err != nil {
+		t.Fatalf("start the standby again: %v", err)
 	}
 	if err := standby.Promote(); err != nil {
 		t.Fatalf("promote the standby: %v", err)

@@ -196,3 +196,25 @@ func queryOne(ctx context.Context, c *Cluster, q string, dst any) error {
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, q).Scan(dst)
 }
+
+// WaitCommitWaitingForStandby waits until a commit on the cluster (a
+// primary with a synchronous standby that is down) is held waiting for the
+// standby to confirm it: committed locally, not yet acknowledged to its
+// client.
+func (c *Cluster) WaitCommitWaitingForStandby(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		var n int
+		err := queryOne(ctx, c, "select count(*) from pg_stat_activity where wait_event = 'SyncRep'", &n)
+		if err == nil && n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: no commit on %s waited for its synchronous standby (%v)", c.SocketDir, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
