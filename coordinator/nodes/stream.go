@@ -400,6 +400,10 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 		case err != nil:
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store events: %w", err))
 		}
+		if res.Lost > 0 {
+			s.log.Warn("events of a task were lost with commits the database had acknowledged (a failover to a standby that had not received them?); the node no longer had them, so the task goes on without them and its log says so",
+				"node", sess.NodeID, "task", k.task, "attempt", k.attempt, "lost", res.Lost)
+		}
 		if err := sess.send(ackMsg(k, res.Acked)); err != nil {
 			return err
 		}

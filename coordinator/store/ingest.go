@@ -29,6 +29,10 @@ type IngestResult struct {
 	Requeued bool
 	// Bytes is how much task output was stored.
 	Bytes int
+	// Lost is how many of the attempt's events the node no longer has and
+	// the database no longer has either: its batch started past the stored
+	// high-water mark (see IngestBatch). The task's log says so in a note.
+	Lost int
 }
 
 // IngestItem is a batch of one task attempt's events from the node that holds
@@ -67,8 +71,13 @@ func (s *Store) IngestEvents(ctx context.Context, nodeID string, epoch int64, ta
 //
 // It is idempotent on (task, attempt, seq): only the events right after an
 // attempt's stored high-water mark are taken, in order, so a batch re-sent
-// after a reconnect stores nothing twice and a gap stops the ingest until the
-// missing events arrive. Status changes go through the transition rule
+// after a reconnect stores nothing twice. A node sends an attempt's events in
+// order from the first one it was not told are stored, so a batch that starts
+// past the mark means the database lost commits it had acknowledged (a
+// failover to a standby that had not received them): those events are gone
+// on both sides, and the batch is taken from its start with a note in the
+// task's log saying how many were lost (chooseNew). A gap inside a batch
+// stops the ingest at the gap. Status changes go through the transition rule
 // (transitionTasks) in the same transaction, so the log and the task's state
 // never disagree; a task with several status changes in one batch moves
 // through them in order.

@@ -58,8 +58,12 @@ type attRow struct {
 
 // chooseNew decides, item by item in arrival order, which events are new:
 // only those right after the attempt's stored high-water mark, in order, so a
-// batch sent again stores nothing twice and a gap stops the attempt's ingest
-// until the missing events arrive. Two items for the same attempt in one
+// batch sent again stores nothing twice and a gap inside a batch stops the
+// attempt's ingest at the gap. An item that starts past the mark is from a
+// node that no longer has the events in between (it re-sends from the first
+// one it was not told are stored, so the database lost what it had
+// acknowledged): it is taken from its start, after a note that counts the
+// lost events. Two items for the same attempt in one
 // batch continue from each other. An item from a node that is gone, from a
 // session that is no longer the node's, or for an attempt the node does not
 // hold is refused whole, with the error in its outcome. Each item's events
@@ -96,6 +100,22 @@ func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
 		}
 		res := &p.out[i].Result
 		next := uint64(a.acked) + 1
+		if len(it.Events) > 0 && it.Events[0].GetSeq() > next {
+			// The node re-sends everything it was not told is stored, from
+			// the start, so it no longer has next..first-1: it was told
+			// they were stored, by a database that has since lost them.
+			// Waiting for them would hang the task forever.
+			first := it.Events[0].GetSeq()
+			lost := int64(first - next)
+			// The note goes after a hole as long as the lost events: a
+			// follower that had read them before the failover continues
+			// from a position past them, and must not skip what follows.
+			t.count += lost
+			p.taken = append(p.taken, takenEvent{item: i, ev: lostNote(it.Attempt, next, first-1), pos: t.count})
+			t.count++
+			res.Lost = int(lost)
+			next = first
+		}
 		for _, ev := range it.Events {
 			if ev.GetSeq() < next {
 				continue
@@ -122,6 +142,16 @@ func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
 		}
 	}
 	return p
+}
+
+// lostNote is the task's note for node seqs from..to of an attempt, lost
+// with commits the database had acknowledged.
+func lostNote(attempt int32, from, to uint64) *podiumv1.TaskEvent {
+	text := fmt.Sprintf("%d events of attempt %d (node seqs %d-%d: output, notes or status changes) were lost: "+
+		"the control plane had stored them and told the node so, then its database lost those commits "+
+		"(a failover to a standby that had not received them, see docs/operations.md); the node no longer had them to send again",
+		to-from+1, attempt, from, to)
+	return &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}
 }
 
 // seqReservations are, for the tasks with new events, in the order of

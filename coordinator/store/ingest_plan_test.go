@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -55,8 +56,7 @@ func TestChooseNewTakesOnlyWhatFollowsTheHighWaterMark(t *testing.T) {
 		{"the next events, in order", []*podiumv1.TaskEvent{logAt(3, "ab"), logAt(4, "cde")}, []uint64{3, 4}, 4, 5},
 		{"events already stored are skipped", []*podiumv1.TaskEvent{logAt(1, "x"), logAt(2, "y"), logAt(3, "z")}, []uint64{3}, 3, 1},
 		{"a batch sent again stores nothing", []*podiumv1.TaskEvent{logAt(1, "x"), logAt(2, "y")}, nil, 2, 0},
-		{"a gap stops the ingest until the missing event comes", []*podiumv1.TaskEvent{logAt(3, "a"), logAt(5, "c"), logAt(6, "d")}, []uint64{3}, 3, 1},
-		{"nothing follows: the mark stays", []*podiumv1.TaskEvent{logAt(4, "b")}, nil, 2, 0},
+		{"a gap inside a batch stops the ingest at the gap", []*podiumv1.TaskEvent{logAt(3, "a"), logAt(5, "c"), logAt(6, "d")}, []uint64{3}, 3, 1},
 		{"no events at all", nil, nil, 2, 0},
 	}
 	for _, c := range cases {
@@ -79,6 +79,46 @@ func TestChooseNewTakesOnlyWhatFollowsTheHighWaterMark(t *testing.T) {
 				t.Errorf("attempt row %+v, want acked %d, touched only if it moved", *a, c.acked)
 			}
 		})
+	}
+}
+
+// A batch that starts past the mark is from a node that no longer has the
+// events in between: it was told they were stored, and the database lost
+// them (a failover to a standby that had not received them). The batch is
+// taken from its start after a note counting the lost events, placed after
+// a hole as long as them, so the task ends instead of waiting forever.
+func TestChooseNewGoesOnPastEventsTheNodeNoLongerHas(t *testing.T) {
+	t.Parallel()
+	items := []IngestItem{{NodeID: "node_a", Epoch: 7, TaskID: "task_1", Attempt: 1,
+		Events: []*podiumv1.TaskEvent{logAt(5, "e"), logAt(6, "f"), logAt(8, "h")}}}
+	p := chooseNew(items, lockedFor()) // task_1 is acked up to 2
+	res := p.out[0]
+	if res.Err != nil || res.Result.Lost != 2 || res.Result.Stored != 2 || res.Result.Acked != 6 || res.Result.Bytes != 2 {
+		t.Fatalf("result %+v (err %v), want 2 lost (3 and 4), 2 stored (5 and 6, not 8 past the gap inside), acked 6, 2 bytes", res.Result, res.Err)
+	}
+	if len(p.taken) != 3 {
+		t.Fatalf("took %d events, want the note, 5 and 6", len(p.taken))
+	}
+	note := p.taken[0]
+	text := note.ev.GetNote().GetText()
+	if !strings.HasPrefix(text, "2 events of attempt 1 (node seqs 3-4") || !strings.Contains(text, "database lost those commits") {
+		t.Errorf("the note says %q; want the count, the attempt, the seqs and why", text)
+	}
+	var pos []int64
+	for _, te := range p.taken {
+		pos = append(pos, te.pos)
+	}
+	if !slices.Equal(pos, []int64{2, 3, 4}) || p.tasks["task_1"].count != 5 {
+		t.Errorf("positions %v (count %d), want the note at 2 after a hole of 2, then 3 and 4 (count 5)", pos, p.tasks["task_1"].count)
+	}
+	if a := p.atts[attemptID{"task_1", 1}]; a.acked != 6 || !a.touched {
+		t.Errorf("attempt row %+v, want acked 6", *a)
+	}
+	// The same batch again: nothing new, nothing lost.
+	p = chooseNew(items, lockedRows{epochs: map[string]int64{"node_a": 7},
+		attempts: map[attemptID]lockedAttempt{{"task_1", 1}: {node: "node_a", acked: 6}}})
+	if r := p.out[0].Result; r.Lost != 0 || r.Stored != 0 || len(p.taken) != 0 {
+		t.Errorf("sent again it gave %+v and took %d events, want nothing", r, len(p.taken))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -24,8 +25,14 @@ type ingestFixture struct {
 
 func newIngestFixture(t *testing.T, nodes, tasks int) (*ingestFixture, []string) {
 	t.Helper()
-	ctx := context.Background()
 	st, db := openStore(t)
+	return newIngestFixtureOn(t, st, db, nodes, tasks)
+}
+
+// newIngestFixtureOn is newIngestFixture with a store the test opened on db.
+func newIngestFixtureOn(t *testing.T, st *store.Store, db pgtest.Database, nodes, tasks int) (*ingestFixture, []string) {
+	t.Helper()
+	ctx := context.Background()
 	f := &ingestFixture{st: st, sql: rawSQL(t, db), epochs: map[string]int64{}, onNode: map[string]string{}}
 	for i := range nodes {
 		id := fmt.Sprintf("node_%02d", i)
@@ -139,7 +146,8 @@ func TestIngestBatchManyTasksInOrderAndIdempotent(t *testing.T) {
 }
 
 // An item the batch must refuse — a stale session, a task its node does not
-// hold, a gap — costs only that item; the others in the batch are stored.
+// hold — or stop short — a gap inside it, stored up to the gap — costs only
+// that item; the others in the batch are stored.
 func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -155,7 +163,7 @@ func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
 			wrongNode.NodeID, wrongNode.Epoch = n, f.epochs[n]
 		}
 	}
-	gap := f.item(tasks[2], statusEv(2, podiumv1.TaskState_TASK_STATE_RUNNING))
+	gap := f.item(tasks[2], statusEv(1, podiumv1.TaskState_TASK_STATE_PROVISIONING), statusEv(3, podiumv1.TaskState_TASK_STATE_RUNNING))
 	good := f.item(tasks[3], statusEv(1, podiumv1.TaskState_TASK_STATE_RUNNING))
 	out, err := f.st.IngestBatch(ctx, []store.IngestItem{stale, notHeld, wrongNode, gap, good})
 	if err != nil {
@@ -166,13 +174,13 @@ func TestIngestBatchRefusesItemsOneByOne(t *testing.T) {
 			t.Errorf("item %d: err %v, want %v", i, out[i].Err, want)
 		}
 	}
-	if out[3].Result.Stored != 0 || out[3].Result.Acked != 0 {
-		t.Errorf("the item after a gap stored %d, acked %d; want nothing until seq 1 arrives", out[3].Result.Stored, out[3].Result.Acked)
+	if out[3].Result.Stored != 1 || out[3].Result.Acked != 1 {
+		t.Errorf("the item with a gap stored %d, acked %d; want seq 1 and nothing past the gap", out[3].Result.Stored, out[3].Result.Acked)
 	}
 	if out[4].Result.Stored != 1 {
 		t.Errorf("the good item stored %d events, want 1", out[4].Result.Stored)
 	}
-	for i, want := range []string{store.Scheduled, store.Scheduled, store.Scheduled, store.Running} {
+	for i, want := range []string{store.Scheduled, store.Scheduled, store.Provisioning, store.Running} {
 		task, err := f.st.GetTask(ctx, tasks[i])
 		if err != nil {
 			t.Fatal(err)

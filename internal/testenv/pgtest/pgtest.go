@@ -104,7 +104,11 @@ type Cluster struct {
 	// socket and no TCP.
 	Port int
 	args []string
-	logf *os.File
+	// settings are the extra "name=value" settings it was started with,
+	// which a standby of it starts with too (a hot standby needs at least
+	// its primary's max_connections).
+	settings []string
+	logf     *os.File
 
 	mu   sync.Mutex
 	srv  *exec.Cmd
@@ -265,48 +269,18 @@ func start(port int, settings ...string) (c *Cluster, err error) {
 	if _, err := os.Stat(filepath.Join(binDir(), "initdb")); err != nil {
 		return nil, fmt.Errorf("no Postgres binaries in %s: install them with `apt-get install postgresql-15` (or set PODIUM_PG_BIN)", binDir())
 	}
-	dir, err := os.MkdirTemp("", "podium-pgtest-")
+	dir, err := newClusterDir()
 	if err != nil {
 		return nil, err
 	}
 	cleanup := func() { _ = os.RemoveAll(dir) }
-	if err := os.Chmod(dir, 0o755); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if os.Geteuid() == 0 {
-		uid, gid := lookupUnprivileged()
-		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
-			cleanup()
-			return nil, err
-		}
-	}
 	data := filepath.Join(dir, "data")
 	if out, err := asPostgres("initdb", "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
 		cleanup()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	listen := "listen_addresses="
-	if port != 0 {
-		listen = "listen_addresses=127.0.0.1"
-	}
-	args := []string{"-D", data, "-k", dir, "-c", listen,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
-	if port != 0 {
-		args = append(args, "-c", fmt.Sprintf("port=%d", port))
-	}
-	for _, s := range settings {
-		args = append(args, "-c", s)
-	}
-	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
+	c, err = serve(dir, port, settings...)
 	if err != nil {
-		cleanup()
-		return nil, err
-	}
-	c = &Cluster{SocketDir: dir, Port: port, args: args, logf: logf}
-	if err := c.Up(); err != nil {
-		c.Stop()
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -332,6 +306,58 @@ func start(port int, settings ...string) (c *Cluster, err error) {
 		return nil, err
 	}
 	tconn.Close(ctx)
+	return c, nil
+}
+
+// newClusterDir makes a cluster's directory (its socket, log and "data"),
+// owned by the account Postgres runs as.
+func newClusterDir() (string, error) {
+	dir, err := os.MkdirTemp("", "podium-pgtest-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		uid, gid := lookupUnprivileged()
+		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// serve starts a server on the data directory dir/data (made by initdb or
+// pg_basebackup), its socket in dir, on TCP port (0: no TCP), with extra
+// "name=value" settings. On failure dir is removed.
+func serve(dir string, port int, settings ...string) (*Cluster, error) {
+	data := filepath.Join(dir, "data")
+	listen := "listen_addresses="
+	if port != 0 {
+		listen = "listen_addresses=127.0.0.1"
+	}
+	args := []string{"-D", data, "-k", dir, "-c", listen,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
+	if port != 0 {
+		args = append(args, "-c", fmt.Sprintf("port=%d", port))
+	}
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &Cluster{SocketDir: dir, Port: port, args: args, settings: settings, logf: logf}
+	if err := c.Up(); err != nil {
+		c.Stop()
+		return nil, err
+	}
 	return c, nil
 }
 
