@@ -26,6 +26,19 @@ import (
 // disk than the node's workspace limit.
 const ReasonWorkspaceFull = "workspace full"
 
+// ReasonNodeDiskFull starts the reason of a task stopped because the node's
+// disk had no room for its output for longer than DiskFullAfter. Unlike
+// "workspace full" it is the node's trouble, not the task's: the task may run
+// fine on a node with room.
+const ReasonNodeDiskFull = "node disk full"
+
+// DefaultDiskFullAfter is how long a task's output may find the node's disk
+// full before the task is stopped (Config.DiskFullAfter). Meanwhile the task
+// is held, blocked on its next write, and loses nothing; a disk often frees
+// within minutes, as other tasks end and their directories go. Without a
+// bound the task would hang until its timeout, or forever.
+const DefaultDiskFullAfter = 5 * time.Minute
+
 // DefaultWorkspaceCheck is how often a running task's disk use is measured
 // when Limits.WorkspaceCheck does not say.
 const DefaultWorkspaceCheck = 10 * time.Second

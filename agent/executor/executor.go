@@ -237,6 +237,10 @@ type Config struct {
 	// runner holds the task's output back (see package runlog's progress
 	// file); 0 means DefaultRunnerBacklog.
 	RunnerBacklog int64
+	// DiskFullAfter is how long a task's output may find no room on the
+	// node's disk before the task is stopped, failing with the reason
+	// ReasonNodeDiskFull; 0 means DefaultDiskFullAfter.
+	DiskFullAfter time.Duration
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -251,9 +255,10 @@ type Executor struct {
 	artifactWait time.Duration
 	egress       *egress.Filter
 	limits       Limits
-	// outputLimit, maxOutputLimit and backlog are Config's, defaults
-	// applied.
+	// outputLimit, maxOutputLimit, backlog and diskFullAfter are Config's,
+	// defaults applied.
 	outputLimit, maxOutputLimit, backlog int64
+	diskFullAfter                        time.Duration
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -319,6 +324,10 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if e.backlog <= 0 {
 		e.backlog = DefaultRunnerBacklog
+	}
+	e.diskFullAfter = cfg.DiskFullAfter
+	if e.diskFullAfter <= 0 {
+		e.diskFullAfter = DefaultDiskFullAfter
 	}
 	return e, nil
 }
