@@ -274,6 +274,9 @@ func New(cfg Config) (*Agent, error) {
 		OutputLimit:    cfg.OutputLimit,
 		MaxOutputLimit: cfg.MaxOutputLimit,
 		DiskFullAfter:  cfg.DiskFullAfter,
+		// The session is made after the executor, which it runs tasks
+		// with; by the time a run asks, it is there.
+		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
 	})
 	if err != nil {
 		return nil, err

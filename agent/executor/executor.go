@@ -241,6 +241,13 @@ type Config struct {
 	// node's disk before the task is stopped, failing with the reason
 	// ReasonNodeDiskFull; 0 means DefaultDiskFullAfter.
 	DiskFullAfter time.Duration
+	// Stored reports whether the coordinator has stored an attempt's
+	// events up to seq. With it, the runner logs of an attempt whose
+	// terminal status is stored go at once, even while its artifacts
+	// still upload (they hold the task's whole output: on a full disk,
+	// they are what fills it); nil leaves them to go with the attempt's
+	// directory once the uploads end.
+	Stored func(k Key, seq uint64) bool
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -259,6 +266,7 @@ type Executor struct {
 	// defaults applied.
 	outputLimit, maxOutputLimit, backlog int64
 	diskFullAfter                        time.Duration
+	stored                               func(Key, uint64) bool
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -325,6 +333,7 @@ func New(cfg Config) (*Executor, error) {
 	if e.backlog <= 0 {
 		e.backlog = DefaultRunnerBacklog
 	}
+	e.stored = cfg.Stored
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {
 		e.diskFullAfter = DefaultDiskFullAfter
