@@ -39,6 +39,48 @@ const ReasonNodeDiskFull = "node disk full"
 // bound the task would hang until its timeout, or forever.
 const DefaultDiskFullAfter = 5 * time.Minute
 
+// nodeDiskCheck is how often a running task's node disk is looked at for
+// room, and nodeDiskLow the free space under which it counts as full: less
+// than two of the runner's biggest records.
+const (
+	nodeDiskCheck = time.Second
+	nodeDiskLow   = 64 << 10
+)
+
+// watchNodeDisk notes in the task's log, once, that the disk of its
+// directory is full: the task's output is then held until there is room, or
+// until the runner stops the task (--disk-full-after), and someone following
+// the task would otherwise see only silence. The returned function stops the
+// watch.
+func (r *run) watchNodeDisk(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(nodeDiskCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var st unix.Statfs_t
+			if unix.Statfs(r.dir, &st) != nil {
+				continue
+			}
+			if free := int64(st.Bavail) * st.Bsize; free < nodeDiskLow {
+				r.log.Warn("the node's disk is full; the task's output waits for room", "dir", r.dir, "free_bytes", free)
+				r.note("the node's disk is full (%s free in %s): the task's output waits for room, and the task is stopped "+
+					"if it still has none after %s (podium-agent --disk-full-after)", sizeText(free), r.e.tasksDir, r.e.diskFullAfter)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
 // DefaultWorkspaceCheck is how often a running task's disk use is measured
 // when Limits.WorkspaceCheck does not say.
 const DefaultWorkspaceCheck = 10 * time.Second

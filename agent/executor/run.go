@@ -524,6 +524,8 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	disk := r.watchDisk(ctx, id)
 	defer disk.stop()
+	stopNodeWatch := r.watchNodeDisk(ctx)
+	defer stopNodeWatch()
 	var diskC <-chan string
 	if disk != nil {
 		diskC = disk.C
@@ -589,7 +591,9 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 
 	// The container has exited: the runner log holds everything it wrote.
 	// Reading it to the end before the status is what puts the terminal
-	// status after the last byte.
+	// status after the last byte. A note about the disk would come too late
+	// to help, and after the one that ends the task.
+	stopNodeWatch()
 	taskTail.finish()
 	exitRec, tailErr := taskTail.wait()
 	if ctx.Err() != nil {

@@ -17,7 +17,7 @@ import (
 // directory is a 20 MiB disk runs a task printing 100 MB. The disk fills;
 // the task is held and then, the disk still full after --disk-full-after,
 // stopped: it fails with the reason "node disk full" (not a timeout, and no
-// hang), a note in its log says so, `podium run` exits 125, and the stored
+// hang), notes in its log say so as it happens, `podium run` exits 125, and the stored
 // output is an exact prefix of what the task printed. Its directory goes,
 // and the next task on the node runs.
 func TestFullDataDiskFailsTheTaskAndTheNodeGoesOn(t *testing.T) {
@@ -51,8 +51,13 @@ func TestFullDataDiskFailsTheTaskAndTheNodeGoesOn(t *testing.T) {
 	if n := len(logs.stdout); n == 0 || n >= total || !bytes.Equal(logs.stdout, pattern(n)) {
 		t.Fatalf("the stored stdout has %d bytes; want a non-empty exact prefix of the %d the task printed", n, total)
 	}
-	if !bytes.Contains(logs.stderr, []byte("→ node disk full: ")) {
-		t.Fatalf("the task's log has no note saying the node's disk was full; its stderr:\n%s", logs.stderr)
+	// Someone following the task learns why its output stalled when it
+	// does, and why it ended.
+	held := bytes.Index(logs.stderr, []byte("→ the node's disk is full ("))
+	ended := bytes.Index(logs.stderr, []byte("→ node disk full: "))
+	if held < 0 || ended < held {
+		t.Fatalf("the task's log lacks a note that its output waits for room on the node's disk, "+
+			"then one that it was stopped for it; its stderr:\n%s", logs.stderr)
 	}
 	// The finished attempt's directory, and with it the runner log that
 	// filled the disk, goes once its status is stored.
