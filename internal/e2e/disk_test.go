@@ -41,8 +41,8 @@ func TestFullDataDiskFailsTheTaskAndTheNodeGoesOn(t *testing.T) {
 	id := r.taskID(t)
 	tk := e.task(id)
 	if tk.State != podiumv1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(tk.GetReason(), "node disk full") || tk.ExitCode != nil {
-		t.Fatalf("task %s ended %s with reason %q (exit code %v); want failed, reason \"node disk full…\", no exit code",
-			id, tk.State, tk.GetReason(), tk.ExitCode)
+		t.Fatalf("task %s ended %s with reason %q (has an exit code: %t, %d); want failed, reason \"node disk full…\", no exit code",
+			id, tk.State, tk.GetReason(), tk.ExitCode != nil, tk.GetExitCode())
 	}
 	if r.code != 125 || !bytes.Contains(r.stderr, []byte("node disk full")) {
 		t.Fatalf("podium run exited %d, want 125 (the node failed, not the task); stderr:\n%s", r.code, r.stderr)
