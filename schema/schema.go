@@ -57,6 +57,26 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (applied []string, err error) 
 	if err != nil {
 		return nil, err
 	}
+	return migrate(ctx, conn, ms)
+}
+
+// MigrateThrough is Migrate stopped after the migration named last (e.g.
+// "0006_node_limits"): the schema an earlier release left behind, which the
+// upgrade tests start from. A name that is not a migration is an error.
+func MigrateThrough(ctx context.Context, conn *pgx.Conn, last string) (applied []string, err error) {
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range ms {
+		if m.Version == last {
+			return migrate(ctx, conn, ms[:i+1])
+		}
+	}
+	return nil, fmt.Errorf("schema: no migration %q: name one of schema/migrations without .sql", last)
+}
+
+func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []string, err error) {
 	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1)", migrateLock); err != nil {
 		return nil, fmt.Errorf("schema: take the migration lock: %w", err)
 	}

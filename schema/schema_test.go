@@ -81,25 +81,12 @@ func TestNodeLimitsMigrationFillsWaitingTasks(t *testing.T) {
 	if _, err := c.Exec(ctx, "drop schema podium cascade"); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := schema.Migrations()
-	if err != nil {
+	// The schema as it was before 0006.
+	if _, err := schema.MigrateThrough(ctx, c, "0005_fillfactor"); err != nil {
 		t.Fatal(err)
 	}
-	// The schema as it was before 0006, recorded as applied.
-	if _, err := c.Exec(ctx, `create schema podium; create table podium.schema_migrations (
-		version text primary key, applied_at timestamptz not null default now())`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version >= "0006" {
-			break
-		}
-		if _, err := c.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("%s: %v", m.Version, err)
-		}
-		if _, err := c.Exec(ctx, "insert into podium.schema_migrations (version) values ($1)", m.Version); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := schema.MigrateThrough(ctx, c, "0005"); err == nil || !strings.Contains(err.Error(), `no migration "0005"`) {
+		t.Errorf("MigrateThrough of a name that is no migration: %v, want an error naming it", err)
 	}
 	specs := map[string]string{
 		"task_waiting": `{"image": "busybox", "resources": {"pids": "100"}, "timeoutSeconds": "7200",

@@ -87,6 +87,7 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 		log.Error("could not start assigned task", "err", err)
 		return
 	}
+	s.track(a)
 	s.Track(done)
 }
 

@@ -73,9 +73,19 @@ type outbox struct {
 	// forgotten are attempts the coordinator disowned (Adopt keep=false):
 	// whatever they still emit while being torn down is dropped.
 	forgotten map[attempt.Key]time.Time
-	bytes     int           // unacked bytes over all tasks
-	space     chan struct{} // closed (and replaced) when bytes drop
-	closed    bool
+	// fenced are attempts the node stopped itself, cut off from the control
+	// plane past its offline threshold (see Session.fence): Hello leaves them
+	// out, so a coordinator that still holds one applies its node-loss
+	// policy. Until a HelloAck has come after the fence (true: held) their
+	// events are not sent: the stream open when the node fenced may carry
+	// them to a coordinator that has not given the node up yet, and their
+	// final status would end the task as if it had been cancelled. Once
+	// held no more, their last events (the note saying why, the final
+	// status) are sent and stored as late.
+	fenced map[attempt.Key]bool
+	bytes  int           // unacked bytes over all tasks
+	space  chan struct{} // closed (and replaced) when bytes drop
+	closed bool
 
 	notify chan struct{} // non-blocking "there is something to send"
 }
@@ -89,6 +99,7 @@ func newOutbox(maxBytes int, maxSpool int64, sp *spool.Spool, log *slog.Logger) 
 		tasks:     make(map[attempt.Key]*taskLog),
 		retired:   make(map[attempt.Key]retired),
 		forgotten: make(map[attempt.Key]time.Time),
+		fenced:    make(map[attempt.Key]bool),
 		space:     make(chan struct{}),
 		notify:    make(chan struct{}, 1),
 	}
@@ -120,7 +131,11 @@ func cost(ev *podiumv1.TaskEvent) int {
 // A note for an attempt the outbox knows nothing of is dropped: a run's
 // first event is a status, so it belongs to an attempt the coordinator
 // disowned, or one retired long ago.
-func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
+//
+// It reports whether ev ended an attempt the coordinator disowned: its
+// teardown is over and its slot free, which the coordinator counts as busy
+// until the node says so.
+func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) (released bool) {
 	size := cost(ev)
 	output := ev.GetLog() != nil || ev.GetNote() != nil && len(cur) > 0
 	o.mu.Lock()
@@ -132,7 +147,7 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	}
 	defer o.mu.Unlock()
 	if o.closed {
-		return
+		return false
 	}
 	key := attempt.Of(ev)
 	final, ended := attempt.IsFinal(ev)
@@ -140,7 +155,7 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 		if final {
 			delete(o.forgotten, key)
 		}
-		return
+		return final
 	}
 	isStatus := ev.GetStatus() != nil
 	tl := o.tasks[key]
@@ -148,7 +163,7 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 		r, wasRetired := o.retired[key]
 		if ev.GetNote() != nil && !wasRetired {
 			o.log.Debug("dropping an event of a task attempt this node no longer tracks", "task_id", key.TaskID, "attempt", key.Attempt)
-			return
+			return false
 		}
 		tl = &taskLog{key: key, progress: time.Now()}
 		if wasRetired {
@@ -181,6 +196,7 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) {
 	}
 	o.bytes += size
 	o.wake()
+	return false
 }
 
 // spoolFullLocked reports whether the spool holds more than its bound. With
@@ -206,6 +222,9 @@ func (o *outbox) nextBatch(maxBytes, maxEvents int) []*podiumv1.TaskEvent {
 	var batch []*podiumv1.TaskEvent
 	size := 0
 	for _, key := range o.order {
+		if o.fenced[key] {
+			continue // held until the next HelloAck; see fenced
+		}
 		tl := o.tasks[key]
 		for _, ev := range tl.unsentLocked() {
 			if len(batch) >= maxEvents || size >= maxBytes {
@@ -238,7 +257,10 @@ func (tl *taskLog) unsentLocked() []*podiumv1.TaskEvent {
 func (o *outbox) urgent() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, tl := range o.tasks {
+	for key, tl := range o.tasks {
+		if o.fenced[key] {
+			continue
+		}
 		for _, ev := range tl.unsentLocked() {
 			if ev.GetStatus() != nil {
 				return true
@@ -252,7 +274,10 @@ func (o *outbox) urgent() bool {
 func (o *outbox) unsent() (bytes, events int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, tl := range o.tasks {
+	for key, tl := range o.tasks {
+		if o.fenced[key] {
+			continue
+		}
 		for _, ev := range tl.unsentLocked() {
 			events++
 			bytes += proto.Size(ev)
@@ -348,6 +373,7 @@ func (o *outbox) dropLocked(key attempt.Key) {
 	}
 	o.bytes -= tl.bytes
 	delete(o.tasks, key)
+	delete(o.fenced, key)
 	o.order = slices.DeleteFunc(o.order, func(k attempt.Key) bool { return k == key })
 	o.signalSpaceLocked()
 }
@@ -433,6 +459,9 @@ func (o *outbox) running() []*podiumv1.RunningTask {
 	defer o.mu.Unlock()
 	out := make([]*podiumv1.RunningTask, 0, len(o.order))
 	for _, key := range o.order {
+		if _, fenced := o.fenced[key]; fenced {
+			continue
+		}
 		out = append(out, &podiumv1.RunningTask{TaskId: key.TaskID, Attempt: key.Attempt, LastSeq: o.tasks[key].lastSeq})
 	}
 	return out
@@ -449,6 +478,27 @@ func (o *outbox) stored(key attempt.Key, seq uint64) bool {
 		return tl.acked >= seq
 	}
 	return true
+}
+
+// fence marks an attempt the node stopped itself past the offline
+// threshold; see fenced.
+func (o *outbox) fence(key attempt.Key) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.tasks[key] != nil {
+		o.fenced[key] = true
+	}
+}
+
+// releaseFenced lets the events of fenced attempts go, once a HelloAck has
+// settled them (the Hello before it left them out).
+func (o *outbox) releaseFenced() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.fenced {
+		o.fenced[k] = false
+	}
+	o.wake()
 }
 
 // ended reports whether an attempt already ran to a terminal status on this
@@ -476,17 +526,38 @@ func (o *outbox) close() {
 // begin opens the spool of an attempt the node accepts, so that it can be
 // resumed after a restart. It reports false for an attempt already being run
 // (a repeated assignment), whose spool must not be touched.
+//
+// An attempt offered again after a give-back (here or on another node)
+// numbers its events after what the coordinator stored of it (the
+// assignment's acked_seq), or after what this node gave out, whichever is
+// higher: numbering from below would have the new events dropped as
+// repeats.
 func (o *outbox) begin(a *podiumv1.Assign) bool {
 	key := attempt.Of(a)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var last uint64
+	stored := a.GetAckedSeq()
 	if tl := o.tasks[key]; tl != nil {
 		if !tl.final {
 			return false
 		}
+		if tl.lastSeq < stored {
+			o.bytes -= tl.bytes
+			tl.events, tl.bytes = nil, 0
+			tl.lastSeq, tl.acked, tl.sent = stored, stored, stored
+			o.signalSpaceLocked()
+		}
 		last = tl.lastSeq
-	} else if r, ok := o.retired[key]; ok {
+	} else {
+		r, ok := o.retired[key]
+		if !ok || r.lastSeq < stored {
+			// add continues a retired attempt's numbering: record where.
+			r = retired{lastSeq: max(r.lastSeq, stored), ended: r.ended, at: time.Now()}
+			if r.lastSeq > 0 {
+				o.retired[key] = r
+			}
+		}
 		last = r.lastSeq
 	}
 	if o.spool != nil {

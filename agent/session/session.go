@@ -213,6 +213,22 @@ type Session struct {
 	lastCap     *podiumv1.Capacity
 	settingsC   chan struct{} // the writer re-reads settings and heartbeats now
 	candidateIx int
+
+	// Fencing (fence.go), under its own lock: the receiver, the fence
+	// check and every assignment touch it.
+	fmu sync.Mutex
+	// runs are the attempts this node was given to run, and whether the
+	// control plane requeues each when it loses the node.
+	runs map[attempt.Key]bool
+	// lastReached is when a replica last answered; fencedAt is when the
+	// current silence was acted on (zero: not yet).
+	lastReached, fencedAt time.Time
+	// offlineAfter and unreachableAfter are the control plane's thresholds
+	// (HelloAck); 0 until a coordinator tells them, and no fencing then.
+	offlineAfter, unreachableAfter time.Duration
+	// restream asks the writer to end the stream after a fence, so that
+	// the next Hello (which leaves the fenced attempts out) settles them.
+	restream chan struct{}
 }
 
 // New checks cfg and returns a session; Run starts it.
@@ -251,6 +267,8 @@ func New(cfg Config) (*Session, error) {
 		settingsC: make(chan struct{}, 1),
 		kick:      make(chan struct{}, 1),
 		taskCtx:   context.Background(),
+		runs:      make(map[attempt.Key]bool),
+		restream:  make(chan struct{}, 1),
 	}
 	var attempts []*spool.Attempt
 	if cfg.SpoolDir != "" {
@@ -268,6 +286,7 @@ func New(cfg Config) (*Session, error) {
 	for _, a := range attempts {
 		if !a.Final && a.Assign != nil {
 			s.recovered = append(s.recovered, Recovered{Assign: a.Assign, Cursor: a.Cursor})
+			s.track(a.Assign)
 		}
 		log.Info("found a task attempt in the spool", "task_id", a.TaskID, "attempt", a.Attempt,
 			"last_seq", a.LastSeq, "acked_seq", a.Acked, "ended", a.Ended)
@@ -338,7 +357,14 @@ func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 	if cur != nil {
 		b = cur.Marshal()
 	}
-	s.out.add(ev, b)
+	if s.out.add(ev, b) {
+		// A disowned attempt's teardown ended: the coordinator counts its
+		// slot as busy until this node says otherwise, so say it now.
+		select {
+		case s.settingsC <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Run keeps a stream to the coordinator open until ctx ends, reconnecting
@@ -365,6 +391,16 @@ func (s *Session) Run(ctx context.Context) error {
 	defer func() {
 		stopDeliveries()
 		<-delivered
+	}()
+	// Fencing watches the silence across streams and ends with Run.
+	fenced := make(chan struct{})
+	go func() {
+		defer close(fenced)
+		s.runFencing(dctx)
+	}()
+	defer func() {
+		stopDeliveries()
+		<-fenced
 	}()
 	bo := &Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
 	for {

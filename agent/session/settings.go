@@ -21,6 +21,7 @@ func (s *Session) applySettings(ack *podiumv1.HelloAck) {
 	}
 	s.mu.Unlock()
 	s.setReplicas(ack.GetReplicas())
+	s.setThresholds(ack)
 	select {
 	case s.settingsC <- struct{}{}:
 	default:

@@ -45,6 +45,12 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 	}()
 
 	s.log.Debug("dialling coordinator", "coordinator", target)
+	// This Hello leaves out whatever was fenced until now: no need to end
+	// this stream for it.
+	select {
+	case <-s.restream:
+	default:
+	}
 	hello := &podiumv1.Hello{
 		NodeId:       s.cfg.NodeID,
 		NodeKey:      s.cfg.NodeKey,
@@ -52,6 +58,9 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 		Hostname:     s.cfg.Hostname,
 		Capacity:     s.capacity(ctx),
 		Running:      s.out.running(),
+		// Answered heartbeats are how this node knows it still reaches
+		// the control plane (fence.go).
+		HeartbeatAcks: true,
 	}
 	if err := s.send(stream, cancel, &podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		return false, s.streamErr(sctx, stream, err)
@@ -69,8 +78,10 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 	if ack == nil {
 		return false, fmt.Errorf("the coordinator answered Hello with %T instead of HelloAck; check that it runs a compatible version", msg.GetMsg())
 	}
+	s.reached()
 	s.out.resetSent()
 	s.applyHelloAck(ack, hello.GetRunning())
+	s.out.releaseFenced()
 	s.log.Info("connected to coordinator", "coordinator", target, "replica", ack.GetReplica(),
 		"adopted", len(ack.GetAdopt()), "draining", ack.GetDraining())
 	s.notifyState(State{Connected: true, Coordinator: target, Replica: ack.GetReplica()})
@@ -166,6 +177,8 @@ func (s *Session) write(ctx context.Context, stream *connect.BidiStreamForClient
 			if s.drained() {
 				return ErrDrained
 			}
+		case <-s.restream:
+			return errors.New("fenced: this node stopped attempts the control plane may still hold; a new stream settles them (its Hello leaves them out)")
 		case <-stall.C:
 			if s.out.rewindStalled(ackStallAfter) {
 				s.log.Warn("the coordinator has not acknowledged events for a while; sending them again", "after", ackStallAfter)
@@ -221,6 +234,7 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			}
 			return err
 		}
+		s.reached()
 		switch m := msg.GetMsg().(type) {
 		case *podiumv1.StreamResponse_Assign:
 			s.handleAssign(m.Assign)
@@ -241,6 +255,8 @@ func (s *Session) receive(stream *connect.BidiStreamForClient[podiumv1.StreamReq
 			s.handleInject(m.Inject)
 		case *podiumv1.StreamResponse_Replicas:
 			s.setReplicas(m.Replicas.GetAddresses())
+		case *podiumv1.StreamResponse_HeartbeatAck:
+			// Proof the control plane hears this node (reached, above).
 		default:
 			s.log.Warn("ignoring a message this agent does not know; is the coordinator newer?", "type", fmt.Sprintf("%T", m))
 		}

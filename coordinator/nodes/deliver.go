@@ -119,7 +119,7 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		if !onNode || c.TaskState != store.Scheduled {
 			return nil, nil // revoked or moved on before delivery
 		}
-		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec}
+		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq}
 		// Debug, not Info: at thousands of tasks a second one line per
 		// assignment is a real share of the replica's CPU, and the task's
 		// own log and `podium task get` say where it went.

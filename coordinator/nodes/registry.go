@@ -48,6 +48,9 @@ type Session struct {
 	NodeID  string
 	Epoch   int64
 	Started time.Time
+	// heartbeatAcks is whether the node asked for its heartbeats to be
+	// answered (Hello.heartbeat_acks); set before the session runs.
+	heartbeatAcks bool
 
 	mu               sync.Mutex
 	labels           []string
@@ -57,6 +60,10 @@ type Session struct {
 	lastSeen         time.Time
 	lastAssignedAt   time.Time
 	tasks            map[string]TaskCost // task id → what it is charged
+	// busy are the slots the node still spends tearing down attempts the
+	// control plane let go of at reconciliation; its heartbeats bring them
+	// down (running), so its own word on what is free wins meanwhile.
+	busy int32
 
 	out       chan *podiumv1.StreamResponse
 	done      chan struct{}
@@ -117,7 +124,7 @@ func (s *Session) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
-		NodeID: s.NodeID, Labels: append([]string(nil), s.labels...), RunningTasks: int32(len(s.tasks)),
+		NodeID: s.NodeID, Labels: append([]string(nil), s.labels...), RunningTasks: int32(len(s.tasks)) + s.busy,
 		LastSeen: s.lastSeen, Draining: s.draining, LastAssignedAt: s.lastAssignedAt,
 	}
 	if s.capacity != nil {
@@ -159,6 +166,24 @@ func (s *Session) seen(c *podiumv1.Capacity) {
 	if c != nil {
 		s.capacity = c
 	}
+}
+
+// tearingDown counts n more slots the node spends on attempts the control
+// plane no longer holds there.
+func (s *Session) tearingDown(n int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy += n
+}
+
+// running takes the node's own count of the attempts holding a slot from a
+// heartbeat: the busy slots come down to what it runs beyond the tasks this
+// session holds, never up (a heartbeat counted before an assignment arrived
+// says less than the node will run).
+func (s *Session) running(n int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy = max(0, min(s.busy, n-int32(len(s.tasks))))
 }
 
 // charge books a task's cost against the session at once, so whoever reads the

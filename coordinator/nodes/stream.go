@@ -48,12 +48,13 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: nodeLimits(capa.GetLimits()), Lock: key,
+		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
+	sess.heartbeatAcks = hello.GetHeartbeatAcks()
 	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
 	sess.seen(capa)
 	defer close(sess.ended)
@@ -87,6 +88,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 			sess.charge(a.TaskId, s.costOf(ctx, a.TaskId))
 		} else {
 			s.reg.Forget(node.ID, a.TaskId)
+			sess.tearingDown(1)
 		}
 	}
 	s.reg.put(sess)
@@ -313,8 +315,16 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 		case *podiumv1.StreamRequest_Heartbeat:
 			c := body.Heartbeat.GetCapacity()
 			sess.seen(c)
+			sess.running(body.Heartbeat.GetRunningTasks())
 			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
-				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks()})
+				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks(),
+				RunningTasks: body.Heartbeat.GetRunningTasks()})
+			// The node's proof that it reaches the control plane: without
+			// it, past the offline threshold, it fences itself. A full queue
+			// skips one; the next heartbeat gets its answer.
+			if sess.heartbeatAcks {
+				_ = sess.trySend(heartbeatAck)
+			}
 		case *podiumv1.StreamRequest_Events:
 			if err := checkEvents(body.Events.GetEvents()); err != nil {
 				s.log.Warn("node disconnected: it broke the protocol's bounds; nothing of its message was stored",
@@ -399,6 +409,10 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 	}
 	return nil
 }
+
+// heartbeatAck answers every heartbeat; it carries nothing, so one value
+// serves every session.
+var heartbeatAck = &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HeartbeatAck{HeartbeatAck: &podiumv1.HeartbeatAck{}}}
 
 func ackMsg(k attemptKey, seq uint64) *podiumv1.StreamResponse {
 	return &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{TaskId: k.task, Attempt: k.attempt, AckedSeq: seq}}}

@@ -191,7 +191,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		notified := map[string]bool{}
 		var chans, payloads []string
 		for _, p := range placed {
-			if p.Attempt == 1 {
+			if p.Attempt == 1 && !p.Reoffered { // submit → first assignment, once
 				s.metrics.Dispatched(time.Since(p.CreatedAt))
 			}
 			chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, p.TaskID)

@@ -97,6 +97,10 @@ type PendingCommand struct {
 	TaskNodeID  string
 	TaskAttempt int32
 	TaskSpec    *podiumv1.TaskSpec
+	// AckedSeq is the stored high-water mark of the command's attempt: above
+	// 0 for an assignment of an attempt a node gave back before, which the
+	// node that takes it numbers its events after.
+	AckedSeq uint64
 }
 
 // PendingCommandsFor lists the undelivered commands of several nodes, each
@@ -104,8 +108,10 @@ type PendingCommand struct {
 // for every node a replica is delivering to at once.
 func (s *Store) PendingCommandsFor(ctx context.Context, nodeIDs []string) ([]PendingCommand, error) {
 	rows, err := s.pool.Query(ctx, `select c.id, c.node_id, c.kind, c.task_id, c.attempt, c.reason, c.text,
-			t.id is not null, coalesce(t.state, ''), coalesce(t.node_id, ''), coalesce(t.attempt, 0), t.spec
+			t.id is not null, coalesce(t.state, ''), coalesce(t.node_id, ''), coalesce(t.attempt, 0), t.spec,
+			coalesce(a.acked_seq, 0)
 		from podium.node_commands c left join podium.tasks t on t.id = c.task_id
+		left join podium.attempts a on c.kind = 'assign' and a.task_id = c.task_id and a.attempt = c.attempt
 		where c.node_id = any($1) and c.delivered_at is null order by c.id`, nodeIDs)
 	if err != nil {
 		return nil, err
@@ -113,8 +119,10 @@ func (s *Store) PendingCommandsFor(ctx context.Context, nodeIDs []string) ([]Pen
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingCommand, error) {
 		var p PendingCommand
 		var spec []byte
+		var acked int64
 		err := r.Scan(&p.ID, &p.NodeID, &p.Kind, &p.TaskID, &p.Attempt, &p.Reason, &p.Text,
-			&p.TaskFound, &p.TaskState, &p.TaskNodeID, &p.TaskAttempt, &spec)
+			&p.TaskFound, &p.TaskState, &p.TaskNodeID, &p.TaskAttempt, &spec, &acked)
+		p.AckedSeq = uint64(max(acked, 0))
 		if err != nil || spec == nil {
 			return p, err
 		}

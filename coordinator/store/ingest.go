@@ -224,7 +224,33 @@ func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan
 			finished_at = case when u.finished then now() else a.finished_at end
 		from unnest($1::text[], $2::int[], $3::bigint[], $4::bool[]) as u(task_id, attempt, acked, finished)
 		where a.task_id = u.task_id and a.attempt = u.attempt`, aTasks, aNums, aAcked, aFinished)
+	if tasks, nodes := givenBack(items, p); len(tasks) > 0 {
+		// A node that gave an assignment back never ran it: the next
+		// placement offers the same attempt again (see nextAttempt). And the
+		// node said it has no free slot: whatever it runs beyond what the
+		// control plane holds there is busy until its heartbeats say
+		// otherwise, so the scheduler does not hand it the task straight
+		// back.
+		b.Queue("update podium.tasks set attempt_given_back = true where id = any($1)", tasks)
+		b.Queue(`update podium.nodes n set busy_slots = greatest(n.busy_slots,
+				(case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end)
+				- (select count(*) from podium.tasks t where t.node_id = n.id
+				   and t.state in ('scheduled', 'provisioning', 'running'))::int)
+			where n.id = any($1)`, nodes)
+	}
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// givenBack are the tasks a batch's nodes gave back (a QUEUED status that
+// moved the task), and those nodes, sorted.
+func givenBack(items []IngestItem, p *ingestPlan) (tasks, nodes []string) {
+	for i, o := range p.out {
+		if o.Err == nil && o.Result.Requeued {
+			tasks, nodes = append(tasks, items[i].TaskID), append(nodes, items[i].NodeID)
+		}
+	}
+	slices.Sort(nodes)
+	return tasks, slices.Compact(nodes)
 }
 
 type lockedAttempt struct {

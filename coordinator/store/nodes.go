@@ -28,7 +28,10 @@ type Node struct {
 	SessionEpoch     int64
 	LastAssignedAt   *time.Time
 	EnrolledAt       time.Time
-	RunningTasks     int32
+	// RunningTasks are the tasks the control plane holds on the node plus
+	// its busy slots: attempts it no longer holds there that the node, by its
+	// own report, still spends a slot on (podium.nodes.busy_slots).
+	RunningTasks int32
 	// Limits are the node's bounds on one task, as its agent last said Hello.
 	Limits NodeLimits
 }
@@ -68,7 +71,7 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	n.max_tasks_override, n.cpu_cores, n.memory_mb, n.disk_free_mb, n.max_tasks, n.status,
 	n.last_heartbeat_at, n.session_replica, n.session_epoch, n.last_assigned_at, n.enrolled_at,
 	(select count(*) from podium.tasks t where t.node_id = n.id
-	   and t.state in ('scheduled', 'provisioning', 'running'))::int,
+	   and t.state in ('scheduled', 'provisioning', 'running'))::int + n.busy_slots,
 	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress`
 
 func scanNode(row pgx.Row) (Node, error) {
@@ -110,6 +113,11 @@ type SessionStart struct {
 	DiskFreeMB   int64
 	MaxTasks     int32
 	Limits       NodeLimits
+	// Reported is how many attempts the node's Hello says it still has. Until
+	// reconciliation has settled which of them the control plane holds, all
+	// of them count as busy slots: the scheduler must not fill a slot the node
+	// is still tearing down.
+	Reported int32
 	// Lock is the node's advisory lock key (lease.NodeKey), held on the
 	// replica's lease connection for as long as the session is real: the
 	// node_health view shows session_replica only while some connection
@@ -132,11 +140,11 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
 			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
-			max_output_bytes = $13, permit_egress = $14, session_lock = $15
+			max_output_bytes = $13, permit_egress = $14, session_lock = $15, busy_slots = $16
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
-		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock,
+		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock, max(in.Reported, 0),
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound
@@ -166,6 +174,8 @@ type Heartbeat struct {
 	MemoryMB   int64
 	DiskFreeMB int64
 	MaxTasks   int32
+	// RunningTasks is how many attempts the node says hold a slot.
+	RunningTasks int32
 }
 
 // FlushHeartbeats writes a whole flush of heartbeats in one statement. Only rows
@@ -180,9 +190,11 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 	n := len(beats)
 	ids, epochs, ats := make([]string, n), make([]int64, n), make([]time.Time, n)
 	cpus, mems, disks, maxes := make([]float64, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	running := make([]int32, n)
 	for i, b := range beats {
 		ids[i], epochs[i], ats[i] = b.NodeID, b.Epoch, b.At
 		cpus[i], mems[i], disks[i], maxes[i] = b.CPUCores, b.MemoryMB, b.DiskFreeMB, b.MaxTasks
+		running[i] = b.RunningTasks
 	}
 	var written int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -191,11 +203,21 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 		}
 		tag, err := tx.Exec(ctx, `update podium.nodes n set
 				last_heartbeat_at = h.at, status = 'online', cpu_cores = h.cpu, memory_mb = h.mem,
-				disk_free_mb = h.disk, max_tasks = h.maxt
-			from unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::float8[], $5::bigint[], $6::bigint[], $7::int[])
-				as h(id, epoch, at, cpu, mem, disk, maxt)
+				disk_free_mb = h.disk, max_tasks = h.maxt,
+				-- The node's busy slots only come down, as its own count of
+				-- what holds a slot drops to what the control plane holds
+				-- there: a heartbeat counted before a new assignment reached
+				-- the node may say less, never more, so it can end a teardown
+				-- early by a heartbeat at worst, and a given-back assignment
+				-- costs no attempt. The count is read only while there are
+				-- busy slots, which is rarely.
+				busy_slots = case when n.busy_slots = 0 then 0
+					else least(n.busy_slots, greatest(0, h.running - (select count(*) from podium.tasks t
+						where t.node_id = n.id and t.state in ('scheduled', 'provisioning', 'running'))::int)) end
+			from unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::float8[], $5::bigint[], $6::bigint[], $7::int[], $8::int[])
+				as h(id, epoch, at, cpu, mem, disk, maxt, running)
 			where n.id = h.id and n.session_epoch = h.epoch`,
-			ids, epochs, ats, cpus, mems, disks, maxes)
+			ids, epochs, ats, cpus, mems, disks, maxes, running)
 		written = tag.RowsAffected()
 		return err
 	})

@@ -17,6 +17,9 @@ type Placement struct {
 	NodeID    string
 	Attempt   int32
 	CreatedAt time.Time
+	// Reoffered is set when the attempt was given back by a node before and
+	// is placed again under the same number.
+	Reoffered bool
 }
 
 // Candidates reads the connected nodes with what they are already committed
@@ -25,7 +28,7 @@ type Placement struct {
 func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) {
 	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
-			coalesce(t.running, 0), n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
+			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
 			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress
 		from podium.nodes n
@@ -73,24 +76,26 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		placed, waiting = nil, 0
 		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-				allow_egress, attempt, reason, created_at from podium.tasks
+				allow_egress, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
 			where state = 'queued' order by priority desc, created_at, id
 			for update skip locked limit $1`, batch)
 		if err != nil {
 			return err
 		}
 		type queued struct {
-			id      string
-			need    placement.Need
-			attempt int32
-			reason  string
-			created time.Time
+			id          string
+			need        placement.Need
+			attempt     int32
+			givenBack   bool
+			maxAttempts int32
+			reason      string
+			created     time.Time
 		}
 		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
 			var q queued
 			var egress []string
 			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
-				&q.need.OutputLimitBytes, &egress, &q.attempt, &q.reason, &q.created)
+				&q.need.OutputLimitBytes, &egress, &q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
 			q.need.AllowEgress = placement.ParseEgress(egress)
 			return q, err
 		})
@@ -98,6 +103,16 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 			return err
 		}
 		for _, q := range qs {
+			next := nextAttempt(q.attempt, q.givenBack)
+			if next > q.maxAttempts {
+				// Nothing requeues a task past its last attempt, so only a row
+				// written otherwise gets here; it ends rather than running
+				// once more than its spec allows.
+				if err := exhaust(ctx, tx, q.id, q.attempt, q.maxAttempts); err != nil {
+					return err
+				}
+				continue
+			}
 			node, why := place(q.id, q.need)
 			if node == "" {
 				waiting++
@@ -108,7 +123,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 				}
 				continue
 			}
-			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: q.attempt + 1, CreatedAt: q.created})
+			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt})
 		}
 		if len(placed) == 0 {
 			return nil
@@ -116,6 +131,33 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		return recordPlacements(ctx, tx, placed)
 	})
 	return placed, waiting, err
+}
+
+// nextAttempt is the attempt number a queued task's next placement gets: the
+// next one, unless a node gave the current one back without running it
+// ("no free slot", draining), in which case it is offered again under the
+// same number. A given-back assignment is not an attempt: it uses up none of
+// max_attempts and adds no row to podium.attempts.
+func nextAttempt(attempt int32, givenBack bool) int32 {
+	if givenBack && attempt > 0 {
+		return attempt
+	}
+	return attempt + 1
+}
+
+// exhaust fails a queued task that has used every attempt its spec allows,
+// saying so in its log, and rings its followers at the commit.
+func exhaust(ctx context.Context, tx pgx.Tx, id string, attempt, maxAttempts int32) error {
+	reason := fmt.Sprintf("not placed again: all %d attempts used", maxAttempts)
+	moved, err := transitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Failed, Reason: &reason})
+	if err != nil || !moved {
+		return err
+	}
+	if err := appendStatus(ctx, tx, id, attempt, Failed, reason, nil, 0); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "select pg_notify($1, $2)", ChannelTaskEvents, id)
+	return err
 }
 
 // recordPlacements writes a pass's placements with one statement per table
@@ -130,7 +172,7 @@ func recordPlacements(ctx context.Context, tx pgx.Tx, placed []Placement) error 
 		ids[i], nodes[i], attempts[i], reasons[i] = p.TaskID, p.NodeID, p.Attempt, "assigned to "+p.NodeID
 	}
 	rows, err := tx.Query(ctx, `update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
-			scheduled_at = now(), reason = '', last_seq = t.last_seq + 1
+			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1
 		from unnest($1::text[], $2::text[], $3::int[]) as u(id, node, attempt)
 		where t.id = u.id returning t.id, t.last_seq`, ids, nodes, attempts)
 	if err != nil {
@@ -153,8 +195,13 @@ func recordPlacements(ctx context.Context, tx pgx.Tx, placed []Placement) error 
 		seqs[i] = seqOf[id]
 	}
 	b := &pgx.Batch{}
+	// An attempt given back is offered again under its number: its row is
+	// moved to the new node, keeping the events already stored of it
+	// (acked_seq, which the assignment tells the node to number after).
 	b.Queue(`insert into podium.attempts (task_id, attempt, node_id)
-		select * from unnest($1::text[], $2::int[], $3::text[])`, ids, attempts, nodes)
+		select * from unnest($1::text[], $2::int[], $3::text[])
+		on conflict (task_id, attempt) do update set node_id = excluded.node_id, assigned_at = now(), finished_at = null`,
+		ids, attempts, nodes)
 	b.Queue(`insert into podium.node_commands (node_id, kind, task_id, attempt)
 		select n, 'assign', t, a from unnest($1::text[], $2::text[], $3::int[]) as u(n, t, a)`, nodes, ids, attempts)
 	b.Queue(`insert into podium.task_events (task_id, seq, attempt, kind, state, reason)
@@ -264,12 +311,26 @@ func tasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) 
 // loop sends it again, rather than the task losing an attempt it never began.
 // One past scheduled that the node did not report went down with the node's
 // previous life: the node-loss policy applies (loseTask: a new attempt, or
-// lost), and its id is returned so the caller can ring its watchers.
+// lost), and its id is returned so the caller can ring its watchers. What the
+// node reported that the control plane does not hold there counts as the
+// node's busy slots.
 func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[string]int32) (lost []string, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		lost = nil
 		held, err := tasksOnNode(ctx, tx, nodeID)
 		if err != nil {
+			return err
+		}
+		// What the node reported that the control plane does not hold there
+		// is being torn down on it, each in a slot: busy until the node's
+		// own heartbeats say the teardown ended (see FlushHeartbeats).
+		busy := 0
+		for id, a := range reported {
+			if !slices.ContainsFunc(held, func(t Task) bool { return t.ID == id && t.Attempt == a }) {
+				busy++
+			}
+		}
+		if _, err := tx.Exec(ctx, "update podium.nodes set busy_slots = $2 where id = $1", nodeID, busy); err != nil {
 			return err
 		}
 		for _, t := range held {

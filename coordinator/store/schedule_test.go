@@ -223,3 +223,37 @@ func TestReconcileNodeRedeliversUnreceivedAndLosesUnreported(t *testing.T) {
 		t.Fatalf("pending commands %+v, want the unreceived task's assign again", pending)
 	}
 }
+
+// A placement never goes past max_attempts: a queued task that has used
+// every attempt its spec allows (a row nothing in Podium writes, but an
+// operator's update or an older release could) is failed with the reason,
+// not offered to a node as one attempt more.
+func TestDispatchPassNeverPlacesPastMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openStore(t)
+	if _, err := st.InsertTask(ctx, "task_spent", &podiumv1.TaskSpec{Image: "busybox", MaxAttempts: 2, RetryOnNodeLoss: true}, "me"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawSQL(t, db).Exec(ctx, "update podium.tasks set attempt = 2 where id = 'task_spent'"); err != nil {
+		t.Fatal(err)
+	}
+	offered := 0
+	placed, _, err := st.DispatchPass(ctx, 10, func(string, placement.Need) (string, string) {
+		offered++
+		return "node_a", ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offered != 0 || len(placed) != 0 {
+		t.Fatalf("a task that used 2 attempts of 2 was offered %d times and placed %v", offered, placed)
+	}
+	task, err := st.GetTask(ctx, "task_spent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.Failed || task.Attempt != 2 || task.Reason != "not placed again: all 2 attempts used" {
+		t.Fatalf("the task is %s at attempt %d (%q), want failed at attempt 2 saying every attempt is used", task.State, task.Attempt, task.Reason)
+	}
+}

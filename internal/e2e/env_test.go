@@ -16,11 +16,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
+	"github.com/podiumhq/podium/internal/testenv/binaries"
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
@@ -32,29 +30,14 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "podium-e2e-bin-")
+	dir, remove, err := binaries.Temp()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
-	}
-	// podium-runner goes next to podium-agent, where the agent looks for it,
-	// and static, as `make build` makes it: it runs inside the test image,
-	// which has no C library. It is built on its own so that the others keep
-	// the build cache of an ordinary `go build`.
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium", "../../cmd/podium-agent", "../../cmd/podium-coordinator")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	runner := exec.Command("go", "build", "-o", dir+"/", "../../cmd/podium-runner")
-	runner.Env = append(os.Environ(), "CGO_ENABLED=0")
-	runner.Stdout, runner.Stderr = os.Stderr, os.Stderr
-	for _, b := range []*exec.Cmd{build, runner} {
-		if err := b.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: build the binaries:", err)
-			os.Exit(2)
-		}
 	}
 	binDir = dir
 	code := pgtest.Run(m)
-	_ = os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -135,32 +118,13 @@ func newEnvIn(t *testing.T, data string, opts coordtest.Options, enrollArgs, age
 		// the engine now is a leak.
 		dc := dockertest.Client(t)
 		dockertest.AssertNothingLeftFor(t, dc, "podium.node="+e.node)
-		removeNode(dc, e.node)
+		dockertest.RemoveAllFor(dc, "podium.node="+e.node)
 		if t.Failed() {
 			t.Logf("agent log:\n%s", e.alog.String())
 		}
 	})
 	e.startAgent()
 	return e
-}
-
-// removeNode removes whatever a failed test left of its node, so that one
-// failure does not hold Docker networks and memory for the tests after it.
-func removeNode(c *client.Client, node string) {
-	ctx := context.Background()
-	f := filters.NewArgs(filters.Arg("label", "podium.node="+node))
-	cs, _ := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	for _, ct := range cs {
-		_ = c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true})
-	}
-	nets, _ := c.NetworkList(ctx, network.ListOptions{Filters: f})
-	for _, n := range nets {
-		_ = c.NetworkRemove(ctx, n.ID)
-	}
-	vols, _ := c.VolumeList(ctx, volume.ListOptions{Filters: f})
-	for _, v := range vols.Volumes {
-		_ = c.VolumeRemove(ctx, v.Name, true)
-	}
 }
 
 func lastLine(b []byte) []byte {

@@ -158,13 +158,21 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 func (r *Replica) HTTPClient() *http.Client { return r.client }
 
 // Tasks is a TaskService client with the test token.
-func (r *Replica) Tasks() podiumv1connect.TaskServiceClient {
-	return podiumv1connect.NewTaskServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
-}
+func (r *Replica) Tasks() podiumv1connect.TaskServiceClient { return TaskClient(r.client, r.URL()) }
 
 // Admin is an AdminService client with the test token.
-func (r *Replica) Admin() podiumv1connect.AdminServiceClient {
-	return podiumv1connect.NewAdminServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
+func (r *Replica) Admin() podiumv1connect.AdminServiceClient { return AdminClient(r.client, r.URL()) }
+
+// TaskClient is a TaskService client with the test token for the replica at
+// url, which may be one running as its own process.
+func TaskClient(c *http.Client, url string) podiumv1connect.TaskServiceClient {
+	return podiumv1connect.NewTaskServiceClient(c, url, connect.WithInterceptors(bearer(Token)))
+}
+
+// AdminClient is an AdminService client with the test token for the replica
+// at url, which may be one running as its own process.
+func AdminClient(c *http.Client, url string) podiumv1connect.AdminServiceClient {
+	return podiumv1connect.NewAdminServiceClient(c, url, connect.WithInterceptors(bearer(Token)))
 }
 
 // NodeClient is a NodeService client.

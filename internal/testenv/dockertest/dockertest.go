@@ -110,27 +110,63 @@ func AssertNothingLeft(t testing.TB, c *client.Client) {
 // packages' running tasks.
 func AssertNothingLeftFor(t testing.TB, c *client.Client, label string) {
 	t.Helper()
-	ctx := context.Background()
-	f := filters.NewArgs(filters.Arg("label", label))
-	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	left, err := LeftFor(context.Background(), c, label)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, l := range left {
+		t.Error(l)
+	}
+}
+
+// LeftFor describes each container, network and volume matching the label
+// filter that is still in the engine, one line each; none is an empty list.
+// A test that waits for a teardown polls it (AssertNothingLeftFor fails at
+// once).
+func LeftFor(ctx context.Context, c *client.Client, label string) ([]string, error) {
+	f := filters.NewArgs(filters.Arg("label", label))
+	var left []string
+	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
 	for _, ct := range cs {
-		t.Errorf("container %s (%v, %s) labelled %s is still there", ct.ID[:12], ct.Names, ct.State, label)
+		left = append(left, fmt.Sprintf("container %s (%v, %s) labelled %s is still there", ct.ID[:12], ct.Names, ct.State, label))
 	}
 	nets, err := c.NetworkList(ctx, network.ListOptions{Filters: f})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for _, n := range nets {
-		t.Errorf("network %s labelled %s is still there", n.Name, label)
+		left = append(left, fmt.Sprintf("network %s labelled %s is still there", n.Name, label))
 	}
 	vols, err := c.VolumeList(ctx, volume.ListOptions{Filters: f})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for _, v := range vols.Volumes {
-		t.Errorf("volume %s labelled %s is still there", v.Name, label)
+		left = append(left, fmt.Sprintf("volume %s labelled %s is still there", v.Name, label))
+	}
+	return left, nil
+}
+
+// RemoveAllFor removes, best effort, every container, network and volume
+// matching the label filter: what a failed test left of its node, so that
+// one failure does not hold Docker networks and memory for the tests after
+// it.
+func RemoveAllFor(c *client.Client, label string) {
+	ctx := context.Background()
+	f := filters.NewArgs(filters.Arg("label", label))
+	cs, _ := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	for _, ct := range cs {
+		_ = c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true})
+	}
+	nets, _ := c.NetworkList(ctx, network.ListOptions{Filters: f})
+	for _, n := range nets {
+		_ = c.NetworkRemove(ctx, n.ID)
+	}
+	vols, _ := c.VolumeList(ctx, volume.ListOptions{Filters: f})
+	for _, v := range vols.Volumes {
+		_ = c.VolumeRemove(ctx, v.Name, true)
 	}
 }

@@ -10,13 +10,16 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -38,18 +41,22 @@ var (
 	dbCounter atomic.Int64
 )
 
+// shared is the test binary's cluster that Main starts.
+var shared *Cluster
+
 // Main starts the cluster, runs the tests and stops the cluster, whatever the
 // tests did. A machine without Postgres fails loudly with how to get it.
 func Main(m *testing.M) { os.Exit(Run(m)) }
 
 // Run is Main without the exit, for a TestMain that has more to clean up.
 func Run(m *testing.M) int {
-	stop, err := start()
+	c, err := StartCluster()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		return 2
 	}
-	defer stop()
+	defer c.Stop()
+	shared, socketDir = c, c.SocketDir
 	return m.Run()
 }
 
@@ -86,30 +93,175 @@ func lookupUnprivileged() (uint32, uint32) {
 
 // Cluster is a throwaway Postgres cluster listening on a unix socket in a
 // temporary directory, with a database "podium_template" that has Podium's
-// schema. Benchmarks start one with StartCluster; tests use Main.
+// schema. Benchmarks start one with StartCluster; tests use Main for the
+// shared one, and NewCluster for one of their own that they may restart,
+// stop or kill.
 type Cluster struct {
+	// SocketDir holds the unix socket, and the data directory ("data").
 	SocketDir string
-	stop      func()
+	// Port is the TCP port on 127.0.0.1 of a cluster from NewCluster, and
+	// the socket's number; 0 for StartCluster's, on the default 5432
+	// socket and no TCP.
+	Port int
+	args []string
+	logf *os.File
+
+	mu   sync.Mutex
+	srv  *exec.Cmd
+	done chan struct{} // closed when srv has exited
 }
 
-// URL is the connection string for a database of the cluster.
+// URL is the connection string for a database of the cluster, over its
+// unix socket.
 func (c *Cluster) URL(db string) string {
+	if c.Port != 0 {
+		return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, c.SocketDir, c.Port)
+	}
 	return fmt.Sprintf("postgres://postgres@/%s?host=%s&sslmode=disable", db, c.SocketDir)
 }
 
-// Stop shuts the cluster down and removes its files.
-func (c *Cluster) Stop() { c.stop() }
+// TCPURL is the connection string for a database of a cluster from
+// NewCluster over TCP, for what needs a host and port.
+func (c *Cluster) TCPURL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
+}
+
+// Stop shuts the cluster down (fast) and removes its files. It may be
+// called more than once.
+func (c *Cluster) Stop() {
+	_ = c.Down("fast")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logf != nil {
+		_ = c.logf.Close()
+		c.logf = nil
+		_ = os.RemoveAll(c.SocketDir)
+	}
+}
+
+// Log is what the server has logged so far.
+func (c *Cluster) Log() string {
+	b, _ := os.ReadFile(filepath.Join(c.SocketDir, "postgres.log"))
+	return string(b)
+}
+
+// Down shuts the server down as `pg_ctl stop -m MODE` would, keeping its
+// files: "smart" waits for clients to leave, "fast" disconnects them and
+// checkpoints, "immediate" quits at once (crash recovery at the next start).
+// It returns once the server has exited; a server already down is not an
+// error.
+func (c *Cluster) Down(mode string) error {
+	sig := map[string]syscall.Signal{"smart": syscall.SIGTERM, "fast": syscall.SIGINT, "immediate": syscall.SIGQUIT}[mode]
+	if sig == 0 {
+		return fmt.Errorf("pgtest: shutdown mode %q: want smart, fast or immediate", mode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv == nil {
+		return nil
+	}
+	_ = c.srv.Process.Signal(sig)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		_ = c.srv.Process.Kill()
+		<-c.done
+	}
+	c.srv = nil
+	return nil
+}
+
+// Up starts the server again on its files after Down and returns once it
+// accepts connections.
+func (c *Cluster) Up() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.srv != nil {
+		return errors.New("pgtest: the cluster is already up")
+	}
+	srv := asPostgres("postgres", c.args...)
+	srv.Stdout, srv.Stderr = c.logf, c.logf
+	// Its own process group, so a ^C to the test run does not kill it before
+	// Stop has a chance to shut it down cleanly.
+	if srv.SysProcAttr == nil {
+		srv.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	srv.SysProcAttr.Setpgid = true
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Wait(); close(done) }()
+	c.srv, c.done = srv, done
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("postgres exited at start: %v\n%s", err, c.Log())
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not come up: %v\n%s", err, c.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Restart is Down(mode) then Up: `pg_ctl restart -m MODE`.
+func (c *Cluster) Restart(mode string) error {
+	if err := c.Down(mode); err != nil {
+		return err
+	}
+	return c.Up()
+}
 
 // StartCluster starts a cluster; settings are extra "name=value" server settings.
 func StartCluster(settings ...string) (*Cluster, error) {
-	stop, err := start(settings...)
-	if err != nil {
-		return nil, err
-	}
-	return &Cluster{SocketDir: socketDir, stop: stop}, nil
+	return start(0, settings...)
 }
 
-func start(settings ...string) (stop func(), err error) {
+// NewCluster starts a cluster of the test's own, on its own socket
+// directory and a free TCP port on 127.0.0.1, for a test that restarts,
+// stops or kills Postgres; it is stopped and removed when the test ends.
+// Its databases come from NewDatabaseIn.
+func NewCluster(t testing.TB, settings ...string) *Cluster {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// Smaller than the shared cluster: a test may run several at once. And
+	// durable commits, as in production: with synchronous_commit off an
+	// immediate shutdown (SIGQUIT) loses the commits of the last moments
+	// that clients were told had succeeded, which no real deployment does
+	// and no fault test should measure. (fsync and full_page_writes stay
+	// off: they guard against the OS crashing, which these tests do not do.)
+	c, err := start(port, append([]string{"shared_buffers=16MB", "max_connections=100", "synchronous_commit=on"}, settings...)...)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("postgres log of %s:\n%s", c.SocketDir, c.Log())
+		}
+		c.Stop()
+	})
+	return c
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(port int, settings ...string) (c *Cluster, err error) {
 	if _, err := os.Stat(filepath.Join(binDir(), "initdb")); err != nil {
 		return nil, fmt.Errorf("no Postgres binaries in %s: install them with `apt-get install postgresql-15` (or set PODIUM_PG_BIN)", binDir())
 	}
@@ -134,75 +286,53 @@ func start(settings ...string) (stop func(), err error) {
 		cleanup()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	args := []string{"-D", data, "-k", dir, "-c", "listen_addresses=",
+	listen := "listen_addresses="
+	if port != 0 {
+		listen = "listen_addresses=127.0.0.1"
+	}
+	args := []string{"-D", data, "-k", dir, "-c", listen,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
+	if port != 0 {
+		args = append(args, "-c", fmt.Sprintf("port=%d", port))
+	}
 	for _, s := range settings {
 		args = append(args, "-c", s)
 	}
-	srv := asPostgres("postgres", args...)
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
-	srv.Stdout, srv.Stderr = logf, logf
-	// Its own process group, so a ^C to the test run does not kill it before
-	// stop has a chance to shut it down cleanly.
-	if srv.SysProcAttr == nil {
-		srv.SysProcAttr = &syscall.SysProcAttr{}
+	c = &Cluster{SocketDir: dir, Port: port, args: args, logf: logf}
+	if err := c.Up(); err != nil {
+		c.Stop()
+		return nil, err
 	}
-	srv.SysProcAttr.Setpgid = true
-	if err := srv.Start(); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	stop = func() {
-		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-		_ = logf.Close()
-		cleanup()
-	}
-	socketDir = dir
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var conn *pgx.Conn
-	for {
-		conn, err = pgx.Connect(ctx, URL("postgres"))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			stop()
-			return nil, fmt.Errorf("postgres did not come up: %v\n%s", err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		c.Stop()
+		return nil, err
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "create database "+template); err != nil {
-		stop()
+		c.Stop()
 		return nil, err
 	}
-	tconn, err := pgx.Connect(ctx, URL(template))
+	tconn, err := pgx.Connect(ctx, c.URL(template))
 	if err != nil {
-		stop()
+		c.Stop()
 		return nil, err
 	}
 	if _, err := schema.Migrate(ctx, tconn); err != nil {
 		tconn.Close(ctx)
-		stop()
+		c.Stop()
 		return nil, err
 	}
 	tconn.Close(ctx)
-	return stop, nil
+	return c, nil
 }
 
 // URL is the connection string for a database of the test cluster.
@@ -216,16 +346,23 @@ type Database struct {
 	URL  string
 }
 
-// NewDatabase makes a database with Podium's schema already applied and drops
-// it when the test ends.
+// NewDatabase makes a database on the shared cluster with Podium's schema
+// already applied and drops it when the test ends.
 func NewDatabase(t testing.TB) Database {
 	t.Helper()
-	if socketDir == "" {
+	if shared == nil {
 		t.Fatal("pgtest: the cluster is not running; call pgtest.Main(m) from TestMain")
 	}
+	return NewDatabaseIn(t, shared)
+}
+
+// NewDatabaseIn makes a database on cluster c with Podium's schema already
+// applied and drops it when the test ends (if c is still up).
+func NewDatabaseIn(t testing.TB, c *Cluster) Database {
+	t.Helper()
 	name := fmt.Sprintf("t%d_%s", dbCounter.Add(1), sanitize(t.Name()))
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, URL("postgres"))
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
 	}
@@ -234,14 +371,14 @@ func NewDatabase(t testing.TB) Database {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
 	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, URL("postgres"))
+		c, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err != nil {
 			return
 		}
 		defer c.Close(ctx)
 		_, _ = c.Exec(ctx, fmt.Sprintf("drop database if exists %q with (force)", name))
 	})
-	return Database{Name: name, URL: URL(name)}
+	return Database{Name: name, URL: c.URL(name)}
 }
 
 // NewPool returns a pool on a fresh database, closed when the test ends.

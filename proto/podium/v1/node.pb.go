@@ -385,13 +385,17 @@ func (x *RunningTask) GetLastSeq() uint64 {
 
 // Hello must be the first message on a stream.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	NodeKey       string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
-	AgentVersion  string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	Hostname      string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Capacity      *Capacity              `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Running       []*RunningTask         `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeKey      string                 `protobuf:"bytes,2,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
+	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	Hostname     string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Capacity     *Capacity              `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Running      []*RunningTask         `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	// heartbeat_acks asks the coordinator to answer every heartbeat
+	// (HeartbeatAck): the node fences itself when no answer comes. An older
+	// node does not ask, and is sent none it would not know.
+	HeartbeatAcks bool `protobuf:"varint,7,opt,name=heartbeat_acks,json=heartbeatAcks,proto3" json:"heartbeat_acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +470,13 @@ func (x *Hello) GetRunning() []*RunningTask {
 		return x.Running
 	}
 	return nil
+}
+
+func (x *Hello) GetHeartbeatAcks() bool {
+	if x != nil {
+		return x.HeartbeatAcks
+	}
+	return false
 }
 
 // Adopt tells a node what to do with a task it reported in Hello.
@@ -868,10 +879,16 @@ func (*StreamRequest_Events) isStreamRequest_Msg() {}
 // Assign hands a task to a node. It carries the task's environment, which may
 // hold secrets: it is only ever logged redacted.
 type Assign struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Spec          *TaskSpec              `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Spec    *TaskSpec              `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// acked_seq is how many events of this attempt the control plane already
+	// stored: more than 0 when a node gave the attempt back ("no free slot")
+	// and it is offered again under the same number, which it keeps because a
+	// given-back assignment never ran. The node numbers the attempt's events
+	// after it.
+	AckedSeq      uint64 `protobuf:"varint,4,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -925,6 +942,13 @@ func (x *Assign) GetSpec() *TaskSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *Assign) GetAckedSeq() uint64 {
+	if x != nil {
+		return x.AckedSeq
+	}
+	return 0
 }
 
 type Cancel struct {
@@ -1249,6 +1273,7 @@ type StreamResponse struct {
 	//	*StreamResponse_Config
 	//	*StreamResponse_Inject
 	//	*StreamResponse_Replicas
+	//	*StreamResponse_HeartbeatAck
 	Msg           isStreamResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1354,6 +1379,15 @@ func (x *StreamResponse) GetReplicas() *Replicas {
 	return nil
 }
 
+func (x *StreamResponse) GetHeartbeatAck() *HeartbeatAck {
+	if x != nil {
+		if x, ok := x.Msg.(*StreamResponse_HeartbeatAck); ok {
+			return x.HeartbeatAck
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Msg interface {
 	isStreamResponse_Msg()
 }
@@ -1386,6 +1420,10 @@ type StreamResponse_Replicas struct {
 	Replicas *Replicas `protobuf:"bytes,7,opt,name=replicas,proto3,oneof"`
 }
 
+type StreamResponse_HeartbeatAck struct {
+	HeartbeatAck *HeartbeatAck `protobuf:"bytes,8,opt,name=heartbeat_ack,json=heartbeatAck,proto3,oneof"`
+}
+
 func (*StreamResponse_HelloAck) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Assign) isStreamResponse_Msg() {}
@@ -1399,6 +1437,49 @@ func (*StreamResponse_Config) isStreamResponse_Msg() {}
 func (*StreamResponse_Inject) isStreamResponse_Msg() {}
 
 func (*StreamResponse_Replicas) isStreamResponse_Msg() {}
+
+func (*StreamResponse_HeartbeatAck) isStreamResponse_Msg() {}
+
+// HeartbeatAck answers each heartbeat the replica received. It is the node's
+// proof that it still reaches the control plane even when it has nothing
+// else to hear: a node that gets none for longer than HelloAck's
+// offline_after_ms fences itself (stops the tasks the control plane will have
+// requeued).
+type HeartbeatAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatAck) Reset() {
+	*x = HeartbeatAck{}
+	mi := &file_podium_v1_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatAck) ProtoMessage() {}
+
+func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
+func (*HeartbeatAck) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+}
 
 // ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
 // no session, so it carries the node's credentials itself, the same node_id and
@@ -1423,7 +1504,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1516,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1529,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1515,7 +1596,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1608,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1621,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1601,7 +1682,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1694,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1707,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1696,14 +1777,15 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\vRunningTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xdf\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\x86\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bnode_key\x18\x02 \x01(\tR\anodeKey\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12/\n" +
 	"\bcapacity\x18\x05 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x120\n" +
-	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\"k\n" +
+	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\x12%\n" +
+	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\"k\n" +
 	"\x05Adopt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1733,11 +1815,12 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x10.podium.v1.HelloH\x00R\x05hello\x124\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x14.podium.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
 	"\x06events\x18\x03 \x01(\v2\x15.podium.v1.EventBatchH\x00R\x06eventsB\x05\n" +
-	"\x03msg\"d\n" +
+	"\x03msg\"\x81\x01\n" +
 	"\x06Assign\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12'\n" +
-	"\x04spec\x18\x03 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\"x\n" +
+	"\x04spec\x18\x03 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12\x1b\n" +
+	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\"x\n" +
 	"\x06Cancel\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x16\n" +
@@ -1759,7 +1842,7 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x03 \x01(\x03R\tmessageId\x12\x12\n" +
-	"\x04text\x18\x04 \x01(\tR\x04text\"\xda\x02\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\"\x9a\x03\n" +
 	"\x0eStreamResponse\x122\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x13.podium.v1.HelloAckH\x00R\bhelloAck\x12+\n" +
 	"\x06assign\x18\x02 \x01(\v2\x11.podium.v1.AssignH\x00R\x06assign\x12+\n" +
@@ -1767,8 +1850,10 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x03ack\x18\x04 \x01(\v2\x0e.podium.v1.AckH\x00R\x03ack\x12/\n" +
 	"\x06config\x18\x05 \x01(\v2\x15.podium.v1.NodeConfigH\x00R\x06config\x12+\n" +
 	"\x06inject\x18\x06 \x01(\v2\x11.podium.v1.InjectH\x00R\x06inject\x121\n" +
-	"\breplicas\x18\a \x01(\v2\x13.podium.v1.ReplicasH\x00R\breplicasB\x05\n" +
-	"\x03msg\"\x89\x01\n" +
+	"\breplicas\x18\a \x01(\v2\x13.podium.v1.ReplicasH\x00R\breplicas\x12>\n" +
+	"\rheartbeat_ack\x18\b \x01(\v2\x17.podium.v1.HeartbeatAckH\x00R\fheartbeatAckB\x05\n" +
+	"\x03msg\"\x0e\n" +
+	"\fHeartbeatAck\"\x89\x01\n" +
 	"\fArtifactMeta\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bnode_key\x18\x02 \x01(\tR\anodeKey\x12\x17\n" +
@@ -1804,7 +1889,7 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
 	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
@@ -1824,12 +1909,13 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*Replicas)(nil),               // 15: podium.v1.Replicas
 	(*Inject)(nil),                 // 16: podium.v1.Inject
 	(*StreamResponse)(nil),         // 17: podium.v1.StreamResponse
-	(*ArtifactMeta)(nil),           // 18: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 19: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 20: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 21: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 22: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
+	(*HeartbeatAck)(nil),           // 18: podium.v1.HeartbeatAck
+	(*ArtifactMeta)(nil),           // 19: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 20: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 21: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 22: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 23: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
@@ -1837,11 +1923,11 @@ var file_podium_v1_node_proto_depIdxs = []int32{
 	4,  // 2: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
 	6,  // 3: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
 	0,  // 4: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	21, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	22, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
 	5,  // 6: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
 	8,  // 7: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
 	9,  // 8: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	22, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	23, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
 	7,  // 10: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
 	11, // 11: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
 	12, // 12: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
@@ -1849,19 +1935,20 @@ var file_podium_v1_node_proto_depIdxs = []int32{
 	14, // 14: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
 	16, // 15: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
 	15, // 16: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	18, // 17: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	23, // 18: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 19: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	10, // 20: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	19, // 21: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	3,  // 22: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	17, // 23: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	20, // 24: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	18, // 17: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	19, // 18: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	24, // 19: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	10, // 21: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	20, // 22: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	3,  // 23: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	17, // 24: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	21, // 25: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	23, // [23:26] is the sub-list for method output_type
+	20, // [20:23] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -1883,8 +1970,9 @@ func file_podium_v1_node_proto_init() {
 		(*StreamResponse_Config)(nil),
 		(*StreamResponse_Inject)(nil),
 		(*StreamResponse_Replicas)(nil),
+		(*StreamResponse_HeartbeatAck)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[19].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[20].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -1894,7 +1982,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,143 @@
+package session
+
+// Fencing: a node cut off from every coordinator replica for as long as the
+// control plane takes to declare it offline stops the attempts the control
+// plane will have requeued elsewhere, so that no task ever runs twice at
+// once, and keeps the others running for adoption when it is back.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podiumhq/podium/agent/attempt"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// fenceCheck is how often the silence is measured against the threshold.
+const fenceCheck = 100 * time.Millisecond
+
+// requeuable says whether the control plane requeues an attempt when its
+// node goes offline: the same rule as its node-loss policy (retry_on_node_loss
+// and an attempt left), so both sides agree on which tasks would run twice.
+func requeuable(a *podiumv1.Assign) bool {
+	return a.GetSpec().GetRetryOnNodeLoss() && a.GetAttempt() < max(a.GetSpec().GetMaxAttempts(), 1)
+}
+
+// track remembers an attempt this node runs, and whether fencing stops it.
+func (s *Session) track(a *podiumv1.Assign) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.runs[attempt.Of(a)] = requeuable(a)
+}
+
+// reached records that a replica answered: any message on a stream is proof
+// the control plane still hears this node (every heartbeat is answered).
+func (s *Session) reached() {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.lastReached = time.Now()
+	s.fencedAt = time.Time{}
+}
+
+// setThresholds takes the control plane's thresholds from a HelloAck. A
+// coordinator that sends none (an older one) leaves fencing off.
+func (s *Session) setThresholds(ack *podiumv1.HelloAck) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if ms := ack.GetOfflineAfterMs(); ms > 0 {
+		s.offlineAfter = time.Duration(ms) * time.Millisecond
+		s.unreachableAfter = time.Duration(ack.GetUnreachableAfterMs()) * time.Millisecond
+	}
+}
+
+// fenceLead is how long before the offline threshold the node fences: the
+// control plane counts its clock from the last heartbeat it received, which
+// is at or before the answer the node last got, so fencing a heartbeat
+// interval early (at most halfway from unreachable to offline) stops the
+// attempt before the control plane can have requeued it, with the answer's
+// travel and the stop's grace (half the lead) to spare.
+func (s *Session) fenceLead() time.Duration {
+	s.fmu.Lock()
+	offline, unreachable := s.offlineAfter, s.unreachableAfter
+	s.fmu.Unlock()
+	lead := s.heartbeatInterval()
+	if unreachable > 0 && unreachable < offline {
+		lead = min(lead, (offline-unreachable)/2)
+	}
+	return min(lead, offline/4)
+}
+
+// runFencing checks the silence until ctx ends.
+func (s *Session) runFencing(ctx context.Context) {
+	t := time.NewTicker(fenceCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.fenceIfCutOff()
+		}
+	}
+}
+
+// fenceIfCutOff fences once per silence that reaches the threshold.
+func (s *Session) fenceIfCutOff() {
+	lead := s.fenceLead()
+	s.fmu.Lock()
+	for key := range s.runs {
+		if s.out.ended(key) {
+			delete(s.runs, key) // it ran to its end: nothing to fence
+		}
+	}
+	offline, last := s.offlineAfter, s.lastReached
+	due := offline > 0 && !last.IsZero() && s.fencedAt.IsZero() && time.Since(last) >= offline-lead
+	if due {
+		s.fencedAt = time.Now()
+	}
+	runs := make(map[attempt.Key]bool, len(s.runs))
+	for k, v := range s.runs {
+		runs[k] = v
+	}
+	s.fmu.Unlock()
+	if !due {
+		return
+	}
+	silence := time.Since(last).Round(time.Millisecond)
+	s.log.Warn("no coordinator replica reached for as long as the control plane takes to declare this node offline; "+
+		"fencing: stopping the tasks it will requeue elsewhere, keeping the others for adoption",
+		"silence", silence, "offline_after", offline)
+	for key, requeue := range runs {
+		if !requeue {
+			note := fmt.Sprintf("this node reached no coordinator replica for %s (the control plane's offline threshold is %s); "+
+				"the attempt keeps running so the control plane can adopt it when the node is back "+
+				"(without retry_on_node_loss, or on its last attempt, it is not run elsewhere)", silence, offline)
+			s.emitNote(key, note)
+			s.log.Warn("fencing: keeping a task running for adoption", "task_id", key.TaskID, "attempt", key.Attempt)
+			continue
+		}
+		reason := fmt.Sprintf("fenced: this node reached no coordinator replica for %s, close to the control plane's "+
+			"offline threshold (%s); the task has retry_on_node_loss, so the control plane requeues it elsewhere, "+
+			"and this attempt is stopped so that it never runs twice at once", silence, offline)
+		s.out.fence(key) // first: its note must not go out on this stream
+		s.emitNote(key, reason)
+		s.fmu.Lock()
+		delete(s.runs, key)
+		s.fmu.Unlock()
+		s.log.Warn("fencing: stopping a task the control plane will requeue", "task_id", key.TaskID, "attempt", key.Attempt)
+		s.cfg.Runner.Cancel(key.TaskID, key.Attempt, reason, max(lead/2, time.Millisecond))
+		select {
+		case s.restream <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// emitNote adds a note of the session's own to an attempt's log.
+func (s *Session) emitNote(key attempt.Key, text string) {
+	s.Emit(&podiumv1.TaskEvent{TaskId: key.TaskID, Attempt: key.Attempt, Time: timestamppb.Now(),
+		Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}}, nil)
+}
