@@ -87,14 +87,7 @@ func newEnvOpts(t *testing.T, opts coordtest.Options, agentArgs []string, labels
 // newEnvEnroll is newEnvOpts with flags for `podium-agent enroll`.
 func newEnvEnroll(t *testing.T, opts coordtest.Options, enrollArgs, agentArgs []string, labels ...string) *env {
 	t.Helper()
-	return newEnvIn(t, t.TempDir(), opts, enrollArgs, agentArgs, labels...)
-}
-
-// newEnvIn is newEnvEnroll with the agent's data directory given: one on a
-// file system the test made, say.
-func newEnvIn(t *testing.T, data string, opts coordtest.Options, enrollArgs, agentArgs []string, labels ...string) *env {
-	t.Helper()
-	e := &env{t: t, image: dockertest.EnsureImage(t), data: data, alog: &syncBuffer{}, agentArgs: agentArgs, opts: opts}
+	e := &env{t: t, image: dockertest.EnsureImage(t), data: t.TempDir(), alog: &syncBuffer{}, agentArgs: agentArgs, opts: opts}
 	e.db = pgtest.NewDatabase(t)
 	e.r = coordtest.Start(t, e.db.URL, opts)
 	ctx := context.Background()
