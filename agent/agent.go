@@ -177,6 +177,10 @@ type Config struct {
 	// either, tasks' output is held back (0: the session's defaults).
 	PendingMemory int
 	PendingDisk   int64
+	// DiskFullAfter is how long a task's output may find the data disk
+	// full before the task is stopped ("node disk full"; 0: the
+	// executor's default).
+	DiskFullAfter time.Duration
 }
 
 // Agent is one node agent process.
@@ -269,6 +273,10 @@ func New(cfg Config) (*Agent, error) {
 		// executor's output.go.
 		OutputLimit:    cfg.OutputLimit,
 		MaxOutputLimit: cfg.MaxOutputLimit,
+		DiskFullAfter:  cfg.DiskFullAfter,
+		// The session is made after the executor, which it runs tasks
+		// with; by the time a run asks, it is there.
+		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
 	})
 	if err != nil {
 		return nil, err

@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +23,8 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/internal/agenttest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -366,4 +373,63 @@ func TestArtifactGlobsAfterAnAgentRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The runner log of a finished attempt whose terminal status is stored goes
+// at once, though its artifacts are still uploading: it holds the task's
+// whole output, and nothing needs it any more. Until the status is stored it
+// stays (a restarted agent would finish the task from it).
+func TestRunnerLogGoesOnceTheStatusIsStored(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	up := &fakeUploader{release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(up.release) }) }
+	t.Cleanup(release)
+	var stored atomic.Bool
+	var storedSeq atomic.Uint64
+	ex, err := executor.New(executor.Config{
+		Docker: e.docker, NodeID: e.nodeID, RunnerPath: agenttest.Runner(t), TasksDir: e.tasksDir,
+		Logger:    slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, e.logs), nil)),
+		Artifacts: up,
+		Stored: func(k executor.Key, seq uint64) bool {
+			storedSeq.Store(seq)
+			return stored.Load()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.execs = append(e.execs, ex)
+	rec := newRecorder()
+	a := e.assign(t, e.sh(`yes output | head -c 100000; echo kept > /workspace/.podium/artifacts/a.txt`))
+	done, err := ex.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.waitState(t, podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+	dir := filepath.Join(e.tasksDir, attempt.FileName(attempt.Of(a)))
+	runnerLog := filepath.Join(dir, "output.log")
+	wait.For(t, 10*time.Second, "the run to ask whether its terminal status is stored", func() bool { return storedSeq.Load() > 0 })
+	if _, err := os.Stat(runnerLog); err != nil {
+		t.Fatalf("the runner log is gone before the terminal status was stored: %v", err)
+	}
+	if got, want := storedSeq.Load(), uint64(len(rec.all())); got != want {
+		t.Fatalf("the run asks whether seq %d is stored; its terminal status is seq %d", got, want)
+	}
+	stored.Store(true)
+	wait.For(t, 10*time.Second, "the runner log to go once the terminal status is stored", func() bool {
+		_, err := os.Stat(runnerLog)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := os.Stat(filepath.Join(dir, "artifacts", "a.txt")); err != nil {
+		t.Fatalf("the artifact being uploaded went with the runner log: %v", err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the run ended while its artifacts were still uploading")
+	default:
+	}
+	release()
+	waitDone(t, done, 10*time.Second)
 }

@@ -134,14 +134,18 @@ type containerSpec struct {
 // runnerEntrypoint makes the runner PID 1, writing to the runner log mounted
 // at runner.LogPath no more than the attempt's output limit, and no further
 // ahead of the agent's reading than its backlog (the progress file at
-// runner.ProgressPath), and appends the runner's directory to the task's PATH
-// so `podium-runner ask` needs no path. The command follows "--".
+// runner.ProgressPath), and, for the task, appends the runner's directory to
+// its PATH so `podium-runner ask` needs no path and stops it once its output
+// has found no room on the node's disk for the executor's DiskFullAfter. The
+// command follows "--".
 func (r *run) runnerEntrypoint(pathAppend bool) []string {
 	ep := []string{runner.Path, "run", "--log", runner.LogPath,
 		"--output-limit", strconv.FormatInt(r.outputLimit, 10),
 		"--progress", runner.ProgressPath, "--backlog", strconv.FormatInt(r.e.backlog, 10)}
 	if pathAppend {
-		ep = append(ep, "--path-append", runner.Dir)
+		// The task's own runner only: it is the task that must not hang
+		// on a full disk, and what it reports says why it ended.
+		ep = append(ep, "--path-append", runner.Dir, "--disk-full-after", r.e.diskFullAfter.String())
 	}
 	return append(ep, "--")
 }

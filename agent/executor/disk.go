@@ -26,6 +26,61 @@ import (
 // disk than the node's workspace limit.
 const ReasonWorkspaceFull = "workspace full"
 
+// ReasonNodeDiskFull starts the reason of a task stopped because the node's
+// disk had no room for its output for longer than DiskFullAfter. Unlike
+// "workspace full" it is the node's trouble, not the task's: the task may run
+// fine on a node with room.
+const ReasonNodeDiskFull = "node disk full"
+
+// DefaultDiskFullAfter is how long a task's output may find the node's disk
+// full before the task is stopped (Config.DiskFullAfter). Meanwhile the task
+// is held, blocked on its next write, and loses nothing; a disk often frees
+// within minutes, as other tasks end and their directories go. Without a
+// bound the task would hang until its timeout, or forever.
+const DefaultDiskFullAfter = 5 * time.Minute
+
+// nodeDiskCheck is how often a running task's node disk is looked at for
+// room, and nodeDiskLow the free space under which it counts as full: less
+// than two of the runner's biggest records.
+const (
+	nodeDiskCheck = time.Second
+	nodeDiskLow   = 64 << 10
+)
+
+// watchNodeDisk notes in the task's log, once, that the disk of its
+// directory is full: the task's output is then held until there is room, or
+// until the runner stops the task (--disk-full-after), and someone following
+// the task would otherwise see only silence. The returned function stops the
+// watch.
+func (r *run) watchNodeDisk(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(nodeDiskCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var st unix.Statfs_t
+			if unix.Statfs(r.dir, &st) != nil {
+				continue
+			}
+			if free := int64(st.Bavail) * st.Bsize; free < nodeDiskLow {
+				r.log.Warn("the node's disk is full; the task's output waits for room", "dir", r.dir, "free_bytes", free)
+				r.note("the node's disk is full (%s free in %s): the task's output waits for room, and the task is stopped "+
+					"if it still has none after %s (podium-agent --disk-full-after)", sizeText(free), r.e.tasksDir, r.e.diskFullAfter)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
 // DefaultWorkspaceCheck is how often a running task's disk use is measured
 // when Limits.WorkspaceCheck does not say.
 const DefaultWorkspaceCheck = 10 * time.Second

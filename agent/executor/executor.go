@@ -241,6 +241,17 @@ type Config struct {
 	// runner holds the task's output back (see package runlog's progress
 	// file); 0 means DefaultRunnerBacklog.
 	RunnerBacklog int64
+	// DiskFullAfter is how long a task's output may find no room on the
+	// node's disk before the task is stopped, failing with the reason
+	// ReasonNodeDiskFull; 0 means DefaultDiskFullAfter.
+	DiskFullAfter time.Duration
+	// Stored reports whether the coordinator has stored an attempt's
+	// events up to seq. With it, the runner logs of an attempt whose
+	// terminal status is stored go at once, even while its artifacts
+	// still upload (they hold the task's whole output: on a full disk,
+	// they are what fills it); nil leaves them to go with the attempt's
+	// directory once the uploads end.
+	Stored func(k Key, seq uint64) bool
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -255,9 +266,11 @@ type Executor struct {
 	artifactWait time.Duration
 	egress       *egress.Filter
 	limits       Limits
-	// outputLimit, maxOutputLimit and backlog are Config's, defaults
-	// applied.
+	// outputLimit, maxOutputLimit, backlog and diskFullAfter are Config's,
+	// defaults applied.
 	outputLimit, maxOutputLimit, backlog int64
+	diskFullAfter                        time.Duration
+	stored                               func(Key, uint64) bool
 
 	// liveRestore is whether the engine keeps its containers running
 	// while it stops and starts again, as it last said (learnEngine);
@@ -328,6 +341,11 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if e.backlog <= 0 {
 		e.backlog = DefaultRunnerBacklog
+	}
+	e.stored = cfg.Stored
+	e.diskFullAfter = cfg.DiskFullAfter
+	if e.diskFullAfter <= 0 {
+		e.diskFullAfter = DefaultDiskFullAfter
 	}
 	return e, nil
 }

@@ -186,17 +186,50 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	r.emitStatus(final, false)
 	if job != nil {
 		job.Ended()
-		select {
-		case <-job.Done():
-		case <-ctx.Done():
-			// Pending uploads end with the agent; the next agent process
-			// takes them over from their record (ResumeUploads) or, with
-			// nothing left, removes the directory (RemoveOrphans).
-			<-job.Done()
-			return
+		// While the uploads go on, the runner logs go as soon as the
+		// terminal status is stored: nothing needs them any more (a
+		// restarted agent takes the uploads over from their record).
+		finalSeq := r.lastSeq.Load()
+		var storedC <-chan time.Time
+		if r.e.stored != nil {
+			t := time.NewTicker(storedCheck)
+			defer t.Stop()
+			storedC = t.C
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-job.Done():
+				waiting = false
+			case <-storedC:
+				if r.e.stored(r.key, finalSeq) {
+					storedC = nil
+					r.removeRunnerLogs()
+				}
+			case <-ctx.Done():
+				// Pending uploads end with the agent; the next agent
+				// process takes them over from their record
+				// (ResumeUploads) or, with nothing left, removes the
+				// directory (RemoveOrphans).
+				<-job.Done()
+				return
+			}
 		}
 	}
 	r.removeDir()
+}
+
+// storedCheck is how often a finished run whose artifacts are uploading asks
+// whether its terminal status is stored yet.
+const storedCheck = time.Second
+
+// removeRunnerLogs removes the runner logs of a run whose terminal status is
+// stored, and their progress files.
+func (r *run) removeRunnerLogs() {
+	for _, p := range []string{filepath.Join(r.dir, logFile), filepath.Join(r.dir, progressFile), filepath.Join(r.dir, sidecarsDir)} {
+		if err := os.RemoveAll(p); err != nil {
+			r.log.Warn("could not remove a runner log of a finished task; it goes with the task's directory", "path", p, "err", err)
+		}
+	}
 }
 
 func (r *run) removeDir() {
@@ -493,6 +526,8 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	disk := r.watchDisk(ctx, id)
 	defer disk.stop()
+	stopNodeWatch := r.watchNodeDisk(ctx)
+	defer stopNodeWatch()
 	var diskC <-chan string
 	if disk != nil {
 		diskC = disk.C
@@ -608,7 +643,9 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 
 	// The container has exited: the runner log holds everything it wrote.
 	// Reading it to the end before the status is what puts the terminal
-	// status after the last byte.
+	// status after the last byte. A note about the disk would come too late
+	// to help, and after the one that ends the task.
+	stopNodeWatch()
 	taskTail.finish()
 	exitRec, tailErr := taskTail.wait()
 	if ctx.Err() != nil {

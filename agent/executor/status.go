@@ -11,6 +11,7 @@ import (
 
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/agent/runner"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -114,6 +115,14 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 			reason = ReasonWorkspaceFull
 		}
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason, ExitCode: code, Signal: sig}
+	}
+	if exitRec != nil && exitRec.DiskFull || exitRec == nil && code != nil && *code == runner.ExitDiskFull && sig == 0 {
+		reason := fmt.Sprintf("%s: the task's output found no room on the node's disk (%s) for %s, so the task was stopped; "+
+			"free space there, or give podium-agent a longer --disk-full-after", ReasonNodeDiskFull, r.e.tasksDir, r.e.diskFullAfter)
+		r.note("%s. The output before it is kept; what the task printed after it is lost.", reason)
+		// No exit code: the node failed, not the task (podium run exits
+		// 125), and the code is the runner's, not the task's.
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason}
 	}
 	if code == nil {
 		if waitMsg == "" {

@@ -93,6 +93,9 @@ type Exit struct {
 	// PidsLimit is the limit that refused them, as the container's cgroup
 	// read; 0 when it could not be read.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+	// DiskFull reports that the runner stopped the command because the
+	// log had no room for its output for longer than it was told to wait.
+	DiskFull bool `json:"disk_full,omitempty"`
 	// Error is why the command could not be started, if it was not.
 	Error string `json:"error,omitempty"`
 	// Time is when the runner saw the process end.

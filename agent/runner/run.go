@@ -52,11 +52,17 @@ func runCommand(args []string, stderr io.Writer) int {
 		"and one more if there was more; the rest is read and dropped (0: no limit)")
 	progressPath := fs.String("progress", "", "the agent's progress `FILE` (package runlog), saying how far it has read the log")
 	backlog := fs.Int64("backlog", 0, "with --progress, stop copying output while more than this many `BYTES` of the log are unread (0: never)")
+	diskFullAfter := fs.Duration("disk-full-after", 0, "stop the command when its output could not be written to the log "+
+		"for want of room for this `DURATION`, and exit with 124 (0: wait for room as long as it takes)")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
 	if *limit < 0 || *backlog < 0 {
 		fmt.Fprintln(stderr, "podium-runner run: --output-limit and --backlog take a number of bytes, 0 or more")
+		return ExitUsage
+	}
+	if *diskFullAfter < 0 {
+		fmt.Fprintln(stderr, "podium-runner run: --disk-full-after takes a duration, 0 or more (e.g. 5m)")
 		return ExitUsage
 	}
 	argv := fs.Args()
@@ -71,7 +77,8 @@ func runCommand(args []string, stderr io.Writer) int {
 		return ExitRunnerError
 	}
 	defer w.Close()
-	s := &supervisor{w: w, stderr: stderr, stop: make(chan struct{}), limit: *limit, written: int64(w.Written())}
+	s := &supervisor{w: w, stderr: stderr, stop: make(chan struct{}), limit: *limit, written: int64(w.Written()),
+		diskFullAfter: *diskFullAfter}
 	if *progressPath != "" && *backlog > 0 {
 		p, err := os.Open(*progressPath)
 		if err != nil {
@@ -83,6 +90,9 @@ func runCommand(args []string, stderr io.Writer) int {
 		}
 	}
 	e := s.run(argv, commandEnv(os.Environ(), *pathAppend))
+	if e.DiskFull {
+		return ExitDiskFull
+	}
 	return e.Code
 }
 
@@ -113,10 +123,20 @@ func commandEnv(env []string, dir string) []string {
 
 // supervisor runs one command to its end.
 type supervisor struct {
-	w      *runlog.Writer
-	stderr io.Writer     // the runner's own stderr, for trouble with the log itself
-	stop   chan struct{} // closed when the runner gives up on writing
-	warned sync.Once
+	w        *runlog.Writer
+	stderr   io.Writer     // the runner's own stderr, for trouble with the log itself
+	stop     chan struct{} // closed (by stopOnce) when the runner gives up on writing
+	stopOnce sync.Once
+	warned   sync.Once
+
+	// diskFullAfter is --disk-full-after (0: none). failingSince is when
+	// writes of the log began failing for want of room, zero while they
+	// succeed, guarded by mu; diskFull is set once the runner stopped the
+	// command over it. pid is the command's, for that stop.
+	diskFullAfter time.Duration
+	failingSince  time.Time
+	diskFull      atomic.Bool
+	pid           atomic.Int64
 
 	// limit is --output-limit (0: none); written counts the output bytes
 	// the log holds, both streams, guarded by mu.
@@ -179,6 +199,7 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 		return s.cannotStart(argv[0], code, err)
 	}
 	pid := proc.Pid
+	s.pid.Store(int64(pid))
 
 	var copiers sync.WaitGroup
 	copiers.Add(2)
@@ -224,7 +245,7 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 				continue
 			}
 			fmt.Fprintln(s.stderr, "podium-runner: the command's output did not end after it exited; closing it")
-			close(s.stop)
+			s.stopOnce.Do(func() { close(s.stop) })
 			_ = outR.Close()
 			_ = errR.Close()
 			<-drained
@@ -242,6 +263,13 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 	if pid1 {
 		e.OOMKills = oomKills()
 		e.PidsRefused, e.PidsLimit = pidsEvents()
+	}
+	if s.diskFull.Load() {
+		// The exit code (ExitDiskFull) says it if the record cannot be
+		// written, which is likely: one try, no waiting for room.
+		e.DiskFull = true
+		_ = s.w.Exit(e)
+		return e
 	}
 	s.writeExit(e)
 	return e
@@ -406,17 +434,57 @@ func (s *supervisor) write(stream runlog.Stream, p []byte) bool {
 	for {
 		err := s.w.Write(stream, p)
 		if err == nil {
+			s.mu.Lock()
+			s.failingSince = time.Time{}
+			s.mu.Unlock()
 			return true
 		}
 		s.warned.Do(func() {
 			fmt.Fprintf(s.stderr, "podium-runner: cannot write the runner log (%v); the task's output waits until it can\n", err)
 		})
+		if s.fullTooLong(err) {
+			s.giveUp(err)
+			return false
+		}
 		select {
 		case <-s.stop:
 			return false
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// fullTooLong reports whether writes of the log have failed for want of room
+// (err, the latest, says so) for longer than --disk-full-after.
+func (s *supervisor) fullTooLong(err error) bool {
+	if s.diskFullAfter <= 0 || !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failingSince.IsZero() {
+		s.failingSince = time.Now()
+	}
+	return time.Since(s.failingSince) >= s.diskFullAfter
+}
+
+// giveUp stops the command because its output has had no room for too long:
+// a task whose output cannot be kept would otherwise hang, blocked on its
+// next write, until its timeout or forever. What the log holds stays an
+// exact prefix of the output; the exit code (ExitDiskFull) and the exit
+// record's DiskFull tell the agent why the task ended.
+func (s *supervisor) giveUp(err error) {
+	if s.diskFull.Swap(true) {
+		return
+	}
+	fmt.Fprintf(s.stderr, "podium-runner: the runner log has had no room for %s (%v); stopping the command\n", s.diskFullAfter, err)
+	if pid := int(s.pid.Load()); pid > 0 {
+		if os.Getpid() == 1 {
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	s.stopOnce.Do(func() { close(s.stop) })
 }
 
 func (s *supervisor) writeExit(e runlog.Exit) {

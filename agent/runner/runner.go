@@ -53,6 +53,9 @@ const (
 	ExitRunnerError = 125 // the runner could not do its job (no log file, say)
 	ExitCannotExec  = 126 // the command exists but could not be executed
 	ExitNotFound    = 127 // the command does not exist
+	// ExitDiskFull is what run exits with when it stopped the command
+	// because the log had no room for its output for --disk-full-after.
+	ExitDiskFull = 124
 	// ExitNoMessage is what ask exits with when its --timeout ran out.
 	ExitNoMessage = 1
 )
@@ -61,7 +64,8 @@ const usage = `podium-runner is PID 1 of every Podium task container.
 
 Usage:
   podium-runner run [--log FILE] [--path-append DIR] [--output-limit BYTES]
-                    [--progress FILE --backlog BYTES] -- COMMAND [ARG]...
+                    [--progress FILE --backlog BYTES] [--disk-full-after DURATION]
+                    -- COMMAND [ARG]...
   podium-runner ask [--inbox DIR] [--timeout DURATION]
   podium-runner artifact add PATH [--name NAME]
   podium-runner version
@@ -71,7 +75,9 @@ run    runs COMMAND, writing its output and exit status to the runner log FILE
        With --output-limit it writes at most that many bytes of output (and
        one more if there was more) and drops the rest; with --progress it
        holds the output back, and so the command, while more than --backlog
-       bytes of the log are unread by the agent.
+       bytes of the log are unread by the agent. With --disk-full-after it
+       stops the command, and exits with 124, once the log has had no room
+       for its output for that long.
 ask    prints the next unread message sent to this task with "podium task
        send" and exits; it waits for one if there is none yet. Messages are
        read in the order they were sent, each once.

@@ -323,3 +323,30 @@ func TestBackPressureHoldsTheCommandUntilTheAgentReads(t *testing.T) {
 		t.Fatalf("the runner was held back %d times; %d MiB through a %d KiB backlog takes at least %d", rounds, total>>20, backlog>>10, total/(backlog+slack))
 	}
 }
+
+// A log with no room for the command's output for --disk-full-after stops
+// the command: it does not hang blocked on its next write. The runner exits
+// with ExitDiskFull, says why on its stderr, and the log holds an exact
+// prefix of what the command printed.
+func TestDiskFullStopsTheCommand(t *testing.T) {
+	disk := t.TempDir()
+	if err := syscall.Mount("tmpfs", disk, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a 1 MiB tmpfs (the test needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(disk, syscall.MNT_DETACH) })
+	log := filepath.Join(disk, "out.log")
+	var stderr bytes.Buffer
+	code := runner.Main([]string{"run", "--log", log, "--disk-full-after", "1s", "--",
+		"sh", "-c", "yes 0123456789abcdef | head -c 8000000; echo done"}, io.Discard, &stderr)
+	if code != runner.ExitDiskFull || !strings.Contains(stderr.String(), "no room") {
+		t.Fatalf("exit %d, want %d; stderr %q", code, runner.ExitDiskFull, stderr.String())
+	}
+	out, _, exit := logOf(t, log)
+	want := strings.Repeat("0123456789abcdef\n", 8000000/17+1)
+	if len(out) == 0 || len(out) >= 8000000 || out != want[:len(out)] {
+		t.Fatalf("the log holds %d bytes of stdout; want a non-empty exact prefix of the 8000000 the command printed", len(out))
+	}
+	if exit != nil && !exit.DiskFull {
+		t.Fatalf("an exit record without DiskFull: %+v", exit)
+	}
+}

@@ -186,7 +186,7 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) (released bool) {
 			// Keep going in memory: the task's output is still safe in its
 			// runner log, and only an agent restart from here on would
 			// lose track of the attempt.
-			o.log.Error("could not spool an event; it is kept in memory only", "task_id", key.TaskID, "attempt", key.Attempt, "err", err)
+			o.log.Error("could not spool an event; it is kept in memory until the disk has room", "task_id", key.TaskID, "attempt", key.Attempt, "err", err)
 		}
 	}
 	tl.events = append(tl.events, ev)
@@ -465,6 +465,19 @@ func (o *outbox) running() []*podiumv1.RunningTask {
 		out = append(out, &podiumv1.RunningTask{TaskId: key.TaskID, Attempt: key.Attempt, LastSeq: o.tasks[key].lastSeq})
 	}
 	return out
+}
+
+// stored reports whether the coordinator has acknowledged an attempt's
+// events up to seq. An attempt the outbox no longer holds was retired once
+// everything was acknowledged, or dropped; either way nothing of it is left
+// to send.
+func (o *outbox) stored(key attempt.Key, seq uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if tl := o.tasks[key]; tl != nil {
+		return tl.acked >= seq
+	}
+	return true
 }
 
 // fence marks an attempt the node stopped itself past the offline

@@ -262,3 +262,26 @@ func TestOutboxContinueAfter(t *testing.T) {
 		t.Fatalf("the note of an attempt the outbox holds got seq %d, want 2", ev.GetSeq())
 	}
 }
+
+// stored says whether the coordinator has an attempt's events up to a seq:
+// not before their ack, yes after it, and yes once the attempt is retired
+// (everything acknowledged) and the outbox holds nothing of it.
+func TestOutboxStored(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(1<<20, 0, nil, slog.Default())
+	k := attempt.Key{TaskID: "t", Attempt: 1}
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_RUNNING), nil)
+	o.add(logEvent("t", 10), nil)
+	o.add(statusEvent("t", podiumv1.TaskState_TASK_STATE_SUCCEEDED), nil)
+	if o.stored(k, 3) {
+		t.Fatal("the terminal status counts as stored before any ack")
+	}
+	o.ack(k, 2)
+	if !o.stored(k, 2) || o.stored(k, 3) {
+		t.Fatalf("acked up to 2: stored(2) %t, stored(3) %t; want true, false", o.stored(k, 2), o.stored(k, 3))
+	}
+	o.ack(k, 3)
+	if !o.empty() || !o.stored(k, 3) {
+		t.Fatalf("everything acked: the outbox holds the attempt %t, stored(3) %t; want it retired and stored", !o.empty(), o.stored(k, 3))
+	}
+}

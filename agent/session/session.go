@@ -313,6 +313,12 @@ func (s *Session) Drop(taskID string, n int32) {
 	s.out.drop(attempt.Key{TaskID: taskID, Attempt: n})
 }
 
+// Stored reports whether the coordinator has stored an attempt's events up
+// to seq (the session no longer holding the attempt counts: it lets go only
+// of what is stored, or of what the coordinator disowned). The executor asks
+// before it removes what a restarted agent would need to send them again.
+func (s *Session) Stored(k attempt.Key, seq uint64) bool { return s.out.stored(k, seq) }
+
 // ContinueAfter readies the session for notes about an attempt whose final
 // status an earlier agent process sent and the coordinator stored: the
 // uploads of its artifacts that the executor took over (ResumeUploads).

@@ -73,6 +73,11 @@ func decode(data []byte) (*Attempt, map[uint64]int64, int, error) {
 				a.Key = attempt.Of(ev)
 				known = true
 			}
+			if ev.GetSeq() <= a.Acked {
+				// Only after a checkpoint written in place over older
+				// records (see resetLocked): the checkpoint says all.
+				break
+			}
 			if cl > 0 {
 				a.Cursor = append([]byte(nil), payload[4:4+cl]...)
 			}

@@ -68,6 +68,30 @@ func seedFiles(t testing.TB) [][]byte {
 		join(header, appendRecord(nil, 'Z', []byte("what?"))),       // unknown kind
 		join(header, appendRecord(nil, kindEvent, []byte{0, 0, 1})), // short event
 		join(header, appendRecord(nil, kindAck, []byte{1})),         // short ack
+		// A file reset in place (resetLocked) by a crash before the cut:
+		// the checkpoint, then whole old records, all acknowledged.
+		join(header,
+			appendRecord(nil, kindCheckpoint, checkpoint(5, 5, 0, []byte(`{"task":{"offset":50}}`))...),
+			event(3, `{"task":{"offset":3}}`, logEv("hi\n")),
+			event(4, `{"task":{"offset":9}}`, logEv("old\n")),
+			ack(4)),
+	}
+}
+
+// A checkpoint written in place over a file's old records, with the agent
+// crashing before it cut them off, still says where the attempt stands: the
+// old records after it, all acknowledged, do not move its cursor back (the
+// agent would read output it already sent again).
+func TestCheckpointInPlaceOverOldRecords(t *testing.T) {
+	t.Parallel()
+	seeds := seedFiles(t)
+	a, _, n, err := decode(seeds[len(seeds)-1])
+	if err != nil || n != len(seeds[len(seeds)-1]) {
+		t.Fatalf("decode: %v, %d of %d bytes", err, n, len(seeds[len(seeds)-1]))
+	}
+	if a.LastSeq != 5 || a.Acked != 5 || len(a.Events) != 0 || string(a.Cursor) != `{"task":{"offset":50}}` {
+		t.Fatalf("decoded as last %d acked %d, %d events, cursor %s; want the checkpoint's 5, 5, none, offset 50",
+			a.LastSeq, a.Acked, len(a.Events), a.Cursor)
 	}
 }
 

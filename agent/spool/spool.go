@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -109,7 +110,24 @@ type file struct {
 	// unackedBytes approximates the bytes of unacknowledged events in the
 	// file, for the compaction rule.
 	sizes map[uint64]int64
-	broke bool // a write failed; the attempt is kept in memory only
+	// pending are the records a write could not store (a full disk), in
+	// order: each write first tries to store them, and an ack drops the
+	// events it covers, so the file catches up as soon as there is room,
+	// without a gap a reopen would refuse. behind says the file lacks
+	// them; the first failure is reported, the rest are not.
+	pending []pendingRecord
+	behind  bool
+	// squeezed says a write failed since the file was last compacted: the
+	// disk was full, and this file may be what fills it.
+	squeezed bool
+}
+
+// pendingRecord is a record waiting for room on disk: its kind, and its
+// event's seq.
+type pendingRecord struct {
+	kind byte
+	seq  uint64
+	rec  []byte
 }
 
 // Open opens the spool in dir, creating dir if needed, and returns what its
@@ -232,12 +250,14 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	if lastSeq > 0 {
 		buf = appendRecord(buf, kindCheckpoint, checkpoint(lastSeq, lastSeq, 0, nil)...)
 	}
-	if _, err := fh.Write(buf); err != nil {
-		_ = fh.Close()
-		return fmt.Errorf("write the spool file of %s: %w", k, err)
+	f := &file{path: path, f: fh, acked: lastSeq, lastSeq: lastSeq, sizes: make(map[uint64]int64),
+		pending: []pendingRecord{{kind: kindHeader, rec: buf}}}
+	s.files[k] = f
+	if err := s.catchUpLocked(k, f); err != nil {
+		// The header waits for room like any record (see file.pending).
+		return fmt.Errorf("write the spool file of %s: %w; it is kept in memory until the disk has room "+
+			"(free space on the agent's data disk)", k, err)
 	}
-	s.files[k] = &file{path: path, f: fh, size: int64(len(buf)), acked: lastSeq, lastSeq: lastSeq, sizes: make(map[uint64]int64)}
-	s.total += int64(len(buf))
 	return nil
 }
 
@@ -262,17 +282,9 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 		f = &file{path: path, f: fh, sizes: make(map[uint64]int64)}
 		s.files[k] = f
 	}
-	if f.broke {
-		return nil
-	}
 	var cl [4]byte
 	binary.BigEndian.PutUint32(cl[:], uint32(len(cursor)))
 	rec := appendRecord(nil, kindEvent, cl[:], cursor, eb)
-	if err := f.write(rec); err != nil {
-		f.broke = true
-		return fmt.Errorf("spool an event of %s: %w; its events are kept in memory only from now on", k, err)
-	}
-	s.total += int64(len(rec))
 	f.lastSeq = max(f.lastSeq, ev.GetSeq())
 	f.sizes[ev.GetSeq()] = int64(len(rec))
 	if cursor != nil {
@@ -280,6 +292,37 @@ func (s *Spool) Append(ev *podiumv1.TaskEvent, cursor []byte) error {
 	}
 	if ev.GetStatus() != nil {
 		f.final, f.ended = attempt.IsFinal(ev)
+	}
+	f.pending = append(f.pending, pendingRecord{kind: kindEvent, seq: ev.GetSeq(), rec: rec})
+	if err := s.catchUpLocked(k, f); err != nil {
+		return fmt.Errorf("spool an event of %s: %w; its events are kept in memory until the disk has room "+
+			"(free space on the agent's data disk)", k, err)
+	}
+	return nil
+}
+
+// catchUpLocked writes the file's pending records, oldest first, until one
+// fails. It returns the error only when the file falls behind; while it
+// stays behind it says nothing more, and once it has caught up it logs so.
+func (s *Spool) catchUpLocked(k attempt.Key, f *file) error {
+	for len(f.pending) > 0 {
+		rec := f.pending[0].rec
+		if err := f.write(rec); err != nil {
+			f.squeezed = true
+			if f.behind {
+				return nil
+			}
+			f.behind = true
+			return err
+		}
+		s.total += int64(len(rec))
+		f.pending[0] = pendingRecord{}
+		f.pending = f.pending[1:]
+	}
+	f.pending = nil
+	if f.behind {
+		f.behind = false
+		s.log.Info("the spool file of a task attempt has caught up: the disk has room again", "attempt", k.String())
 	}
 	return nil
 }
@@ -303,17 +346,20 @@ func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.files[k]
-	if f == nil || f.broke || seq <= f.acked {
+	if f == nil || seq <= f.acked {
 		return nil
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], seq)
 	rec := appendRecord(nil, kindAck, b[:])
-	if err := f.write(rec); err != nil {
-		f.broke = true
-		return fmt.Errorf("spool an ack of %s: %w", k, err)
-	}
-	s.total += int64(len(rec))
+	// What the ack covers need never be written: the coordinator has it,
+	// and the ack record stands for the events left out (and for older
+	// acks).
+	f.pending = slices.DeleteFunc(f.pending, func(p pendingRecord) bool {
+		return p.kind == kindAck || p.kind == kindEvent && p.seq <= seq
+	})
+	f.pending = append(f.pending, pendingRecord{kind: kindAck, rec: rec})
+	err := s.catchUpLocked(k, f)
 	f.acked = seq
 	f.lastSeq = max(f.lastSeq, seq)
 	var unacked int64
@@ -325,12 +371,21 @@ func (s *Spool) Ack(k attempt.Key, seq uint64) error {
 		}
 	}
 	// Over the spool's bound, any file that is mostly acknowledged is
-	// compacted, however small: many small files add up too.
+	// compacted, however small: many small files add up too. So is one
+	// that found the disk full, at every ack that leaves most of it
+	// acknowledged: that frees the disk, for its own pending records too,
+	// which the rewrite stores.
 	over := s.maxBytes > 0 && s.total > s.maxBytes && f.size > compactOverMin && unacked*2 < f.size
-	if f.size > compactMin && unacked*4 < f.size || over {
-		if err := s.compactLocked(k, f); err != nil {
-			s.log.Warn("could not compact a spool file; it keeps growing until the task ends", "attempt", k.String(), "err", err)
+	if f.size > compactMin && unacked*4 < f.size || over || f.squeezed && unacked*2 < f.size {
+		if cerr := s.compactLocked(k, f); cerr != nil {
+			if rerr := s.resetLocked(k, f); rerr != nil && !f.behind {
+				s.log.Warn("could not compact a spool file; it keeps growing until the task ends", "attempt", k.String(), "err", cerr)
+			}
 		}
+	}
+	if err != nil && f.behind {
+		return fmt.Errorf("spool an ack of %s: %w; it is kept in memory until the disk has room "+
+			"(free space on the agent's data disk)", k, err)
 	}
 	return nil
 }
@@ -361,11 +416,18 @@ func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 	w := bufio.NewWriterSize(fh, 256<<10)
 	rd := &recordReader{f: f.f, end: f.size}
 	kind, rec, err := rd.next()
-	if err != nil {
-		return fail(err)
-	}
-	if kind == kindHeader {
+	switch {
+	case err == nil && kind == kindHeader:
 		_, _ = w.Write(rec)
+	case errors.Is(err, io.EOF) || err == nil:
+		// The header may be waiting for room itself.
+		for _, p := range f.pending {
+			if p.kind == kindHeader {
+				_, _ = w.Write(p.rec)
+			}
+		}
+	default:
+		return fail(err)
 	}
 	_, _ = w.Write(appendRecord(nil, kindCheckpoint, checkpoint(f.lastSeq, f.acked, flags, f.cursor)...))
 	rd.pos = 0
@@ -393,6 +455,11 @@ func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 			_, _ = w.Write(rec)
 		}
 	}
+	for _, p := range f.pending {
+		if p.kind == kindEvent && p.seq > f.acked {
+			_, _ = w.Write(p.rec)
+		}
+	}
 	if err := w.Flush(); err != nil {
 		return fail(err)
 	}
@@ -410,7 +477,60 @@ func (s *Spool) compactLocked(k attempt.Key, f *file) error {
 	f.f = fh
 	s.total += size - f.size
 	f.size = size
+	s.caughtUpLocked(k, f)
 	s.log.Debug("compacted a spool file", "attempt", k.String(), "bytes", f.size)
+	return nil
+}
+
+// caughtUpLocked marks f as holding everything: a rewrite stored what was
+// pending.
+func (s *Spool) caughtUpLocked(k attempt.Key, f *file) {
+	f.pending, f.squeezed = nil, false
+	if f.behind {
+		f.behind = false
+		s.log.Info("the spool file of a task attempt has caught up: the disk has room again", "attempt", k.String())
+	}
+}
+
+// resetLocked shrinks a file whose events are all acknowledged to its
+// header and a checkpoint, in place, for when compacting through a new file
+// cannot: on a full disk there is no room for one, and this file may be
+// what fills it. The checkpoint overwrites bytes the file already holds, so
+// it needs no room, and the file is cut after it. A crash in between leaves
+// the checkpoint followed by the rest of an old record, a torn tail the next
+// open cuts off, or by whole old records, all acknowledged, which the
+// checkpoint makes decode pass over.
+func (s *Spool) resetLocked(k attempt.Key, f *file) error {
+	if f.acked != f.lastSeq {
+		return errors.New("it holds unacknowledged events")
+	}
+	var flags byte
+	if f.final {
+		flags |= flagFinal
+	}
+	if f.ended {
+		flags |= flagEnded
+	}
+	rd := &recordReader{f: f.f, end: f.size}
+	var at int64
+	if kind, rec, err := rd.next(); err == nil && kind == kindHeader {
+		at = int64(len(rec))
+	}
+	ck := appendRecord(nil, kindCheckpoint, checkpoint(f.lastSeq, f.acked, flags, f.cursor)...)
+	end := at + int64(len(ck))
+	if end > f.size {
+		return errors.New("the file is smaller than its header and a checkpoint")
+	}
+	if _, err := f.f.WriteAt(ck, at); err != nil {
+		return err
+	}
+	if err := f.f.Truncate(end); err != nil {
+		return err
+	}
+	s.total += end - f.size
+	f.size = end
+	s.caughtUpLocked(k, f)
+	s.log.Info("reset a spool file in place: the disk had no room to compact it", "attempt", k.String())
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/podiumhq/podium/agent"
 	"github.com/podiumhq/podium/agent/executor"
@@ -229,6 +230,7 @@ const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coord
                         [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                         [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
+                        [--disk-full-after DURATION]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -260,6 +262,11 @@ memory (--pending-memory) and on disk (--pending-disk); past either, tasks
 that print are slowed down until the coordinator has stored what they
 printed. Sizes are bytes or take a unit: 100MiB, 1GiB, 500MB.
 
+A task whose output finds the data disk full waits, blocked on its next
+write, for --disk-full-after (5m); if the disk is still full then, the task
+is stopped and fails with a reason starting "node disk full", keeping the
+output written before.
+
 Flags:
 `
 
@@ -289,6 +296,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&pendingMemory, "pending-memory", "task output held in memory until the coordinator stores it; past it tasks are slowed down")
 	pendingDisk := sizeFlag(session.DefaultMaxSpoolBytes)
 	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
+	diskFullAfter := fs.Duration("disk-full-after", executor.DefaultDiskFullAfter,
+		"how long a task's output may find the data disk full before the task is stopped (\"node disk full\"); between 1s and 24h")
 	ts := tsnetFlags(fs)
 	limitFlags := taskLimitFlags(fs)
 	secFlags := securityFlags(fs)
@@ -300,6 +309,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		if v <= 0 {
 			return usageErr("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
 		}
+	}
+	if *diskFullAfter < time.Second || *diskFullAfter > 24*time.Hour {
+		return usageErr("--disk-full-after %s: give a duration between 1s and 24h, e.g. 5m", *diskFullAfter)
 	}
 	if maxOutputLimit == 0 {
 		maxOutputLimit = outputLimit
@@ -372,6 +384,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		Coordinators:   coordinators,
 		MaxTasks:       *maxTasks,
 		MinFreeDiskMB:  *minFreeDisk,
+		DiskFullAfter:  *diskFullAfter,
 		Logger:         log,
 		RunnerPath:     *runnerPath,
 		ExitOnDrain:    *exitOnDrain,

@@ -47,6 +47,9 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"run", "--default-memory", "lots"}, code: exitUsage, stderr: `--default-memory "lots": want a size`},
 		{args: []string{"run", "--default-pids", "9000", "--max-pids", "4096"}, code: exitUsage, stderr: "--default-pids 9000 is above --max-pids 4096"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "PODIUM_AGENT_DEFAULT_PIDS"},
+		{args: []string{"run", "-h"}, code: exitOK, stdout: "-disk-full-after"},
+		{args: []string{"run", "--disk-full-after", "0s"}, code: exitUsage, stderr: "--disk-full-after 0s: give a duration between 1s and 24h"},
+		{args: []string{"run", "--disk-full-after", "48h"}, code: exitUsage, stderr: "--disk-full-after 48h0m0s: give a duration between 1s and 24h"},
 		{args: []string{"run", "--data-dir", dir}, code: exitFail, stderr: "podium-agent enroll --coordinator URL --token T"},
 		// Plain http:// goes only to loopback or the tailnet, unless the
 		// operator says so; the refusals name the way out.
