@@ -66,9 +66,11 @@ type outbox struct {
 	spool    *spool.Spool
 	log      *slog.Logger
 
-	mu      sync.Mutex
-	tasks   map[attempt.Key]*taskLog
-	order   []attempt.Key // tasks in the order they first emitted
+	mu    sync.Mutex
+	tasks map[attempt.Key]*taskLog
+	order []attempt.Key // tasks in the order they first emitted
+	// turn is where in order the next batch starts; see nextBatch.
+	turn    int
 	retired map[attempt.Key]retired
 	// forgotten are attempts the coordinator disowned (Adopt keep=false):
 	// whatever they still emit while being torn down is dropped.
@@ -213,15 +215,29 @@ func (o *outbox) wake() {
 	}
 }
 
-// nextBatch takes events not yet sent on the current stream, oldest task
-// first, until the batch holds at least maxBytes or maxEvents. It marks them
-// sent; if the send fails the stream is gone and resetSent rewinds.
+// nextBatch takes events not yet sent on the current stream, task by task,
+// until the batch holds at least maxBytes or maxEvents. It marks them sent;
+// if the send fails the stream is gone and resetSent rewinds.
+//
+// Each batch starts with the next task in turn. A task that prints faster
+// than the coordinator stores has a backlog that fills every batch, and
+// refills as acks free room; were batches always to start with the oldest
+// task, the others' events would wait for the flood to end: an accepted
+// assignment's status past the coordinator's ack deadline (the assignment
+// revoked), a bystander's output and end unseen by its follower.
 func (o *outbox) nextBatch(maxBytes, maxEvents int) []*podiumv1.TaskEvent {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var batch []*podiumv1.TaskEvent
 	size := 0
-	for _, key := range o.order {
+	n := len(o.order)
+	if n == 0 {
+		return nil
+	}
+	start := o.turn % n
+	o.turn = start + 1
+	for i := range n {
+		key := o.order[(start+i)%n]
 		if o.fenced[key] {
 			continue // held until the next HelloAck; see fenced
 		}

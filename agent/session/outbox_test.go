@@ -285,3 +285,30 @@ func TestOutboxStored(t *testing.T) {
 		t.Fatalf("everything acked: the outbox holds the attempt %t, stored(3) %t; want it retired and stored", !o.empty(), o.stored(k, 3))
 	}
 }
+
+// A task whose output fills every batch must not keep another task's events
+// waiting: an assignment's acceptance (its PROVISIONING status) held behind
+// a flood is revoked at the coordinator's ack deadline, and a bystander's
+// output would reach its follower only once the flood ends. Each batch
+// starts with the next task in turn, so every task goes out within a batch
+// or two however much the others have to send.
+func TestOutboxFloodDoesNotHoldBackOtherTasks(t *testing.T) {
+	o := newOutbox(64<<20, 0, nil, slog.Default())
+	for range 1000 {
+		o.add(logEvent("flood", 16<<10), nil)
+	}
+	o.add(statusEvent("bystander", podiumv1.TaskState_TASK_STATE_PROVISIONING), nil)
+	for i := range 2 {
+		for _, ev := range o.nextBatch(flushBytes, flushEvents) {
+			if ev.GetTaskId() == "bystander" {
+				return
+			}
+		}
+		// The flood keeps its backlog: more of it is added after each batch.
+		for range 4 {
+			o.add(logEvent("flood", 16<<10), nil)
+		}
+		t.Logf("batch %d held only the flood's output", i+1)
+	}
+	t.Fatal("two batches went out without the bystander's acceptance: a task with a backlog holds the others back")
+}
