@@ -487,7 +487,10 @@ type Adopt struct {
 	// keep is false when the control plane no longer holds the task on this node.
 	Keep bool `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
 	// acked_seq is the highest seq already stored; the node re-sends after it.
-	AckedSeq      uint64 `protobuf:"varint,4,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	AckedSeq uint64 `protobuf:"varint,4,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// secrets are the task's secret values again, for a kept attempt, so that
+	// an agent that restarted and adopted it goes on redacting its output.
+	Secrets       []*SecretValue `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +553,83 @@ func (x *Adopt) GetAckedSeq() uint64 {
 	return 0
 }
 
+func (x *Adopt) GetSecrets() []*SecretValue {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+// SecretValue is one resolved secret: its name, its value, and where the
+// task receives it (env and/or file, as in the spec's SecretRef).
+type SecretValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Env           string                 `protobuf:"bytes,3,opt,name=env,proto3" json:"env,omitempty"`
+	File          string                 `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretValue) Reset() {
+	*x = SecretValue{}
+	mi := &file_podium_v1_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretValue) ProtoMessage() {}
+
+func (x *SecretValue) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretValue.ProtoReflect.Descriptor instead.
+func (*SecretValue) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SecretValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SecretValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SecretValue) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SecretValue) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
 type HelloAck struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -575,7 +655,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +667,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +680,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HelloAck) GetNodeId() string {
@@ -684,7 +764,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +776,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +789,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetCapacity() *Capacity {
@@ -742,7 +822,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +834,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +847,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EventBatch) GetEvents() []*TaskEvent {
@@ -792,7 +872,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +884,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +897,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamRequest) GetMsg() isStreamRequest_Msg {
@@ -888,14 +968,18 @@ type Assign struct {
 	// and it is offered again under the same number, which it keeps because a
 	// given-back assignment never ran. The node numbers the attempt's events
 	// after it.
-	AckedSeq      uint64 `protobuf:"varint,4,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	AckedSeq uint64 `protobuf:"varint,4,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// secrets are the values of the spec's secrets, resolved by the control
+	// plane for this node alone. They are never stored with the task and only
+	// ever logged redacted; the node redacts them from the task's output.
+	Secrets       []*SecretValue `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assign) Reset() {
 	*x = Assign{}
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +991,7 @@ func (x *Assign) String() string {
 func (*Assign) ProtoMessage() {}
 
 func (x *Assign) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1004,7 @@ func (x *Assign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assign.ProtoReflect.Descriptor instead.
 func (*Assign) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Assign) GetTaskId() string {
@@ -951,6 +1035,13 @@ func (x *Assign) GetAckedSeq() uint64 {
 	return 0
 }
 
+func (x *Assign) GetSecrets() []*SecretValue {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -963,7 +1054,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1066,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1079,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Cancel) GetTaskId() string {
@@ -1032,7 +1123,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1135,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1148,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetTaskId() string {
@@ -1096,7 +1187,7 @@ type NodeConfig struct {
 
 func (x *NodeConfig) Reset() {
 	*x = NodeConfig{}
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1199,7 @@ func (x *NodeConfig) String() string {
 func (*NodeConfig) ProtoMessage() {}
 
 func (x *NodeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1212,7 @@ func (x *NodeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
 func (*NodeConfig) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeConfig) GetDraining() bool {
@@ -1157,7 +1248,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1260,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1273,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Replicas) GetAddresses() []string {
@@ -1206,7 +1297,7 @@ type Inject struct {
 
 func (x *Inject) Reset() {
 	*x = Inject{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1309,7 @@ func (x *Inject) String() string {
 func (*Inject) ProtoMessage() {}
 
 func (x *Inject) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1322,7 @@ func (x *Inject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inject.ProtoReflect.Descriptor instead.
 func (*Inject) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Inject) GetTaskId() string {
@@ -1281,7 +1372,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1384,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1397,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1453,7 +1544,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1556,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1569,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 // ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
@@ -1504,7 +1595,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1607,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1620,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1596,7 +1687,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1699,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1712,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1682,7 +1773,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1785,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1798,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1785,12 +1876,18 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12/\n" +
 	"\bcapacity\x18\x05 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x120\n" +
 	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\x12%\n" +
-	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\"k\n" +
+	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\"\x9d\x01\n" +
 	"\x05Adopt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04keep\x18\x03 \x01(\bR\x04keep\x12\x1b\n" +
-	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\"\xf3\x02\n" +
+	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\x120\n" +
+	"\asecrets\x18\x05 \x03(\v2\x16.podium.v1.SecretValueR\asecrets\"]\n" +
+	"\vSecretValue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x10\n" +
+	"\x03env\x18\x03 \x01(\tR\x03env\x12\x12\n" +
+	"\x04file\x18\x04 \x01(\tR\x04file\"\xf3\x02\n" +
 	"\bHelloAck\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12\x1a\n" +
@@ -1815,12 +1912,13 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x10.podium.v1.HelloH\x00R\x05hello\x124\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x14.podium.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
 	"\x06events\x18\x03 \x01(\v2\x15.podium.v1.EventBatchH\x00R\x06eventsB\x05\n" +
-	"\x03msg\"\x81\x01\n" +
+	"\x03msg\"\xb3\x01\n" +
 	"\x06Assign\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12'\n" +
 	"\x04spec\x18\x03 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12\x1b\n" +
-	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\"x\n" +
+	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\x120\n" +
+	"\asecrets\x18\x05 \x03(\v2\x16.podium.v1.SecretValueR\asecrets\"x\n" +
 	"\x06Cancel\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x16\n" +
@@ -1889,7 +1987,7 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
 	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
@@ -1898,57 +1996,60 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*RunningTask)(nil),            // 4: podium.v1.RunningTask
 	(*Hello)(nil),                  // 5: podium.v1.Hello
 	(*Adopt)(nil),                  // 6: podium.v1.Adopt
-	(*HelloAck)(nil),               // 7: podium.v1.HelloAck
-	(*Heartbeat)(nil),              // 8: podium.v1.Heartbeat
-	(*EventBatch)(nil),             // 9: podium.v1.EventBatch
-	(*StreamRequest)(nil),          // 10: podium.v1.StreamRequest
-	(*Assign)(nil),                 // 11: podium.v1.Assign
-	(*Cancel)(nil),                 // 12: podium.v1.Cancel
-	(*Ack)(nil),                    // 13: podium.v1.Ack
-	(*NodeConfig)(nil),             // 14: podium.v1.NodeConfig
-	(*Replicas)(nil),               // 15: podium.v1.Replicas
-	(*Inject)(nil),                 // 16: podium.v1.Inject
-	(*StreamResponse)(nil),         // 17: podium.v1.StreamResponse
-	(*HeartbeatAck)(nil),           // 18: podium.v1.HeartbeatAck
-	(*ArtifactMeta)(nil),           // 19: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 20: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 21: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 22: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 23: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(*SecretValue)(nil),            // 7: podium.v1.SecretValue
+	(*HelloAck)(nil),               // 8: podium.v1.HelloAck
+	(*Heartbeat)(nil),              // 9: podium.v1.Heartbeat
+	(*EventBatch)(nil),             // 10: podium.v1.EventBatch
+	(*StreamRequest)(nil),          // 11: podium.v1.StreamRequest
+	(*Assign)(nil),                 // 12: podium.v1.Assign
+	(*Cancel)(nil),                 // 13: podium.v1.Cancel
+	(*Ack)(nil),                    // 14: podium.v1.Ack
+	(*NodeConfig)(nil),             // 15: podium.v1.NodeConfig
+	(*Replicas)(nil),               // 16: podium.v1.Replicas
+	(*Inject)(nil),                 // 17: podium.v1.Inject
+	(*StreamResponse)(nil),         // 18: podium.v1.StreamResponse
+	(*HeartbeatAck)(nil),           // 19: podium.v1.HeartbeatAck
+	(*ArtifactMeta)(nil),           // 20: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 21: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 22: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 23: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 24: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
 	0,  // 1: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
 	4,  // 2: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
-	6,  // 3: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
-	0,  // 4: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	22, // 5: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
-	5,  // 6: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
-	8,  // 7: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
-	9,  // 8: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	23, // 9: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
-	7,  // 10: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	11, // 11: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	12, // 12: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	13, // 13: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	14, // 14: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	16, // 15: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	15, // 16: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	18, // 17: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
-	19, // 18: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	24, // 19: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	10, // 21: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	20, // 22: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	3,  // 23: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	17, // 24: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	21, // 25: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	7,  // 3: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
+	6,  // 4: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
+	0,  // 5: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
+	23, // 6: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	5,  // 7: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
+	9,  // 8: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
+	10, // 9: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
+	24, // 10: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	7,  // 11: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
+	8,  // 12: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	12, // 13: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	13, // 14: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	14, // 15: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	15, // 16: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	17, // 17: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	16, // 18: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	19, // 19: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	20, // 20: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	25, // 21: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 22: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	11, // 23: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	21, // 24: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	3,  // 25: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	18, // 26: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	22, // 27: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	25, // [25:28] is the sub-list for method output_type
+	22, // [22:25] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -1957,12 +2058,12 @@ func file_podium_v1_node_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_init()
-	file_podium_v1_node_proto_msgTypes[10].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[11].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[17].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[18].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
@@ -1972,7 +2073,7 @@ func file_podium_v1_node_proto_init() {
 		(*StreamResponse_Replicas)(nil),
 		(*StreamResponse_HeartbeatAck)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[20].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[21].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -1982,7 +2083,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,7 @@
 package podiumv1
 
 import (
+	"fmt"
 	"log/slog"
 	"sort"
 )
@@ -36,4 +37,60 @@ func (a *Assign) LogValue() slog.Value {
 		slog.Int("attempt", int(a.GetAttempt())),
 		slog.Any("spec", a.GetSpec()),
 	)
+}
+
+// LogValue logs a resolved secret by its name and where it goes, never its
+// value, however it reaches a log line (alone, in a slice, in a message).
+func (v *SecretValue) LogValue() slog.Value {
+	if v == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(
+		slog.String("name", v.GetName()),
+		slog.String("env", v.GetEnv()),
+		slog.String("file", v.GetFile()),
+		slog.Int("value_bytes", len(v.GetValue())),
+	)
+}
+
+
+// LogValue logs an adoption without its secrets' values.
+func (a *Adopt) LogValue() slog.Value {
+	if a == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(
+		slog.String("task_id", a.GetTaskId()),
+		slog.Int("attempt", int(a.GetAttempt())),
+		slog.Bool("keep", a.GetKeep()),
+		slog.Uint64("acked_seq", a.GetAckedSeq()),
+		slog.Any("secrets", secretNames(a.GetSecrets())),
+	)
+}
+
+// LogValue logs a HelloAck with its adoptions redacted (see Adopt.LogValue).
+func (h *HelloAck) LogValue() slog.Value {
+	if h == nil {
+		return slog.StringValue("<nil>")
+	}
+	adopt := make([]string, 0, len(h.GetAdopt()))
+	for _, a := range h.GetAdopt() {
+		adopt = append(adopt, fmt.Sprintf("%s/%d keep=%t", a.GetTaskId(), a.GetAttempt(), a.GetKeep()))
+	}
+	return slog.GroupValue(
+		slog.String("node_id", h.GetNodeId()),
+		slog.String("replica", h.GetReplica()),
+		slog.Any("replicas", h.GetReplicas()),
+		slog.Any("adopt", adopt),
+		slog.Any("labels", h.GetLabels()),
+		slog.Bool("draining", h.GetDraining()),
+	)
+}
+
+func secretNames(vs []*SecretValue) []string {
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.GetName())
+	}
+	return names
 }

@@ -28,3 +28,27 @@ func TestAssignIsLoggedWithoutSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretValuesAreLoggedByNameOnly(t *testing.T) {
+	v := &SecretValue{Name: "db-password", Value: []byte("hunter2-secret"), Env: "PGPASSWORD"}
+	a := &Assign{TaskId: "task_1", Attempt: 1, Spec: &TaskSpec{Image: "alpine:3"}, Secrets: []*SecretValue{v}}
+	again := &HelloAck{Adopt: []*Adopt{{TaskId: "task_1", Attempt: 1, Keep: true, Secrets: []*SecretValue{v}}}}
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+	} {
+		var buf bytes.Buffer
+		log := slog.New(h(&buf))
+		log.Info("assign", "assign", a)
+		log.Info("secret", "secret", v)
+		log.Info("again", "hello_ack", again)
+		log.Info("adopt", "adopt", again.Adopt[0])
+		out := buf.String()
+		if strings.Contains(out, "hunter2-secret") {
+			t.Fatalf("a secret value reached the log: %s", out)
+		}
+		if !strings.Contains(out, "db-password") {
+			t.Fatalf("the log should name the secret: %s", out)
+		}
+	}
+}

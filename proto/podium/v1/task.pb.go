@@ -204,6 +204,68 @@ func (x *Resources) GetPids() int64 {
 }
 
 // TaskSpec is what a user asks to run. It is stored verbatim with the task.
+// SecretRef asks for the stored secret name as the environment variable env,
+// or as the file /run/secrets/FILE (file), or both.
+type SecretRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	File          string                 `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretRef) Reset() {
+	*x = SecretRef{}
+	mi := &file_podium_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretRef) ProtoMessage() {}
+
+func (x *SecretRef) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretRef.ProtoReflect.Descriptor instead.
+func (*SecretRef) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SecretRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SecretRef) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *SecretRef) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
@@ -252,14 +314,18 @@ type TaskSpec struct {
 	// allow_egress lists CIDR ranges the task must reach that nodes block by
 	// default (link-local, the host's own addresses, the tailnet). The task is
 	// placed only on nodes that permit every range listed.
-	AllowEgress   []string `protobuf:"bytes,17,rep,name=allow_egress,json=allowEgress,proto3" json:"allow_egress,omitempty"`
+	AllowEgress []string `protobuf:"bytes,17,rep,name=allow_egress,json=allowEgress,proto3" json:"allow_egress,omitempty"`
+	// secrets name stored secrets (podium secret set) the task receives: each
+	// as an environment variable or a file under /run/secrets. Only names are
+	// stored with the task; values travel only in the node's Assign.
+	Secrets       []*SecretRef `protobuf:"bytes,18,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_podium_v1_task_proto_msgTypes[1]
+	mi := &file_podium_v1_task_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +337,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[1]
+	mi := &file_podium_v1_task_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +350,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TaskSpec) GetImage() string {
@@ -406,6 +472,13 @@ func (x *TaskSpec) GetAllowEgress() []string {
 	return nil
 }
 
+func (x *TaskSpec) GetSecrets() []*SecretRef {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
 // that accepts connections, an HTTP path that answers 2xx, or a command that
 // exits 0 inside the sidecar.
@@ -423,7 +496,7 @@ type Readiness struct {
 
 func (x *Readiness) Reset() {
 	*x = Readiness{}
-	mi := &file_podium_v1_task_proto_msgTypes[2]
+	mi := &file_podium_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +508,7 @@ func (x *Readiness) String() string {
 func (*Readiness) ProtoMessage() {}
 
 func (x *Readiness) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[2]
+	mi := &file_podium_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +521,7 @@ func (x *Readiness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
 func (*Readiness) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Readiness) GetTcpPort() int32 {
@@ -503,7 +576,7 @@ type Sidecar struct {
 
 func (x *Sidecar) Reset() {
 	*x = Sidecar{}
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +588,7 @@ func (x *Sidecar) String() string {
 func (*Sidecar) ProtoMessage() {}
 
 func (x *Sidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +601,7 @@ func (x *Sidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
 func (*Sidecar) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sidecar) GetName() string {
@@ -598,7 +671,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +683,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +696,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Task) GetId() string {
@@ -730,7 +803,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +815,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +828,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -792,7 +865,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +877,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +890,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -859,7 +932,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +944,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +957,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Note) GetText() string {
@@ -916,7 +989,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1001,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1014,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1037,7 +1110,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1122,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1135,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1081,7 +1154,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1166,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1179,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1125,7 +1198,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1210,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1223,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1169,7 +1242,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1254,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1267,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1216,7 +1289,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1301,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1314,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1267,7 +1340,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1352,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1365,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1312,7 +1385,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1397,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1410,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1363,7 +1436,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1448,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1461,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1411,7 +1484,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1496,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1509,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1473,7 +1546,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1558,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1571,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -1532,7 +1605,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1617,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1630,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SendRequest) GetId() string {
@@ -1583,7 +1656,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1668,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1681,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -1638,7 +1711,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1723,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1736,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Artifact) GetId() string {
@@ -1732,7 +1805,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1817,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1830,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -1777,7 +1850,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1862,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1875,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -1825,7 +1898,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1910,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1923,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -1890,7 +1963,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1975,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +1988,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -1972,7 +2045,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2057,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2070,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2036,7 +2109,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2121,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2134,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -2100,7 +2173,11 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xad\x05\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"E\n" +
+	"\tSecretRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xdd\x05\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2120,7 +2197,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tartifacts\x18\x0e \x03(\tR\tartifacts\x12\x12\n" +
 	"\x04user\x18\x0f \x01(\tR\x04user\x12,\n" +
 	"\x12output_limit_bytes\x18\x10 \x01(\x03R\x10outputLimitBytes\x12!\n" +
-	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x1a6\n" +
+	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x12.\n" +
+	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
@@ -2286,96 +2364,98 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
 	(*Resources)(nil),                // 2: podium.v1.Resources
-	(*TaskSpec)(nil),                 // 3: podium.v1.TaskSpec
-	(*Readiness)(nil),                // 4: podium.v1.Readiness
-	(*Sidecar)(nil),                  // 5: podium.v1.Sidecar
-	(*Task)(nil),                     // 6: podium.v1.Task
-	(*LogChunk)(nil),                 // 7: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 8: podium.v1.StatusChange
-	(*Note)(nil),                     // 9: podium.v1.Note
-	(*TaskEvent)(nil),                // 10: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 11: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 12: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 13: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 14: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 15: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 16: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 17: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 18: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 19: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 20: podium.v1.EventsResponse
-	(*SendRequest)(nil),              // 21: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 22: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 23: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 24: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 25: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 26: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 27: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 28: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 29: podium.v1.ArtifactURLResponse
-	nil,                              // 30: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 31: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(*SecretRef)(nil),                // 3: podium.v1.SecretRef
+	(*TaskSpec)(nil),                 // 4: podium.v1.TaskSpec
+	(*Readiness)(nil),                // 5: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 6: podium.v1.Sidecar
+	(*Task)(nil),                     // 7: podium.v1.Task
+	(*LogChunk)(nil),                 // 8: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 9: podium.v1.StatusChange
+	(*Note)(nil),                     // 10: podium.v1.Note
+	(*TaskEvent)(nil),                // 11: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 12: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 13: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 14: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 15: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 16: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 17: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 18: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 19: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 20: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 21: podium.v1.EventsResponse
+	(*SendRequest)(nil),              // 22: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 23: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 24: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 25: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 26: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 27: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 28: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 29: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 30: podium.v1.ArtifactURLResponse
+	nil,                              // 31: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 32: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	30, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	31, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	5,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
-	31, // 3: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
-	2,  // 4: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
-	4,  // 5: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
-	3,  // 6: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 7: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	32, // 8: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	32, // 9: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	32, // 10: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 12: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	32, // 13: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 14: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	8,  // 15: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	9,  // 16: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	3,  // 17: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	6,  // 18: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	6,  // 19: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 20: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	6,  // 21: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	6,  // 22: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	10, // 23: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	6,  // 24: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	32, // 25: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	23, // 26: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	23, // 27: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	32, // 28: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 29: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	11, // 30: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	13, // 31: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	15, // 32: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	17, // 33: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	19, // 34: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	21, // 35: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	24, // 36: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	26, // 37: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	28, // 38: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	12, // 39: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	14, // 40: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	16, // 41: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	18, // 42: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	20, // 43: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	22, // 44: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	25, // 45: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	27, // 46: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	29, // 47: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	39, // [39:48] is the sub-list for method output_type
-	30, // [30:39] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	6,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
+	32, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 5: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	5,  // 6: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	4,  // 7: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 8: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	33, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	33, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	33, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 13: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	33, // 14: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	8,  // 15: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	9,  // 16: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	10, // 17: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 18: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	7,  // 19: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	7,  // 20: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 21: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	7,  // 22: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	7,  // 23: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	11, // 24: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	7,  // 25: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	33, // 26: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	24, // 27: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	24, // 28: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	33, // 29: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 30: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	12, // 31: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	14, // 32: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	16, // 33: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	18, // 34: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	20, // 35: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	22, // 36: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	25, // 37: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	27, // 38: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	29, // 39: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	13, // 40: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	15, // 41: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	17, // 42: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	19, // 43: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	21, // 44: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	23, // 45: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	26, // 46: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	28, // 47: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	30, // 48: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -2383,14 +2463,14 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[8].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[7].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[25].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[26].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -2400,7 +2480,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
