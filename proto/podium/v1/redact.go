@@ -53,7 +53,6 @@ func (v *SecretValue) LogValue() slog.Value {
 	)
 }
 
-
 // LogValue logs an adoption without its secrets' values.
 func (a *Adopt) LogValue() slog.Value {
 	if a == nil {
