@@ -151,4 +151,3 @@ func TestHoldsBackOnlyWhatMayBeASecret(t *testing.T) {
 		t.Fatalf("flush: %q", got)
 	}
 }
-
