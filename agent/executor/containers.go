@@ -159,6 +159,23 @@ func envList(env map[string]string) []string {
 	return out
 }
 
+// taskEnv is the task's environment: its spec's, and the values of the
+// secrets it takes as variables. Those are part of the container's
+// configuration, so anyone who may run `docker inspect` on the node sees
+// them (docs/operations.md says so); a file secret is not.
+func (r *run) taskEnv() []string {
+	env := make(map[string]string, len(r.spec.GetEnv())+len(r.assign.GetSecrets()))
+	for k, v := range r.spec.GetEnv() {
+		env[k] = v
+	}
+	for _, s := range r.assign.GetSecrets() {
+		if s.GetEnv() != "" {
+			env[s.GetEnv()] = string(s.GetValue())
+		}
+	}
+	return envList(env)
+}
+
 // hardened is the host configuration every container of a task shares:
 // nothing privileged, no way to gain privileges, no log kept by the engine
 // (the runner log is the log), the runner mounted read-only, and the limits:
@@ -219,7 +236,7 @@ func (r *run) taskContainer(argv []string) containerSpec {
 			Image:      spec.GetImage(),
 			Entrypoint: r.runnerEntrypoint(true),
 			Cmd:        argv,
-			Env:        envList(spec.GetEnv()),
+			Env:        r.taskEnv(),
 			WorkingDir: spec.GetWorkingDir(),
 			User:       r.e.limits.user(spec),
 			Labels:     r.labels(LabelRole, roleTask),

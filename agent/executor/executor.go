@@ -421,7 +421,7 @@ func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit attempt.E
 	if emit == nil {
 		return nil, errors.New("executor: Start needs an Emit function")
 	}
-	r, err := e.register(ctx, a, emit, attempt.Cursor{})
+	r, err := e.register(ctx, a, emit, attempt.Cursor{}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +467,7 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.C
 	default:
 		return nil, fmt.Errorf("inspect the container of %s: %w", key, err)
 	}
-	r, err := e.register(ctx, a, emit, cur)
+	r, err := e.register(ctx, a, emit, cur, true)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +487,7 @@ func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
 }
 
 // register creates a run and enters it in the table, refusing a duplicate.
-func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit, cur attempt.Cursor) (*run, error) {
+func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit, cur attempt.Cursor, resumed bool) (*run, error) {
 	key := attempt.Of(a)
 	prepCtx, prepCancel := context.WithCancel(ctx)
 	r := &run{
@@ -512,6 +512,7 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attemp
 		r.outputLimit = n // more than the maximum is refused by validate
 	}
 	r.capped.Store(cur.Capped)
+	r.initSecrets(resumed)
 	if r.sel, r.selErr = newSelection(r.spec); r.selErr != nil {
 		r.sel, _ = newSelection(&podiumv1.TaskSpec{})
 	}

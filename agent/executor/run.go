@@ -22,6 +22,7 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/redact"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -98,6 +99,15 @@ type run struct {
 	// check it for every record without taking emitMu.
 	outputLimit int64
 	capped      atomic.Bool
+
+	// redactor redacts the attempt's secrets from its output (nil: it has
+	// none). It is set, under emitMu, before secretsReady is closed, and
+	// not changed after; the tails read it once secretsReady is closed.
+	// withhold is set when the output cannot be redacted (see
+	// withholdLocked): the tails then drop it.
+	redactor     *redact.Redactor
+	secretsReady chan struct{}
+	withhold     atomic.Bool
 
 	// sel is what the spec's artifacts globs select (the default when
 	// selErr says they cannot be used, which validate refuses to run).
