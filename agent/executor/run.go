@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/artifacts"
@@ -24,6 +25,7 @@ import (
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/redact"
 	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/agent/runner"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -445,8 +447,25 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		return "", false, st
 	}
 	sctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	var secretsIn *types.HijackedResponse
+	if files := r.fileSecrets(); len(files) > 0 {
+		// Attached before the start, so the runner, which waits for
+		// them before it starts the command, reads them whole.
+		att, err := r.e.docker.ContainerAttach(sctx, id, container.AttachOptions{Stream: true, Stdin: true})
+		if err != nil {
+			cancel()
+			if st, stop := r.interrupted(ctx); stop {
+				return "", false, st
+			}
+			return "", false, failed("the task's file secrets could not be handed to its container: %v", err)
+		}
+		secretsIn = &att
+	}
 	err = r.e.docker.ContainerStart(sctx, id, container.StartOptions{})
 	cancel()
+	if secretsIn != nil {
+		r.deliverFileSecrets(secretsIn, err == nil)
+	}
 	if err != nil {
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
@@ -456,6 +475,24 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 	r.log.Info("container started", "container", shortID(id))
 	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
 	return id, true, nil
+}
+
+// deliverFileSecrets writes the task's file secrets to its container's
+// stdin, where its runner reads them, and closes it. A write that fails
+// leaves the runner with less than the whole, which it refuses: the task
+// then fails saying its secrets did not arrive whole.
+func (r *run) deliverFileSecrets(att *types.HijackedResponse, started bool) {
+	defer att.Close()
+	if !started {
+		return
+	}
+	if _, err := att.Conn.Write(runner.EncodeSecrets(r.fileSecrets())); err != nil {
+		r.log.Warn("writing the task's file secrets to its container failed", "err", err)
+		return
+	}
+	if err := att.CloseWrite(); err != nil {
+		r.log.Warn("closing the stdin of the task's container failed", "err", err)
+	}
 }
 
 // resume continues an attempt a previous agent process started. found is

@@ -238,3 +238,58 @@ func TestOutputWithheldWhenTheSecretsDoNotComeBack(t *testing.T) {
 		t.Fatalf("no note says the output was withheld: %q", notes.String())
 	}
 }
+
+// TestFileSecretOnTmpfsForTheTasksUser: a file secret is at
+// /run/secrets/NAME on a tmpfs, mode 0400 and owned by the user the task
+// runs as (not root), readable by it; it is not in the container's
+// configuration (docker inspect), where an env secret is, as documented; and
+// nothing of it is left once the task is torn down.
+func TestFileSecretOnTmpfsForTheTasksUser(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const fileValue = "-----BEGIN KEY-----\nZmlsZS1zZWNyZXQtdmFsdWU=\n-----END KEY-----\n"
+	spec := e.sh(`until ls /run/podium/inbox/*.msg >/dev/null 2>&1; do sleep 0.05; done; ` +
+		`stat -c '%a %u:%g' /run/secrets/deploy.pem; id -u; grep -c ' /run/secrets tmpfs ' /proc/mounts; ` +
+		`cat /run/secrets/deploy.pem | wc -c; cat /run/secrets/deploy.pem`)
+	spec.User = "1234:1234"
+	a := e.assign(t, spec)
+	a.Secrets = []*podiumv1.SecretValue{
+		{Name: "deploy-key", Value: []byte(fileValue), File: "deploy.pem"},
+		{Name: "db-password", Value: []byte(secretValue), Env: "PGPASSWORD"},
+	}
+	key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
+	rec := newRecorder()
+	done, err := e.exec.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.waitState(t, podiumv1.TaskState_TASK_STATE_RUNNING)
+	info, err := e.docker.ContainerInspect(context.Background(), executor.ContainerName(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inspected := fmt.Sprintf("%+v %+v %+v", info.Config, info.HostConfig, info.Mounts)
+	if strings.Contains(inspected, "ZmlsZS1zZWNyZXQtdmFsdWU") {
+		t.Fatal("the file secret is in the container's configuration")
+	}
+	if !strings.Contains(inspected, "PGPASSWORD="+secretValue) {
+		t.Fatal("the env secret is not in the container's environment")
+	}
+	if _, err := e.exec.Inject(key.TaskID, key.Attempt, 1, "go"); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 60*time.Second)
+	if st := rec.final(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("final status %v", st)
+	}
+	want := fmt.Sprintf("400 1234:1234\n1234\n1\n%d\n[redacted:deploy-key]", len(fileValue))
+	if got := streamText(rec, podiumv1.LogStream_LOG_STREAM_STDOUT); got != want {
+		t.Fatalf("stdout %q, want %q", got, want)
+	}
+	if cs := containersOf(t, e, key); len(cs) != 0 {
+		t.Fatalf("the task's container is left: %v", cs)
+	}
+	if strings.Contains(e.logs.String(), "ZmlsZS1zZWNyZXQtdmFsdWU") || strings.Contains(e.logs.String(), secretValue) {
+		t.Fatal("the executor's log holds a secret's value")
+	}
+}
