@@ -175,7 +175,11 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	if final == nil {
 		return
 	}
-	attrs := []any{"state", final.GetState().String(), "reason", final.GetReason()}
+	// The reason can quote a sidecar's output, so it is logged redacted.
+	r.emitMu.Lock()
+	reason := r.redactor.String(final.GetReason())
+	r.emitMu.Unlock()
+	attrs := []any{"state", final.GetState().String(), "reason", reason}
 	if final.ExitCode != nil {
 		attrs = append(attrs, "exit_code", final.GetExitCode())
 	}

@@ -293,3 +293,31 @@ func TestFileSecretOnTmpfsForTheTasksUser(t *testing.T) {
 		t.Fatal("the executor's log holds a secret's value")
 	}
 }
+
+// TestSidecarNeverReadyReasonIsRedacted: the reason of a task whose sidecar
+// never became ready quotes the sidecar's last lines; the secret in them is
+// redacted in the status and in the executor's log.
+func TestSidecarNeverReadyReasonIsRedacted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	spec := e.sh("echo never")
+	spec.Sidecars = []*podiumv1.Sidecar{{Name: "db", Image: e.image,
+		Command:   []string{"sh", "-c", "echo 'connecting with " + secretValue + "'; exit 1"},
+		Readiness: &podiumv1.Readiness{TcpPort: 5432, TimeoutSeconds: 5}}}
+	a := e.assign(t, spec)
+	a.Secrets = []*podiumv1.SecretValue{{Name: "db-password", Value: []byte(secretValue)}}
+	rec := newRecorder()
+	done, err := e.exec.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 60*time.Second)
+	st := rec.final(t, executor.Key{TaskID: a.TaskId, Attempt: a.Attempt})
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetReason(), "connecting with [redacted:db-password]") {
+		t.Fatalf("final status %v", st)
+	}
+	for _, ev := range rec.all() {
+		noSecretIn(t, "an event", ev.String())
+	}
+	noSecretIn(t, "the executor's log", e.logs.String())
+}
