@@ -321,3 +321,48 @@ func TestSidecarNeverReadyReasonIsRedacted(t *testing.T) {
 	}
 	noSecretIn(t, "the executor's log", e.logs.String())
 }
+
+// TestCancelWhileWaitingForSecretsWithholdsOutput: a resumed attempt that
+// is cancelled (the coordinator no longer holds it, so it sends no values)
+// before its secrets came back ends CANCELLED without sending any of its
+// output.
+func TestCancelWhileWaitingForSecretsWithholdsOutput(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	a := e.assign(t, e.sh(`echo start; sleep 0.5; printf '%s\n' "$S"; sleep 60`))
+	a.Secrets = []*podiumv1.SecretValue{{Name: "db-password", Value: []byte(secretValue), Env: "S"}}
+	key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
+	first := newRecorder()
+	done, err := e.exec.Start(ctx, a, first.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 30*time.Second, "the task's first line", func() bool {
+		return strings.Contains(streamText(first, podiumv1.LogStream_LOG_STREAM_STDOUT), "start\n")
+	})
+	stop()
+	waitDone(t, done, 30*time.Second)
+	spooled := proto.Clone(a).(*podiumv1.Assign)
+	spooled.Secrets[0].Value = nil
+	second := newRecorder()
+	ex := e.newExecutor()
+	done, err = ex.Resume(context.Background(), spooled, first.lastCursor(), second.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.Cancel(key.TaskID, key.Attempt, "not held", time.Second) {
+		t.Fatal("the resumed run was not found to cancel")
+	}
+	waitDone(t, done, 60*time.Second)
+	if st := second.final2(t, key); st.GetState() != podiumv1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("final status %v", st)
+	}
+	if got := streamText(second, podiumv1.LogStream_LOG_STREAM_STDOUT); got != "" {
+		t.Fatalf("output sent without its secrets: %q", got)
+	}
+	for _, ev := range second.all() {
+		noSecretIn(t, "an event", ev.String())
+	}
+}
