@@ -40,7 +40,7 @@ func FuzzStream(f *testing.F) {
 			if len(v) < MinLen {
 				continue
 			}
-			for _, form := range Forms(v) {
+			for _, form := range Patterns(v) {
 				if len(form) >= MinLen {
 					forms = append(forms, form)
 				}

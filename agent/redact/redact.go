@@ -30,6 +30,12 @@ import (
 // would wreck the output and, by where it is replaced, tell the value.
 const MinLen = 6
 
+// MaxEncoded is the longest value whose encodings are looked for too;
+// longer ones (a large file) are looked for as they are and line by line.
+// Their encodings would cost the agent several times their size, for each
+// attempt, to catch a form nobody prints whole.
+const MaxEncoded = 64 << 10
+
 // Secret is a value to redact and the name it is replaced with.
 type Secret struct {
 	Name  string
@@ -52,7 +58,8 @@ type Redactor struct {
 }
 
 // New builds a redactor for secrets. Values shorter than MinLen are left
-// alone (see MinLen). It returns nil when there is nothing to redact; a nil
+// alone (see MinLen); each line of a value of several lines is redacted too
+// (lines shorter than MinLen are not). It returns nil when there is nothing to redact; a nil
 // Redactor passes everything through.
 func New(secrets []Secret) *Redactor {
 	// Sorting by name makes the name a shared value is shown under the
@@ -66,7 +73,7 @@ func New(secrets []Secret) *Redactor {
 			continue
 		}
 		repl := []byte("[redacted:" + s.Name + "]")
-		for _, f := range Forms(s.Value) {
+		for _, f := range Patterns(s.Value) {
 			if len(f) < MinLen || seen[f] {
 				continue
 			}
@@ -94,6 +101,23 @@ func (r *Redactor) MaxHold() int {
 		return 0
 	}
 	return r.maxLen - 1
+}
+
+// Patterns are the texts New replaces for a value (before dropping those
+// shorter than MinLen): its Forms, or only the value itself past
+// MaxEncoded, and each line of a value of several, so that output shown
+// line by line (a sidecar's) never shows a line of a key file.
+func Patterns(v []byte) []string {
+	forms := []string{string(v)}
+	if len(v) <= MaxEncoded {
+		forms = Forms(v)
+	}
+	for _, line := range strings.Split(string(v), "\n") {
+		if line = strings.TrimRight(line, "\r"); line != string(v) {
+			forms = append(forms, line)
+		}
+	}
+	return forms
 }
 
 // Forms returns the texts a value is looked for as: itself, base64 (std and

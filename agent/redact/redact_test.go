@@ -151,3 +151,29 @@ func TestHoldsBackOnlyWhatMayBeASecret(t *testing.T) {
 		t.Fatalf("flush: %q", got)
 	}
 }
+
+// TestLinesOfAMultiLineValue: a key file's value is redacted whole where it
+// is printed whole, and line by line where it is not.
+func TestLinesOfAMultiLineValue(t *testing.T) {
+	key := "-----BEGIN KEY-----\r\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\r\nabc\r\n-----END KEY-----\r\n"
+	r := New([]Secret{{Name: "deploy-key", Value: []byte(key)}})
+	if got := r.String("x" + key + "y"); got != "x[redacted:deploy-key]y" {
+		t.Fatalf("whole: %q", got)
+	}
+	if got := r.String("line: MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nabc\n"); got != "line: [redacted:deploy-key]\nabc\n" {
+		t.Fatalf("a line: %q", got)
+	}
+}
+
+// TestLargeValueRedactedAsItIs: a value past MaxEncoded is redacted as it
+// is, without its encodings.
+func TestLargeValueRedactedAsItIs(t *testing.T) {
+	v := bytes.Repeat([]byte("0123456789abcdef"), MaxEncoded/16+1)
+	r := New([]Secret{{Name: "big", Value: v}})
+	if got := streamAll(r, []byte("<"), v[:1000], v[1000:], []byte(">")); got != "<[redacted:big]>" {
+		t.Fatalf("got %d bytes: %.80q", len(got), got)
+	}
+	if r.MaxHold() != len(v)-1 {
+		t.Fatalf("MaxHold %d: encodings were added", r.MaxHold())
+	}
+}
