@@ -95,6 +95,18 @@
 // is slowed down, and neither the agent's memory nor the host's disk takes
 // what it prints. output.go has the limits, tail.go the reading.
 //
+// # Secrets
+//
+// An assignment's secrets (Assign.secrets) go into the task's container
+// only: env secrets into its environment (visible to `docker inspect` on
+// the node), file secrets into a tmpfs at /run/secrets, handed to its
+// runner over the container's stdin, mode 0400 and the task user's. Every
+// event made of the task's or its sidecars' output has their values, in the
+// forms package redact looks for, replaced with [redacted:NAME]; the stream
+// redaction is in the chunker (tail.go), the notes' and reasons' in
+// emitLocked. A resumed attempt holds its output until Adopted hands it the
+// values again (secrets.go).
+//
 // The data directory and the runner binary must be on the Docker engine's own
 // machine, because they are bind-mounted: a remote DOCKER_HOST is not
 // supported.
