@@ -99,18 +99,30 @@ func TestSecretIsRedactedInEveryEncodingSplitAcrossWrites(t *testing.T) {
 }
 
 // TestSecretRedactedInSidecarLines: a sidecar's lines, which become notes,
-// are redacted too.
+// are redacted too, also where the sidecar wrote the secret in two pieces.
 func TestSecretRedactedInSidecarLines(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	spec := e.sh("sleep 1; echo done")
+	spec := e.sh("until [ -n \"$(ls /run/podium/inbox/*.msg 2>/dev/null)\" ]; do sleep 0.05; done; echo done")
 	spec.Sidecars = []*podiumv1.Sidecar{{Name: "db", Image: e.image,
-		Command: []string{"sh", "-c", "echo 'db says " + secretValue + " and " + hex.EncodeToString([]byte(secretValue)) + "'; sleep 30"}}}
+		Command: []string{"sh", "-c", "echo 'db says " + secretValue + " and " + hex.EncodeToString([]byte(secretValue)) + "'; " +
+			"printf 'then %s' '" + secretValue[:6] + "'; sleep 0.3; printf '%s\n' '" + secretValue[6:] + "'; echo over; sleep 30"}}}
 	a := e.assign(t, spec)
 	a.Secrets = []*podiumv1.SecretValue{{Name: "db-password", Value: []byte(secretValue)}}
 	rec := newRecorder()
 	done, err := e.exec.Start(context.Background(), a, rec.emit)
 	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 30*time.Second, "the sidecar's last line", func() bool {
+		for _, ev := range rec.all() {
+			if ev.GetNote().GetText() == "[db] over" {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := e.exec.Inject(a.TaskId, a.Attempt, 1, "go"); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, done, 60*time.Second)
@@ -121,8 +133,12 @@ func TestSecretRedactedInSidecarLines(t *testing.T) {
 		}
 		noSecretIn(t, "an event", ev.String())
 	}
-	if !strings.Contains(strings.Join(notes, "\n"), "[db] db says [redacted:db-password] and [redacted:db-password]") {
+	all := strings.Join(notes, "\n")
+	if !strings.Contains(all, "[db] db says [redacted:db-password] and [redacted:db-password]") {
 		t.Fatalf("the sidecar's line is not among the notes, redacted: %q", notes)
+	}
+	if !strings.Contains(all, "[redacted:db-password]\n[db] over") || strings.Contains(all, secretValue[:6]) || strings.Contains(all, secretValue[6:]) {
+		t.Fatalf("the secret the sidecar wrote in two pieces is not redacted whole: %q", notes)
 	}
 }
 

@@ -77,7 +77,7 @@ func (r *run) startSidecarTail(ctx context.Context, name string) {
 	if r.sidecarTails == nil {
 		r.sidecarTails = make(map[string]*tail)
 	}
-	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), r.sidecarProgress(name), from, &lineNotes{r: r, name: name})
+	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), r.sidecarProgress(name), from, &lineNotes{r: r, name: name, last: from})
 }
 
 // stopSidecarTails lets the sidecars' tails read what is left and waits for
@@ -426,9 +426,22 @@ type lineNotes struct {
 	budget lineBudget
 	// skipped counts the lines left out since the last note.
 	skipped int
+
+	// With secrets to redact, the sidecar's output passes through red
+	// before it is cut into lines (see addRedacted). last is the cursor
+	// of everything shown so far, end where the reader stands, heldFile
+	// the record the first byte red holds back is in.
+	red      *redact.Stream
+	last     runlog.Position
+	end      runlog.Position
+	heldFile int64
 }
 
 func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
+	if l.r.redactor != nil {
+		l.addRedacted(rec, after)
+		return
+	}
 	data := rec.Data
 	consumed := rec.Offset
 	capped := l.r.capped.Load() || l.r.withhold.Load()
@@ -477,8 +490,84 @@ func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
 
 func (l *lineNotes) flush() {}
 
-// close notes the lines skipped since the last note shown.
+// addRedacted is add for a sidecar whose output may hold secrets: the
+// output is redacted as a stream, across records, before it is cut into
+// lines, so a secret split over two writes is caught too. The redacted
+// lines do not map onto the log's bytes, so each record's lines carry the
+// cursor from before the record but the last, which carries the one past
+// it (less what the redaction holds back): a restart between them shows a
+// line again rather than lose one.
+func (l *lineNotes) addRedacted(rec runlog.Record, after runlog.Position) {
+	if l.red == nil {
+		l.red = l.r.redactor.Stream()
+	}
+	l.end = after
+	data := l.red.Write(nil, rec.Data)
+	pos := after
+	if held := l.red.Held(); held > 0 {
+		if held <= len(rec.Data) {
+			l.heldFile = rec.Start
+		}
+		consumed := after.Stdout
+		if rec.Stream == runlog.Stderr {
+			consumed = after.Stderr
+		}
+		pos = after.WithConsumed(rec.Stream, consumed-uint64(held))
+		pos.File = min(pos.File, l.heldFile)
+	}
+	l.showLines(data, pos)
+}
+
+// showLines notes the lines of redacted output; the last carries pos, the
+// others the cursor before them.
+func (l *lineNotes) showLines(data []byte, pos runlog.Position) {
+	r := l.r
+	var lines [][]byte
+	now := time.Now()
+	for len(data) > 0 && !r.capped.Load() && !r.withhold.Load() {
+		if !l.budget.left(now) {
+			l.skipped += bytes.Count(data, []byte{'\n'})
+			if data[len(data)-1] != '\n' {
+				l.skipped++
+			}
+			break
+		}
+		n, adv := len(data), len(data)
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			n, adv = i, i+1
+		}
+		if n > maxNoteLine {
+			n, adv = maxNoteLine, maxNoteLine
+		}
+		line := data[:n]
+		data = data[adv:]
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		l.budget.take()
+		lines = append(lines, line)
+	}
+	for i, line := range lines {
+		at := l.last
+		if i == len(lines)-1 {
+			at = pos
+		}
+		if l.emit(string(bytes.TrimRight(line, "\r")), l.last, at) {
+			break
+		}
+	}
+	r.emitMu.Lock()
+	l.moveLocked(pos)
+	r.emitMu.Unlock()
+	l.last = pos
+}
+
+// close notes what the redaction still holds back, and the lines skipped
+// since the last note shown.
 func (l *lineNotes) close() {
+	if l.red != nil && l.red.Held() > 0 {
+		l.showLines(l.red.Flush(nil), l.end)
+	}
 	if l.skipped == 0 {
 		return
 	}
