@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/podiumhq/podium/agent/attempt"
@@ -111,6 +112,83 @@ func TestChunkerCursorStopsBeforeWhatRedactionHolds(t *testing.T) {
 			if string(*b) != want[s] {
 				t.Fatalf("stopped after %d records: %s %q, want %q", stopAt, s, *b, want[s])
 			}
+		}
+	}
+}
+
+// TestSidecarNotesResumeRedacted is the same for a sidecar's lines: an agent
+// stopping after any record and the next resuming from the cursor stored
+// with the last note show every line's text once, and no piece of the
+// secret, though it is split over records.
+func TestSidecarNotesResumeRedacted(t *testing.T) {
+	t.Parallel()
+	red := redact.New([]redact.Secret{{Name: "pw", Value: []byte("QQQQQQQQQQ")}})
+	writes := []string{"one QQQ", "QQQQ", "QQQ two\nthree\nfourQ", "QQQQQQQQQ", " five\nQQQQQ", "QQ", "QQQ", "\nsix\n"}
+	path := filepath.Join(t.TempDir(), "db.log")
+	w, err := runlog.OpenWriter(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range writes {
+		if err := w.Write(runlog.Stdout, []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = w.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	squash := func(s string) string {
+		s = strings.ReplaceAll(s, "[db] ", "")
+		s = strings.ReplaceAll(s, "[redacted:pw]", "")
+		return strings.Join(strings.Fields(s), "")
+	}
+	for stopAt := 0; stopAt <= len(writes); stopAt++ {
+		var notes []string
+		var cur attempt.Cursor
+		mk := func(from attempt.Cursor) *run {
+			r := &run{outputLimit: 1 << 30, log: slog.New(slog.NewTextHandler(io.Discard, nil)), redactor: red, cur: from}
+			r.emitFn = func(ev *podiumv1.TaskEvent, c *attempt.Cursor) {
+				if n := ev.GetNote(); n != nil {
+					notes = append(notes, n.GetText())
+				}
+				if c != nil {
+					cur = *c
+				}
+			}
+			return r
+		}
+		l1 := &lineNotes{r: mk(attempt.Cursor{}), name: "db"}
+		rd, _ := runlog.NewReader(f, runlog.Position{})
+		for range stopAt {
+			rec, err := rd.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			l1.add(rec, rd.Position())
+		}
+		from := cur.Sidecars["db"]
+		l2 := &lineNotes{r: mk(cur), name: "db", last: from}
+		rd, _ = runlog.NewReader(f, from)
+		for {
+			rec, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2.add(rec, rd.Position())
+		}
+		l2.close()
+		all := strings.Join(notes, "\n")
+		if strings.Contains(all, "Q") {
+			t.Fatalf("stopped after %d records: a piece of the secret is shown: %q", stopAt, notes)
+		}
+		if got, want := squash(all), "onetwothreefourfivesix"; got != want {
+			t.Fatalf("stopped after %d records: notes %q, text %q, want %q", stopAt, notes, got, want)
 		}
 	}
 }
