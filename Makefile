@@ -39,7 +39,7 @@ test: vet lint fuzz
 # package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
 # looks harder.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode
+FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

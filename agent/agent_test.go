@@ -40,6 +40,9 @@ type coordinator struct {
 	assign *podiumv1.Assign
 	hello  chan *podiumv1.Hello
 	events chan *podiumv1.TaskEvent
+	// adoptSecrets are sent with every adoption, as the real coordinator
+	// sends an attempt's secrets again to the node that holds it.
+	adoptSecrets []*podiumv1.SecretValue
 
 	mu       sync.Mutex
 	stored   uint64
@@ -55,7 +58,8 @@ func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[pod
 	ack := &podiumv1.HelloAck{NodeId: first.GetHello().GetNodeId(), HeartbeatIntervalMs: 1000}
 	c.mu.Lock()
 	for _, r := range first.GetHello().GetRunning() {
-		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: true, AckedSeq: c.stored})
+		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: true, AckedSeq: c.stored,
+			Secrets: c.adoptSecrets})
 	}
 	assign := !c.assigned
 	c.assigned = true

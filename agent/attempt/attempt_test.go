@@ -137,7 +137,7 @@ func TestRedactAssignKeepsSecretsOut(t *testing.T) {
 		Command:  []string{"sh", "-c", "curl -H 'Authorization: cmd-s3cr3t' example.com"},
 		Env:      map[string]string{"API_TOKEN": "env-s3cr3t"},
 		Sidecars: []*podiumv1.Sidecar{{Name: "db", Env: map[string]string{"PASSWORD": "sidecar-s3cr3t"}}},
-	}}
+	}, Secrets: []*podiumv1.SecretValue{{Name: "db-password", Value: []byte("value-s3cr3t"), Env: "PGPASSWORD"}}}
 	for _, h := range []func(*bytes.Buffer) slog.Handler{
 		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
 		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
@@ -148,7 +148,7 @@ func TestRedactAssignKeepsSecretsOut(t *testing.T) {
 		if strings.Contains(out, "s3cr3t") {
 			t.Fatalf("a secret reached the log: %s", out)
 		}
-		for _, want := range []string{"task_1", "alpine:3", "API_TOKEN", "db"} {
+		for _, want := range []string{"task_1", "alpine:3", "API_TOKEN", "db", "db-password"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("the redacted log lost %q, which an operator needs: %s", want, out)
 			}

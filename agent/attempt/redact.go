@@ -30,6 +30,17 @@ func RedactAssign(a *podiumv1.Assign) slog.Value {
 		slog.Int("argc", len(spec.GetCommand())),
 		slog.Any("env_keys", envKeys),
 		slog.Any("sidecars", sidecars),
+		slog.Any("secrets", secretNames(a.GetSecrets())),
 		slog.Int64("timeout_seconds", spec.GetTimeoutSeconds()),
 	)
+}
+
+// secretNames are the names of an assignment's secrets: what a log may say
+// of them.
+func secretNames(vs []*podiumv1.SecretValue) []string {
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.GetName())
+	}
+	return names
 }

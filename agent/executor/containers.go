@@ -159,6 +159,34 @@ func envList(env map[string]string) []string {
 	return out
 }
 
+// taskEnv is the task's environment: its spec's, and the values of the
+// secrets it takes as variables. Those are part of the container's
+// configuration, so anyone who may run `docker inspect` on the node sees
+// them (docs/operations.md says so); a file secret is not.
+func (r *run) taskEnv() []string {
+	env := make(map[string]string, len(r.spec.GetEnv())+len(r.assign.GetSecrets()))
+	for k, v := range r.spec.GetEnv() {
+		env[k] = v
+	}
+	for _, s := range r.assign.GetSecrets() {
+		if s.GetEnv() != "" {
+			env[s.GetEnv()] = string(s.GetValue())
+		}
+	}
+	return envList(env)
+}
+
+// fileSecrets are the secrets the task takes as files in /run/secrets.
+func (r *run) fileSecrets() []runner.SecretFile {
+	var files []runner.SecretFile
+	for _, s := range r.assign.GetSecrets() {
+		if s.GetFile() != "" {
+			files = append(files, runner.SecretFile{File: s.GetFile(), Value: s.GetValue()})
+		}
+	}
+	return files
+}
+
 // hardened is the host configuration every container of a task shares:
 // nothing privileged, no way to gain privileges, no log kept by the engine
 // (the runner log is the log), the runner mounted read-only, and the limits:
@@ -213,16 +241,32 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		// there on the host, container or no container.
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, artifactsDir), Target: artifacts.ContainerDir},
 	)
+	ep := r.runnerEntrypoint(true)
+	stdin := false
+	if len(r.fileSecrets()) > 0 {
+		// The runner reads them from stdin, which the agent writes once
+		// and closes as the container starts (deliverFileSecrets), into a
+		// tmpfs: they are in neither the container's configuration nor on
+		// the node's disk. The directory is sticky and open to all, as
+		// /tmp is, so the runner, as whichever user the task runs as, can
+		// write them; each file is the task user's, mode 0400.
+		ep = append(ep[:len(ep)-1], "--secrets-stdin", runner.SecretsDir, "--")
+		host.Tmpfs = map[string]string{runner.SecretsDir: "mode=1777,nosuid,nodev,noexec,size=16m"}
+		stdin = true
+	}
 	return containerSpec{
 		name: ContainerName(r.key),
 		cfg: &container.Config{
-			Image:      spec.GetImage(),
-			Entrypoint: r.runnerEntrypoint(true),
-			Cmd:        argv,
-			Env:        envList(spec.GetEnv()),
-			WorkingDir: spec.GetWorkingDir(),
-			User:       r.e.limits.user(spec),
-			Labels:     r.labels(LabelRole, roleTask),
+			OpenStdin:   stdin,
+			StdinOnce:   stdin,
+			AttachStdin: stdin,
+			Image:       spec.GetImage(),
+			Entrypoint:  ep,
+			Cmd:         argv,
+			Env:         r.taskEnv(),
+			WorkingDir:  spec.GetWorkingDir(),
+			User:        r.e.limits.user(spec),
+			Labels:      r.labels(LabelRole, roleTask),
 		},
 		host: host,
 		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{

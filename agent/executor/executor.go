@@ -95,6 +95,18 @@
 // is slowed down, and neither the agent's memory nor the host's disk takes
 // what it prints. output.go has the limits, tail.go the reading.
 //
+// # Secrets
+//
+// An assignment's secrets (Assign.secrets) go into the task's container
+// only: env secrets into its environment (visible to `docker inspect` on
+// the node), file secrets into a tmpfs at /run/secrets, handed to its
+// runner over the container's stdin, mode 0400 and the task user's. Every
+// event made of the task's or its sidecars' output has their values, in the
+// forms package redact looks for, replaced with [redacted:NAME]; the stream
+// redaction is in the chunker (tail.go), the notes' and reasons' in
+// emitLocked. A resumed attempt holds its output until Adopted hands it the
+// values again (secrets.go).
+//
 // The data directory and the runner binary must be on the Docker engine's own
 // machine, because they are bind-mounted: a remote DOCKER_HOST is not
 // supported.
@@ -421,7 +433,7 @@ func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit attempt.E
 	if emit == nil {
 		return nil, errors.New("executor: Start needs an Emit function")
 	}
-	r, err := e.register(ctx, a, emit, attempt.Cursor{})
+	r, err := e.register(ctx, a, emit, attempt.Cursor{}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +479,7 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.C
 	default:
 		return nil, fmt.Errorf("inspect the container of %s: %w", key, err)
 	}
-	r, err := e.register(ctx, a, emit, cur)
+	r, err := e.register(ctx, a, emit, cur, true)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +499,7 @@ func findExit(path string, pos runlog.Position) (*runlog.Exit, error) {
 }
 
 // register creates a run and enters it in the table, refusing a duplicate.
-func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit, cur attempt.Cursor) (*run, error) {
+func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attempt.Emit, cur attempt.Cursor, resumed bool) (*run, error) {
 	key := attempt.Of(a)
 	prepCtx, prepCancel := context.WithCancel(ctx)
 	r := &run{
@@ -512,6 +524,7 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attemp
 		r.outputLimit = n // more than the maximum is refused by validate
 	}
 	r.capped.Store(cur.Capped)
+	r.initSecrets(resumed)
 	if r.sel, r.selErr = newSelection(r.spec); r.selErr != nil {
 		r.sel, _ = newSelection(&podiumv1.TaskSpec{})
 	}

@@ -17,12 +17,15 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/inbox"
+	"github.com/podiumhq/podium/agent/redact"
 	"github.com/podiumhq/podium/agent/runlog"
+	"github.com/podiumhq/podium/agent/runner"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -99,6 +102,15 @@ type run struct {
 	outputLimit int64
 	capped      atomic.Bool
 
+	// redactor redacts the attempt's secrets from its output (nil: it has
+	// none). It is set, under emitMu, before secretsReady is closed, and
+	// not changed after; the tails read it once secretsReady is closed.
+	// withhold is set when the output cannot be redacted (see
+	// withholdLocked): the tails then drop it.
+	redactor     *redact.Redactor
+	secretsReady chan struct{}
+	withhold     atomic.Bool
+
 	// sel is what the spec's artifacts globs select (the default when
 	// selErr says they cannot be used, which validate refuses to run).
 	sel    *selection
@@ -163,7 +175,11 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	if final == nil {
 		return
 	}
-	attrs := []any{"state", final.GetState().String(), "reason", final.GetReason()}
+	// The reason can quote a sidecar's output, so it is logged redacted.
+	r.emitMu.Lock()
+	reason := r.redactor.String(final.GetReason())
+	r.emitMu.Unlock()
+	attrs := []any{"state", final.GetState().String(), "reason", reason}
 	if final.ExitCode != nil {
 		attrs = append(attrs, "exit_code", final.GetExitCode())
 	}
@@ -435,8 +451,25 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		return "", false, st
 	}
 	sctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
+	var secretsIn *types.HijackedResponse
+	if files := r.fileSecrets(); len(files) > 0 {
+		// Attached before the start, so the runner, which waits for
+		// them before it starts the command, reads them whole.
+		att, err := r.e.docker.ContainerAttach(sctx, id, container.AttachOptions{Stream: true, Stdin: true})
+		if err != nil {
+			cancel()
+			if st, stop := r.interrupted(ctx); stop {
+				return "", false, st
+			}
+			return "", false, failed("the task's file secrets could not be handed to its container: %v", err)
+		}
+		secretsIn = &att
+	}
 	err = r.e.docker.ContainerStart(sctx, id, container.StartOptions{})
 	cancel()
+	if secretsIn != nil {
+		r.deliverFileSecrets(secretsIn, err == nil)
+	}
 	if err != nil {
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
@@ -446,6 +479,24 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 	r.log.Info("container started", "container", shortID(id))
 	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
 	return id, true, nil
+}
+
+// deliverFileSecrets writes the task's file secrets to its container's
+// stdin, where its runner reads them, and closes it. A write that fails
+// leaves the runner with less than the whole, which it refuses: the task
+// then fails saying its secrets did not arrive whole.
+func (r *run) deliverFileSecrets(att *types.HijackedResponse, started bool) {
+	defer att.Close()
+	if !started {
+		return
+	}
+	if _, err := att.Conn.Write(runner.EncodeSecrets(r.fileSecrets())); err != nil {
+		r.log.Warn("writing the task's file secrets to its container failed", "err", err)
+		return
+	}
+	if err := att.CloseWrite(); err != nil {
+		r.log.Warn("closing the stdin of the task's container failed", "err", err)
+	}
 }
 
 // resume continues an attempt a previous agent process started. found is

@@ -20,6 +20,7 @@ func (r *run) emitLocked(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 	ev.TaskId = r.key.TaskID
 	ev.Attempt = r.key.Attempt
 	ev.Time = now()
+	r.redactEventLocked(ev)
 	r.emitFn(ev, cur)
 	if s := ev.GetSeq(); s > 0 {
 		r.lastSeq.Store(s)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/agent/redact"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/agent/taskfile"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -75,7 +77,7 @@ func (r *run) startSidecarTail(ctx context.Context, name string) {
 	if r.sidecarTails == nil {
 		r.sidecarTails = make(map[string]*tail)
 	}
-	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), r.sidecarProgress(name), from, &lineNotes{r: r, name: name})
+	r.sidecarTails[name] = r.startTail(ctx, r.sidecarLog(name), r.sidecarProgress(name), from, &lineNotes{r: r, name: name, last: from})
 }
 
 // stopSidecarTails lets the sidecars' tails read what is left and waits for
@@ -111,6 +113,12 @@ func (r *run) startTail(ctx context.Context, path, progressPath string, from run
 		defer close(t.done)
 		if pw != nil {
 			defer pw.Close()
+		}
+		// Nothing of an attempt with secrets is read before they can be
+		// redacted (see awaitSecrets).
+		if err := r.awaitSecrets(ctx); err != nil {
+			t.err = err
+			return
 		}
 		t.exit, t.err = follow(ctx, path, from, s, t.finishC, &progress{w: pw, every: r.e.backlog / 4, log: r.log})
 	}()
@@ -211,10 +219,21 @@ func openRunnerLog(path string) (*os.File, error) {
 // at most MaxChunk bytes. A chunk ends at a record's end whenever it can, so
 // the cursor stored with it is a plain file position.
 //
+// Each stream's bytes pass through the run's redactor (package redact)
+// before they become a chunk, the one place a task's output becomes events.
+// The redactor holds back the end of a stream while it could be the start
+// of a secret; the cursor stored with a chunk then stops before the bytes
+// held back (at the record they start in, with the stream's consumed count
+// just before them), so an agent that restarts reads them again instead of
+// losing them. LogChunk.Offset is the position in the task's raw stream of
+// the first byte the chunk stands for; a redacted chunk's data is not as
+// long as the raw bytes it stands for.
+//
 // It also keeps the attempt to its output limit: a chunk that would cross
 // the limit is cut at it, and from then on records are read past without a
 // chunk (the cursor still moves over them, so that a restarted agent does not
-// read them again).
+// read them again). Output withheld (see withholdLocked) is read past the
+// same way.
 type chunker struct {
 	r      *run
 	stream runlog.Stream
@@ -224,10 +243,25 @@ type chunker struct {
 	// moved is set while end is past what the cursor says, with nothing
 	// in buf: output read past once the limit was reached.
 	moved bool
+	// starts are the records whose data is in buf: their file position
+	// and the stream offset of their first byte in buf.
+	starts []recordStart
+	// red is each stream's redaction (by runlog.Stream), made when the
+	// run has a redactor; heldFile is the file position of the record the
+	// first byte it holds back is in.
+	red      [3]*redact.Stream
+	heldFile [3]int64
 }
 
+type recordStart struct {
+	file int64
+	off  uint64
+}
+
+func (c *chunker) dropping() bool { return c.r.capped.Load() || c.r.withhold.Load() }
+
 func (c *chunker) add(rec runlog.Record, after runlog.Position) {
-	if c.r.capped.Load() {
+	if c.dropping() {
 		// buf, if it holds anything, is dropped by flush too.
 		c.end, c.moved = after, true
 		return
@@ -241,6 +275,7 @@ func (c *chunker) add(rec runlog.Record, after runlog.Position) {
 			c.stream = rec.Stream
 			c.off = rec.Offset + uint64(len(rec.Data)-len(data))
 		}
+		c.starts = append(c.starts, recordStart{file: rec.Start, off: rec.Offset + uint64(len(rec.Data)-len(data))})
 		n := min(len(data), MaxChunk-len(c.buf))
 		c.buf = append(c.buf, data[:n]...)
 		data = data[n:]
@@ -256,33 +291,125 @@ func (c *chunker) add(rec runlog.Record, after runlog.Position) {
 	c.end = after
 }
 
-func (c *chunker) flush() {
-	if len(c.buf) == 0 && !c.moved {
+func (c *chunker) flush() { c.emit(false) }
+
+// close hands on what the redaction still holds back too: the stream has
+// ended.
+func (c *chunker) close() { c.emit(true) }
+
+// piece is output ready to become chunks.
+type piece struct {
+	stream runlog.Stream
+	off    uint64
+	data   []byte
+}
+
+func (c *chunker) held() bool {
+	for _, s := range c.red {
+		if s != nil && s.Held() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *chunker) redaction(s runlog.Stream) *redact.Stream {
+	if c.red[s] == nil && c.r.redactor != nil {
+		c.red[s] = c.r.redactor.Stream()
+	}
+	return c.red[s]
+}
+
+func (c *chunker) emit(final bool) {
+	if len(c.buf) == 0 && !c.moved && !(final && c.held()) {
 		return
 	}
 	r := c.r
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	n := r.roomLocked(len(c.buf))
-	cut := n < len(c.buf)
-	r.cur.Task = c.end
-	if n > 0 {
-		stream := podiumv1.LogStream_LOG_STREAM_STDOUT
-		if c.stream == runlog.Stderr {
-			stream = podiumv1.LogStream_LOG_STREAM_STDERR
+	defer func() { c.buf, c.moved, c.starts = c.buf[:0], false, c.starts[:0] }()
+	if c.dropping() {
+		// What is held back is dropped with the rest.
+		c.red = [3]*redact.Stream{}
+		r.cur.Task = c.end
+		return
+	}
+	var pieces []piece
+	if len(c.buf) > 0 {
+		if st := c.redaction(c.stream); st == nil {
+			pieces = append(pieces, piece{c.stream, c.off, c.buf})
+		} else {
+			before := st.Held()
+			out := st.Write(nil, c.buf)
+			if held := st.Held(); held > 0 && held <= len(c.buf) {
+				first := c.off + uint64(len(c.buf)-held)
+				for _, s := range c.starts {
+					if s.off <= first {
+						c.heldFile[c.stream] = s.file
+					}
+				}
+			}
+			pieces = append(pieces, piece{c.stream, c.off - uint64(before), out})
 		}
-		r.cur.Output += uint64(n)
-		r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
-			Stream: stream, Offset: c.off, Data: bytes.Clone(c.buf[:n]),
-		}}}, r.cur.Clone())
 	}
-	if cut {
-		r.capLocked(true)
+	cur := c.end
+	for _, s := range []runlog.Stream{runlog.Stdout, runlog.Stderr} {
+		st := c.red[s]
+		if st == nil || st.Held() == 0 {
+			continue
+		}
+		held := uint64(st.Held())
+		consumed := cur.Stdout
+		if s == runlog.Stderr {
+			consumed = cur.Stderr
+		}
+		if final {
+			pieces = append(pieces, piece{s, consumed - held, st.Flush(nil)})
+			continue
+		}
+		cur = cur.WithConsumed(s, consumed-held)
+		cur.File = min(cur.File, c.heldFile[s])
 	}
-	c.buf, c.moved = c.buf[:0], false
+	r.cur.Task = cur
+	// Each piece goes out in chunks of at most MaxChunk; only the last
+	// carries the cursor, so a restart between them repeats output
+	// rather than skip it.
+	type out struct {
+		stream runlog.Stream
+		off    uint64
+		data   []byte
+	}
+	var outs []out
+	for _, p := range pieces {
+		for len(p.data) > 0 {
+			n := min(len(p.data), MaxChunk)
+			outs = append(outs, out{p.stream, p.off, p.data[:n]})
+			p.data = p.data[n:]
+		}
+	}
+	for i, o := range outs {
+		n := r.roomLocked(len(o.data))
+		if n > 0 {
+			stream := podiumv1.LogStream_LOG_STREAM_STDOUT
+			if o.stream == runlog.Stderr {
+				stream = podiumv1.LogStream_LOG_STREAM_STDERR
+			}
+			r.cur.Output += uint64(n)
+			var cur *attempt.Cursor
+			if i == len(outs)-1 || n < len(o.data) {
+				cur = r.cur.Clone()
+			}
+			r.emitLocked(&podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+				Stream: stream, Offset: o.off, Data: bytes.Clone(o.data[:n]),
+			}}}, cur)
+		}
+		if n < len(o.data) {
+			r.capLocked(true)
+			c.red = [3]*redact.Stream{}
+			return
+		}
+	}
 }
-
-func (c *chunker) close() { c.flush() }
 
 // lineNotes turns a sidecar's output into one Note per line, "[name] line":
 // a person reading `podium logs` sees the sidecar's output among Podium's own
@@ -299,12 +426,25 @@ type lineNotes struct {
 	budget lineBudget
 	// skipped counts the lines left out since the last note.
 	skipped int
+
+	// With secrets to redact, the sidecar's output passes through red
+	// before it is cut into lines (see addRedacted). last is the cursor
+	// of everything shown so far, end where the reader stands, heldFile
+	// the record the first byte red holds back is in.
+	red      *redact.Stream
+	last     runlog.Position
+	end      runlog.Position
+	heldFile int64
 }
 
 func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
+	if l.r.redactor != nil {
+		l.addRedacted(rec, after)
+		return
+	}
 	data := rec.Data
 	consumed := rec.Offset
-	capped := l.r.capped.Load()
+	capped := l.r.capped.Load() || l.r.withhold.Load()
 	now := time.Now()
 	for len(data) > 0 && !capped {
 		if !l.budget.left(now) {
@@ -350,8 +490,84 @@ func (l *lineNotes) add(rec runlog.Record, after runlog.Position) {
 
 func (l *lineNotes) flush() {}
 
-// close notes the lines skipped since the last note shown.
+// addRedacted is add for a sidecar whose output may hold secrets: the
+// output is redacted as a stream, across records, before it is cut into
+// lines, so a secret split over two writes is caught too. The redacted
+// lines do not map onto the log's bytes, so each record's lines carry the
+// cursor from before the record but the last, which carries the one past
+// it (less what the redaction holds back): a restart between them shows a
+// line again rather than lose one.
+func (l *lineNotes) addRedacted(rec runlog.Record, after runlog.Position) {
+	if l.red == nil {
+		l.red = l.r.redactor.Stream()
+	}
+	l.end = after
+	data := l.red.Write(nil, rec.Data)
+	pos := after
+	if held := l.red.Held(); held > 0 {
+		if held <= len(rec.Data) {
+			l.heldFile = rec.Start
+		}
+		consumed := after.Stdout
+		if rec.Stream == runlog.Stderr {
+			consumed = after.Stderr
+		}
+		pos = after.WithConsumed(rec.Stream, consumed-uint64(held))
+		pos.File = min(pos.File, l.heldFile)
+	}
+	l.showLines(data, pos)
+}
+
+// showLines notes the lines of redacted output; the last carries pos, the
+// others the cursor before them.
+func (l *lineNotes) showLines(data []byte, pos runlog.Position) {
+	r := l.r
+	var lines [][]byte
+	now := time.Now()
+	for len(data) > 0 && !r.capped.Load() && !r.withhold.Load() {
+		if !l.budget.left(now) {
+			l.skipped += bytes.Count(data, []byte{'\n'})
+			if data[len(data)-1] != '\n' {
+				l.skipped++
+			}
+			break
+		}
+		n, adv := len(data), len(data)
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			n, adv = i, i+1
+		}
+		if n > maxNoteLine {
+			n, adv = maxNoteLine, maxNoteLine
+		}
+		line := data[:n]
+		data = data[adv:]
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		l.budget.take()
+		lines = append(lines, line)
+	}
+	for i, line := range lines {
+		at := l.last
+		if i == len(lines)-1 {
+			at = pos
+		}
+		if l.emit(string(bytes.TrimRight(line, "\r")), l.last, at) {
+			break
+		}
+	}
+	r.emitMu.Lock()
+	l.moveLocked(pos)
+	r.emitMu.Unlock()
+	l.last = pos
+}
+
+// close notes what the redaction still holds back, and the lines skipped
+// since the last note shown.
 func (l *lineNotes) close() {
+	if l.red != nil && l.red.Held() > 0 {
+		l.showLines(l.red.Flush(nil), l.end)
+	}
 	if l.skipped == 0 {
 		return
 	}

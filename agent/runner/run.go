@@ -54,6 +54,8 @@ func runCommand(args []string, stderr io.Writer) int {
 	backlog := fs.Int64("backlog", 0, "with --progress, stop copying output while more than this many `BYTES` of the log are unread (0: never)")
 	diskFullAfter := fs.Duration("disk-full-after", 0, "stop the command when its output could not be written to the log "+
 		"for want of room for this `DURATION`, and exit with 124 (0: wait for room as long as it takes)")
+	secretsTo := fs.String("secrets-stdin", "", "read the task's file secrets (JSON, from the agent) from stdin until it closes, "+
+		"and write each into `DIR` with mode 0400 before the command starts")
 	if err := fs.Parse(args); err != nil {
 		return ExitUsage
 	}
@@ -87,6 +89,12 @@ func runCommand(args []string, stderr io.Writer) int {
 		} else {
 			defer p.Close()
 			s.progress, s.backlog = p, *backlog
+		}
+	}
+	if *secretsTo != "" {
+		if err := writeSecrets(os.Stdin, *secretsTo); err != nil {
+			e := s.cannotStart(argv[0], ExitRunnerError, err)
+			return e.Code
 		}
 	}
 	e := s.run(argv, commandEnv(os.Environ(), *pathAppend))

@@ -24,6 +24,9 @@ func (s *Session) applyHelloAck(ack *podiumv1.HelloAck, reported []*podiumv1.Run
 			if !s.out.adopt(key, a.GetAckedSeq()) {
 				s.log.Debug("the coordinator adopted a task this node no longer tracks", "task_id", key.TaskID, "attempt", key.Attempt)
 			}
+			// The secrets' values again, so that a resumed attempt's
+			// output is redacted before it is let through.
+			s.cfg.Runner.Adopted(key.TaskID, key.Attempt, a.GetSecrets())
 			continue
 		}
 		s.log.Warn("cancelling a task the coordinator no longer holds on this node",

@@ -105,6 +105,11 @@ type Runner interface {
 	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
 	// Running is how many attempts hold a slot.
 	Running() int
+	// Adopted hands an attempt the coordinator keeps on this node after a
+	// restart the values of its secrets (Adopt.secrets), which the node
+	// keeps nowhere but in memory; an attempt that had secrets holds its
+	// output until then.
+	Adopted(taskID string, attempt int32, secrets []*podiumv1.SecretValue)
 }
 
 // Recovered is a task attempt a previous agent process left in the spool

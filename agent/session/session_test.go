@@ -199,6 +199,16 @@ type runner struct {
 	dones   map[attempt.Key]chan struct{}
 	cancels chan string
 	injects chan string
+	adopted map[attempt.Key][]*podiumv1.SecretValue
+}
+
+func (r *runner) Adopted(taskID string, n int32, secrets []*podiumv1.SecretValue) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.adopted == nil {
+		r.adopted = make(map[attempt.Key][]*podiumv1.SecretValue)
+	}
+	r.adopted[attempt.Key{TaskID: taskID, Attempt: n}] = secrets
 }
 
 func newRunner() *runner {
@@ -845,4 +855,30 @@ func TestLowDiskAdvertisesNoSlot(t *testing.T) {
 	if ev := cn.events(t, 1)[0]; ev.GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Fatalf("assignment with the disk nearly full: %v, want QUEUED", ev)
 	}
+}
+
+// TestAdoptHandsTheRunnerItsSecrets: the values of a kept attempt's secrets
+// in a HelloAck reach the runner, which is how a resumed attempt's output
+// goes on being redacted after the agent restarts.
+func TestAdoptHandsTheRunnerItsSecrets(t *testing.T) {
+	t.Parallel()
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1)
+	cn.end <- errors.New("restart")
+
+	cn = f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: true, AckedSeq: 1,
+		Secrets: []*podiumv1.SecretValue{{Name: "db-password", Value: []byte("hunter2-xyz"), Env: "PGPASSWORD"}}}))
+	wait.For(t, patience, "the runner to be handed t1's secrets", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s := r.adopted[key("t1")]
+		return len(s) == 1 && s[0].GetName() == "db-password" && string(s[0].GetValue()) == "hunter2-xyz"
+	})
 }

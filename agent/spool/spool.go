@@ -70,7 +70,7 @@ const fileSuffix = ".spool"
 type Attempt struct {
 	attempt.Key
 	// Assign is the assignment the attempt was started with (without its
-	// environment); nil for an attempt that only ever had an assignment
+	// environment, and with its secrets' names but not their values); nil for an attempt that only ever had an assignment
 	// rejected.
 	Assign *podiumv1.Assign
 	// LastSeq is the highest seq produced; Acked the highest acknowledged.
@@ -229,6 +229,12 @@ func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	hdr := proto.Clone(a).(*podiumv1.Assign)
 	if hdr.GetSpec() != nil {
 		hdr.Spec.Env = nil
+	}
+	// The secrets' names stay, so that a restarted agent knows to hold the
+	// attempt's output until the coordinator sends their values again;
+	// their values are never written to disk.
+	for _, v := range hdr.GetSecrets() {
+		v.Value = nil
 	}
 	hb, err := proto.Marshal(hdr)
 	if err != nil {

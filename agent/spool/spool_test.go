@@ -65,6 +65,32 @@ func TestSpoolSurvivesReopen(t *testing.T) {
 	}
 }
 
+// TestSpoolKeepsSecretNamesNotValues: the assignment on disk names the
+// attempt's secrets (a restarted agent must know to wait for them) and holds
+// none of their values, while the assignment the caller runs keeps them.
+func TestSpoolKeepsSecretNamesNotValues(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir)
+	assign := &podiumv1.Assign{TaskId: "t1", Attempt: 1, Spec: &podiumv1.TaskSpec{Image: "img"},
+		Secrets: []*podiumv1.SecretValue{{Name: "db-password", Value: []byte("hunter2-s3cr3t"), Env: "PGPASSWORD"}}}
+	if err := s.Begin(assign, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if string(assign.GetSecrets()[0].GetValue()) != "hunter2-s3cr3t" {
+		t.Fatal("Begin changed the caller's assignment")
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "t1-1.spool"))
+	if bytes.Contains(raw, []byte("hunter2-s3cr3t")) {
+		t.Fatal("the spool holds a secret's value")
+	}
+	_, got := open(t, dir)
+	sec := got["t1"].Assign.GetSecrets()
+	if len(sec) != 1 || sec[0].GetName() != "db-password" || sec[0].GetEnv() != "PGPASSWORD" || len(sec[0].GetValue()) != 0 {
+		t.Fatalf("reloaded secrets %v", sec)
+	}
+}
+
 // A crash in the middle of an append leaves a torn record: it is cut off, and
 // appends after the reopen are found by the next one.
 func TestTornTailIsCutOff(t *testing.T) {
