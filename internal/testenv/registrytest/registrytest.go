@@ -24,6 +24,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +53,8 @@ type Registry struct {
 	srv *http.Server
 	// refused counts requests answered 401.
 	refused atomic.Int64
+	mu      sync.Mutex
+	users   []string // user names of requests with basic auth, first seen first
 }
 
 // Start serves a registry until the test ends. Its user name and password
@@ -67,6 +71,9 @@ func Start(t testing.TB) *Registry {
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		u, p, ok := req.BasicAuth()
+		if ok {
+			r.sawUser(u)
+		}
 		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 ||
 			subtle.ConstantTimeCompare([]byte(p), []byte(r.Password)) != 1 {
 			r.refused.Add(1)
@@ -92,6 +99,22 @@ func Start(t testing.TB) *Registry {
 		<-done
 	})
 	return r
+}
+
+func (r *Registry) sawUser(u string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Contains(r.users, u) {
+		r.users = append(r.users, u)
+	}
+}
+
+// Users are the user names requests have sent as basic auth so far, each
+// once: a test checks that no other registry's login reached this one.
+func (r *Registry) Users() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.users)
 }
 
 // Refused is how many requests the registry has answered 401 so far.
