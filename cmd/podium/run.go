@@ -47,8 +47,7 @@ and the task then runs only on nodes that permit it (podium-agent
 
 --pull says when the node pulls the image: if-not-present, always (a
 re-pushed tag is picked up) or never; without it, always for :latest or no
-tag, if-not-present otherwise. Images of private registries are pulled with
-the credentials given to podium registry login for their host.
+tag, if-not-present otherwise.
 
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
