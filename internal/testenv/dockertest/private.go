@@ -79,8 +79,9 @@ type PrivateConfig struct {
 	// starts again ("live-restore": true in daemon.json).
 	LiveRestore bool
 	// InsecureRegistries are registries ("127.0.0.1:5000") the engine
-	// pulls from over plain HTTP ("insecure-registries" in daemon.json):
-	// a test's own registry (package registrytest) serves no TLS.
+	// pulls from over plain HTTP ("insecure-registries" in daemon.json),
+	// as a test's own registry (package registrytest) serves; the engine
+	// adds 127.0.0.0/8 to them by itself.
 	InsecureRegistries []string
 }
 

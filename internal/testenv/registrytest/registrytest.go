@@ -5,10 +5,12 @@
 // and the registry:2 image cannot be fetched there either, so this is what
 // private-registry tests pull from.
 //
-// The registry serves plain HTTP. An engine pulls from it only when it is
-// listed in its insecure-registries: give Registry.Host to
-// dockertest.PrivateConfig.InsecureRegistries (the machine's engine cannot
-// be reconfigured by a test). Production code never imports this package.
+// The registry serves plain HTTP. An engine pulls over plain HTTP from the
+// registries in its insecure-registries, and 127.0.0.0/8 is one by default,
+// so the machine's engine pulls from it as it is; a test with a private
+// engine lists Registry.Host in dockertest.PrivateConfig.InsecureRegistries
+// all the same, so that it does not rest on that default. Production code
+// never imports this package.
 package registrytest
 
 import (
@@ -62,20 +64,37 @@ type Registry struct {
 // which is all a test needs to tell "with" from "without" credentials.
 func Start(t testing.TB) *Registry {
 	t.Helper()
+	return start(t, true)
+}
+
+// StartOpen serves a registry that asks for no credentials (Username and
+// Password are empty), as a public one: the machine's own engine pulls
+// from it without being told of it, since every engine takes 127.0.0.0/8
+// for an insecure registry.
+func StartOpen(t testing.TB) *Registry {
+	t.Helper()
+	return start(t, false)
+}
+
+func start(t testing.TB, withAuth bool) *Registry {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("registrytest: listen: %v", err)
 	}
-	r := &Registry{Host: ln.Addr().String(), Username: "podium-test"}
-	r.Password = fmt.Sprintf("pw-%d-%d", ln.Addr().(*net.TCPAddr).Port, time.Now().UnixNano())
+	r := &Registry{Host: ln.Addr().String()}
+	if withAuth {
+		r.Username = "podium-test"
+		r.Password = fmt.Sprintf("pw-%d-%d", ln.Addr().(*net.TCPAddr).Port, time.Now().UnixNano())
+	}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		u, p, ok := req.BasicAuth()
 		if ok {
 			r.sawUser(u)
 		}
-		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 ||
-			subtle.ConstantTimeCompare([]byte(p), []byte(r.Password)) != 1 {
+		if withAuth && (!ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 ||
+			subtle.ConstantTimeCompare([]byte(p), []byte(r.Password)) != 1) {
 			r.refused.Add(1)
 			w.Header().Set("WWW-Authenticate", `Basic realm="podium-test"`)
 			w.Header().Set("Content-Type", "application/json")
@@ -164,7 +183,10 @@ func (r *Registry) push(t testing.TB, engine *client.Client, src, repoTag, marke
 	if err != nil {
 		t.Fatalf("registrytest: %q: %v", ref, err)
 	}
-	auth := &authn.Basic{Username: r.Username, Password: r.Password}
+	var auth authn.Authenticator = authn.Anonymous
+	if r.Username != "" {
+		auth = &authn.Basic{Username: r.Username, Password: r.Password}
+	}
 	if err := remote.Write(tag, img, remote.WithAuth(auth), remote.WithContext(ctx)); err != nil {
 		t.Fatalf("registrytest: push %s: %v", ref, err)
 	}
