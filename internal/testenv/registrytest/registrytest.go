@@ -183,7 +183,7 @@ func (r *Registry) push(t testing.TB, engine *client.Client, src, repoTag, marke
 	if err != nil {
 		t.Fatalf("registrytest: %q: %v", ref, err)
 	}
-	var auth authn.Authenticator = authn.Anonymous
+	auth := authn.Anonymous
 	if r.Username != "" {
 		auth = &authn.Basic{Username: r.Username, Password: r.Password}
 	}
