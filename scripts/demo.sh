@@ -13,7 +13,7 @@ export PODIUM_SERVER=http://127.0.0.1:$port
 # The coordinator wants a token of at least 32 bytes. This one is no secret:
 # the demo serves on loopback only.
 export PODIUM_TOKEN=demo-token-on-loopback-0123456789abcdef
-image=podium-demo/busybox:latest
+image=podium-demo/busybox:local
 
 stop() {
   for p in agent coordinator; do

@@ -263,7 +263,7 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	if r.prepErr != nil {
 		return failed("the task's directory on the node could not be prepared: %v (check the agent's data directory and its free space)", r.prepErr)
 	}
-	img, st := r.ensureImage(ctx, spec.GetImage())
+	img, st := r.ensureImage(ctx, spec.GetImage(), spec.GetPull())
 	if img == nil {
 		r.removeDir()
 		return st
@@ -275,7 +275,7 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	}
 	sidecars := make([]*sidecar, 0, len(spec.GetSidecars()))
 	for _, sc := range spec.GetSidecars() {
-		simg, st := r.ensureImage(ctx, sc.GetImage())
+		simg, st := r.ensureImage(ctx, sc.GetImage(), sc.GetPull())
 		if simg == nil {
 			r.removeDir()
 			return st

@@ -30,9 +30,8 @@ stdout and stderr are copied to podium's byte for byte, podium's own progress
 goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoint
 and command; put "--" before it when it has flags of its own.
 
-Flags override the fields of --spec: --image, --timeout, --priority and
-Flags override the fields of --spec: --image, --timeout, --priority, --user
-and --output-limit replace theirs, --env sets one variable each (replacing the
+Flags override the fields of --spec: --image, --timeout, --priority, --user,
+--pull and --output-limit replace theirs, --env sets one variable each (replacing the
 file's value for that key), --label adds to the file's labels, --cap-add to
 its capabilities, --allow-egress to its allow_egress, and CMD replaces its
 command. Sidecars and artifacts (globs) are given in the spec file only.
@@ -45,6 +44,10 @@ Nodes refuse tasks connections to link-local (cloud metadata), their own and
 tailnet addresses; --allow-egress CIDR asks for one of those ranges anyway,
 and the task then runs only on nodes that permit it (podium-agent
 --permit-egress).
+
+--pull says when the node pulls the image: if-not-present, always (a
+re-pushed tag is picked up) or never; without it, always for :latest or no
+tag, if-not-present otherwise.
 
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
@@ -71,6 +74,7 @@ type runOptions struct {
 	specFile string
 	timeout  string
 	user     string
+	pull     string
 	priority int
 	env      stringList
 	labels   stringList
@@ -99,6 +103,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
+	fs.StringVar(&o.pull, "pull", "", "when the node pulls the image, `POLICY`: if-not-present, always or never (default: always for :latest or no tag, else if-not-present)")
 	fs.StringVar(&o.outputLimit, "output-limit", "", "keep at most `SIZE` of the task's output, e.g. 100MiB; the rest is dropped with a note (default: the node's, 1 GiB unless set)")
 	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
 	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
@@ -192,6 +197,12 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			return nil, fmt.Errorf("--user: %s", problem)
 		}
 		spec.User = o.user
+	}
+	if o.set["pull"] {
+		if !slices.Contains(taskspec.PullPolicies, o.pull) {
+			return nil, fmt.Errorf("--pull %q is not a pull policy: give one of %s", o.pull, strings.Join(taskspec.PullPolicies, ", "))
+		}
+		spec.Pull = o.pull
 	}
 	if o.set["output-limit"] {
 		n, err := taskspec.ParseSize(o.outputLimit)

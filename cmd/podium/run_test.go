@@ -94,7 +94,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 	tc := newTestCLI(nil)
 	code := tc.run(t, "--server", f.url(), "run", "--spec", spec,
 		"--image", "busybox:1", "--env", "OVERRIDE=flag", "--env", "NEW=x=y", "--label", "gpu=a100", "--label", "linux",
-		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--user", "1000:1000",
+		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--user", "1000:1000", "--pull", "never",
 		"--allow-egress", "192.0.2.10", "--allow-egress", "10.20.0.0/16", "--allow-egress", "192.0.2.10", "--", "sh", "-c", "exit 0")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, tc.errOut)
@@ -106,6 +106,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 		Labels:          []string{"linux", "gpu=a100"},
 		TimeoutSeconds:  90,
 		User:            "1000:1000",
+		Pull:            "never",
 		Priority:        -3,
 		MaxAttempts:     2,
 		RetryOnNodeLoss: true,
@@ -169,6 +170,8 @@ func TestRunRefusesBadInputLocally(t *testing.T) {
 		{"timeout without unit", []string{"--image", "alpine:3", "--timeout", "10"}, "", []string{"--timeout", "no unit"}},
 		{"negative timeout", []string{"--image", "alpine:3", "--timeout", "-1s"}, "", []string{"--timeout", "negative"}},
 		{"bad user", []string{"--image", "alpine:3", "--user", "www-data:www-data"}, "", []string{"--user", `"www-data:www-data" is not a user`}},
+		{"unknown pull policy", []string{"--image", "alpine:3", "--pull", "missing"}, "", []string{`--pull "missing" is not a pull policy`, "if-not-present, always, never"}},
+		{"unknown pull policy in file", nil, "image: a\npull: IfNotPresent\n", []string{"spec.pull", "if-not-present, always, never"}},
 		{"bad user in file", nil, "image: a\nuser: Root\n", []string{"spec.user", `"Root" is not a user`}},
 		{"priority out of range", []string{"--image", "alpine:3", "--priority", "3000000000"}, "", []string{"--priority", "out of range"}},
 		{"relative working_dir in file", nil, "image: a\nworking_dir: rel\n", []string{"spec.working_dir"}},

@@ -40,9 +40,11 @@
 //	  - "**/junit.xml"               # quote one that starts with *
 //	  - .podium/artifacts/**         # the default, kept when widening
 //	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
+//	pull: if-not-present             # or always, never; absent: always for :latest or no tag, else if-not-present
 //	sidecars:                        # helper containers beside the task (see below)
 //	  - name: db                     # required: the host name the task reaches it by
 //	    image: postgres:16           # required: the sidecar's container image
+//	    pull: always                 # the sidecar image's pull policy, as the task's
 //	    # command, like the task's, replaces the image's entrypoint and cmd
 //	    command: [docker-entrypoint.sh, postgres, -c, fsync=off]
 //	    env:                         # environment variables of the sidecar

@@ -42,6 +42,7 @@ type specFile struct {
 	AllowEgress     []string           `yaml:"allow_egress"`
 	User            string             `yaml:"user"`
 	OutputLimit     specSize           `yaml:"output_limit"`
+	Pull            string             `yaml:"pull"`
 }
 
 type specSidecar struct {
@@ -51,6 +52,7 @@ type specSidecar struct {
 	Env       map[string]string `yaml:"env"`
 	Resources *specResources    `yaml:"resources"`
 	Readiness *specReadiness    `yaml:"readiness"`
+	Pull      string            `yaml:"pull"`
 }
 
 type specReadiness struct {
@@ -226,6 +228,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 			Command:   sc.Command,
 			Env:       sc.Env,
 			Resources: sc.Resources.proto(),
+			Pull:      sc.Pull,
 		}
 		if r := sc.Readiness; r != nil {
 			p.Readiness = &podiumv1.Readiness{
@@ -242,6 +245,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	spec.Artifacts = f.Artifacts
 	spec.AllowEgress = f.AllowEgress
 	spec.User = f.User
+	spec.Pull = f.Pull
 	return spec, nil
 }
 

@@ -118,6 +118,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 			return fieldErr("spec.user", "%s", problem)
 		}
 	}
+	if err := checkPull("spec.pull", spec.GetPull()); err != nil {
+		return err
+	}
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}
@@ -244,6 +247,9 @@ func checkSidecar(field string, sc *podiumv1.Sidecar, i int, names map[string]in
 		return err
 	}
 	if err := checkResources(field+".resources", sc.GetResources()); err != nil {
+		return err
+	}
+	if err := checkPull(field+".pull", sc.GetPull()); err != nil {
 		return err
 	}
 	return checkReadiness(field+".readiness", sc.GetReadiness())

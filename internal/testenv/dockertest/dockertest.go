@@ -23,7 +23,7 @@ import (
 )
 
 // Image is the test image's reference: busybox's applets on PATH, sh as CMD.
-const Image = "podium-test/busybox:latest"
+const Image = "podium-test/busybox:local"
 
 // BusyboxPath is where Debian's busybox-static installs its binary.
 const BusyboxPath = "/bin/busybox"

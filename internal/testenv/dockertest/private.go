@@ -78,6 +78,11 @@ type PrivateConfig struct {
 	// LiveRestore keeps containers running while the engine stops and
 	// starts again ("live-restore": true in daemon.json).
 	LiveRestore bool
+	// InsecureRegistries are registries ("127.0.0.1:5000") the engine
+	// pulls from over plain HTTP ("insecure-registries" in daemon.json),
+	// as a test's own registry (package registrytest) serves; the engine
+	// adds 127.0.0.0/8 to them by itself.
+	InsecureRegistries []string
 }
 
 // StartPrivateEngineWith is StartPrivateEngine with cfg.
@@ -117,6 +122,9 @@ func StartPrivateEngineWith(t testing.TB, pc PrivateConfig) *PrivateEngine {
 		"ip-masq":        false,
 		"log-driver":     "json-file",
 		"live-restore":   pc.LiveRestore,
+	}
+	if len(pc.InsecureRegistries) > 0 {
+		cfg["insecure-registries"] = pc.InsecureRegistries
 	}
 	b, _ := json.Marshal(cfg)
 	e := &PrivateEngine{t: t, dir: dir, bridge: bridge, host: "unix://" + filepath.Join(dir, "docker.sock"), cfg: filepath.Join(dir, "daemon.json")}

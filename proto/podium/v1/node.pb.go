@@ -972,7 +972,11 @@ type Assign struct {
 	// secrets are the values of the spec's secrets, resolved by the control
 	// plane for this node alone. They are never stored with the task and only
 	// ever logged redacted; the node redacts them from the task's output.
-	Secrets       []*SecretValue `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	Secrets []*SecretValue `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	// registry_auths are the credentials (podium registry login) for the
+	// registry hosts of the task's image and its sidecars' images, and for no
+	// other host. Only ever logged without the password.
+	RegistryAuths []*RegistryAuth `protobuf:"bytes,6,rep,name=registry_auths,json=registryAuths,proto3" json:"registry_auths,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,6 +1046,76 @@ func (x *Assign) GetSecrets() []*SecretValue {
 	return nil
 }
 
+func (x *Assign) GetRegistryAuths() []*RegistryAuth {
+	if x != nil {
+		return x.RegistryAuths
+	}
+	return nil
+}
+
+// RegistryAuth is a login to one image registry, as `docker login` takes it.
+type RegistryAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host is the registry's host[:port] as image references name it, e.g.
+	// registry.example.com:5000; "docker.io" for Docker Hub.
+	Host          string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Username      string `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryAuth) Reset() {
+	*x = RegistryAuth{}
+	mi := &file_podium_v1_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryAuth) ProtoMessage() {}
+
+func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
+func (*RegistryAuth) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RegistryAuth) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegistryAuth) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryAuth) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1054,7 +1128,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1140,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1153,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cancel) GetTaskId() string {
@@ -1123,7 +1197,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1209,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1222,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetTaskId() string {
@@ -1187,7 +1261,7 @@ type NodeConfig struct {
 
 func (x *NodeConfig) Reset() {
 	*x = NodeConfig{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1273,7 @@ func (x *NodeConfig) String() string {
 func (*NodeConfig) ProtoMessage() {}
 
 func (x *NodeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1286,7 @@ func (x *NodeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
 func (*NodeConfig) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeConfig) GetDraining() bool {
@@ -1248,7 +1322,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1334,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1347,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Replicas) GetAddresses() []string {
@@ -1297,7 +1371,7 @@ type Inject struct {
 
 func (x *Inject) Reset() {
 	*x = Inject{}
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1383,7 @@ func (x *Inject) String() string {
 func (*Inject) ProtoMessage() {}
 
 func (x *Inject) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1396,7 @@ func (x *Inject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inject.ProtoReflect.Descriptor instead.
 func (*Inject) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Inject) GetTaskId() string {
@@ -1372,7 +1446,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1458,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1471,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1544,7 +1618,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1630,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1643,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 // ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
@@ -1595,7 +1669,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1681,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1694,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1687,7 +1761,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1773,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1786,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1773,7 +1847,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[22]
+	mi := &file_podium_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1859,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[22]
+	mi := &file_podium_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1872,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1912,13 +1986,18 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x10.podium.v1.HelloH\x00R\x05hello\x124\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x14.podium.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
 	"\x06events\x18\x03 \x01(\v2\x15.podium.v1.EventBatchH\x00R\x06eventsB\x05\n" +
-	"\x03msg\"\xb3\x01\n" +
+	"\x03msg\"\xf3\x01\n" +
 	"\x06Assign\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12'\n" +
 	"\x04spec\x18\x03 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12\x1b\n" +
 	"\tacked_seq\x18\x04 \x01(\x04R\backedSeq\x120\n" +
-	"\asecrets\x18\x05 \x03(\v2\x16.podium.v1.SecretValueR\asecrets\"x\n" +
+	"\asecrets\x18\x05 \x03(\v2\x16.podium.v1.SecretValueR\asecrets\x12>\n" +
+	"\x0eregistry_auths\x18\x06 \x03(\v2\x17.podium.v1.RegistryAuthR\rregistryAuths\"Z\n" +
+	"\fRegistryAuth\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"x\n" +
 	"\x06Cancel\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x16\n" +
@@ -1987,7 +2066,7 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
 	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
@@ -2002,19 +2081,20 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*EventBatch)(nil),             // 10: podium.v1.EventBatch
 	(*StreamRequest)(nil),          // 11: podium.v1.StreamRequest
 	(*Assign)(nil),                 // 12: podium.v1.Assign
-	(*Cancel)(nil),                 // 13: podium.v1.Cancel
-	(*Ack)(nil),                    // 14: podium.v1.Ack
-	(*NodeConfig)(nil),             // 15: podium.v1.NodeConfig
-	(*Replicas)(nil),               // 16: podium.v1.Replicas
-	(*Inject)(nil),                 // 17: podium.v1.Inject
-	(*StreamResponse)(nil),         // 18: podium.v1.StreamResponse
-	(*HeartbeatAck)(nil),           // 19: podium.v1.HeartbeatAck
-	(*ArtifactMeta)(nil),           // 20: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 21: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 22: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 23: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 24: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*RegistryAuth)(nil),           // 13: podium.v1.RegistryAuth
+	(*Cancel)(nil),                 // 14: podium.v1.Cancel
+	(*Ack)(nil),                    // 15: podium.v1.Ack
+	(*NodeConfig)(nil),             // 16: podium.v1.NodeConfig
+	(*Replicas)(nil),               // 17: podium.v1.Replicas
+	(*Inject)(nil),                 // 18: podium.v1.Inject
+	(*StreamResponse)(nil),         // 19: podium.v1.StreamResponse
+	(*HeartbeatAck)(nil),           // 20: podium.v1.HeartbeatAck
+	(*ArtifactMeta)(nil),           // 21: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 22: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 23: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 24: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 25: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
@@ -2023,33 +2103,34 @@ var file_podium_v1_node_proto_depIdxs = []int32{
 	7,  // 3: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
 	6,  // 4: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
 	0,  // 5: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	23, // 6: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	24, // 6: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
 	5,  // 7: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
 	9,  // 8: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
 	10, // 9: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	24, // 10: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	25, // 10: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
 	7,  // 11: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
-	8,  // 12: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	12, // 13: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	13, // 14: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	14, // 15: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	15, // 16: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	17, // 17: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	16, // 18: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	19, // 19: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
-	20, // 20: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	25, // 21: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 22: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	11, // 23: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	21, // 24: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	3,  // 25: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	18, // 26: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	22, // 27: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	25, // [25:28] is the sub-list for method output_type
-	22, // [22:25] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	13, // 12: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
+	8,  // 13: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	12, // 14: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	14, // 15: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	15, // 16: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	16, // 17: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	18, // 18: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	17, // 19: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	20, // 20: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	21, // 21: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	26, // 22: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 23: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	11, // 24: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	22, // 25: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	3,  // 26: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	19, // 27: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	23, // 28: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	26, // [26:29] is the sub-list for method output_type
+	23, // [23:26] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -2063,7 +2144,7 @@ func file_podium_v1_node_proto_init() {
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[18].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[19].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
@@ -2073,7 +2154,7 @@ func file_podium_v1_node_proto_init() {
 		(*StreamResponse_Replicas)(nil),
 		(*StreamResponse_HeartbeatAck)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[21].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[22].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -2083,7 +2164,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,7 +1,9 @@
 package podiumv1
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 )
@@ -36,7 +38,50 @@ func (a *Assign) LogValue() slog.Value {
 		slog.String("task_id", a.GetTaskId()),
 		slog.Int("attempt", int(a.GetAttempt())),
 		slog.Any("spec", a.GetSpec()),
+		slog.Any("registry_auths", registryHosts(a.GetRegistryAuths())),
 	)
+}
+
+// LogValue logs a registry login by its host and user name, never its
+// password. slog asks a value alone or in an Assign; a slice of them reaches
+// a handler unresolved, which is what Format (text) and MarshalJSON (JSON)
+// are for.
+func (r *RegistryAuth) LogValue() slog.Value {
+	if r == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(
+		slog.String("host", r.GetHost()),
+		slog.String("username", r.GetUsername()),
+	)
+}
+
+// Format prints a registry login without its password for every verb, so
+// that fmt (and slog's text handler, which formats a slice with %+v) never
+// shows it.
+func (r *RegistryAuth) Format(f fmt.State, _ rune) {
+	if r == nil {
+		_, _ = io.WriteString(f, "<nil>")
+		return
+	}
+	_, _ = fmt.Fprintf(f, "{host:%s username:%s}", r.GetHost(), r.GetUsername())
+}
+
+// MarshalJSON encodes a registry login without its password, for
+// encoding/json (and slog's JSON handler, which encodes a slice with it).
+func (r *RegistryAuth) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Host     string `json:"host"`
+		Username string `json:"username"`
+	}{r.GetHost(), r.GetUsername()})
+}
+
+func registryHosts(as []*RegistryAuth) []string {
+	hosts := make([]string, 0, len(as))
+	for _, a := range as {
+		hosts = append(hosts, a.GetHost())
+	}
+	return hosts
 }
 
 // LogValue logs a resolved secret by its name and where it goes, never its

@@ -318,7 +318,14 @@ type TaskSpec struct {
 	// secrets name stored secrets (podium secret set) the task receives: each
 	// as an environment variable or a file under /run/secrets. Only names are
 	// stored with the task; values travel only in the node's Assign.
-	Secrets       []*SecretRef `protobuf:"bytes,18,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	Secrets []*SecretRef `protobuf:"bytes,18,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	// pull says when the node pulls the image: "if-not-present" (use the
+	// node's copy when it has one), "always" (ask the registry every time, so
+	// a re-pushed tag is picked up; layers already present are not fetched
+	// again) or "never" (the node must have it). Empty means "always" for an
+	// image tagged :latest or not tagged, "if-not-present" otherwise, as
+	// Kubernetes does. Sidecars have their own (Sidecar.pull).
+	Pull          string `protobuf:"bytes,19,opt,name=pull,proto3" json:"pull,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +486,13 @@ func (x *TaskSpec) GetSecrets() []*SecretRef {
 	return nil
 }
 
+func (x *TaskSpec) GetPull() string {
+	if x != nil {
+		return x.Pull
+	}
+	return ""
+}
+
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
 // that accepts connections, an HTTP path that answers 2xx, or a command that
 // exits 0 inside the sidecar.
@@ -564,12 +578,14 @@ func (x *Readiness) GetTimeoutSeconds() int64 {
 type Sidecar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the host name the task reaches it by.
-	Name          string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Image         string            `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	Command       []string          `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
-	Env           map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Resources     *Resources        `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
-	Readiness     *Readiness        `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
+	Name      string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image     string            `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command   []string          `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Env       map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Resources *Resources        `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	Readiness *Readiness        `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
+	// pull is the sidecar's image pull policy, as TaskSpec.pull.
+	Pull          string `protobuf:"bytes,7,opt,name=pull,proto3" json:"pull,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,6 +660,13 @@ func (x *Sidecar) GetReadiness() *Readiness {
 		return x.Readiness
 	}
 	return nil
+}
+
+func (x *Sidecar) GetPull() string {
+	if x != nil {
+		return x.Pull
+	}
+	return ""
 }
 
 type Task struct {
@@ -2177,7 +2200,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xdd\x05\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xf1\x05\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2198,7 +2221,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04user\x18\x0f \x01(\tR\x04user\x12,\n" +
 	"\x12output_limit_bytes\x18\x10 \x01(\x03R\x10outputLimitBytes\x12!\n" +
 	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x12.\n" +
-	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x1a6\n" +
+	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x12\x12\n" +
+	"\x04pull\x18\x13 \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
@@ -2207,14 +2231,15 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\thttp_path\x18\x02 \x01(\tR\bhttpPath\x12\x1b\n" +
 	"\thttp_port\x18\x03 \x01(\x05R\bhttpPort\x12\x18\n" +
 	"\acommand\x18\x04 \x03(\tR\acommand\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"\x9c\x02\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"\xb0\x02\n" +
 	"\aSidecar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12-\n" +
 	"\x03env\x18\x04 \x03(\v2\x1b.podium.v1.Sidecar.EnvEntryR\x03env\x122\n" +
 	"\tresources\x18\x05 \x01(\v2\x14.podium.v1.ResourcesR\tresources\x122\n" +
-	"\treadiness\x18\x06 \x01(\v2\x14.podium.v1.ReadinessR\treadiness\x1a6\n" +
+	"\treadiness\x18\x06 \x01(\v2\x14.podium.v1.ReadinessR\treadiness\x12\x12\n" +
+	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x03\n" +
