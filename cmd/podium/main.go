@@ -58,6 +58,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -114,6 +115,8 @@ type cli struct {
 	// reconnectTimeout bounds how long a follower tries to reach a
 	// coordinator before it gives up (--reconnect-timeout).
 	reconnectTimeout time.Duration
+	// file is what the config file said (podium login).
+	file fileConfig
 	// caFile is a PEM file of the CA that signed an https:// coordinator's
 	// certificate (--ca-file, PODIUM_CA_FILE).
 	caFile string
@@ -157,6 +160,11 @@ func init() {
 		nodeRmCommand,
 		nodeRekeyCommand,
 		tokenCreateCommand,
+		userAddCommand,
+		userLsCommand,
+		userRmCommand,
+		userSetRoleCommand,
+		loginCommand,
 		whoamiCommand,
 		versionCommand,
 		helpCommand,
@@ -164,12 +172,17 @@ func init() {
 }
 
 func (c *cli) main(ctx context.Context, args []string) int {
-	c.server = c.getenv("PODIUM_SERVER")
-	if c.server == "" {
-		c.server = defaultServer
+	// Flags (parsed below) win over the environment, which wins over the
+	// config file "podium login" writes.
+	fc, err := c.loadConfig()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium: %v\n", err)
+		return exitUsage
 	}
+	c.server = cmp.Or(c.getenv("PODIUM_SERVER"), fc.Server, defaultServer)
 	c.token = c.getenv("PODIUM_TOKEN")
-	c.caFile = c.getenv("PODIUM_CA_FILE")
+	c.file = fc
+	c.caFile = cmp.Or(c.getenv("PODIUM_CA_FILE"), fc.CAFile)
 	c.reconnectTimeout = defaultReconnectTimeout
 	if v := c.getenv("PODIUM_RECONNECT_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
