@@ -165,6 +165,7 @@ func init() {
 		userRmCommand,
 		userSetRoleCommand,
 		loginCommand,
+		auditCommand,
 		whoamiCommand,
 		versionCommand,
 		helpCommand,

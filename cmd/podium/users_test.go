@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -197,5 +198,43 @@ func TestLogin(t *testing.T) {
 	}
 	if got := other.recorded()[0].auth; got != "" {
 		t.Errorf("a server given with --server received the stored token: %q", got)
+	}
+}
+
+var auditReqs sync.Map // *fake → *podiumv1.ListAuditRequest
+
+func (f *fake) ListAudit(_ context.Context, req *connect.Request[podiumv1.ListAuditRequest]) (*connect.Response[podiumv1.ListAuditResponse], error) {
+	auditReqs.Store(f, req.Msg)
+	return connect.NewResponse(&podiumv1.ListAuditResponse{Entries: []*podiumv1.AuditEntry{
+		{Id: 2, At: timestamppb.Now(), Who: "alice", Role: "member", Transport: "local", Action: "TaskService.Cancel", Target: "task_01X", Result: "ok"}}}), nil
+}
+
+// podium audit sends --since as a time that long ago, --user as given, and
+// prints who did what to what with the result.
+func TestAudit(t *testing.T) {
+	f := newFake(t)
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	before := time.Now()
+	if code := cli.run(t, "audit", "--since", "24h", "--user", "alice"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	after := time.Now()
+	v, _ := auditReqs.Load(f)
+	req := v.(*podiumv1.ListAuditRequest)
+	since := req.GetSince().AsTime()
+	if req.User != "alice" || since.Before(before.Add(-24*time.Hour)) || since.After(after.Add(-24*time.Hour)) {
+		t.Errorf("audit sent %v, want user alice since 24 h ago", req)
+	}
+	for _, want := range []string{"WHO", "alice", "member", "TaskService.Cancel", "task_01X", "ok"} {
+		if !strings.Contains(cli.out.String(), want) {
+			t.Errorf("audit does not show %q:\n%s", want, cli.out)
+		}
+	}
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "audit", "--since", "last tuesday"); code != exitUsage {
+		t.Errorf("--since 'last tuesday': exit %d, want %d", code, exitUsage)
+	}
+	if got, err := parseSince("2026-12-01", time.Now()); err != nil || got.Day() != 1 {
+		t.Errorf("parseSince(2026-12-01) = %v, %v", got, err)
 	}
 }

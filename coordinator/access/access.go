@@ -83,7 +83,30 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceListUsersProcedure:             Admin,
 	podiumv1connect.AdminServiceRemoveUserProcedure:            Admin,
 	podiumv1connect.AdminServiceSetUserRoleProcedure:           Admin,
+	podiumv1connect.AdminServiceListAuditProcedure:             Admin,
 }
+
+// readOnly are the calls that change nothing; every other call is written
+// to the audit log (a call added later too, until it is listed here).
+var readOnly = map[string]bool{
+	podiumv1connect.AdminServiceWhoAmIProcedure:          true,
+	podiumv1connect.TaskServiceGetProcedure:              true,
+	podiumv1connect.TaskServiceListProcedure:             true,
+	podiumv1connect.TaskServiceEventsProcedure:           true,
+	podiumv1connect.TaskServiceListArtifactsProcedure:    true,
+	podiumv1connect.TaskServiceDownloadArtifactProcedure: true,
+	podiumv1connect.TaskServiceArtifactURLProcedure:      true,
+	podiumv1connect.AdminServiceListNodesProcedure:       true,
+	podiumv1connect.AdminServiceListUsersProcedure:       true,
+	podiumv1connect.AdminServiceListAuditProcedure:       true,
+}
+
+// Mutating reports whether procedure changes something, and so is audited.
+func Mutating(procedure string) bool { return !readOnly[procedure] }
+
+// Action names a procedure in the audit log, as a person would:
+// "TaskService.Cancel".
+func Action(procedure string) string { return short(procedure) }
 
 // Need is the role procedure needs.
 func Need(procedure string) Role {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -118,4 +119,35 @@ func caller(ctx context.Context) string {
 
 func userProto(u store.User) *podiumv1.User {
 	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy}
+}
+
+// MaxAuditEntries bounds one page of the audit log.
+const MaxAuditEntries = 10000
+
+// ListAudit reads the audit log, newest first.
+func (s *Service) ListAudit(ctx context.Context, req *connect.Request[podiumv1.ListAuditRequest]) (*connect.Response[podiumv1.ListAuditResponse], error) {
+	limit := int(req.Msg.GetLimit())
+	if limit < 0 || limit > MaxAuditEntries {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("limit: want 0 (default 100) to %d", MaxAuditEntries))
+	}
+	user := req.Msg.GetUser()
+	if user != "" && user != "token" {
+		if err := access.CheckName(user); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("user: %w", err))
+		}
+	}
+	var since time.Time
+	if req.Msg.GetSince() != nil {
+		since = req.Msg.GetSince().AsTime()
+	}
+	rows, err := s.store.ListAudit(ctx, since, user, limit)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	out := &podiumv1.ListAuditResponse{}
+	for _, r := range rows {
+		out.Entries = append(out.Entries, &podiumv1.AuditEntry{Id: r.ID, At: timestamppb.New(r.At), Who: r.Who, Role: r.Role,
+			Transport: r.Transport, Action: r.Action, Target: r.Target, Result: r.Result})
+	}
+	return connect.NewResponse(out), nil
 }

@@ -106,13 +106,17 @@ func (g *tokenGate) write(w http.ResponseWriter, r *http.Request, err *connect.E
 }
 
 // requestedBy names the caller that tokenGate or an earlier interceptor
-// identified for the task service, which records it as requested_by on what
+// identified (with the role access gave it) for the audit row and for the
+// task service, which records it as requested_by on what
 // is submitted and in a cancel's reason: a person's login on the tailnet,
 // "token" on loopback.
 type requestedBy struct{}
 
 func (requestedBy) with(ctx context.Context) context.Context {
 	if c, ok := tailnet.CallerFrom(ctx); ok {
+		if a := store.AuditFrom(ctx); a != nil {
+			a.Who, a.Role = c.Name(), c.Role
+		}
 		return context.WithValue(ctx, tasks.CallerKey{}, c.Name())
 	}
 	return ctx

@@ -160,7 +160,8 @@ func (s *Server) openTransport(ctx context.Context) error {
 		// Nodes prove themselves with their node key; API callers with the
 		// token, which tokenGate checks before Connect reads a body.
 		s.nodeAuth = connect.WithInterceptors()
-		s.apiAuth = connect.WithInterceptors(access.Interceptor(&access.Resolver{Users: s.store}), requestedBy{})
+		s.apiAuth = connect.WithInterceptors(auditor{store: s.store, transport: s.cfg.Transport, log: s.log},
+			access.Interceptor(&access.Resolver{Users: s.store}), requestedBy{})
 		return nil
 	}
 	if s.cfg.Token != "" {
@@ -199,6 +200,6 @@ func (s *Server) openTransport(ctx context.Context) error {
 	resolver := &access.Resolver{Users: s.store, DefaultRole: access.Role(s.cfg.Tailnet.DefaultRole),
 		AllowUntaggedNodes: s.cfg.Tailnet.AllowUntaggedNodes}
 	s.apiAuth = connect.WithInterceptors(policy.PeopleAPI(podiumv1connect.AdminServiceWhoAmIProcedure),
-		access.Interceptor(resolver), requestedBy{})
+		auditor{store: s.store, transport: s.cfg.Transport, log: s.log}, access.Interceptor(resolver), requestedBy{})
 	return nil
 }

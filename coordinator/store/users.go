@@ -24,9 +24,11 @@ var ErrExists = errors.New("already exists")
 // AddUser stores a user with the SHA-256 of their personal token.
 func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte, by string) (User, error) {
 	var u User
-	err := s.pool.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
-		values ($1, $2, $3, $4) returning name, role, created_at, created_by`, name, role, tokenHash, by).
-		Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
+			values ($1, $2, $3, $4) returning name, role, created_at, created_by`, name, role, tokenHash, by).
+			Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" {
 		return u, ErrExists
 	}
@@ -47,18 +49,22 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 
 // RemoveUser deletes a user; ErrNotFound when there is none.
 func (s *Store) RemoveUser(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `delete from podium.users where name = $1`, name)
-	if err == nil && tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return err
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `delete from podium.users where name = $1`, name)
+		if err == nil && tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return err
+	})
 }
 
 // SetUserRole changes a user's role; ErrNotFound when there is none.
 func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error) {
 	var u User
-	err := s.pool.QueryRow(ctx, `update podium.users set role = $2 where name = $1
-		returning name, role, created_at, created_by`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
+			returning name, role, created_at, created_by`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
 	}

@@ -75,7 +75,11 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	t, err := s.submit(ctx, store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who})
+	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx)}
+	if nt.Audit != nil {
+		nt.Audit.Target = nt.ID
+	}
+	t, err := s.submit(ctx, nt)
 	if err != nil {
 		return nil, err
 	}

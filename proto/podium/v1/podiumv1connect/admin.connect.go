@@ -61,6 +61,8 @@ const (
 	// AdminServiceSetUserRoleProcedure is the fully-qualified name of the AdminService's SetUserRole
 	// RPC.
 	AdminServiceSetUserRoleProcedure = "/podium.v1.AdminService/SetUserRole"
+	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
+	AdminServiceListAuditProcedure = "/podium.v1.AdminService/ListAudit"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -90,6 +92,8 @@ type AdminServiceClient interface {
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// ListAudit reads the audit log, newest first.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -175,6 +179,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
 			connect.WithClientOptions(opts...),
 		),
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AdminServiceListAuditProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -192,6 +202,7 @@ type adminServiceClient struct {
 	listUsers             *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
 	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
 	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
+	listAudit             *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -254,6 +265,11 @@ func (c *adminServiceClient) SetUserRole(ctx context.Context, req *connect.Reque
 	return c.setUserRole.CallUnary(ctx, req)
 }
 
+// ListAudit calls podium.v1.AdminService.ListAudit.
+func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -281,6 +297,8 @@ type AdminServiceHandler interface {
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// ListAudit reads the audit log, newest first.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -362,6 +380,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListAuditHandler := connect.NewUnaryHandler(
+		AdminServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -388,6 +412,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRemoveUserHandler.ServeHTTP(w, r)
 		case AdminServiceSetUserRoleProcedure:
 			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
+		case AdminServiceListAuditProcedure:
+			adminServiceListAuditHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -443,4 +469,8 @@ func (UnimplementedAdminServiceHandler) RemoveUser(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserRole is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListAudit is not implemented"))
 }
