@@ -48,6 +48,10 @@
 // "Authorization: Bearer <token>" on every request. An https:// coordinator
 // whose certificate a private CA signed is trusted with --ca-file (or
 // PODIUM_CA_FILE). All may be given before or after the command name.
+// "podium login" stores a server and token in ~/.config/podium/config.yaml
+// ($XDG_CONFIG_HOME/podium/config.yaml, mode 0600), used when neither flag
+// nor environment gives them; the stored token is sent only to the stored
+// server.
 // --server may list the replicas of one coordinator, comma-separated: a
 // command goes to the one that answered last and moves on to the next one that
 // cannot be reached; a follower (run, logs -f) whose replica dies reconnects to
