@@ -3,13 +3,16 @@ package integration_test
 import (
 	"context"
 	"crypto/sha256"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -287,5 +290,58 @@ func TestTaskOwnership(t *testing.T) {
 	}
 	if c.Msg.Task.State != podiumv1.TaskState_TASK_STATE_CANCELLED || !strings.Contains(c.Msg.Task.Reason, "cancelled by alice") {
 		t.Errorf("alice's cancel: %v %q", c.Msg.Task.State, c.Msg.Task.Reason)
+	}
+}
+
+// lockedBuffer collects a replica's log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A personal token reaches no log line: not when it is made, used, refused
+// after the user is removed, nor when a wrong one is presented. The log
+// names the user and who added them.
+func TestPersonalTokensAreNotLogged(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ctx := context.Background()
+	tok := addUser(t, r, "alice", "member")
+	alice := as(r, tok)
+	if _, err := alice.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox"}})); err != nil {
+		t.Fatal(err)
+	}
+	wrong := "podium_ut_" + strings.Repeat("x", 43)
+	if _, err := as(r, wrong).tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	if _, err := r.Admin().RemoveUser(ctx, connect.NewRequest(&podiumv1.RemoveUserRequest{Name: "alice"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a removed user's token: %v", err)
+	}
+	out := logs.String()
+	secret := strings.TrimPrefix(tok, "podium_ut_")
+	if strings.Contains(out, secret) || strings.Contains(out, strings.TrimPrefix(wrong, "podium_ut_")) {
+		t.Errorf("a token is in the coordinator's log:\n%s", out)
+	}
+	if !strings.Contains(out, "user added") || !strings.Contains(out, "user=alice") || !strings.Contains(out, "by=token") {
+		t.Errorf("the log does not say who added alice:\n%s", out)
 	}
 }
