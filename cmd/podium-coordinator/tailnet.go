@@ -11,9 +11,9 @@ import (
 
 // tailnetOptions are serve's flags for the transports.
 type tailnetOptions struct {
-	transport, stateDir, hostname, controlURL, nodeTag *string
-	allowUntagged                                      *bool
-	authKey                                            string
+	transport, stateDir, hostname, controlURL, nodeTag, defaultRole *string
+	allowUntagged                                                   *bool
+	authKey                                                         string
 }
 
 func tailnetFlags(fs *flag.FlagSet) *tailnetOptions {
@@ -30,6 +30,9 @@ func tailnetFlags(fs *flag.FlagSet) *tailnetOptions {
 		"tailnet, host: the ACL tag that makes a device a node (PODIUM_NODE_TAG)")
 	o.allowUntagged = fs.Bool("allow-untagged-nodes", envBool("PODIUM_ALLOW_UNTAGGED_NODES"),
 		"tailnet, host: let untagged devices (people's) enroll and connect as nodes, with a warning each time (PODIUM_ALLOW_UNTAGGED_NODES)")
+	o.defaultRole = fs.String("default-role", env("PODIUM_DEFAULT_ROLE", ""),
+		"tailnet, host: the role (viewer, member or admin) of a signed-in person with neither a grant in the tailnet policy "+
+			"(app capability "+tailnet.CapName+") nor a user (podium user add LOGIN); empty refuses them (PODIUM_DEFAULT_ROLE)")
 	// The auth key is taken from the environment only: a flag would show it
 	// in the process list. tsnet's own variable is honoured too.
 	o.authKey = env("PODIUM_TS_AUTHKEY", os.Getenv("TS_AUTHKEY"))
@@ -39,6 +42,6 @@ func tailnetFlags(fs *flag.FlagSet) *tailnetOptions {
 func (o *tailnetOptions) config() server.TailnetConfig {
 	return server.TailnetConfig{
 		StateDir: *o.stateDir, Hostname: *o.hostname, AuthKey: o.authKey, ControlURL: *o.controlURL,
-		NodeTag: *o.nodeTag, AllowUntaggedNodes: *o.allowUntagged,
+		NodeTag: *o.nodeTag, AllowUntaggedNodes: *o.allowUntagged, DefaultRole: *o.defaultRole,
 	}
 }

@@ -349,12 +349,22 @@ func unreachable(err error) bool {
 // dial builds the client for the global flags. A bad --server is a usage
 // error of cmd; ok is false once it has been reported.
 func (c *cli) dial(cmd *command) (cl *client, code int, ok bool) {
-	cl, err := newClient(c.server, c.token, c.caFile)
+	cl, err := newClient(c.server, c.tokenFor(), c.caFile)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "podium %s: %v\n", cmd.name, err)
 		return nil, cmd.usageExit, false
 	}
 	return cl, 0, true
+}
+
+// tokenFor is the token to present: --token or PODIUM_TOKEN, else the one
+// podium login stored, but only to the server it was stored for, so that a
+// coordinator chosen with --server or PODIUM_SERVER never receives it.
+func (c *cli) tokenFor() string {
+	if c.token == "" && c.file.Token != "" && c.server == c.file.Server {
+		return c.file.Token
+	}
+	return c.token
 }
 
 // failed reports an error from a call to the coordinator and returns the exit

@@ -48,6 +48,10 @@
 // "Authorization: Bearer <token>" on every request. An https:// coordinator
 // whose certificate a private CA signed is trusted with --ca-file (or
 // PODIUM_CA_FILE). All may be given before or after the command name.
+// "podium login" stores a server and token in ~/.config/podium/config.yaml
+// ($XDG_CONFIG_HOME/podium/config.yaml, mode 0600), used when neither flag
+// nor environment gives them; the stored token is sent only to the stored
+// server.
 // --server may list the replicas of one coordinator, comma-separated: a
 // command goes to the one that answered last and moves on to the next one that
 // cannot be reached; a follower (run, logs -f) whose replica dies reconnects to
@@ -58,6 +62,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -114,6 +119,8 @@ type cli struct {
 	// reconnectTimeout bounds how long a follower tries to reach a
 	// coordinator before it gives up (--reconnect-timeout).
 	reconnectTimeout time.Duration
+	// file is what the config file said (podium login).
+	file fileConfig
 	// caFile is a PEM file of the CA that signed an https:// coordinator's
 	// certificate (--ca-file, PODIUM_CA_FILE).
 	caFile string
@@ -157,6 +164,12 @@ func init() {
 		nodeRmCommand,
 		nodeRekeyCommand,
 		tokenCreateCommand,
+		userAddCommand,
+		userLsCommand,
+		userRmCommand,
+		userSetRoleCommand,
+		loginCommand,
+		auditCommand,
 		whoamiCommand,
 		versionCommand,
 		helpCommand,
@@ -164,12 +177,17 @@ func init() {
 }
 
 func (c *cli) main(ctx context.Context, args []string) int {
-	c.server = c.getenv("PODIUM_SERVER")
-	if c.server == "" {
-		c.server = defaultServer
+	// Flags (parsed below) win over the environment, which wins over the
+	// config file "podium login" writes.
+	fc, err := c.loadConfig()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "podium: %v\n", err)
+		return exitUsage
 	}
+	c.server = cmp.Or(c.getenv("PODIUM_SERVER"), fc.Server, defaultServer)
 	c.token = c.getenv("PODIUM_TOKEN")
-	c.caFile = c.getenv("PODIUM_CA_FILE")
+	c.file = fc
+	c.caFile = cmp.Or(c.getenv("PODIUM_CA_FILE"), fc.CAFile)
 	c.reconnectTimeout = defaultReconnectTimeout
 	if v := c.getenv("PODIUM_RECONNECT_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -124,7 +124,7 @@ func runRun(ctx context.Context, c *cli, cmd *command, args []string) int {
 		fmt.Fprintf(c.stderr, "podium: %v\n", err)
 		return exitPodium
 	}
-	cl, err := newClient(c.server, c.token, c.caFile)
+	cl, err := newClient(c.server, c.tokenFor(), c.caFile)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "podium: %v\n", err)
 		return exitPodium

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,10 +25,13 @@ import (
 
 var tasksCommand = &command{
 	name:     "tasks",
-	synopsis: "[--json] [--state STATE]... [--limit N]",
+	synopsis: "[--json] [--state STATE]... [--limit N] [--mine | --user NAME]",
 	summary:  "List tasks, newest first.",
 	detail: `
-Prints a table of ID, STATE, IMAGE, NODE, AGE and REASON, or with --json one
+--mine lists only the tasks you submitted, --user NAME those NAME submitted
+(a user name or a Tailscale login, as the REQUESTED BY of "podium task get").
+Someone else's tasks are listed without their env values unless you are an
+admin. Prints a table of ID, STATE, IMAGE, NODE, AGE and REASON, or with --json one
 JSON array of the tasks as the API returns them (field names as in the .proto
 files, e.g. "exit_code", so jq filters match the API docs).`,
 	usageExit: exitUsage,
@@ -40,6 +44,8 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	var stateFlags stringList
 	fs.Var(&stateFlags, "state", "only tasks in this `STATE`: "+strings.Join(stateNames(), ", ")+" (repeatable, or comma-separated)")
 	limit := fs.Int("limit", 0, "list at most `N` tasks (0: the coordinator's default, 100)")
+	mine := fs.Bool("mine", false, "only the tasks you submitted")
+	user := fs.String("user", "", "only the tasks `NAME` submitted")
 	rest, done, code := c.parseFlags(cmd, fs, args)
 	if done {
 		return code
@@ -54,12 +60,16 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if *limit < 0 || *limit > math.MaxInt32 {
 		return c.usageFailure(cmd, fs, fmt.Errorf("--limit %d: give 0 (the default) or a positive number", *limit))
 	}
+	if *mine && *user != "" {
+		return c.usageFailure(cmd, fs, errors.New("--mine and --user ask for different people: give one"))
+	}
 	cl, code, ok := c.dial(cmd)
 	if !ok {
 		return code
 	}
 	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListResponse], error) {
-		return e.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit)}))
+		return e.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit),
+			Mine: *mine, RequestedBy: *user}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -113,7 +123,7 @@ var taskGetCommand = &command{
 	name:      "task get",
 	synopsis:  "[--json] ID",
 	summary:   "Show one task.",
-	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it.`,
+	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it: with its env values only to the person who submitted it and to admins (env_hidden is true when they were taken out).`,
 	usageExit: exitUsage,
 	run:       runTaskGet,
 }

@@ -20,8 +20,9 @@ var whoamiCommand = &command{
 On a tailnet the coordinator knows callers by what Tailscale says their device
 is, and needs no token: a person (an untagged device with a login, which is
 what your tasks record as requested_by), a node (a device with the node tag),
-or refused (any other tag). Over the local transport it knows only that the
-token was right. This prints that decision: the same one every other command
+or refused (any other tag). Over the local transport it knows you by your
+token: the coordinator's bootstrap token (an admin) or a personal one (podium
+user add). It also shows your role and where it came from. This prints that decision: the same one every other command
 is admitted or refused on.`,
 	usageExit: exitUsage,
 	run:       runWhoami,
@@ -59,6 +60,14 @@ func runWhoami(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	line("kind", callerKindName(m.GetKind()))
 	line("login", m.GetLogin())
+	role := m.GetRole()
+	if role != "" && m.GetRoleFrom() != "" {
+		role += " (from the " + m.GetRoleFrom() + ")"
+	}
+	if role == "" && m.GetKind() == podiumv1.CallerKind_CALLER_KIND_PERSON {
+		role = "none: ask an admin for one"
+	}
+	line("role", role)
 	device := m.GetDevice()
 	if m.GetDeviceId() != "" {
 		device += " (" + m.GetDeviceId() + ")"
@@ -78,7 +87,9 @@ func callerKindName(k podiumv1.CallerKind) string {
 	case podiumv1.CallerKind_CALLER_KIND_NODE:
 		return "node"
 	case podiumv1.CallerKind_CALLER_KIND_TOKEN:
-		return "token (the API token of the local transport)"
+		return "token (the coordinator's bootstrap token, PODIUM_TOKEN)"
+	case podiumv1.CallerKind_CALLER_KIND_USER:
+		return "user (a personal API token)"
 	}
 	return "unknown"
 }

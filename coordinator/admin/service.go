@@ -216,7 +216,8 @@ func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmI
 	if !ok {
 		return nil, connect.NewError(connect.CodeInternal, errors.New("the coordinator did not identify this call; this is a bug in podium-coordinator"))
 	}
-	out := &podiumv1.WhoAmIResponse{Login: c.Login, Device: c.Device, DeviceId: c.DeviceID, Tags: c.Tags, Transport: s.cfg.Transport}
+	out := &podiumv1.WhoAmIResponse{Login: c.Login, Device: c.Device, DeviceId: c.DeviceID, Tags: c.Tags, Transport: s.cfg.Transport,
+		Role: c.Role, RoleFrom: c.RoleFrom}
 	switch c.Kind {
 	case tailnet.KindPerson:
 		out.Kind = podiumv1.CallerKind_CALLER_KIND_PERSON
@@ -224,6 +225,8 @@ func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmI
 		out.Kind = podiumv1.CallerKind_CALLER_KIND_NODE
 	case tailnet.KindToken:
 		out.Kind = podiumv1.CallerKind_CALLER_KIND_TOKEN
+	case tailnet.KindUser:
+		out.Kind = podiumv1.CallerKind_CALLER_KIND_USER
 	}
 	return connect.NewResponse(out), nil
 }

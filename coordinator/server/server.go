@@ -218,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", m.Handler())
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {
-		handler = newTokenGate(cfg.Token, handler)
+		handler = newTokenGate(cfg.Token, st, handler)
 	}
 	handler = bodyLimits(handler, cfg.BodyReadTimeout)
 	var protocols http.Protocols

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
@@ -55,6 +56,10 @@ type TailnetConfig struct {
 	// AllowUntaggedNodes lets untagged devices enroll and connect as nodes,
 	// with a warning each time one enrolls.
 	AllowUntaggedNodes bool
+	// DefaultRole is the role of a signed-in person with neither a grant in
+	// the tailnet policy nor a user row (podium user add LOGIN); empty
+	// refuses them.
+	DefaultRole string
 }
 
 // checkTransport refuses a configuration that cannot work before anything is
@@ -89,6 +94,11 @@ func checkTransport(cfg *Config) error {
 		}
 		return nil
 	case TransportTailnet, TransportHost:
+		if r := cfg.Tailnet.DefaultRole; r != "" {
+			if _, err := access.ParseRole(r); err != nil {
+				return fmt.Errorf("--default-role: %w (or leave it unset to refuse people without a role)", err)
+			}
+		}
 		if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 			return errors.New("--tls-cert and --tls-key are for the local transport: on the tailnet, WireGuard encrypts, " +
 				"and the replica serves HTTPS with the tailnet's own certificate when the tailnet has one")
@@ -150,7 +160,8 @@ func (s *Server) openTransport(ctx context.Context) error {
 		// Nodes prove themselves with their node key; API callers with the
 		// token, which tokenGate checks before Connect reads a body.
 		s.nodeAuth = connect.WithInterceptors()
-		s.apiAuth = connect.WithInterceptors(requestedBy{})
+		s.apiAuth = connect.WithInterceptors(auditor{store: s.store, transport: s.cfg.Transport, log: s.log},
+			access.Interceptor(&access.Resolver{Users: s.store}), requestedBy{})
 		return nil
 	}
 	if s.cfg.Token != "" {
@@ -186,6 +197,9 @@ func (s *Server) openTransport(ctx context.Context) error {
 	policy := &tailnet.Policy{WhoIs: ep.WhoIs, NodeTag: s.cfg.Tailnet.NodeTag,
 		AllowUntaggedNodes: s.cfg.Tailnet.AllowUntaggedNodes, Log: s.log}
 	s.nodeAuth = connect.WithInterceptors(policy.NodeAPI())
-	s.apiAuth = connect.WithInterceptors(policy.PeopleAPI(podiumv1connect.AdminServiceWhoAmIProcedure), requestedBy{})
+	resolver := &access.Resolver{Users: s.store, DefaultRole: access.Role(s.cfg.Tailnet.DefaultRole),
+		AllowUntaggedNodes: s.cfg.Tailnet.AllowUntaggedNodes}
+	s.apiAuth = connect.WithInterceptors(policy.PeopleAPI(podiumv1connect.AdminServiceWhoAmIProcedure),
+		auditor{store: s.store, transport: s.cfg.Transport, log: s.log}, access.Interceptor(resolver), requestedBy{})
 	return nil
 }

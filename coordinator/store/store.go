@@ -84,8 +84,17 @@ type querier interface {
 // inTx runs fn in a transaction, committing when it returns nil. It is
 // unexported like the pool: a transaction handed outside the store would be a
 // second door to the tables.
+//
+// When ctx carries an audit row (WithAudit), the transaction writes it too,
+// after fn succeeds: the change and its audit row commit together or not at
+// all.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return auditInTx(ctx, tx)
+	})
 }
 
 // Notify rings a doorbell. It is deliberately its own statement, outside any

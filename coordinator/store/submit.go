@@ -15,6 +15,9 @@ type NewTask struct {
 	ID          string
 	Spec        *podiumv1.TaskSpec
 	RequestedBy string
+	// Audit, when set, is the submit's audit row, written in the statement
+	// that stores the task (Target is the task's id).
+	Audit *Audit
 }
 
 // insertTasks stores one row per element of its arrays. The labels and
@@ -48,7 +51,14 @@ const insertedColumns = `id, state, reason, exit_code, signal, node_id, attempt,
 // and commit on the single goroutine that flushes batches. Measured with
 // other sessions notifying meanwhile, the flusher stored more tasks per second
 // this way and the other notifiers were no slower.
-const insertTasksAndRing = `with ins as (` + insertTasks + `)
+//
+// The submits' audit rows are written by the same statement (aud), so a task
+// and its row commit together.
+const insertTasksAndRing = `with ins as (` + insertTasks + `),
+	aud as (insert into podium.audit_log (who, role, transport, action, target, result)
+		select a.who, a.role, a.transport, a.action, ins.id, 'ok'
+		from unnest($1::text[], $13::text[], $14::text[], $15::text[], $16::text[]) as a(id, who, role, transport, action)
+		join ins on ins.id = a.id where a.action <> '')
 	select ` + insertedColumns + ` from ins cross join (select pg_notify($9, '')) as bell`
 
 // InsertTasks stores tasks queued in one statement and rings ChannelSubmit once
@@ -73,6 +83,8 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		timeouts    = make([]int64, n)
 		outputs     = make([]int64, n)
 		at          = make(map[string]int, n)
+		// The audit rows' columns; action "" for a task without one.
+		aWho, aRole, aTransport, aAction = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	)
 	for i, t := range ts {
 		js, err := protojson.Marshal(t.Spec)
@@ -88,9 +100,12 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		cpus[i], mems[i] = placement.Cost(t.Spec)
 		pids[i], timeouts[i], outputs[i] = placement.PidsCost(t.Spec), t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
+		if a := t.Audit; a != nil {
+			aWho[i], aRole[i], aTransport[i], aAction[i] = a.Who, a.Role, a.Transport, a.Action
+		}
 	}
 	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
-		pids, timeouts, outputs)
+		pids, timeouts, outputs, aWho, aRole, aTransport, aAction)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +133,11 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 	}
 	if got != n {
 		return nil, fmt.Errorf("insert stored %d of %d tasks", got, n)
+	}
+	for _, t := range ts {
+		if t.Audit != nil {
+			t.Audit.written.Store(true)
+		}
 	}
 	return out, nil
 }

@@ -64,15 +64,17 @@ func (s *Store) BindDevice(ctx context.Context, nodeID string, d Device) (Device
 
 // CreateRekeyToken stores the hash of a token that re-enrolls nodeID.
 func (s *Store) CreateRekeyToken(ctx context.Context, hash []byte, nodeID string, expiresAt time.Time) error {
-	tag, err := s.pool.Exec(ctx, `insert into podium.enrollment_tokens (token_hash, labels, expires_at, rekey_node)
-		select $1, '{}', $2, id from podium.nodes where id = $3`, hash, expiresAt, nodeID)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `insert into podium.enrollment_tokens (token_hash, labels, expires_at, rekey_node)
+			select $1, '{}', $2, id from podium.nodes where id = $3`, hash, expiresAt, nodeID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 }
 
 // Enrolled is what spending an enrollment token produced.

@@ -142,14 +142,16 @@ func getTask(ctx context.Context, q querier, id string) (Task, error) {
 	return t, err
 }
 
-// ListTasks lists tasks newest first, optionally only in some states.
-func (s *Store) ListTasks(ctx context.Context, states []string, limit int) ([]Task, error) {
+// ListTasks lists tasks newest first, optionally only in some states and
+// only those requestedBy submitted (all when it is "").
+func (s *Store) ListTasks(ctx context.Context, states []string, requestedBy string, limit int) ([]Task, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	rows, err := s.pool.Query(ctx, "select "+taskColumns+` from podium.tasks
-		where coalesce(cardinality($1::text[]), 0) = 0 or state = any($1)
-		order by created_at desc, id desc limit $2`, states, limit)
+		where (coalesce(cardinality($1::text[]), 0) = 0 or state = any($1))
+		and ($3 = '' or requested_by = $3)
+		order by created_at desc, id desc limit $2`, states, limit, requestedBy)
 	if err != nil {
 		return nil, err
 	}

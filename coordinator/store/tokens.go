@@ -13,10 +13,12 @@ func (s *Store) CreateToken(ctx context.Context, hash []byte, labels []string, e
 	if labels == nil {
 		labels = []string{}
 	}
-	_, err := s.pool.Exec(ctx,
-		"insert into podium.enrollment_tokens (token_hash, labels, expires_at) values ($1, $2, $3)",
-		hash, labels, expiresAt)
-	return err
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx,
+			"insert into podium.enrollment_tokens (token_hash, labels, expires_at) values ($1, $2, $3)",
+			hash, labels, expiresAt)
+		return err
+	})
 }
 
 // NewNode is what enrollment writes.

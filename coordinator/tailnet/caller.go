@@ -22,6 +22,7 @@ package tailnet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,9 +41,27 @@ const (
 	KindPerson Kind = "person"
 	// KindNode is a tailnet device with the node tag.
 	KindNode Kind = "node"
-	// KindToken is a local-transport caller that presented the API token.
+	// KindToken is a local-transport caller that presented the bootstrap API
+	// token (PODIUM_TOKEN): the coordinator's own admin.
 	KindToken Kind = "token"
+	// KindUser is a local-transport caller that presented a personal API
+	// token; Login is the user's name.
+	KindUser Kind = "user"
 )
+
+// CapName is the Tailscale app capability Podium reads a person's role from:
+// a grant in the tailnet policy such as
+//
+//	"grants": [{"src": ["group:ops"], "dst": ["tag:podium"],
+//	            "app": {"podium.dev/cap/podium": [{"role": "admin"}]}}]
+//
+// arrives in WhoIs's capability map; the highest role named wins.
+const CapName = "podium.dev/cap/podium"
+
+// capValue is one value of CapName.
+type capValue struct {
+	Role string `json:"role"`
+}
 
 // Caller is who the coordinator decided is calling.
 type Caller struct {
@@ -57,6 +76,12 @@ type Caller struct {
 	Device   string
 	DeviceID string
 	Tags     []string
+	// Granted are the roles the tailnet policy grants the person under
+	// CapName, as written there (coordinator/access validates them).
+	Granted []string
+	// Role is what the caller may do (admin, member, viewer), decided by
+	// coordinator/access; RoleFrom says where it came from.
+	Role, RoleFrom string
 }
 
 // OnTailnet reports whether the caller was identified by Tailscale (and so
@@ -128,5 +153,11 @@ func Classify(who *apitype.WhoIsResponse, nodeTag string) (Caller, error) {
 	}
 	c.Kind = KindPerson
 	c.Login = who.UserProfile.LoginName
+	for _, raw := range who.CapMap[CapName] {
+		var v capValue
+		if json.Unmarshal([]byte(raw), &v) == nil && v.Role != "" {
+			c.Granted = append(c.Granted, v.Role)
+		}
+	}
 	return c, nil
 }

@@ -56,7 +56,15 @@ type env struct {
 	logs *syncBuffer
 }
 
+// start runs a replica on a fresh tailnet where every signed-in person is
+// an admin (--default-role admin): the tests that use it are about devices
+// and nodes, not roles. startWith sets the tailnet options itself.
 func start(t *testing.T, allowUntagged bool) *env {
+	t.Helper()
+	return startWith(t, server.TailnetConfig{AllowUntaggedNodes: allowUntagged, DefaultRole: "admin"})
+}
+
+func startWith(t *testing.T, cfg server.TailnetConfig) *env {
 	t.Helper()
 	tn := tailnettest.New(t)
 	ca := tailnettest.NewCA(t)
@@ -69,7 +77,7 @@ func start(t *testing.T, allowUntagged bool) *env {
 	r := coordtest.Start(t, db.URL, coordtest.Options{
 		Transport: server.TransportTailnet,
 		Tailnet: server.TailnetConfig{StateDir: t.TempDir(), ControlURL: tn.ControlURL, Ephemeral: true,
-			AllowUntaggedNodes: allowUntagged, GetCertificate: ca.GetCertificate},
+			AllowUntaggedNodes: cfg.AllowUntaggedNodes, DefaultRole: cfg.DefaultRole, GetCertificate: ca.GetCertificate},
 		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	return &env{tn: tn, ca: ca, r: r, logs: logs}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/groupcommit"
@@ -73,7 +75,11 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	t, err := s.submit(ctx, store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who})
+	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx)}
+	if nt.Audit != nil {
+		nt.Audit.Target = nt.ID
+	}
+	t, err := s.submit(ctx, nt)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +87,7 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	// whole specs into the log was a real share of the replica's CPU. The spec
 	// is stored with the task; `podium task get` shows it.
 	s.log.Info("task submitted", "task", t.ID, "image", spec.GetImage(), "by", who)
-	return connect.NewResponse(&podiumv1.SubmitResponse{Task: t.Proto()}), nil
+	return connect.NewResponse(&podiumv1.SubmitResponse{Task: view(ctx, t)}), nil
 }
 
 // Get returns one task.
@@ -90,7 +96,38 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[podiumv1.GetRequ
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&podiumv1.GetResponse{Task: t.Proto()}), nil
+	return connect.NewResponse(&podiumv1.GetResponse{Task: view(ctx, t)}), nil
+}
+
+// view is t as the caller in ctx may see it: someone else's task, to anyone
+// but an admin, without its env values (the names stay, so the spec still
+// reads; env_hidden says they were taken out). Env is where secrets were
+// passed before there were secrets, and still is for many.
+func view(ctx context.Context, t store.Task) *podiumv1.Task {
+	p := t.Proto()
+	if access.Owns(ctx, t.RequestedBy) || p.Spec == nil {
+		return p
+	}
+	p.Spec = proto.CloneOf(p.Spec)
+	p.EnvHidden = true
+	for k := range p.Spec.Env {
+		p.Spec.Env[k] = ""
+	}
+	for _, sc := range p.Spec.Sidecars {
+		for k := range sc.Env {
+			sc.Env[k] = ""
+		}
+	}
+	return p
+}
+
+// owned refuses a member acting (what: "cancel", "message") on a task that
+// is not theirs.
+func owned(ctx context.Context, t store.Task, what string) error {
+	if access.Owns(ctx, t.RequestedBy) {
+		return nil
+	}
+	return access.NotOwner(what, t.ID, t.RequestedBy)
 }
 
 func (s *Service) get(ctx context.Context, id string) (store.Task, error) {
@@ -121,13 +158,26 @@ func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRe
 	if limit < 0 || limit > 10000 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("limit: want 0 (default 100) to 10000"))
 	}
-	ts, err := s.store.ListTasks(ctx, states, limit)
+	by := req.Msg.GetRequestedBy()
+	if by != "" {
+		if err := access.CheckName(by); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("requested_by: %w", err))
+		}
+	}
+	if req.Msg.GetMine() {
+		c, _ := access.Caller(ctx)
+		if by != "" && by != c.Name() {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mine and requested_by %q ask for different people; give one", by))
+		}
+		by = c.Name()
+	}
+	ts, err := s.store.ListTasks(ctx, states, by, limit)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	out := &podiumv1.ListResponse{}
 	for _, t := range ts {
-		out.Tasks = append(out.Tasks, t.Proto())
+		out.Tasks = append(out.Tasks, view(ctx, t))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -140,7 +190,11 @@ func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.Canc
 	if err := taskspec.CheckCancelReason("reason", req.Msg.GetReason()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+	t, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := owned(ctx, t, "cancel"); err != nil {
 		return nil, err
 	}
 	reason := req.Msg.GetReason()
@@ -158,7 +212,7 @@ func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.Canc
 		_ = s.store.Notify(ctx, store.ChannelNodeCommands, out.NotifyNode)
 	}
 	_ = s.store.Notify(ctx, store.ChannelTaskEvents, out.Task.ID)
-	return connect.NewResponse(&podiumv1.CancelResponse{Task: out.Task.Proto()}), nil
+	return connect.NewResponse(&podiumv1.CancelResponse{Task: view(ctx, out.Task)}), nil
 }
 
 // Events streams a task's log from after_seq. With follow it stays open until
@@ -196,7 +250,7 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 			}
 		}
 		if !req.Msg.GetFollow() || (store.Terminal(t.State) && after >= t.LastSeq) {
-			return stream.Send(&podiumv1.EventsResponse{Task: t.Proto()})
+			return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
 		}
 		select {
 		case <-ctx.Done():
@@ -214,7 +268,11 @@ const MaxMessageBytes = 64 << 10
 // the task to read it: the node writes it to the inbox, and whatever in the task
 // is blocked on a read gets it, in order, once.
 func (s *Service) Send(ctx context.Context, req *connect.Request[podiumv1.SendRequest]) (*connect.Response[podiumv1.SendResponse], error) {
-	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+	t, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := owned(ctx, t, "message"); err != nil {
 		return nil, err
 	}
 	text := req.Msg.GetText()

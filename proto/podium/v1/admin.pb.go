@@ -87,6 +87,9 @@ const (
 	// CALLER_KIND_TOKEN is a caller of the local transport that presented the
 	// API token; the coordinator knows nothing more about it.
 	CallerKind_CALLER_KIND_TOKEN CallerKind = 3
+	// CALLER_KIND_USER is a caller of the local transport that presented a
+	// personal API token (podium user add); login is the user's name.
+	CallerKind_CALLER_KIND_USER CallerKind = 4
 )
 
 // Enum value maps for CallerKind.
@@ -96,12 +99,14 @@ var (
 		1: "CALLER_KIND_PERSON",
 		2: "CALLER_KIND_NODE",
 		3: "CALLER_KIND_TOKEN",
+		4: "CALLER_KIND_USER",
 	}
 	CallerKind_value = map[string]int32{
 		"CALLER_KIND_UNSPECIFIED": 0,
 		"CALLER_KIND_PERSON":      1,
 		"CALLER_KIND_NODE":        2,
 		"CALLER_KIND_TOKEN":       3,
+		"CALLER_KIND_USER":        4,
 	}
 )
 
@@ -1012,7 +1017,12 @@ type WhoAmIResponse struct {
 	DeviceId string   `protobuf:"bytes,4,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
 	Tags     []string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
 	// transport is the coordinator's: local, tailnet or host.
-	Transport     string `protobuf:"bytes,6,opt,name=transport,proto3" json:"transport,omitempty"`
+	Transport string `protobuf:"bytes,6,opt,name=transport,proto3" json:"transport,omitempty"`
+	// role is the caller's role (admin, member or viewer); empty for nodes.
+	Role string `protobuf:"bytes,7,opt,name=role,proto3" json:"role,omitempty"`
+	// role_from says where the role came from: "bootstrap token", "user",
+	// "tailnet grant", "default".
+	RoleFrom      string `protobuf:"bytes,8,opt,name=role_from,json=roleFrom,proto3" json:"role_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1089,6 +1099,668 @@ func (x *WhoAmIResponse) GetTransport() string {
 	return ""
 }
 
+func (x *WhoAmIResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetRoleFrom() string {
+	if x != nil {
+		return x.RoleFrom
+	}
+	return ""
+}
+
+// User is a person known to the coordinator: a name with a personal API
+// token (local transport) or a Tailscale login (tailnet), and a role.
+type User struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_podium_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *User) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *User) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+type AddUserRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a user name (a-z, 0-9, '.', '_', '-', at most 64 bytes) or a
+	// Tailscale login (login@example.com).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddUserRequest) Reset() {
+	*x = AddUserRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddUserRequest) ProtoMessage() {}
+
+func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
+func (*AddUserRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AddUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddUserRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type AddUserResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// token is the user's personal API token, shown exactly once; only its
+	// SHA-256 is stored. On the tailnet it is not needed.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddUserResponse) Reset() {
+	*x = AddUserResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddUserResponse) ProtoMessage() {}
+
+func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
+func (*AddUserResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AddUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *AddUserResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+type ListUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*User                `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListUsersResponse) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type RemoveUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveUserRequest) Reset() {
+	*x = RemoveUserRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveUserRequest) ProtoMessage() {}
+
+func (x *RemoveUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveUserRequest.ProtoReflect.Descriptor instead.
+func (*RemoveUserRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RemoveUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveUserResponse) Reset() {
+	*x = RemoveUserResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveUserResponse) ProtoMessage() {}
+
+func (x *RemoveUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveUserResponse.ProtoReflect.Descriptor instead.
+func (*RemoveUserResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+type SetUserRoleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserRoleRequest) Reset() {
+	*x = SetUserRoleRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserRoleRequest) ProtoMessage() {}
+
+func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserRoleRequest.ProtoReflect.Descriptor instead.
+func (*SetUserRoleRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SetUserRoleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserRoleRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type SetUserRoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserRoleResponse) Reset() {
+	*x = SetUserRoleResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserRoleResponse) ProtoMessage() {}
+
+func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserRoleResponse.ProtoReflect.Descriptor instead.
+func (*SetUserRoleResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetUserRoleResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+// AuditEntry is a row of the audit log: one call that changes something.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// who is the caller's name (as requested_by), role the role it had.
+	Who  string `protobuf:"bytes,3,opt,name=who,proto3" json:"who,omitempty"`
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// transport is local, tailnet or host.
+	Transport string `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
+	// action is the call, e.g. "TaskService.Cancel".
+	Action string `protobuf:"bytes,6,opt,name=action,proto3" json:"action,omitempty"`
+	// target is what it acted on: a task, node or user; empty if nothing in
+	// particular.
+	Target string `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
+	// result is "ok", or the error's code ("permission_denied", "not_found").
+	Result        string `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AuditEntry) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetWho() string {
+	if x != nil {
+		return x.Who
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since leaves out older entries; unset lists from the beginning.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// user narrows the list to one caller's entries.
+	User string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// limit is the most entries returned, newest first; 0 means 100.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListAuditRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -1151,26 +1823,69 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x0f\n" +
-	"\rWhoAmIRequest\"\xb8\x01\n" +
+	"\rWhoAmIRequest\"\xe9\x01\n" +
 	"\x0eWhoAmIResponse\x12)\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x15.podium.v1.CallerKindR\x04kind\x12\x14\n" +
 	"\x05login\x18\x02 \x01(\tR\x05login\x12\x16\n" +
 	"\x06device\x18\x03 \x01(\tR\x06device\x12\x1b\n" +
 	"\tdevice_id\x18\x04 \x01(\tR\bdeviceId\x12\x12\n" +
 	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x1c\n" +
-	"\ttransport\x18\x06 \x01(\tR\ttransport*w\n" +
+	"\ttransport\x18\x06 \x01(\tR\ttransport\x12\x12\n" +
+	"\x04role\x18\a \x01(\tR\x04role\x12\x1b\n" +
+	"\trole_from\x18\b \x01(\tR\broleFrom\"\x88\x01\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\"8\n" +
+	"\x0eAddUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\"L\n" +
+	"\x0fAddUserResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x12\n" +
+	"\x10ListUsersRequest\":\n" +
+	"\x11ListUsersResponse\x12%\n" +
+	"\x05users\x18\x01 \x03(\v2\x0f.podium.v1.UserR\x05users\"'\n" +
+	"\x11RemoveUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12RemoveUserResponse\"<\n" +
+	"\x12SetUserRoleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\":\n" +
+	"\x13SetUserRoleResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\"\xd4\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x10\n" +
+	"\x03who\x18\x03 \x01(\tR\x03who\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1c\n" +
+	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x16\n" +
+	"\x06action\x18\x06 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\a \x01(\tR\x06target\x12\x16\n" +
+	"\x06result\x18\b \x01(\tR\x06result\"n\n" +
+	"\x10ListAuditRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
+	"\x11ListAuditResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.podium.v1.AuditEntryR\aentries*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATUS_ONLINE\x10\x01\x12\x1b\n" +
 	"\x17NODE_STATUS_UNREACHABLE\x10\x02\x12\x17\n" +
-	"\x13NODE_STATUS_OFFLINE\x10\x03*n\n" +
+	"\x13NODE_STATUS_OFFLINE\x10\x03*\x84\x01\n" +
 	"\n" +
 	"CallerKind\x12\x1b\n" +
 	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
-	"\x11CALLER_KIND_TOKEN\x10\x032\x91\x05\n" +
+	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
+	"\x10CALLER_KIND_USER\x10\x042\x86\b\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -1180,7 +1895,13 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"RemoveNode\x12\x1c.podium.v1.RemoveNodeRequest\x1a\x1d.podium.v1.RemoveNodeResponse\"\x00\x12H\n" +
 	"\tRekeyNode\x12\x1b.podium.v1.RekeyNodeRequest\x1a\x1c.podium.v1.RekeyNodeResponse\"\x00\x12?\n" +
-	"\x06WhoAmI\x12\x18.podium.v1.WhoAmIRequest\x1a\x19.podium.v1.WhoAmIResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\x06WhoAmI\x12\x18.podium.v1.WhoAmIRequest\x1a\x19.podium.v1.WhoAmIResponse\"\x00\x12B\n" +
+	"\aAddUser\x12\x19.podium.v1.AddUserRequest\x1a\x1a.podium.v1.AddUserResponse\"\x00\x12H\n" +
+	"\tListUsers\x12\x1b.podium.v1.ListUsersRequest\x1a\x1c.podium.v1.ListUsersResponse\"\x00\x12K\n" +
+	"\n" +
+	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12N\n" +
+	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12H\n" +
+	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -1195,7 +1916,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -1216,42 +1937,71 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*RekeyNodeResponse)(nil),             // 16: podium.v1.RekeyNodeResponse
 	(*WhoAmIRequest)(nil),                 // 17: podium.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),                // 18: podium.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil),         // 19: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 20: podium.v1.Capacity
+	(*User)(nil),                          // 19: podium.v1.User
+	(*AddUserRequest)(nil),                // 20: podium.v1.AddUserRequest
+	(*AddUserResponse)(nil),               // 21: podium.v1.AddUserResponse
+	(*ListUsersRequest)(nil),              // 22: podium.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),             // 23: podium.v1.ListUsersResponse
+	(*RemoveUserRequest)(nil),             // 24: podium.v1.RemoveUserRequest
+	(*RemoveUserResponse)(nil),            // 25: podium.v1.RemoveUserResponse
+	(*SetUserRoleRequest)(nil),            // 26: podium.v1.SetUserRoleRequest
+	(*SetUserRoleResponse)(nil),           // 27: podium.v1.SetUserRoleResponse
+	(*AuditEntry)(nil),                    // 28: podium.v1.AuditEntry
+	(*ListAuditRequest)(nil),              // 29: podium.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),             // 30: podium.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),         // 31: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 32: podium.v1.Capacity
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	19, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	20, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	19, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	19, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	32, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	31, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	31, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	4,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	19, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	2,  // 11: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 12: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 13: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 14: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 15: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 16: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 17: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 18: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	3,  // 19: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 20: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 21: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 22: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 23: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 24: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 25: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 26: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	31, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	19, // 12: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
+	19, // 13: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
+	19, // 14: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
+	31, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	31, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	28, // 17: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
+	2,  // 18: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 19: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 20: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 21: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 22: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 23: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 24: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 25: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 26: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 27: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 28: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 29: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	29, // 30: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	3,  // 31: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 32: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 33: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 34: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 35: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 36: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 37: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 38: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 39: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 40: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 41: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 42: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	30, // 43: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -1266,7 +2016,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -687,7 +687,11 @@ type Task struct {
 	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	RequestedBy string                 `protobuf:"bytes,12,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	// last_seq is the seq of the newest event in the task's log.
-	LastSeq       uint64 `protobuf:"varint,13,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	LastSeq uint64 `protobuf:"varint,13,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// env_hidden is set when the caller may not read this task's env values
+	// (it is someone else's and the caller is not an admin): spec.env then
+	// has the names with empty values.
+	EnvHidden     bool `protobuf:"varint,14,opt,name=env_hidden,json=envHidden,proto3" json:"env_hidden,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -811,6 +815,13 @@ func (x *Task) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *Task) GetEnvHidden() bool {
+	if x != nil {
+		return x.EnvHidden
+	}
+	return false
 }
 
 // LogChunk is a piece of a container's output. offset is the byte position of
@@ -1305,7 +1316,11 @@ type ListRequest struct {
 	// states narrows the list; empty means every state.
 	States []TaskState `protobuf:"varint,1,rep,packed,name=states,proto3,enum=podium.v1.TaskState" json:"states,omitempty"`
 	// limit is the most tasks returned, newest first; 0 means 100.
-	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// mine narrows the list to the caller's own tasks.
+	Mine bool `protobuf:"varint,3,opt,name=mine,proto3" json:"mine,omitempty"`
+	// requested_by narrows the list to the tasks one person submitted.
+	RequestedBy   string `protobuf:"bytes,4,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1352,6 +1367,20 @@ func (x *ListRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ListRequest) GetMine() bool {
+	if x != nil {
+		return x.Mine
+	}
+	return false
+}
+
+func (x *ListRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
 }
 
 type ListResponse struct {
@@ -2242,7 +2271,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2260,7 +2289,9 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12!\n" +
 	"\frequested_by\x18\f \x01(\tR\vrequestedBy\x12\x19\n" +
-	"\blast_seq\x18\r \x01(\x04R\alastSeqB\f\n" +
+	"\blast_seq\x18\r \x01(\x04R\alastSeq\x12\x1d\n" +
+	"\n" +
+	"env_hidden\x18\x0e \x01(\bR\tenvHiddenB\f\n" +
 	"\n" +
 	"_exit_code\"d\n" +
 	"\bLogChunk\x12,\n" +
@@ -2294,10 +2325,12 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"GetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
 	"\vGetResponse\x12#\n" +
-	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"Q\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\x88\x01\n" +
 	"\vListRequest\x12,\n" +
 	"\x06states\x18\x01 \x03(\x0e2\x14.podium.v1.TaskStateR\x06states\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"5\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x12\n" +
+	"\x04mine\x18\x03 \x01(\bR\x04mine\x12!\n" +
+	"\frequested_by\x18\x04 \x01(\tR\vrequestedBy\"5\n" +
 	"\fListResponse\x12%\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0f.podium.v1.TaskR\x05tasks\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +

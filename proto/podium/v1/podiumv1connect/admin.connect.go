@@ -52,6 +52,17 @@ const (
 	AdminServiceRekeyNodeProcedure = "/podium.v1.AdminService/RekeyNode"
 	// AdminServiceWhoAmIProcedure is the fully-qualified name of the AdminService's WhoAmI RPC.
 	AdminServiceWhoAmIProcedure = "/podium.v1.AdminService/WhoAmI"
+	// AdminServiceAddUserProcedure is the fully-qualified name of the AdminService's AddUser RPC.
+	AdminServiceAddUserProcedure = "/podium.v1.AdminService/AddUser"
+	// AdminServiceListUsersProcedure is the fully-qualified name of the AdminService's ListUsers RPC.
+	AdminServiceListUsersProcedure = "/podium.v1.AdminService/ListUsers"
+	// AdminServiceRemoveUserProcedure is the fully-qualified name of the AdminService's RemoveUser RPC.
+	AdminServiceRemoveUserProcedure = "/podium.v1.AdminService/RemoveUser"
+	// AdminServiceSetUserRoleProcedure is the fully-qualified name of the AdminService's SetUserRole
+	// RPC.
+	AdminServiceSetUserRoleProcedure = "/podium.v1.AdminService/SetUserRole"
+	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
+	AdminServiceListAuditProcedure = "/podium.v1.AdminService/ListAudit"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -73,6 +84,16 @@ type AdminServiceClient interface {
 	// WhoAmI says who the coordinator thinks the caller is. Nodes may call it
 	// too.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
+	// People.
+	// AddUser adds a person with a role and returns their personal API token
+	// once.
+	AddUser(context.Context, *connect.Request[v1.AddUserRequest]) (*connect.Response[v1.AddUserResponse], error)
+	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
+	// RemoveUser forgets a person; their token stops working at once.
+	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
+	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// ListAudit reads the audit log, newest first.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -134,6 +155,36 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
 			connect.WithClientOptions(opts...),
 		),
+		addUser: connect.NewClient[v1.AddUserRequest, v1.AddUserResponse](
+			httpClient,
+			baseURL+AdminServiceAddUserProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AddUser")),
+			connect.WithClientOptions(opts...),
+		),
+		listUsers: connect.NewClient[v1.ListUsersRequest, v1.ListUsersResponse](
+			httpClient,
+			baseURL+AdminServiceListUsersProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListUsers")),
+			connect.WithClientOptions(opts...),
+		),
+		removeUser: connect.NewClient[v1.RemoveUserRequest, v1.RemoveUserResponse](
+			httpClient,
+			baseURL+AdminServiceRemoveUserProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RemoveUser")),
+			connect.WithClientOptions(opts...),
+		),
+		setUserRole: connect.NewClient[v1.SetUserRoleRequest, v1.SetUserRoleResponse](
+			httpClient,
+			baseURL+AdminServiceSetUserRoleProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
+			connect.WithClientOptions(opts...),
+		),
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AdminServiceListAuditProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -147,6 +198,11 @@ type adminServiceClient struct {
 	removeNode            *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
 	rekeyNode             *connect.Client[v1.RekeyNodeRequest, v1.RekeyNodeResponse]
 	whoAmI                *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
+	addUser               *connect.Client[v1.AddUserRequest, v1.AddUserResponse]
+	listUsers             *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
+	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
+	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
+	listAudit             *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -189,6 +245,31 @@ func (c *adminServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1
 	return c.whoAmI.CallUnary(ctx, req)
 }
 
+// AddUser calls podium.v1.AdminService.AddUser.
+func (c *adminServiceClient) AddUser(ctx context.Context, req *connect.Request[v1.AddUserRequest]) (*connect.Response[v1.AddUserResponse], error) {
+	return c.addUser.CallUnary(ctx, req)
+}
+
+// ListUsers calls podium.v1.AdminService.ListUsers.
+func (c *adminServiceClient) ListUsers(ctx context.Context, req *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error) {
+	return c.listUsers.CallUnary(ctx, req)
+}
+
+// RemoveUser calls podium.v1.AdminService.RemoveUser.
+func (c *adminServiceClient) RemoveUser(ctx context.Context, req *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error) {
+	return c.removeUser.CallUnary(ctx, req)
+}
+
+// SetUserRole calls podium.v1.AdminService.SetUserRole.
+func (c *adminServiceClient) SetUserRole(ctx context.Context, req *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error) {
+	return c.setUserRole.CallUnary(ctx, req)
+}
+
+// ListAudit calls podium.v1.AdminService.ListAudit.
+func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -208,6 +289,16 @@ type AdminServiceHandler interface {
 	// WhoAmI says who the coordinator thinks the caller is. Nodes may call it
 	// too.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
+	// People.
+	// AddUser adds a person with a role and returns their personal API token
+	// once.
+	AddUser(context.Context, *connect.Request[v1.AddUserRequest]) (*connect.Response[v1.AddUserResponse], error)
+	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
+	// RemoveUser forgets a person; their token stops working at once.
+	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
+	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// ListAudit reads the audit log, newest first.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -265,6 +356,36 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceAddUserHandler := connect.NewUnaryHandler(
+		AdminServiceAddUserProcedure,
+		svc.AddUser,
+		connect.WithSchema(adminServiceMethods.ByName("AddUser")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListUsersHandler := connect.NewUnaryHandler(
+		AdminServiceListUsersProcedure,
+		svc.ListUsers,
+		connect.WithSchema(adminServiceMethods.ByName("ListUsers")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRemoveUserHandler := connect.NewUnaryHandler(
+		AdminServiceRemoveUserProcedure,
+		svc.RemoveUser,
+		connect.WithSchema(adminServiceMethods.ByName("RemoveUser")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetUserRoleHandler := connect.NewUnaryHandler(
+		AdminServiceSetUserRoleProcedure,
+		svc.SetUserRole,
+		connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListAuditHandler := connect.NewUnaryHandler(
+		AdminServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -283,6 +404,16 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRekeyNodeHandler.ServeHTTP(w, r)
 		case AdminServiceWhoAmIProcedure:
 			adminServiceWhoAmIHandler.ServeHTTP(w, r)
+		case AdminServiceAddUserProcedure:
+			adminServiceAddUserHandler.ServeHTTP(w, r)
+		case AdminServiceListUsersProcedure:
+			adminServiceListUsersHandler.ServeHTTP(w, r)
+		case AdminServiceRemoveUserProcedure:
+			adminServiceRemoveUserHandler.ServeHTTP(w, r)
+		case AdminServiceSetUserRoleProcedure:
+			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
+		case AdminServiceListAuditProcedure:
+			adminServiceListAuditHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -322,4 +453,24 @@ func (UnimplementedAdminServiceHandler) RekeyNode(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.WhoAmI is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AddUser(context.Context, *connect.Request[v1.AddUserRequest]) (*connect.Response[v1.AddUserResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.AddUser is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListUsers is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveUser is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserRole is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListAudit is not implemented"))
 }

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+const roleHelp = "admin (everything), member (submit; cancel and message their own tasks) or viewer (read only)"
+
+var userAddCommand = &command{
+	name:     "user add",
+	synopsis: "NAME --role ROLE",
+	summary:  "Add a person and print their personal API token (admin only).",
+	detail: `
+NAME is a user name (a-z, 0-9, '.', '_', '-') or, on a tailnet, the person's
+Tailscale login (alice@example.com). ROLE is ` + roleHelp + `.
+Prints only the token on stdout: give it to the person, who uses it as
+PODIUM_TOKEN (or stores it with "podium login"). The coordinator keeps only
+its SHA-256, so it cannot be shown again; to replace a lost token, remove the
+user and add them again. On a tailnet the token is not needed: the login is
+what names them.`,
+	usageExit: exitUsage,
+	run:       runUserAdd,
+}
+
+var userLsCommand = &command{
+	name:      "user ls",
+	synopsis:  "[--json]",
+	summary:   "List the people the coordinator knows, with their roles (admin only).",
+	usageExit: exitUsage,
+	run:       runUserLs,
+}
+
+var userRmCommand = &command{
+	name:      "user rm",
+	synopsis:  "NAME",
+	summary:   "Remove a person; their token stops working at once (admin only).",
+	usageExit: exitUsage,
+	run:       runUserRm,
+}
+
+var userSetRoleCommand = &command{
+	name:      "user set-role",
+	synopsis:  "NAME ROLE",
+	summary:   "Change a person's role (admin only).",
+	detail:    "\nROLE is " + roleHelp + ". It applies from the person's next call.",
+	usageExit: exitUsage,
+	run:       runUserSetRole,
+}
+
+func runUserAdd(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	role := fs.String("role", "", "the person's `ROLE`: admin, member or viewer")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("want one NAME, got %d arguments", len(rest)))
+	}
+	if *role == "" {
+		return c.usageFailure(cmd, fs, fmt.Errorf("--role: required: %s", roleHelp))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.AddUserResponse], error) {
+		return e.admin.AddUser(ctx, connect.NewRequest(&podiumv1.AddUserRequest{Name: rest[0], Role: *role}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	fmt.Fprintln(c.stdout, resp.Msg.GetToken())
+	fmt.Fprintf(c.stderr, "→ %s is a %s; the token above is shown once\n", resp.Msg.GetUser().GetName(), resp.Msg.GetUser().GetRole())
+	return exitOK
+}
+
+func runUserLs(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListUsersResponse], error) {
+		return e.admin.ListUsers(ctx, connect.NewRequest(&podiumv1.ListUsersRequest{}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	if *asJSON {
+		return writeJSONList(c, resp.Msg.GetUsers())
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLE\tADDED\tBY")
+	now := time.Now()
+	for _, u := range resp.Msg.GetUsers() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.GetName(), u.GetRole(), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy()))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runUserRm(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("want one NAME, got %d arguments", len(rest)))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	if _, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.RemoveUserResponse], error) {
+		return e.admin.RemoveUser(ctx, connect.NewRequest(&podiumv1.RemoveUserRequest{Name: rest[0]}))
+	}); err != nil {
+		return c.failed(cl, err, "")
+	}
+	fmt.Fprintf(c.stderr, "→ removed %s\n", rest[0])
+	return exitOK
+}
+
+func runUserSetRole(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 2 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("want NAME and ROLE, got %d arguments", len(rest)))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SetUserRoleResponse], error) {
+		return e.admin.SetUserRole(ctx, connect.NewRequest(&podiumv1.SetUserRoleRequest{Name: rest[0], Role: rest[1]}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	fmt.Fprintf(c.stderr, "→ %s is now a %s\n", resp.Msg.GetUser().GetName(), resp.Msg.GetUser().GetRole())
+	return exitOK
+}

@@ -1,0 +1,153 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podiumhq/podium/coordinator/access"
+	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// UserTokenPrefix starts every personal API token, so one found in a file or
+// a log can be recognised for what it is.
+const UserTokenPrefix = "podium_ut_"
+
+// AddUser adds a person with a role. Their personal API token is returned
+// once; only its SHA-256 is stored, and it is never logged.
+func (s *Service) AddUser(ctx context.Context, req *connect.Request[podiumv1.AddUserRequest]) (*connect.Response[podiumv1.AddUserResponse], error) {
+	name, role, err := nameAndRole(req.Msg.GetName(), req.Msg.GetRole())
+	if err != nil {
+		return nil, err
+	}
+	token, hash := newUserToken()
+	by := caller(ctx)
+	u, err := s.store.AddUser(ctx, name, string(role), hash, by)
+	switch {
+	case errors.Is(err, store.ErrExists):
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf(
+			"user %s exists: change their role with `podium user set-role %s ROLE`, or remove them and add them again for a new token", name, name))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user added", "user", name, "role", role, "by", by)
+	return connect.NewResponse(&podiumv1.AddUserResponse{User: userProto(u), Token: token}), nil
+}
+
+// ListUsers lists every person the coordinator knows, never their tokens.
+func (s *Service) ListUsers(ctx context.Context, _ *connect.Request[podiumv1.ListUsersRequest]) (*connect.Response[podiumv1.ListUsersResponse], error) {
+	us, err := s.store.ListUsers(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	out := &podiumv1.ListUsersResponse{}
+	for _, u := range us {
+		out.Users = append(out.Users, userProto(u))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// RemoveUser forgets a person; their token stops working with the next call.
+func (s *Service) RemoveUser(ctx context.Context, req *connect.Request[podiumv1.RemoveUserRequest]) (*connect.Response[podiumv1.RemoveUserResponse], error) {
+	name := req.Msg.GetName()
+	if err := access.CheckName(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	err := s.store.RemoveUser(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no user %s (podium user ls lists them)", name))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user removed", "user", name, "by", caller(ctx))
+	return connect.NewResponse(&podiumv1.RemoveUserResponse{}), nil
+}
+
+// SetUserRole changes a person's role, from their next call on.
+func (s *Service) SetUserRole(ctx context.Context, req *connect.Request[podiumv1.SetUserRoleRequest]) (*connect.Response[podiumv1.SetUserRoleResponse], error) {
+	name, role, err := nameAndRole(req.Msg.GetName(), req.Msg.GetRole())
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.store.SetUserRole(ctx, name, string(role))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no user %s: add them with `podium user add %s --role %s`", name, name, role))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user role set", "user", name, "role", role, "by", caller(ctx))
+	return connect.NewResponse(&podiumv1.SetUserRoleResponse{User: userProto(u)}), nil
+}
+
+func nameAndRole(name, role string) (string, access.Role, error) {
+	if err := access.CheckName(name); err != nil {
+		return "", "", connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	r, err := access.ParseRole(role)
+	if err != nil {
+		return "", "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("role: %w", err))
+	}
+	return name, r, nil
+}
+
+func newUserToken() (token string, hash []byte) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("admin: crypto/rand failed: " + err.Error())
+	}
+	token = UserTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(token))
+	return token, h[:]
+}
+
+func caller(ctx context.Context) string {
+	if c, ok := access.Caller(ctx); ok {
+		return c.Name()
+	}
+	return ""
+}
+
+func userProto(u store.User) *podiumv1.User {
+	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy}
+}
+
+// MaxAuditEntries bounds one page of the audit log.
+const MaxAuditEntries = 10000
+
+// ListAudit reads the audit log, newest first.
+func (s *Service) ListAudit(ctx context.Context, req *connect.Request[podiumv1.ListAuditRequest]) (*connect.Response[podiumv1.ListAuditResponse], error) {
+	limit := int(req.Msg.GetLimit())
+	if limit < 0 || limit > MaxAuditEntries {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("limit: want 0 (default 100) to %d", MaxAuditEntries))
+	}
+	user := req.Msg.GetUser()
+	if user != "" && user != "token" {
+		if err := access.CheckName(user); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("user: %w", err))
+		}
+	}
+	var since time.Time
+	if req.Msg.GetSince() != nil {
+		since = req.Msg.GetSince().AsTime()
+	}
+	rows, err := s.store.ListAudit(ctx, since, user, limit)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	out := &podiumv1.ListAuditResponse{}
+	for _, r := range rows {
+		out.Entries = append(out.Entries, &podiumv1.AuditEntry{Id: r.ID, At: timestamppb.New(r.At), Who: r.Who, Role: r.Role,
+			Transport: r.Transport, Action: r.Action, Target: r.Target, Result: r.Result})
+	}
+	return connect.NewResponse(out), nil
+}

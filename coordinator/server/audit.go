@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	"github.com/podiumhq/podium/coordinator/access"
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tailnet"
+)
+
+// auditor gives every call that changes something (access.Mutating) its
+// audit row. It goes outside the role check, so that refusals are recorded
+// too, and puts the row in the call's context, where the store writes it in
+// the transaction that makes the change (requestedBy, inside the role
+// check, fills in who and the role they were given). A call that failed or
+// was refused gets its row here, with the error's code as result; so does
+// one that succeeded without the store having written it.
+type auditor struct {
+	store     *store.Store
+	transport string
+	log       *slog.Logger
+}
+
+func (au auditor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		proc := req.Spec().Procedure
+		if !access.Mutating(proc) {
+			return next(ctx, req)
+		}
+		a := &store.Audit{Action: access.Action(proc), Transport: au.transport, Target: target(req.Any())}
+		if c, ok := tailnet.CallerFrom(ctx); ok {
+			a.Who, a.Role = c.Name(), c.Role
+		}
+		res, err := next(store.WithAudit(ctx, a), req)
+		if a.Written() {
+			return res, err
+		}
+		result := "ok"
+		if err != nil {
+			result = connect.CodeOf(err).String()
+		}
+		if werr := au.store.WriteAudit(context.WithoutCancel(ctx), a, result); werr != nil {
+			au.log.Error("audit row not written", "action", a.Action, "who", a.Who, "target", a.Target, "result", result, "err", werr)
+		}
+		return res, err
+	}
+}
+
+func (auditor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler passes streams through: none of them changes
+// anything (Events and DownloadArtifact read).
+func (auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// target is what a request acts on: a task, node or user.
+func target(msg any) string {
+	switch m := msg.(type) {
+	case interface{ GetNodeId() string }:
+		return m.GetNodeId()
+	case interface{ GetId() string }:
+		return m.GetId()
+	case interface{ GetName() string }:
+		return m.GetName()
+	}
+	return ""
+}

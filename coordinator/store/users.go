@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// User is a row of podium.users: a person, their role and who added them.
+// The token's hash is never read back out.
+type User struct {
+	Name      string
+	Role      string
+	CreatedAt time.Time
+	CreatedBy string
+}
+
+// ErrExists means a row with that key is already there.
+var ErrExists = errors.New("already exists")
+
+// AddUser stores a user with the SHA-256 of their personal token.
+func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte, by string) (User, error) {
+	var u User
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
+			values ($1, $2, $3, $4) returning name, role, created_at, created_by`, name, role, tokenHash, by).
+			Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" {
+		return u, ErrExists
+	}
+	return u, err
+}
+
+// ListUsers lists every user by name.
+func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
+	rows, err := s.pool.Query(ctx, `select name, role, created_at, created_by from podium.users order by name`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) {
+		var u User
+		return u, r.Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	})
+}
+
+// RemoveUser deletes a user; ErrNotFound when there is none.
+func (s *Store) RemoveUser(ctx context.Context, name string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `delete from podium.users where name = $1`, name)
+		if err == nil && tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return err
+	})
+}
+
+// SetUserRole changes a user's role; ErrNotFound when there is none.
+func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error) {
+	var u User
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
+			returning name, role, created_at, created_by`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return u, ErrNotFound
+	}
+	return u, err
+}
+
+// UserByTokenHash finds the user whose personal token hashes to h;
+// ErrNotFound when nobody's does.
+func (s *Store) UserByTokenHash(ctx context.Context, h []byte) (User, error) {
+	return s.userWhere(ctx, "token_hash = $1", h)
+}
+
+// UserByName finds a user (a Tailscale login on the tailnet); ErrNotFound
+// when there is none.
+func (s *Store) UserByName(ctx context.Context, name string) (User, error) {
+	return s.userWhere(ctx, "name = $1", name)
+}
+
+func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
+	var u User
+	err := s.pool.QueryRow(ctx, `select name, role, created_at, created_by from podium.users where `+where, arg).
+		Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return u, ErrNotFound
+	}
+	return u, err
+}
+
+// DeviceNode returns the id of the node bound to a Tailscale device, or ""
+// when none is.
+func (s *Store) DeviceNode(ctx context.Context, deviceID string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `select id from podium.nodes where tailscale_device_id = $1 limit 1`, deviceID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// UserRole returns the role of the user called name; ok is false when there
+// is no such user.
+func (s *Store) UserRole(ctx context.Context, name string) (role string, ok bool, err error) {
+	u, err := s.UserByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	}
+	return u.Role, err == nil, err
+}
