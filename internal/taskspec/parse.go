@@ -42,6 +42,14 @@ type specFile struct {
 	AllowEgress     []string           `yaml:"allow_egress"`
 	User            string             `yaml:"user"`
 	OutputLimit     specSize           `yaml:"output_limit"`
+	Secrets         []specSecret       `yaml:"secrets"`
+}
+
+// specSecret names a stored secret and where the task receives it.
+type specSecret struct {
+	Name string `yaml:"name"`
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
 }
 
 type specSidecar struct {
@@ -242,6 +250,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	spec.Artifacts = f.Artifacts
 	spec.AllowEgress = f.AllowEgress
 	spec.User = f.User
+	for _, sr := range f.Secrets {
+		spec.Secrets = append(spec.Secrets, &podiumv1.SecretRef{Name: sr.Name, Env: sr.Env, File: sr.File})
+	}
 	return spec, nil
 }
 
@@ -494,6 +505,7 @@ var sections = []section{
 	{"resources", "resources", reflect.TypeFor[specResources]()},
 	{"", "a sidecar", reflect.TypeFor[specSidecar]()},
 	{"", "readiness", reflect.TypeFor[specReadiness]()},
+	{"", "a secret", reflect.TypeFor[specSecret]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.
