@@ -238,7 +238,11 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 		if err != nil {
 			return nil, nil, err
 		}
-		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked})
+		adopt := &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked}
+		if held {
+			adopt.Secrets = s.adoptSecrets(ctx, node.ID, r.GetTaskId())
+		}
+		ack.Adopt = append(ack.Adopt, adopt)
 		if !held {
 			s.log.Warn("node reports a task the control plane no longer holds there; cancelling it",
 				"node", node.ID, "task", r.GetTaskId(), "attempt", r.GetAttempt())
@@ -459,4 +463,22 @@ func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {
 		return TaskCost{}
 	}
 	return costOfSpec(t.Spec)
+}
+
+// adoptSecrets resolves again the secrets of a task the node keeps, so that
+// an agent that restarted goes on redacting them from the task's output. They
+// go only to the node holding the attempt. A secret that no longer resolves
+// (deleted since) is left out with a warning: the task already has its
+// value, and failing a running task for it would help nobody.
+func (s *Service) adoptSecrets(ctx context.Context, nodeID, taskID string) []*podiumv1.SecretValue {
+	t, err := s.store.GetTask(ctx, taskID)
+	if err != nil || len(t.Spec.GetSecrets()) == 0 {
+		return nil
+	}
+	vals, err := s.secrets.Resolve(ctx, t.Spec.GetSecrets())
+	if err != nil {
+		s.log.Warn("secrets of an adopted task cannot be resolved; the node cannot redact them", "node", nodeID, "task", taskID, "error", err)
+		return nil
+	}
+	return vals
 }
