@@ -84,6 +84,10 @@ func TestSecretCommandsOnARealCoordinator(t *testing.T) {
 	if code != 0 || strings.Contains(out, value) || !strings.Contains(out, `"DB_PASSWORD"`) || !strings.Contains(out, `"KEY"`) {
 		t.Fatalf("task get --json: exit %d; want the secrets' names and variables, never a value:\n%s", code, out)
 	}
+	code, out, _ = podium("", "task", "get", id)
+	if code != 0 || strings.Contains(out, value) || !strings.Contains(out, "db-password as $DB_PASSWORD, deploy-key as $KEY") {
+		t.Fatalf("task get: exit %d; want the secrets' names and variables, never a value:\n%s", code, out)
+	}
 	if code, _, errOut := podium("", "secret", "rm", "deploy-key"); code != 0 || !strings.Contains(errOut, "secret deploy-key deleted") {
 		t.Fatalf("secret rm: exit %d:\n%s", code, errOut)
 	}
