@@ -160,3 +160,57 @@ func TestSetSecretRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A node that comes back holding a task whose secret was deleted meanwhile
+// keeps the task (it already has the value), is sent the secrets that still
+// exist, and the coordinator's log says which task it cannot redact for.
+// A value of exactly 64 KiB goes through the API.
+func TestAdoptAfterASecretWasDeleted(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	var logs syncBuffer
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	big := bytes.Repeat([]byte("k"), 64<<10)
+	for name, v := range map[string][]byte{"kept": big, "deleted": []byte("value-deleted")} {
+		if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: name, Value: v})); err != nil {
+			t.Fatalf("SetSecret %s (%d bytes): %v", name, len(v), err)
+		}
+	}
+	id, key := enroll(t, r)
+	node, _ := connectNode(t, ctx, r, id, key)
+	task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Secrets: []*podiumv1.SecretRef{{Name: "kept"}, {Name: "deleted", File: "d"}}})
+	a := assignOf(t, node)
+	if len(a.Secrets) != 2 || !bytes.Equal(a.Secrets[0].Value, big) || a.Secrets[0].Env != "KEPT" || string(a.Secrets[1].Value) != "value-deleted" {
+		t.Fatalf("Assign secrets %v, want kept (64 KiB, as KEPT) and deleted", a.Secrets)
+	}
+	node.send(t, status(task, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil))
+	waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_RUNNING)
+	cancelStream(node)
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "deleted"})); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.Eventually(t, 10*time.Second, "the session to end", func() bool {
+		ns, _ := r.Admin().ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+		return ns != nil && ns.Msg.Nodes[0].Replica == ""
+	})
+	st := r.NodeClient().Stream(ctx)
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
+		NodeId: id, NodeKey: key, Running: []*podiumv1.RunningTask{{TaskId: task, Attempt: a.Attempt, LastSeq: 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Receive()
+	if err != nil {
+		t.Fatalf("waiting for the HelloAck: %v", err)
+	}
+	adopt := m.GetHelloAck().GetAdopt()
+	if len(adopt) != 1 || !adopt[0].Keep || len(adopt[0].Secrets) != 1 || adopt[0].Secrets[0].Name != "kept" || !bytes.Equal(adopt[0].Secrets[0].Value, big) {
+		t.Fatalf("adopt %v, want the task kept with the secret that still exists", adopt)
+	}
+	if l := logs.String(); !strings.Contains(l, "no longer exist") || !strings.Contains(l, "secrets=[deleted]") || !strings.Contains(l, task) || strings.Contains(l, "value-deleted") {
+		t.Fatalf("the log should name the task whose deleted secret cannot be resent, and no value:\n%s", l)
+	}
+}

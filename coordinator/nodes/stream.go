@@ -14,6 +14,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -467,15 +468,23 @@ func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {
 
 // adoptSecrets resolves again the secrets of a task the node keeps, so that
 // an agent that restarted goes on redacting them from the task's output. They
-// go only to the node holding the attempt. A secret that no longer resolves
-// (deleted since) is left out with a warning: the task already has its
-// value, and failing a running task for it would help nobody.
+// go only to the node holding the attempt. A secret that no longer exists
+// (deleted since) is left out with a warning and the others are still sent:
+// the task already has its value, and failing a running task for it would
+// help nobody.
 func (s *Service) adoptSecrets(ctx context.Context, nodeID, taskID string) []*podiumv1.SecretValue {
 	t, err := s.store.GetTask(ctx, taskID)
-	if err != nil || len(t.Spec.GetSecrets()) == 0 {
+	refs := t.Spec.GetSecrets()
+	if err != nil || len(refs) == 0 {
 		return nil
 	}
-	vals, err := s.secrets.Resolve(ctx, t.Spec.GetSecrets())
+	vals, err := s.secrets.Resolve(ctx, refs)
+	var missing *secrets.MissingError
+	if errors.As(err, &missing) {
+		s.log.Warn("secrets of an adopted task no longer exist; the node cannot redact them", "node", nodeID, "task", taskID, "secrets", missing.Names)
+		refs = slices.DeleteFunc(slices.Clone(refs), func(r *podiumv1.SecretRef) bool { return slices.Contains(missing.Names, r.GetName()) })
+		vals, err = s.secrets.Resolve(ctx, refs)
+	}
 	if err != nil {
 		s.log.Warn("secrets of an adopted task cannot be resolved; the node cannot redact them", "node", nodeID, "task", taskID, "error", err)
 		return nil
