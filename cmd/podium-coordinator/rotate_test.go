@@ -54,15 +54,17 @@ func TestServeRefusesStoredSecretsWithoutTheirKey(t *testing.T) {
 	}
 	for _, c := range []struct {
 		env  []string
+		args []string
 		says string
 	}{
-		{base, "holds 1 secret(s) and this coordinator has no secrets key: start it with PODIUM_SECRETS_KEY_FILE"},
-		{append(base, "PODIUM_SECRETS_KEY_FILE="+coordtest.KeyFile(t)), "secrets rotate"},
-		{append(base, "PODIUM_SECRETS_KEY_FILE="+open), "chmod 600"},
+		{base, nil, "holds 1 secret(s) and this coordinator has no secrets key: start it with PODIUM_SECRETS_KEY_FILE"},
+		{append(base, "PODIUM_SECRETS_KEY_FILE="+coordtest.KeyFile(t)), nil, "secrets rotate"},
+		{base, []string{"--secrets-key-file", coordtest.KeyFile(t)}, "secrets rotate"},
+		{append(base, "PODIUM_SECRETS_KEY_FILE="+open), nil, "chmod 600"},
 	} {
-		out, code := coordinator(t, c.env, "serve", "--listen", "127.0.0.1:0")
+		out, code := coordinator(t, c.env, append([]string{"serve", "--listen", "127.0.0.1:0"}, c.args...)...)
 		if code != 1 || !strings.Contains(out, c.says) {
-			t.Errorf("serve with %s: exit %d, want 1 and a refusal saying %q:\n%s", c.env[2:], code, c.says, out)
+			t.Errorf("serve %s with %s: exit %d, want 1 and a refusal saying %q:\n%s", c.args, c.env[2:], code, c.says, out)
 		}
 	}
 }
