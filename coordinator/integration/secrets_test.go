@@ -136,6 +136,23 @@ func TestTaskNamingAMissingSecret(t *testing.T) {
 	if !strings.Contains(got.Reason, "no secret named short-lived") {
 		t.Fatalf("reason %q, want it to name the missing secret", got.Reason)
 	}
+	// A follower sees it end with that reason, as `podium run` would.
+	ev, err := r.Tasks().Events(ctx, connect.NewRequest(&podiumv1.EventsRequest{Id: task, Follow: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var final *podiumv1.StatusChange
+	for ev.Receive() {
+		if s := ev.Msg().GetEvent().GetStatus(); s != nil {
+			final = s
+		}
+	}
+	if err := ev.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if final == nil || final.State != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(final.Reason, "no secret named short-lived") {
+		t.Fatalf("the task's log ends with %v, want failed naming the missing secret", final)
+	}
 }
 
 // The admin API refuses bad names and values with what to do, and a

@@ -170,8 +170,7 @@ func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, 
 		return cause
 	}
 	reason := "secrets: " + cause.Error()
-	moved, err := d.store.Transition(ctx, store.Transition{TaskID: c.TaskID, From: []string{store.Scheduled}, To: store.Failed,
-		Attempt: c.TaskAttempt, Reason: &reason})
+	moved, err := d.store.FailAssignment(ctx, c.TaskID, c.TaskAttempt, reason)
 	if err != nil {
 		return err
 	}

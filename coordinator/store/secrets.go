@@ -157,3 +157,24 @@ func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (Secre
 	}
 	return n, nil
 }
+
+// FailAssignment fails a scheduled task whose assignment cannot be built
+// (a secret it names was deleted after it was submitted), in one
+// transaction: the task ends failed with reason, its attempt is finished,
+// and its log says so, as a revoked assignment's would. It reports whether
+// the task was still scheduled on that attempt (else nothing is changed).
+func (s *Store) FailAssignment(ctx context.Context, taskID string, attempt int32, reason string) (bool, error) {
+	var moved bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		moved, err = transitionTask(ctx, tx, Transition{TaskID: taskID, From: []string{Scheduled}, To: Failed, Attempt: attempt, Reason: &reason})
+		if err != nil || !moved {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", taskID, attempt); err != nil {
+			return err
+		}
+		return appendStatus(ctx, tx, taskID, attempt, Failed, reason, nil, 0)
+	})
+	return moved, err
+}
