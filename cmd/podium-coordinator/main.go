@@ -41,6 +41,7 @@ func usage(w io.Writer) {
 commands:
   serve     serve the Podium API and node streams
   migrate   apply the database schema and exit
+  secrets rotate --new-key-file F   reseal every stored secret under a new key
   healthcheck  exit 0 if a coordinator's /readyz answers 200 (for container HEALTHCHECKs)
   version   print the version
 
@@ -158,6 +159,8 @@ func run(args []string, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "migrate":
 		return migrate(args[1:], stderr)
+	case "secrets":
+		return secretsCmd(args[1:], stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version":
@@ -255,6 +258,7 @@ func serve(args []string, stderr io.Writer) int {
 		given[f.flag] = fs.Duration(f.flag, val, f.usage+"; stored for every replica; unset: the stored value, else "+f.def.String()+" ("+f.env+")")
 	}
 	ts := tailnetFlags(fs)
+	secretsKey := fs.String("secrets-key-file", env("PODIUM_SECRETS_KEY_FILE", ""), "file of 32 random bytes (mode 0600) that secrets are sealed under: `head -c 32 /dev/urandom > key` (PODIUM_SECRETS_KEY_FILE); without it secrets cannot be set, and the coordinator refuses to start while any are stored")
 	var art artifacts.Config
 	fs.StringVar(&art.Endpoint, "s3-endpoint", env("PODIUM_S3_ENDPOINT", ""), "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused")
 	fs.StringVar(&art.Bucket, "s3-bucket", env("PODIUM_S3_BUCKET", "podium-artifacts"), "bucket for artifacts, created if missing (PODIUM_S3_BUCKET)")
@@ -333,7 +337,7 @@ func serve(args []string, stderr io.Writer) int {
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
-		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th,
+		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	srv, err := server.New(ctx, cfg)

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
 )
 
 // TestMain lets a test run this command's main in a process of its own, with
@@ -15,7 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PODIUM_COORDINATOR_TEST_MAIN") != "" {
 		os.Exit(run(os.Args[1:], os.Stderr))
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m)
 }
 
 // coordinator runs podium-coordinator with args and the environment given (and

@@ -33,7 +33,8 @@ and command; put "--" before it when it has flags of its own.
 Flags override the fields of --spec: --image, --timeout, --priority, --user,
 --pull and --output-limit replace theirs, --env sets one variable each (replacing the
 file's value for that key), --label adds to the file's labels, --cap-add to
-its capabilities, --allow-egress to its allow_egress, and CMD replaces its
+its capabilities, --allow-egress to its allow_egress, --secret to its
+secrets (replacing the file's entry for that secret), and CMD replaces its
 command. Sidecars and artifacts (globs) are given in the spec file only.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
@@ -48,6 +49,12 @@ and the task then runs only on nodes that permit it (podium-agent
 --pull says when the node pulls the image: if-not-present, always (a
 re-pushed tag is picked up) or never; without it, always for :latest or no
 tag, if-not-present otherwise.
+--secret NAME[=ENV] gives the task a secret an admin stored with podium
+secret set, in the variable ENV (default: NAME upper-cased with - as _, so
+db-password is DB_PASSWORD); a spec file can also put one in a file under
+/run/secrets. Only the name is stored with the task; a task naming a secret
+that does not exist is refused. The value is visible to whoever can run
+docker inspect on the node.
 
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
@@ -80,6 +87,7 @@ type runOptions struct {
 	labels   stringList
 	capAdd   stringList
 	egress   stringList
+	secrets  stringList
 	detach   bool
 	quiet    bool
 	command  []string
@@ -99,6 +107,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.Var(&o.labels, "label", "run only on a node with the `LABEL`, key or key=value (repeatable)")
 	fs.Var(&o.capAdd, "cap-add", "add the Linux capability `CAP` back, e.g. NET_BIND_SERVICE (repeatable)")
 	fs.Var(&o.egress, "allow-egress", "let the task reach the `CIDR` range, which nodes block by default (repeatable; only nodes that permit it run the task)")
+	fs.Var(&o.secrets, "secret", "give the task the stored secret `NAME[=ENV]` (podium secret set) in the variable ENV, by default NAME upper-cased with - as _ (repeatable)")
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
@@ -154,6 +163,15 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			spec.Env = map[string]string{}
 		}
 		spec.Env[k] = v
+	}
+	for _, v := range o.secrets {
+		ref, err := taskspec.ParseSecretFlag(v)
+		if err != nil {
+			return nil, err
+		}
+		// The flag replaces the file's reference to the same secret.
+		spec.Secrets = slices.DeleteFunc(spec.Secrets, func(r *podiumv1.SecretRef) bool { return r.GetName() == ref.GetName() })
+		spec.Secrets = append(spec.Secrets, ref)
 	}
 	for _, l := range o.labels {
 		if problem := taskspec.LabelProblem(l); problem != "" {

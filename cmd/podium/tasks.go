@@ -180,6 +180,9 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		slices.Sort(keys)
 		line("env", strings.Join(keys, ", ")+" (values not shown)")
 	}
+	if refs := s.GetSecrets(); len(refs) > 0 {
+		line("secrets", secretsText(refs))
+	}
 	line("working dir", s.GetWorkingDir())
 	line("labels", strings.Join(s.GetLabels(), ", "))
 	line("resources", resourcesText(s.GetResources()))
@@ -362,4 +365,22 @@ func shellJoin(args []string) string {
 		}
 	}
 	return strings.Join(quoted, " ")
+}
+
+// secretsText names a task's secrets and where it receives each, e.g.
+// "db-password as $PGPASSWORD, deploy-key in /run/secrets/deploy.pem". The
+// API has no values to show.
+func secretsText(refs []*podiumv1.SecretRef) string {
+	parts := make([]string, 0, len(refs))
+	for _, r := range refs {
+		var where []string
+		if r.GetEnv() != "" {
+			where = append(where, "as $"+r.GetEnv())
+		}
+		if r.GetFile() != "" {
+			where = append(where, "in /run/secrets/"+r.GetFile())
+		}
+		parts = append(parts, r.GetName()+" "+strings.Join(where, " and "))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -24,9 +25,10 @@ const DefaultTokenTTL = time.Hour
 
 // Service implements podium.v1.AdminService.
 type Service struct {
-	cfg   Config
-	store *store.Store
-	log   *slog.Logger
+	cfg     Config
+	store   *store.Store
+	secrets *secrets.Vault
+	log     *slog.Logger
 }
 
 // Config is what the admin service reports about the coordinator.
@@ -39,12 +41,18 @@ type Config struct {
 // Deps are what the admin service works with.
 type Deps struct {
 	Store *store.Store
-	Log   *slog.Logger
+	// Secrets seals and stores secrets; nil means a vault without a key.
+	Secrets *secrets.Vault
+	Log     *slog.Logger
 }
 
 // NewService returns the admin service.
 func NewService(cfg Config, deps Deps) *Service {
-	return &Service{cfg: cfg, store: deps.Store, log: deps.Log}
+	v := deps.Secrets
+	if v == nil {
+		v = secrets.NewVault(nil, deps.Store)
+	}
+	return &Service{cfg: cfg, store: deps.Store, secrets: v, log: deps.Log}
 }
 
 // CreateEnrollmentToken makes a single-use token. The token is shown once;

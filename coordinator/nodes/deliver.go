@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/podiumhq/podium/coordinator/groupcommit"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -22,12 +23,13 @@ var errBacklogged = errors.New("nodes: the node's outgoing queue is full")
 // and one statement marks them delivered against each session's epoch.
 type deliverer struct {
 	store   *store.Store
+	secrets *secrets.Vault
 	log     *slog.Logger
 	batcher *groupcommit.Batcher[*Session, error]
 }
 
-func newDeliverer(st *store.Store, log *slog.Logger) *deliverer {
-	d := &deliverer{store: st, log: log}
+func newDeliverer(st *store.Store, vault *secrets.Vault, log *slog.Logger) *deliverer {
+	d := &deliverer{store: st, secrets: vault, log: log}
 	d.batcher = groupcommit.New(groupcommit.Config[*Session, error]{Flush: d.deliver})
 	return d
 }
@@ -119,7 +121,11 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		if !onNode || c.TaskState != store.Scheduled {
 			return nil, nil // revoked or moved on before delivery
 		}
-		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq}
+		vals, err := d.secrets.Resolve(ctx, c.TaskSpec.GetSecrets())
+		if err != nil {
+			return nil, d.failUnresolved(ctx, c, err)
+		}
+		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq, Secrets: vals}
 		// Debug, not Info: at thousands of tasks a second one line per
 		// assignment is a real share of the replica's CPU, and the task's
 		// own log and `podium task get` say where it went.
@@ -150,4 +156,28 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 			TaskId: c.TaskID, Attempt: c.TaskAttempt, MessageId: c.ID, Text: c.Text}}}, nil
 	}
 	return nil, fmt.Errorf("unknown command kind %q", c.Kind)
+}
+
+// failUnresolved ends a task whose secrets cannot be resolved for its
+// assignment (one was deleted after it was submitted, or the coordinator has
+// no key): sending it without them would run it without what it asked for,
+// and holding the node's delivery back would stop its other commands. The
+// task fails with a reason naming what to do; nothing is sent. It returns
+// only errors of the store, which retry the delivery as any other does.
+func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, cause error) error {
+	var missing *secrets.MissingError
+	if !errors.As(cause, &missing) && !errors.Is(cause, secrets.ErrNoKey) && !errors.Is(cause, secrets.ErrWrongKey) {
+		return cause
+	}
+	reason := "secrets: " + cause.Error()
+	moved, err := d.store.FailAssignment(ctx, c.TaskID, c.TaskAttempt, reason)
+	if err != nil {
+		return err
+	}
+	if moved {
+		d.log.Warn("task failed: its secrets cannot be resolved", "task", c.TaskID, "error", cause)
+		_ = d.store.Notify(ctx, store.ChannelTaskEvents, c.TaskID)
+		_ = d.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
+	}
+	return nil
 }

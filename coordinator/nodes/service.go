@@ -12,6 +12,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 )
 
@@ -80,6 +81,8 @@ type Service struct {
 	leases *lease.Keeper
 	log    *slog.Logger
 	reg    *Registry
+	// secrets resolves task secrets for assignments and adoptions.
+	secrets *secrets.Vault
 
 	hbMu  sync.Mutex
 	beats map[string]store.Heartbeat
@@ -112,7 +115,10 @@ type Deps struct {
 	// Artifacts stores uploads; nil refuses them as not configured, and the
 	// node service still serves everything else.
 	Artifacts *artifacts.Service
-	Log       *slog.Logger
+	// Secrets opens the values of the secrets a task names, for its
+	// assignment and its adoption; nil is a vault without a key.
+	Secrets *secrets.Vault
+	Log     *slog.Logger
 }
 
 // NewService returns the node service. Sessions can store nothing until Run.
@@ -122,10 +128,14 @@ func NewService(cfg Config, deps Deps) *Service {
 	if reg == nil {
 		reg = NewRegistry()
 	}
+	vault := deps.Secrets
+	if vault == nil {
+		vault = secrets.NewVault(nil, deps.Store)
+	}
 	return &Service{cfg: cfg, store: deps.Store, bus: deps.Bus, leases: deps.Leases, log: deps.Log, reg: reg,
-		metrics: deps.Metrics, artifacts: deps.Artifacts,
+		metrics: deps.Metrics, artifacts: deps.Artifacts, secrets: vault,
 		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(deps.Store, deps.Metrics, deps.Log), deliverer: newDeliverer(deps.Store, deps.Log),
+		ingester: newIngester(deps.Store, deps.Metrics, deps.Log), deliverer: newDeliverer(deps.Store, vault, deps.Log),
 		fleetBell: make(chan struct{}, 1)}
 }
 

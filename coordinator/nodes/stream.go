@@ -14,6 +14,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -238,7 +239,11 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 		if err != nil {
 			return nil, nil, err
 		}
-		ack.Adopt = append(ack.Adopt, &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked})
+		adopt := &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked}
+		if held {
+			adopt.Secrets = s.adoptSecrets(ctx, node.ID, r.GetTaskId())
+		}
+		ack.Adopt = append(ack.Adopt, adopt)
 		if !held {
 			s.log.Warn("node reports a task the control plane no longer holds there; cancelling it",
 				"node", node.ID, "task", r.GetTaskId(), "attempt", r.GetAttempt())
@@ -459,4 +464,30 @@ func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {
 		return TaskCost{}
 	}
 	return costOfSpec(t.Spec)
+}
+
+// adoptSecrets resolves again the secrets of a task the node keeps, so that
+// an agent that restarted goes on redacting them from the task's output. They
+// go only to the node holding the attempt. A secret that no longer exists
+// (deleted since) is left out with a warning and the others are still sent:
+// the task already has its value, and failing a running task for it would
+// help nobody.
+func (s *Service) adoptSecrets(ctx context.Context, nodeID, taskID string) []*podiumv1.SecretValue {
+	t, err := s.store.GetTask(ctx, taskID)
+	refs := t.Spec.GetSecrets()
+	if err != nil || len(refs) == 0 {
+		return nil
+	}
+	vals, err := s.secrets.Resolve(ctx, refs)
+	var missing *secrets.MissingError
+	if errors.As(err, &missing) {
+		s.log.Warn("secrets of an adopted task no longer exist; the node cannot redact them", "node", nodeID, "task", taskID, "secrets", missing.Names)
+		refs = slices.DeleteFunc(slices.Clone(refs), func(r *podiumv1.SecretRef) bool { return slices.Contains(missing.Names, r.GetName()) })
+		vals, err = s.secrets.Resolve(ctx, refs)
+	}
+	if err != nil {
+		s.log.Warn("secrets of an adopted task cannot be resolved; the node cannot redact them", "node", nodeID, "task", taskID, "error", err)
+		return nil
+	}
+	return vals
 }

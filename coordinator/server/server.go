@@ -26,6 +26,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/coordinator/tasks"
@@ -84,7 +85,11 @@ type Config struct {
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
 	Artifacts artifacts.Config
-	Logger    *slog.Logger
+	// SecretsKeyFile is the file of 32 random bytes stored secrets are
+	// sealed under (package coordinator/secrets). Without one secrets cannot
+	// be set, and the replica refuses to start while any are stored.
+	SecretsKeyFile string
+	Logger         *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -147,6 +152,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var secretsKey *secrets.Key
+	if cfg.SecretsKeyFile != "" {
+		var err error
+		if secretsKey, err = secrets.LoadKeyFile(cfg.SecretsKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, err
 	}
@@ -154,6 +166,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := secrets.CheckStartup(ctx, secretsKey, st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	vault := secrets.NewVault(secretsKey, st)
 	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
 		AckDeadline: cfg.Scheduler.AckDeadline, WriteOffAfter: cfg.Scheduler.WriteOffAfter})
 	if cfg.Nodes.HeartbeatInterval == 0 {
@@ -198,12 +215,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
 	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
-		Metrics: m, Artifacts: arts, Log: log})
+		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Log: log})
-	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Log: log})
+	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 
 	mux := http.NewServeMux()
 	people := connect.WithHandlerOptions(s.apiAuth, compressLarge, readLimits(PeopleReadMaxBytes), tasks.StrictJSON())

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -65,7 +66,9 @@ type CallerKey struct{}
 // Submit validates a spec, stores the task queued and wakes the scheduler.
 // A spec that is not valid is refused with the field named and nothing stored.
 // Validation is per call, before the task joins a batch, so that one bad spec
-// never fails the others stored with it.
+// never fails the others stored with it. A spec naming a secret that is not
+// stored is refused too: only the names are stored, the values are read
+// when the task is assigned.
 func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.SubmitRequest]) (*connect.Response[podiumv1.SubmitResponse], error) {
 	spec := req.Msg.GetSpec()
 	if spec == nil {
@@ -73,6 +76,20 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	}
 	if err := taskspec.Validate(spec); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if refs := spec.GetSecrets(); len(refs) > 0 {
+		names := make([]string, len(refs))
+		for i, r := range refs {
+			names[i] = r.GetName()
+		}
+		missing, err := s.store.MissingSecrets(ctx, names)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, err)
+		}
+		if len(missing) > 0 {
+			return nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("spec.secrets: no secret named %s: an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
+		}
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
 	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx)}

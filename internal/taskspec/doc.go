@@ -41,6 +41,10 @@
 //	  - .podium/artifacts/**         # the default, kept when widening
 //	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
 //	pull: if-not-present             # or always, never; absent: always for :latest or no tag, else if-not-present
+//	secrets:                         # stored secrets (podium secret set) the task receives (see below)
+//	  - {name: db-password, env: PGPASSWORD}   # as a variable
+//	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
+//	  - name: api-token              # neither: the variable API_TOKEN
 //	sidecars:                        # helper containers beside the task (see below)
 //	  - name: db                     # required: the host name the task reaches it by
 //	    image: postgres:16           # required: the sidecar's container image
@@ -214,6 +218,18 @@
 // refused, not rounded. The task is only placed on a node whose operator
 // permits every range listed (podium-agent --permit-egress); the agent
 // checks again and refuses the task if it does not.
+//
+// # Secrets
+//
+// secrets names stored secrets (`podium secret set NAME`), at most
+// MaxSecrets of them: name is the secret's (DNS-style: lower-case letters,
+// digits and '-', at most 63 bytes), env the variable the task reads it from
+// ([A-Za-z_][A-Za-z0-9_]*, not also in env), file a plain file name under
+// /run/secrets (letters, digits and . _ -, not starting with '.'). One with
+// neither gets the variable DefaultSecretEnv(name): db-password becomes
+// DB_PASSWORD. Only the names are stored with the task; the coordinator
+// resolves the values into the node's assignment, and refuses a task naming
+// a secret that does not exist.
 //
 // # Errors
 //

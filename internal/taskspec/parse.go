@@ -43,6 +43,14 @@ type specFile struct {
 	User            string             `yaml:"user"`
 	OutputLimit     specSize           `yaml:"output_limit"`
 	Pull            string             `yaml:"pull"`
+	Secrets         []specSecret       `yaml:"secrets"`
+}
+
+// specSecret names a stored secret and where the task receives it.
+type specSecret struct {
+	Name string `yaml:"name"`
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
 }
 
 type specSidecar struct {
@@ -246,6 +254,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	spec.AllowEgress = f.AllowEgress
 	spec.User = f.User
 	spec.Pull = f.Pull
+	for _, sr := range f.Secrets {
+		spec.Secrets = append(spec.Secrets, &podiumv1.SecretRef{Name: sr.Name, Env: sr.Env, File: sr.File})
+	}
 	return spec, nil
 }
 
@@ -498,6 +509,7 @@ var sections = []section{
 	{"resources", "resources", reflect.TypeFor[specResources]()},
 	{"", "a sidecar", reflect.TypeFor[specSidecar]()},
 	{"", "readiness", reflect.TypeFor[specReadiness]()},
+	{"", "a secret", reflect.TypeFor[specSecret]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.

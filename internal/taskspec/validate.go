@@ -37,7 +37,8 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // "CAP_": "cap_net_raw" becomes "NET_RAW") and repeats are dropped, so that
 // what the coordinator stores, and what the agent reads, is exactly one of
 // AllowedCapabilities, once. A spec that is already canonical is not written
-// to at all. Nothing else is changed.
+// to at all. A secret reference naming neither env nor file gets its
+// default variable (DefaultSecretEnv). Nothing else is changed.
 func Validate(spec *podiumv1.TaskSpec) error {
 	if spec == nil {
 		return fieldErr("spec", "required: send a task spec with at least an image")
@@ -121,8 +122,15 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkPull("spec.pull", spec.GetPull()); err != nil {
 		return err
 	}
+	secrets, err := checkSecrets(spec)
+	if err != nil {
+		return err
+	}
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
+	}
+	if !slices.Equal(secrets, spec.GetSecrets()) {
+		spec.Secrets = secrets
 	}
 	return nil
 }

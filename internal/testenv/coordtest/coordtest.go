@@ -5,10 +5,12 @@ package coordtest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -68,6 +70,8 @@ type Options struct {
 	// server.Config); zero keeps its defaults.
 	BodyReadTimeout time.Duration
 	MaxConnections  int
+	// SecretsKeyFile is the replica's secrets key (see server.Config).
+	SecretsKeyFile string
 }
 
 // Start runs a replica on the database until the test ends.
@@ -96,7 +100,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	cfg := server.Config{
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Transport: opts.Transport, Tailnet: opts.Tailnet,
-		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections,
+		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {
@@ -184,4 +188,19 @@ func (r *Replica) NodeClient() podiumv1connect.NodeServiceClient {
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	wait.For(t, d, what, cond)
+}
+
+// KeyFile writes a fresh secrets key (32 random bytes, mode 0600) for a
+// replica's SecretsKeyFile and returns its path.
+func KeyFile(t testing.TB) string {
+	t.Helper()
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "secrets.key")
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

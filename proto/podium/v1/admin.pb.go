@@ -1761,6 +1761,329 @@ func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+// SetSecretRequest stores a secret's value (sealed by the coordinator),
+// replacing any value it had. The value is never logged and never returned.
+type SetSecretRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is DNS-style: lower-case letters, digits and '-', at most 63 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value is at most 64 KiB.
+	Value         []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSecretRequest) Reset() {
+	*x = SetSecretRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSecretRequest) ProtoMessage() {}
+
+func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
+func (*SetSecretRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetSecretRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type SetSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// created is false when an existing secret's value was replaced.
+	Created       bool `protobuf:"varint,1,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSecretResponse) Reset() {
+	*x = SetSecretResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSecretResponse) ProtoMessage() {}
+
+func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
+func (*SetSecretResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetSecretResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// Secret is what is shown of a stored secret: never its value.
+type Secret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// set_by is who set its current value.
+	SetBy         string                 `protobuf:"bytes,2,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	SetAt         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Secret) Reset() {
+	*x = Secret{}
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Secret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Secret) ProtoMessage() {}
+
+func (x *Secret) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Secret.ProtoReflect.Descriptor instead.
+func (*Secret) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Secret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Secret) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *Secret) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
+type ListSecretsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecretsRequest) Reset() {
+	*x = ListSecretsRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecretsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecretsRequest) ProtoMessage() {}
+
+func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
+func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+type ListSecretsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secrets       []*Secret              `protobuf:"bytes,1,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecretsResponse) Reset() {
+	*x = ListSecretsResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecretsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecretsResponse) ProtoMessage() {}
+
+func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
+func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListSecretsResponse) GetSecrets() []*Secret {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+type DeleteSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSecretRequest) Reset() {
+	*x = DeleteSecretRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSecretRequest) ProtoMessage() {}
+
+func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeleteSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSecretResponse) Reset() {
+	*x = DeleteSecretResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSecretResponse) ProtoMessage() {}
+
+func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -1872,7 +2195,22 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.podium.v1.AuditEntryR\aentries*w\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.podium.v1.AuditEntryR\aentries\"<\n" +
+	"\x10SetSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"-\n" +
+	"\x11SetSecretResponse\x12\x18\n" +
+	"\acreated\x18\x01 \x01(\bR\acreated\"f\n" +
+	"\x06Secret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
+	"\x06set_by\x18\x02 \x01(\tR\x05setBy\x121\n" +
+	"\x06set_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\"\x14\n" +
+	"\x12ListSecretsRequest\"B\n" +
+	"\x13ListSecretsResponse\x12+\n" +
+	"\asecrets\x18\x01 \x03(\v2\x11.podium.v1.SecretR\asecrets\")\n" +
+	"\x13DeleteSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteSecretResponse*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1885,7 +2223,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\x86\b\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xf3\t\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -1901,7 +2239,10 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12N\n" +
 	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12H\n" +
-	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00\x12H\n" +
+	"\tSetSecret\x12\x1b.podium.v1.SetSecretRequest\x1a\x1c.podium.v1.SetSecretResponse\"\x00\x12N\n" +
+	"\vListSecrets\x12\x1d.podium.v1.ListSecretsRequest\x1a\x1e.podium.v1.ListSecretsResponse\"\x00\x12Q\n" +
+	"\fDeleteSecret\x12\x1e.podium.v1.DeleteSecretRequest\x1a\x1f.podium.v1.DeleteSecretResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -1916,7 +2257,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -1949,59 +2290,74 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*AuditEntry)(nil),                    // 28: podium.v1.AuditEntry
 	(*ListAuditRequest)(nil),              // 29: podium.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),             // 30: podium.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),         // 31: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 32: podium.v1.Capacity
+	(*SetSecretRequest)(nil),              // 31: podium.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),             // 32: podium.v1.SetSecretResponse
+	(*Secret)(nil),                        // 33: podium.v1.Secret
+	(*ListSecretsRequest)(nil),            // 34: podium.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 35: podium.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 36: podium.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 37: podium.v1.DeleteSecretResponse
+	(*timestamppb.Timestamp)(nil),         // 38: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 39: podium.v1.Capacity
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	31, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	38, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	32, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	31, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	31, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	39, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	38, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	38, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	4,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	31, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	38, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	31, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	38, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	19, // 12: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
 	19, // 13: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
 	19, // 14: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	31, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	31, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	38, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	38, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
 	28, // 17: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	2,  // 18: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 19: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 20: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 21: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 22: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 23: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 24: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 25: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 26: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 27: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 28: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 29: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	29, // 30: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	3,  // 31: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 32: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 33: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 34: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 35: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 36: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 37: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 38: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 39: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 40: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 41: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 42: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	30, // 43: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	38, // 18: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	33, // 19: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
+	2,  // 20: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 21: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 22: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 23: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 24: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 25: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 26: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 27: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 28: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 29: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 30: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 31: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	29, // 32: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	31, // 33: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	34, // 34: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	36, // 35: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	3,  // 36: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 37: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 38: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 39: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 40: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 41: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 42: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 43: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 44: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 45: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 46: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 47: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	30, // 48: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	32, // 49: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	35, // 50: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	37, // 51: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	36, // [36:52] is the sub-list for method output_type
+	20, // [20:36] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -2016,7 +2372,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -138,3 +138,11 @@ func secretNames(vs []*SecretValue) []string {
 	}
 	return names
 }
+
+// LogValue logs a SetSecret request by its name and size, never its value.
+func (r *SetSecretRequest) LogValue() slog.Value {
+	if r == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(slog.String("name", r.GetName()), slog.Int("value_bytes", len(r.GetValue())))
+}

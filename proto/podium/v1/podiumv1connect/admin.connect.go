@@ -63,6 +63,14 @@ const (
 	AdminServiceSetUserRoleProcedure = "/podium.v1.AdminService/SetUserRole"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/podium.v1.AdminService/ListAudit"
+	// AdminServiceSetSecretProcedure is the fully-qualified name of the AdminService's SetSecret RPC.
+	AdminServiceSetSecretProcedure = "/podium.v1.AdminService/SetSecret"
+	// AdminServiceListSecretsProcedure is the fully-qualified name of the AdminService's ListSecrets
+	// RPC.
+	AdminServiceListSecretsProcedure = "/podium.v1.AdminService/ListSecrets"
+	// AdminServiceDeleteSecretProcedure is the fully-qualified name of the AdminService's DeleteSecret
+	// RPC.
+	AdminServiceDeleteSecretProcedure = "/podium.v1.AdminService/DeleteSecret"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -94,6 +102,13 @@ type AdminServiceClient interface {
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// Secrets.
+	// SetSecret stores a secret for tasks to name in their spec.
+	SetSecret(context.Context, *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error)
+	// ListSecrets lists secrets by name, who set them and when; never values.
+	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
+	// DeleteSecret removes a secret; tasks naming it are then refused.
+	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -185,6 +200,24 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
 			connect.WithClientOptions(opts...),
 		),
+		setSecret: connect.NewClient[v1.SetSecretRequest, v1.SetSecretResponse](
+			httpClient,
+			baseURL+AdminServiceSetSecretProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetSecret")),
+			connect.WithClientOptions(opts...),
+		),
+		listSecrets: connect.NewClient[v1.ListSecretsRequest, v1.ListSecretsResponse](
+			httpClient,
+			baseURL+AdminServiceListSecretsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListSecrets")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSecret: connect.NewClient[v1.DeleteSecretRequest, v1.DeleteSecretResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteSecretProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteSecret")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -203,6 +236,9 @@ type adminServiceClient struct {
 	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
 	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
 	listAudit             *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	setSecret             *connect.Client[v1.SetSecretRequest, v1.SetSecretResponse]
+	listSecrets           *connect.Client[v1.ListSecretsRequest, v1.ListSecretsResponse]
+	deleteSecret          *connect.Client[v1.DeleteSecretRequest, v1.DeleteSecretResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -270,6 +306,21 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request
 	return c.listAudit.CallUnary(ctx, req)
 }
 
+// SetSecret calls podium.v1.AdminService.SetSecret.
+func (c *adminServiceClient) SetSecret(ctx context.Context, req *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error) {
+	return c.setSecret.CallUnary(ctx, req)
+}
+
+// ListSecrets calls podium.v1.AdminService.ListSecrets.
+func (c *adminServiceClient) ListSecrets(ctx context.Context, req *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error) {
+	return c.listSecrets.CallUnary(ctx, req)
+}
+
+// DeleteSecret calls podium.v1.AdminService.DeleteSecret.
+func (c *adminServiceClient) DeleteSecret(ctx context.Context, req *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error) {
+	return c.deleteSecret.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -299,6 +350,13 @@ type AdminServiceHandler interface {
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// Secrets.
+	// SetSecret stores a secret for tasks to name in their spec.
+	SetSecret(context.Context, *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error)
+	// ListSecrets lists secrets by name, who set them and when; never values.
+	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
+	// DeleteSecret removes a secret; tasks naming it are then refused.
+	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -386,6 +444,24 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetSecretHandler := connect.NewUnaryHandler(
+		AdminServiceSetSecretProcedure,
+		svc.SetSecret,
+		connect.WithSchema(adminServiceMethods.ByName("SetSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListSecretsHandler := connect.NewUnaryHandler(
+		AdminServiceListSecretsProcedure,
+		svc.ListSecrets,
+		connect.WithSchema(adminServiceMethods.ByName("ListSecrets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteSecretHandler := connect.NewUnaryHandler(
+		AdminServiceDeleteSecretProcedure,
+		svc.DeleteSecret,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -414,6 +490,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
+		case AdminServiceSetSecretProcedure:
+			adminServiceSetSecretHandler.ServeHTTP(w, r)
+		case AdminServiceListSecretsProcedure:
+			adminServiceListSecretsHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteSecretProcedure:
+			adminServiceDeleteSecretHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -473,4 +555,16 @@ func (UnimplementedAdminServiceHandler) SetUserRole(context.Context, *connect.Re
 
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListAudit is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetSecret(context.Context, *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetSecret is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListSecrets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.DeleteSecret is not implemented"))
 }

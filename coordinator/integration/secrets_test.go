@@ -1,0 +1,233 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// pgDump is the whole database as pg_dump writes it (schema and data).
+func pgDump(t *testing.T, db pgtest.Database) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(pgtest.BinDir, "pg_dump"), "--dbname="+db.URL).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_dump: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "podium.secrets") {
+		t.Fatalf("pg_dump has no podium.secrets table; is it the right database?\n%.2000s", out)
+	}
+	return string(out)
+}
+
+// A secret set through the admin API reaches the node that is given a task
+// naming it, in its Assign, and again in the HelloAck's Adopt after the node
+// reconnects holding the attempt; and nowhere else: not in the database
+// (pg_dump, in the clear or as the task's spec), not in `task get`, not in
+// ListSecrets, not in the coordinator's log (at debug, which logs every
+// Assign).
+func TestSecretReachesOnlyTheNodesAssignment(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	var logs syncBuffer
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const value = "pa55-w0rd-only-the-node-sees"
+	set, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte(value)}))
+	if err != nil || !set.Msg.Created {
+		t.Fatalf("SetSecret = %v, %v", set, err)
+	}
+	ls, err := r.Admin().ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{}))
+	if err != nil || len(ls.Msg.Secrets) != 1 || ls.Msg.Secrets[0].Name != "db-password" || ls.Msg.Secrets[0].SetBy != "token" || ls.Msg.Secrets[0].SetAt == nil {
+		t.Fatalf("ListSecrets = %v, %v; want db-password set by token", ls, err)
+	}
+	id, key := enroll(t, r)
+	node, _ := connectNode(t, ctx, r, id, key)
+	task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Secrets: []*podiumv1.SecretRef{
+		{Name: "db-password", Env: "PGPASSWORD", File: "pw"}}})
+	a := assignOf(t, node)
+	if a.TaskId != task || len(a.Secrets) != 1 || string(a.Secrets[0].Value) != value ||
+		a.Secrets[0].Name != "db-password" || a.Secrets[0].Env != "PGPASSWORD" || a.Secrets[0].File != "pw" {
+		t.Fatalf("Assign of %s carries secrets %v, want db-password's value as PGPASSWORD and pw", task, a.Secrets)
+	}
+	node.send(t, status(task, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil))
+	got := waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_RUNNING)
+	js, _ := protojson.Marshal(got)
+	if strings.Contains(string(js), value) || len(got.Spec.GetSecrets()) != 1 || got.Spec.GetSecrets()[0].Name != "db-password" {
+		t.Fatalf("task get shows %s; want the secret's name and never its value", js)
+	}
+	// The node comes back holding the attempt: the HelloAck adopts it and
+	// carries the value again, for redaction.
+	cancelStream(node)
+	coordtest.Eventually(t, 10*time.Second, "the session to end", func() bool {
+		ns, _ := r.Admin().ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+		return ns != nil && ns.Msg.Nodes[0].Replica == ""
+	})
+	st := r.NodeClient().Stream(ctx)
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
+		NodeId: id, NodeKey: key, Running: []*podiumv1.RunningTask{{TaskId: task, Attempt: a.Attempt, LastSeq: 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Receive()
+	if err != nil {
+		t.Fatalf("waiting for the HelloAck: %v", err)
+	}
+	adopt := m.GetHelloAck().GetAdopt()
+	if len(adopt) != 1 || !adopt[0].Keep || len(adopt[0].Secrets) != 1 || string(adopt[0].Secrets[0].Value) != value || adopt[0].Secrets[0].Env != "PGPASSWORD" {
+		t.Fatalf("adopt %v, want the task kept with db-password's value", adopt)
+	}
+	// bytea columns are dumped in hex: the value must not be there either.
+	if dump := pgDump(t, db); strings.Contains(dump, value) || strings.Contains(dump, hex.EncodeToString([]byte(value))) || !strings.Contains(dump, "db-password") {
+		t.Fatal("pg_dump of the database holds the secret's value, in the clear or in hex (or not even its name)")
+	}
+	if l := logs.String(); strings.Contains(l, value) || !strings.Contains(l, "assigning task") || !strings.Contains(l, "secret set") {
+		t.Fatalf("the coordinator's log holds the value, or lacks the lines that would have shown it:\n%s", l)
+	}
+	_ = st.CloseRequest()
+	_ = st.CloseResponse()
+}
+
+// A task naming a secret that does not exist is refused at submit, saying
+// which and how to set it, and nothing is stored; one whose secret is deleted
+// before it is assigned fails with a reason instead of running without it.
+func TestTaskNamingAMissingSecret(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.Tasks().Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox",
+		Secrets: []*podiumv1.SecretRef{{Name: "nope"}}}}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no secret named nope") || !strings.Contains(err.Error(), "podium secret set") {
+		t.Fatalf("submit naming a missing secret: %v, want FailedPrecondition naming it and podium secret set", err)
+	}
+	list, err := r.Tasks().List(ctx, connect.NewRequest(&podiumv1.ListRequest{}))
+	if err != nil || len(list.Msg.Tasks) != 0 {
+		t.Fatalf("tasks after a refused submit: %v, %v; want none", list, err)
+	}
+	if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "short-lived", Value: []byte("value-123")})); err != nil {
+		t.Fatal(err)
+	}
+	task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Secrets: []*podiumv1.SecretRef{{Name: "short-lived"}}})
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "short-lived"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "short-lived"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("deleting it again: %v, want NotFound", err)
+	}
+	id, key := enroll(t, r)
+	node, _ := connectNode(t, ctx, r, id, key)
+	defer cancelStream(node)
+	got := waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_FAILED)
+	if !strings.Contains(got.Reason, "no secret named short-lived") {
+		t.Fatalf("reason %q, want it to name the missing secret", got.Reason)
+	}
+	// A follower sees it end with that reason, as `podium run` would.
+	ev, err := r.Tasks().Events(ctx, connect.NewRequest(&podiumv1.EventsRequest{Id: task, Follow: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var final *podiumv1.StatusChange
+	for ev.Receive() {
+		if s := ev.Msg().GetEvent().GetStatus(); s != nil {
+			final = s
+		}
+	}
+	if err := ev.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if final == nil || final.State != podiumv1.TaskState_TASK_STATE_FAILED || !strings.Contains(final.Reason, "no secret named short-lived") {
+		t.Fatalf("the task's log ends with %v, want failed naming the missing secret", final)
+	}
+}
+
+// The admin API refuses bad names and values with what to do, and a
+// coordinator without a key refuses to set secrets, naming the setting.
+func TestSetSecretRefusals(t *testing.T) {
+	t.Parallel()
+	r, _ := coordtest.New(t) // no key
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		req  *podiumv1.SetSecretRequest
+		code connect.Code
+		want string
+	}{
+		{&podiumv1.SetSecretRequest{Name: "Bad_Name", Value: []byte("x")}, connect.CodeInvalidArgument, "lower-case"},
+		{&podiumv1.SetSecretRequest{Name: "big", Value: bytes.Repeat([]byte("x"), 64<<10+1)}, connect.CodeInvalidArgument, "more than 65536"},
+		{&podiumv1.SetSecretRequest{Name: "ok", Value: []byte("x")}, connect.CodeFailedPrecondition, "PODIUM_SECRETS_KEY_FILE"},
+	} {
+		_, err := r.Admin().SetSecret(ctx, connect.NewRequest(c.req))
+		if connect.CodeOf(err) != c.code || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("SetSecret(%q, %d bytes) = %v, want %v saying %q", c.req.Name, len(c.req.Value), err, c.code, c.want)
+		}
+	}
+}
+
+// A node that comes back holding a task whose secret was deleted meanwhile
+// keeps the task (it already has the value), is sent the secrets that still
+// exist, and the coordinator's log says which task it cannot redact for.
+// A value of exactly 64 KiB goes through the API.
+func TestAdoptAfterASecretWasDeleted(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	var logs syncBuffer
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	big := bytes.Repeat([]byte("k"), 64<<10)
+	for name, v := range map[string][]byte{"kept": big, "deleted": []byte("value-deleted")} {
+		if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: name, Value: v})); err != nil {
+			t.Fatalf("SetSecret %s (%d bytes): %v", name, len(v), err)
+		}
+	}
+	id, key := enroll(t, r)
+	node, _ := connectNode(t, ctx, r, id, key)
+	task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Secrets: []*podiumv1.SecretRef{{Name: "kept"}, {Name: "deleted", File: "d"}}})
+	a := assignOf(t, node)
+	if len(a.Secrets) != 2 || !bytes.Equal(a.Secrets[0].Value, big) || a.Secrets[0].Env != "KEPT" || string(a.Secrets[1].Value) != "value-deleted" {
+		t.Fatalf("Assign secrets %v, want kept (64 KiB, as KEPT) and deleted", a.Secrets)
+	}
+	node.send(t, status(task, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_RUNNING, nil))
+	waitState(t, ctx, r, task, podiumv1.TaskState_TASK_STATE_RUNNING)
+	cancelStream(node)
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "deleted"})); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.Eventually(t, 10*time.Second, "the session to end", func() bool {
+		ns, _ := r.Admin().ListNodes(ctx, connect.NewRequest(&podiumv1.ListNodesRequest{}))
+		return ns != nil && ns.Msg.Nodes[0].Replica == ""
+	})
+	st := r.NodeClient().Stream(ctx)
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
+		NodeId: id, NodeKey: key, Running: []*podiumv1.RunningTask{{TaskId: task, Attempt: a.Attempt, LastSeq: 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Receive()
+	if err != nil {
+		t.Fatalf("waiting for the HelloAck: %v", err)
+	}
+	adopt := m.GetHelloAck().GetAdopt()
+	if len(adopt) != 1 || !adopt[0].Keep || len(adopt[0].Secrets) != 1 || adopt[0].Secrets[0].Name != "kept" || !bytes.Equal(adopt[0].Secrets[0].Value, big) {
+		t.Fatalf("adopt %v, want the task kept with the secret that still exists", adopt)
+	}
+	if l := logs.String(); !strings.Contains(l, "no longer exist") || !strings.Contains(l, "secrets=[deleted]") || !strings.Contains(l, task) || strings.Contains(l, "value-deleted") {
+		t.Fatalf("the log should name the task whose deleted secret cannot be resent, and no value:\n%s", l)
+	}
+}

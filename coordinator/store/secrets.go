@@ -1,0 +1,180 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SecretRow is a stored secret: its sealed value and who set it when. The
+// store never sees a value in the clear; package coordinator/secrets seals
+// and opens.
+type SecretRow struct {
+	Name              string
+	Ciphertext, Nonce []byte
+	KeyID             string
+	SetBy             string
+	SetAt             time.Time
+}
+
+// PutSecret stores a secret, replacing one of the same name. It reports
+// whether the name was new.
+func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err error) {
+	err = s.pool.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
+		values ($1, $2, $3, $4, $5)
+		on conflict (name) do update set ciphertext = excluded.ciphertext, nonce = excluded.nonce,
+			key_id = excluded.key_id, set_by = excluded.set_by, set_at = now()
+		returning xmax = 0`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy).Scan(&created)
+	return created, err
+}
+
+// ListSecrets lists every secret by name, without its sealed value.
+func (s *Store) ListSecrets(ctx context.Context) ([]SecretRow, error) {
+	rows, err := s.pool.Query(ctx, "select name, key_id, set_by, set_at from podium.secrets order by name")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
+		var r SecretRow
+		err := row.Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt)
+		return r, err
+	})
+}
+
+// DeleteSecret removes a secret; ErrNotFound when there is none of that name.
+// Tasks already assigned keep the value they were sent; tasks still queued
+// that name it fail to start (their assignment cannot be built).
+func (s *Store) DeleteSecret(ctx context.Context, name string) error {
+	tag, err := s.pool.Exec(ctx, "delete from podium.secrets where name = $1", name)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SealedSecrets reads the sealed values of the named secrets, keyed by name;
+// names with no secret are absent from the map.
+func (s *Store) SealedSecrets(ctx context.Context, names []string) (map[string]SecretRow, error) {
+	out := make(map[string]SecretRow, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at
+		from podium.secrets where name = any($1)`, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r SecretRow
+		if err := rows.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt); err != nil {
+			return nil, err
+		}
+		out[r.Name] = r
+	}
+	return out, rows.Err()
+}
+
+// MissingSecrets returns those of names that no stored secret has, in the
+// order given.
+func (s *Store) MissingSecrets(ctx context.Context, names []string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `select n from unnest($1::text[]) with ordinality as u(n, i)
+		where not exists (select 1 from podium.secrets s where s.name = u.n) order by i`, names)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// SecretKeyIDs counts the stored secrets by the key they were sealed under,
+// so a coordinator can refuse to start without the key they need.
+func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, "select key_id, count(*) from podium.secrets group by key_id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
+// RotateSecrets rewrites every stored secret in one transaction: reseal gets
+// each row (locked) and returns its new sealed value. Either every secret is
+// resealed or, when reseal or a write fails, none is. It returns how many
+// were resealed.
+func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (SecretRow, error)) (int, error) {
+	n := 0
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at
+			from podium.secrets order by name for update`)
+		if err != nil {
+			return err
+		}
+		all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
+			var r SecretRow
+			err := row.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt)
+			return r, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			nr, err := reseal(r)
+			if err != nil {
+				return err
+			}
+			if nr.Name != r.Name {
+				return errors.New("store: reseal renamed a secret")
+			}
+			// set_by and set_at stay: rotation changes the key, not the value.
+			if _, err := tx.Exec(ctx, "update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4 where name = $1",
+				r.Name, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
+				return fmt.Errorf("secret %s: %w", r.Name, err)
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// FailAssignment fails a scheduled task whose assignment cannot be built
+// (a secret it names was deleted after it was submitted), in one
+// transaction: the task ends failed with reason, its attempt is finished,
+// and its log says so, as a revoked assignment's would. It reports whether
+// the task was still scheduled on that attempt (else nothing is changed).
+func (s *Store) FailAssignment(ctx context.Context, taskID string, attempt int32, reason string) (bool, error) {
+	var moved bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		moved, err = transitionTask(ctx, tx, Transition{TaskID: taskID, From: []string{Scheduled}, To: Failed, Attempt: attempt, Reason: &reason})
+		if err != nil || !moved {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", taskID, attempt); err != nil {
+			return err
+		}
+		return appendStatus(ctx, tx, taskID, attempt, Failed, reason, nil, 0)
+	})
+	return moved, err
+}
