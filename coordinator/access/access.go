@@ -84,6 +84,9 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceRemoveUserProcedure:            Admin,
 	podiumv1connect.AdminServiceSetUserRoleProcedure:           Admin,
 	podiumv1connect.AdminServiceListAuditProcedure:             Admin,
+	podiumv1connect.AdminServiceSetSecretProcedure:             Admin,
+	podiumv1connect.AdminServiceListSecretsProcedure:           Admin,
+	podiumv1connect.AdminServiceDeleteSecretProcedure:          Admin,
 }
 
 // readOnly are the calls that change nothing; every other call is written
@@ -99,6 +102,7 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListNodesProcedure:       true,
 	podiumv1connect.AdminServiceListUsersProcedure:       true,
 	podiumv1connect.AdminServiceListAuditProcedure:       true,
+	podiumv1connect.AdminServiceListSecretsProcedure:     true,
 }
 
 // Mutating reports whether procedure changes something, and so is audited.

@@ -231,3 +231,57 @@ func TestAdoptAfterASecretWasDeleted(t *testing.T) {
 		t.Fatalf("the log should name the task whose deleted secret cannot be resent, and no value:\n%s", l)
 	}
 }
+
+// Secrets are an admin's: a member or a viewer can neither set, list nor
+// delete them (each refusal names the admin role), and what an admin does
+// with them is in the audit log, with the name as its target and never the
+// value anywhere in it.
+func TestSecretsAreAdminOnlyAndAudited(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
+	ctx := context.Background()
+	const value = "s3cr3t-value-for-audit"
+	if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte(value)})); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"member", "viewer"} {
+		p := as(r, addUser(t, r, "p-"+role, role))
+		_, err := p.admin.SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte("other")}))
+		wantDenied(t, role+" setting a secret", err, "admin")
+		_, err = p.admin.ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{}))
+		wantDenied(t, role+" listing secrets", err, "admin")
+		_, err = p.admin.DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "db-password"}))
+		wantDenied(t, role+" deleting a secret", err, "admin")
+	}
+	if _, err := r.Admin().ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "db-password"})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Admin().ListAudit(ctx, connect.NewRequest(&podiumv1.ListAuditRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range res.Msg.Entries {
+		if strings.Contains(e.String(), value) {
+			t.Fatalf("the audit log holds a secret's value: %v", e)
+		}
+		if strings.Contains(e.Action, "Secret") {
+			got = append(got, e.Who+" "+e.Action+" "+e.Target+" "+e.Result)
+		}
+	}
+	want := []string{ // newest first; a list is a read, which is not audited
+		"token AdminService.DeleteSecret db-password ok",
+		"p-viewer AdminService.DeleteSecret db-password permission_denied",
+		"p-viewer AdminService.SetSecret db-password permission_denied",
+		"p-member AdminService.DeleteSecret db-password permission_denied",
+		"p-member AdminService.SetSecret db-password permission_denied",
+		"token AdminService.SetSecret db-password ok",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("audit rows of secret calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -21,13 +21,15 @@ type SecretRow struct {
 }
 
 // PutSecret stores a secret, replacing one of the same name. It reports
-// whether the name was new.
+// whether the name was new. The call's audit row commits with it.
 func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err error) {
-	err = s.pool.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
 		values ($1, $2, $3, $4, $5)
 		on conflict (name) do update set ciphertext = excluded.ciphertext, nonce = excluded.nonce,
 			key_id = excluded.key_id, set_by = excluded.set_by, set_at = now()
 		returning xmax = 0`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy).Scan(&created)
+	})
 	return created, err
 }
 
@@ -46,16 +48,19 @@ func (s *Store) ListSecrets(ctx context.Context) ([]SecretRow, error) {
 
 // DeleteSecret removes a secret; ErrNotFound when there is none of that name.
 // Tasks already assigned keep the value they were sent; tasks still queued
-// that name it fail to start (their assignment cannot be built).
+// that name it fail to start (their assignment cannot be built). The call's
+// audit row commits with it.
 func (s *Store) DeleteSecret(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, "delete from podium.secrets where name = $1", name)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "delete from podium.secrets where name = $1", name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 }
 
 // SealedSecrets reads the sealed values of the named secrets, keyed by name;
