@@ -90,6 +90,35 @@ func TestForkBombFailsOnlyItsOwnTask(t *testing.T) {
 	}
 }
 
+// Many fork bombs at once each end as "pids limit": the runner, PID 1 of
+// each, keeps working while its task has taken every process the limit
+// allows. It used to die now and then ("failed to create new OS thread":
+// its threads count against the same limit), which reported the bomb as its
+// own "exit code 2" (about 1 run in 15 of bombs run side by side on a loaded
+// machine); the runner now makes its threads before the command starts.
+func TestForkBombsSideBySideEachEndAsPidsLimit(t *testing.T) {
+	t.Parallel()
+	e := setupWith(t, executor.Limits{DefaultPids: 64, DefaultUser: "65534"})
+	const bombs = 12
+	type started struct {
+		rec  *recorder
+		key  executor.Key
+		done <-chan struct{}
+	}
+	var all []started
+	for range bombs {
+		rec, key, done := e.start(t, e.sh(`f() { f | f & }; f; sleep 600`))
+		all = append(all, started{rec, key, done})
+	}
+	for i, b := range all {
+		waitDone(t, b.done, 120*time.Second)
+		st := b.rec.final(t, b.key)
+		if st.GetState() != podiumv1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(st.GetReason(), executor.ReasonPidsLimit) {
+			t.Errorf("fork bomb %d of %d ended %v, want FAILED with a reason starting %q", i+1, bombs, st, executor.ReasonPidsLimit)
+		}
+	}
+}
+
 // Under --default-user a task runs as that user unless its spec names one,
 // and whoever it runs as can write its workspace and artifacts and read its
 // inbox. (A UID alone takes its group from the image's /etc/passwd, which

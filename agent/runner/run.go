@@ -97,6 +97,10 @@ func runCommand(args []string, stderr io.Writer) int {
 			return e.Code
 		}
 	}
+	if os.Getpid() == 1 {
+		_, pidsMax := pidsEvents()
+		reserveThreads(reservedThreads, pidsMax)
+	}
 	e := s.run(argv, commandEnv(os.Environ(), *pathAppend))
 	if e.DiskFull {
 		return ExitDiskFull
