@@ -30,7 +30,9 @@ func registryLogin(t *testing.T, r *coordtest.Replica, host, user, pw string) {
 // does is in the audit log with the host as target; ListRegistries shows
 // host, user, who and when, and no password; neither the audit log, pg_dump
 // of the database (in the clear or hex) nor the coordinator's log holds a
-// password. Bad hosts, empty or oversized passwords are refused.
+// password. Bad hosts (a URL, a path, too long, a Docker Hub alias that
+// images never name), empty or oversized user names and passwords are
+// refused.
 func TestRegistryLoginsAreAdminOnlyAndAudited(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
@@ -53,6 +55,7 @@ func TestRegistryLoginsAreAdminOnlyAndAudited(t *testing.T) {
 		{Host: "https://registry.example.com", Username: "u", Password: []byte("p")},
 		{Host: "registry.example.com/path", Username: "u", Password: []byte("p")},
 		{Host: strings.Repeat("a", 254), Username: "u", Password: []byte("p")},
+		{Host: "index.docker.io", Username: "u", Password: []byte("p")},
 		{Host: "registry.example.com", Username: "", Password: []byte("p")},
 		{Host: "registry.example.com", Username: strings.Repeat("u", 257), Password: []byte("p")},
 		{Host: "registry.example.com", Username: "u"},

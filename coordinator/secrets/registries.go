@@ -30,6 +30,11 @@ func CheckRegistryHost(host string) error {
 	if host == "" || len(host) > MaxRegistryHostBytes || !registryHost.MatchString(host) {
 		return fmt.Errorf("registry host %q is not host[:port] (e.g. registry.example.com or localhost:5000, at most %d bytes): give the host as the image names it, without https:// or a path", clipHost(host), MaxRegistryHostBytes)
 	}
+	// Image references name Docker Hub docker.io whichever alias they were
+	// written with, so a login stored under an alias would never be sent.
+	if host == "index.docker.io" || host == "registry-1.docker.io" {
+		return fmt.Errorf("registry host %s is Docker Hub, which images name docker.io: log in to docker.io", host)
+	}
 	return nil
 }
 
