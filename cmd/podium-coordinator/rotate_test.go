@@ -106,3 +106,48 @@ func TestSecretsRotate(t *testing.T) {
 		t.Fatalf("rotate without a new key: exit %d:\n%s", code, out)
 	}
 }
+
+// secrets rotate reseals the registry passwords with the secrets, in the
+// same transaction: afterwards each login opens, for an Assign, under the new
+// key with its password and none under the old; a coordinator holding only
+// registry logins is refused at start without their key.
+func TestSecretsRotateResealsRegistryLogins(t *testing.T) {
+	t.Parallel()
+	oldFile, newFile := coordtest.KeyFile(t), coordtest.KeyFile(t)
+	st, db := storeWithSecrets(t, oldFile, map[string]string{"db-password": "value-1"})
+	ctx := context.Background()
+	logins := map[string]string{"reg-a.example:5000": "password-of-a", "ghcr.io": "password-of-ghcr"}
+	for host, pw := range logins {
+		if _, err := secrets.NewVault(loadKey(t, oldFile), st).SetRegistry(ctx, host, "user", []byte(pw), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"PODIUM_DATABASE_URL=" + db.URL, "PODIUM_SECRETS_KEY_FILE=" + oldFile}
+	out, code := coordinator(t, env, "secrets", "rotate", "--new-key-file", newFile)
+	if code != 0 || !strings.Contains(out, "resealed 3 secret(s) and registry password(s)") {
+		t.Fatalf("rotate: exit %d, want 0 resealing the secret and both registry passwords:\n%s", code, out)
+	}
+	for host, pw := range logins {
+		spec := &podiumv1.TaskSpec{Image: host + "/team/app:1"}
+		got, err := secrets.NewVault(loadKey(t, newFile), st).RegistryAuths(ctx, spec)
+		if err != nil || len(got) != 1 || got[0].GetHost() != host || got[0].GetPassword() != pw {
+			t.Errorf("login for %s under the new key: %v, %v; want its password", host, got, err)
+		}
+		if _, err := secrets.NewVault(loadKey(t, oldFile), st).RegistryAuths(ctx, spec); err == nil {
+			t.Errorf("login for %s still opens under the old key", host)
+		}
+	}
+	if err := secrets.CheckStartup(ctx, loadKey(t, newFile), st); err != nil {
+		t.Fatalf("after rotation everything should be under the new key: %v", err)
+	}
+
+	// A database with registry logins and no secrets still needs the key.
+	st2, db2 := storeWithSecrets(t, oldFile, nil)
+	if _, err := secrets.NewVault(loadKey(t, oldFile), st2).SetRegistry(ctx, "ghcr.io", "user", []byte("pw-123"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	out, code = coordinator(t, []string{"PODIUM_DATABASE_URL=" + db2.URL, "PODIUM_TOKEN=" + strings.Repeat("t", 32)}, "serve", "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(out, "PODIUM_SECRETS_KEY_FILE") {
+		t.Fatalf("serve without the key over a stored registry login: exit %d, want 1 naming PODIUM_SECRETS_KEY_FILE:\n%s", code, out)
+	}
+}

@@ -67,6 +67,6 @@ func secretsCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "podium-coordinator secrets rotate: nothing was changed:", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "resealed %d secret(s) under key id %s: start every replica with PODIUM_SECRETS_KEY_FILE=%s\n", n, newKey.ID(), *newFile)
+	fmt.Fprintf(stderr, "resealed %d secret(s) and registry password(s) under key id %s: start every replica with PODIUM_SECRETS_KEY_FILE=%s\n", n, newKey.ID(), *newFile)
 	return 0
 }

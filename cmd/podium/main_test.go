@@ -146,6 +146,8 @@ func TestEveryCommandReportsAnUnreachableCoordinator(t *testing.T) {
 		{"node", "slots", "node_A", "4"},
 		{"node", "label", "node_A", "--add", "gpu"},
 		{"node", "rm", "node_A"},
+		{"registry", "ls"},
+		{"registry", "rm", "ghcr.io"},
 	} {
 		cli := newTestCLI(map[string]string{"PODIUM_SERVER": url})
 		code := cli.run(t, args...)

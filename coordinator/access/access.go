@@ -87,6 +87,9 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceSetSecretProcedure:             Admin,
 	podiumv1connect.AdminServiceListSecretsProcedure:           Admin,
 	podiumv1connect.AdminServiceDeleteSecretProcedure:          Admin,
+	podiumv1connect.AdminServiceRegistryLoginProcedure:         Admin,
+	podiumv1connect.AdminServiceListRegistriesProcedure:        Admin,
+	podiumv1connect.AdminServiceRemoveRegistryProcedure:        Admin,
 }
 
 // readOnly are the calls that change nothing; every other call is written
@@ -103,6 +106,7 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListUsersProcedure:       true,
 	podiumv1connect.AdminServiceListAuditProcedure:       true,
 	podiumv1connect.AdminServiceListSecretsProcedure:     true,
+	podiumv1connect.AdminServiceListRegistriesProcedure:  true,
 }
 
 // Mutating reports whether procedure changes something, and so is audited.

@@ -125,7 +125,13 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		if err != nil {
 			return nil, d.failUnresolved(ctx, c, err)
 		}
-		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq, Secrets: vals}
+		// Logins only for the hosts of this task's images: a node learns no
+		// password it does not need for the pull it is about to make.
+		auths, err := d.secrets.RegistryAuths(ctx, c.TaskSpec)
+		if err != nil {
+			return nil, d.failUnresolved(ctx, c, err)
+		}
+		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq, Secrets: vals, RegistryAuths: auths}
 		// Debug, not Info: at thousands of tasks a second one line per
 		// assignment is a real share of the replica's CPU, and the task's
 		// own log and `podium task get` say where it went.

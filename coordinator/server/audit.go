@@ -59,7 +59,8 @@ func (auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 	return next
 }
 
-// target is what a request acts on: a task, node or user.
+// target is what a request acts on: a task, node, user, secret or registry
+// host.
 func target(msg any) string {
 	switch m := msg.(type) {
 	case interface{ GetNodeId() string }:
@@ -68,6 +69,8 @@ func target(msg any) string {
 		return m.GetId()
 	case interface{ GetName() string }:
 		return m.GetName()
+	case interface{ GetHost() string }:
+		return m.GetHost()
 	}
 	return ""
 }

@@ -100,10 +100,12 @@ func (s *Store) MissingSecrets(ctx context.Context, names []string) ([]string, e
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// SecretKeyIDs counts the stored secrets by the key they were sealed under,
+// SecretKeyIDs counts the stored secrets and registry logins by the key they
+// were sealed under,
 // so a coordinator can refuse to start without the key they need.
 func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
-	rows, err := s.pool.Query(ctx, "select key_id, count(*) from podium.secrets group by key_id")
+	rows, err := s.pool.Query(ctx, `select key_id, count(*) from (
+		select key_id from podium.secrets union all select key_id from podium.registries) k group by key_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -120,10 +122,12 @@ func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// RotateSecrets rewrites every stored secret in one transaction: reseal gets
-// each row (locked) and returns its new sealed value. Either every secret is
-// resealed or, when reseal or a write fails, none is. It returns how many
-// were resealed.
+// RotateSecrets rewrites every stored secret and registry password in one
+// transaction: reseal gets each row (locked) and returns its new sealed
+// value. A registry login reaches reseal as a SecretRow named
+// RegistryAAD(host), the associated data it is sealed under. Either every
+// row is resealed or, when reseal or a write fails, none is. It returns how
+// many were resealed.
 func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (SecretRow, error)) (int, error) {
 	n := 0
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -152,6 +156,30 @@ func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (Secre
 			if _, err := tx.Exec(ctx, "update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4 where name = $1",
 				r.Name, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
 				return fmt.Errorf("secret %s: %w", r.Name, err)
+			}
+			n++
+		}
+		rows, err = tx.Query(ctx, `select host, username, ciphertext, nonce, key_id, set_by, set_at
+			from podium.registries order by host for update`)
+		if err != nil {
+			return err
+		}
+		regs, err := pgx.CollectRows(rows, scanRegistry)
+		if err != nil {
+			return err
+		}
+		for _, r := range regs {
+			name := RegistryAAD(r.Host)
+			nr, err := reseal(SecretRow{Name: name, Ciphertext: r.Ciphertext, Nonce: r.Nonce, KeyID: r.KeyID, SetBy: r.SetBy, SetAt: r.SetAt})
+			if err != nil {
+				return err
+			}
+			if nr.Name != name {
+				return errors.New("store: reseal renamed a registry login")
+			}
+			if _, err := tx.Exec(ctx, "update podium.registries set ciphertext = $2, nonce = $3, key_id = $4 where host = $1",
+				r.Host, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
+				return fmt.Errorf("registry %s: %w", r.Host, err)
 			}
 			n++
 		}

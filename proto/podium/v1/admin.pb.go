@@ -2084,6 +2084,348 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
+// RegistryLoginRequest stores the login a node uses to pull images from a
+// private registry, replacing any login stored for the host. The password is
+// sealed by the coordinator, never logged and never returned.
+type RegistryLoginRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host is the registry as images name it: host[:port], e.g.
+	// registry.example.com or localhost:5000 (docker.io for Docker Hub).
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// username is at most 256 bytes.
+	Username string `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	// password is at most 4 KiB.
+	Password      []byte `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryLoginRequest) Reset() {
+	*x = RegistryLoginRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryLoginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryLoginRequest) ProtoMessage() {}
+
+func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryLoginRequest.ProtoReflect.Descriptor instead.
+func (*RegistryLoginRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RegistryLoginRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegistryLoginRequest) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryLoginRequest) GetPassword() []byte {
+	if x != nil {
+		return x.Password
+	}
+	return nil
+}
+
+type RegistryLoginResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// created is false when an existing login for the host was replaced.
+	Created       bool `protobuf:"varint,1,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryLoginResponse) Reset() {
+	*x = RegistryLoginResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryLoginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryLoginResponse) ProtoMessage() {}
+
+func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryLoginResponse.ProtoReflect.Descriptor instead.
+func (*RegistryLoginResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RegistryLoginResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// Registry is what is shown of a stored registry login: never its password.
+type Registry struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Host     string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Username string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	// set_by is who stored the login.
+	SetBy         string                 `protobuf:"bytes,3,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	SetAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Registry) Reset() {
+	*x = Registry{}
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Registry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Registry) ProtoMessage() {}
+
+func (x *Registry) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Registry.ProtoReflect.Descriptor instead.
+func (*Registry) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Registry) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Registry) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *Registry) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *Registry) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
+type ListRegistriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegistriesRequest) Reset() {
+	*x = ListRegistriesRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegistriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegistriesRequest) ProtoMessage() {}
+
+func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
+func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+type ListRegistriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Registries    []*Registry            `protobuf:"bytes,1,rep,name=registries,proto3" json:"registries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegistriesResponse) Reset() {
+	*x = ListRegistriesResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegistriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegistriesResponse) ProtoMessage() {}
+
+func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
+func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListRegistriesResponse) GetRegistries() []*Registry {
+	if x != nil {
+		return x.Registries
+	}
+	return nil
+}
+
+type RemoveRegistryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRegistryRequest) Reset() {
+	*x = RemoveRegistryRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRegistryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRegistryRequest) ProtoMessage() {}
+
+func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRegistryRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRegistryRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RemoveRegistryRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+type RemoveRegistryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRegistryResponse) Reset() {
+	*x = RemoveRegistryResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRegistryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRegistryResponse) ProtoMessage() {}
+
+func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRegistryResponse.ProtoReflect.Descriptor instead.
+func (*RemoveRegistryResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -2210,7 +2552,26 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x11.podium.v1.SecretR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse*w\n" +
+	"\x14DeleteSecretResponse\"b\n" +
+	"\x14RegistryLoginRequest\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\fR\bpassword\"1\n" +
+	"\x15RegistryLoginResponse\x12\x18\n" +
+	"\acreated\x18\x01 \x01(\bR\acreated\"\x84\x01\n" +
+	"\bRegistry\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x15\n" +
+	"\x06set_by\x18\x03 \x01(\tR\x05setBy\x121\n" +
+	"\x06set_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\"\x17\n" +
+	"\x15ListRegistriesRequest\"M\n" +
+	"\x16ListRegistriesResponse\x123\n" +
+	"\n" +
+	"registries\x18\x01 \x03(\v2\x13.podium.v1.RegistryR\n" +
+	"registries\"+\n" +
+	"\x15RemoveRegistryRequest\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\"\x18\n" +
+	"\x16RemoveRegistryResponse*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -2223,7 +2584,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\xf3\t\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xfb\v\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -2242,7 +2603,10 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00\x12H\n" +
 	"\tSetSecret\x12\x1b.podium.v1.SetSecretRequest\x1a\x1c.podium.v1.SetSecretResponse\"\x00\x12N\n" +
 	"\vListSecrets\x12\x1d.podium.v1.ListSecretsRequest\x1a\x1e.podium.v1.ListSecretsResponse\"\x00\x12Q\n" +
-	"\fDeleteSecret\x12\x1e.podium.v1.DeleteSecretRequest\x1a\x1f.podium.v1.DeleteSecretResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\fDeleteSecret\x12\x1e.podium.v1.DeleteSecretRequest\x1a\x1f.podium.v1.DeleteSecretResponse\"\x00\x12T\n" +
+	"\rRegistryLogin\x12\x1f.podium.v1.RegistryLoginRequest\x1a .podium.v1.RegistryLoginResponse\"\x00\x12W\n" +
+	"\x0eListRegistries\x12 .podium.v1.ListRegistriesRequest\x1a!.podium.v1.ListRegistriesResponse\"\x00\x12W\n" +
+	"\x0eRemoveRegistry\x12 .podium.v1.RemoveRegistryRequest\x1a!.podium.v1.RemoveRegistryResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -2257,7 +2621,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -2297,67 +2661,82 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*ListSecretsResponse)(nil),           // 35: podium.v1.ListSecretsResponse
 	(*DeleteSecretRequest)(nil),           // 36: podium.v1.DeleteSecretRequest
 	(*DeleteSecretResponse)(nil),          // 37: podium.v1.DeleteSecretResponse
-	(*timestamppb.Timestamp)(nil),         // 38: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 39: podium.v1.Capacity
+	(*RegistryLoginRequest)(nil),          // 38: podium.v1.RegistryLoginRequest
+	(*RegistryLoginResponse)(nil),         // 39: podium.v1.RegistryLoginResponse
+	(*Registry)(nil),                      // 40: podium.v1.Registry
+	(*ListRegistriesRequest)(nil),         // 41: podium.v1.ListRegistriesRequest
+	(*ListRegistriesResponse)(nil),        // 42: podium.v1.ListRegistriesResponse
+	(*RemoveRegistryRequest)(nil),         // 43: podium.v1.RemoveRegistryRequest
+	(*RemoveRegistryResponse)(nil),        // 44: podium.v1.RemoveRegistryResponse
+	(*timestamppb.Timestamp)(nil),         // 45: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 46: podium.v1.Capacity
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	38, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	39, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	38, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	38, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	46, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	45, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	45, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
 	4,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	38, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	38, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	45, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	19, // 12: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
 	19, // 13: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
 	19, // 14: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	38, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	38, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	45, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
 	28, // 17: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	38, // 18: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	45, // 18: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
 	33, // 19: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	2,  // 20: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 21: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 22: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 23: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 24: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 25: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 26: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 27: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 28: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 29: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 30: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 31: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	29, // 32: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	31, // 33: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	34, // 34: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	36, // 35: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	3,  // 36: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 37: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 38: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 39: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 40: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 41: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 42: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 43: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 44: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 45: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 46: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 47: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	30, // 48: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	32, // 49: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	35, // 50: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	37, // 51: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	45, // 20: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	40, // 21: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
+	2,  // 22: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 23: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 24: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 25: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 26: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 27: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 28: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 29: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 30: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 31: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 32: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 33: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	29, // 34: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	31, // 35: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	34, // 36: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	36, // 37: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	38, // 38: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	41, // 39: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	43, // 40: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	3,  // 41: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 42: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 43: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 44: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 45: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 46: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 47: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 48: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 49: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 50: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 51: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 52: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	30, // 53: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	32, // 54: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	35, // 55: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	37, // 56: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	39, // 57: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	42, // 58: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	44, // 59: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	41, // [41:60] is the sub-list for method output_type
+	22, // [22:41] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -2372,7 +2751,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

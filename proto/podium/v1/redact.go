@@ -146,3 +146,13 @@ func (r *SetSecretRequest) LogValue() slog.Value {
 	}
 	return slog.GroupValue(slog.String("name", r.GetName()), slog.Int("value_bytes", len(r.GetValue())))
 }
+
+// LogValue logs a RegistryLogin request by its host and user name, never its
+// password.
+func (r *RegistryLoginRequest) LogValue() slog.Value {
+	if r == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(slog.String("host", r.GetHost()), slog.String("username", r.GetUsername()),
+		slog.Int("password_bytes", len(r.GetPassword())))
+}

@@ -71,6 +71,15 @@ const (
 	// AdminServiceDeleteSecretProcedure is the fully-qualified name of the AdminService's DeleteSecret
 	// RPC.
 	AdminServiceDeleteSecretProcedure = "/podium.v1.AdminService/DeleteSecret"
+	// AdminServiceRegistryLoginProcedure is the fully-qualified name of the AdminService's
+	// RegistryLogin RPC.
+	AdminServiceRegistryLoginProcedure = "/podium.v1.AdminService/RegistryLogin"
+	// AdminServiceListRegistriesProcedure is the fully-qualified name of the AdminService's
+	// ListRegistries RPC.
+	AdminServiceListRegistriesProcedure = "/podium.v1.AdminService/ListRegistries"
+	// AdminServiceRemoveRegistryProcedure is the fully-qualified name of the AdminService's
+	// RemoveRegistry RPC.
+	AdminServiceRemoveRegistryProcedure = "/podium.v1.AdminService/RemoveRegistry"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -109,6 +118,15 @@ type AdminServiceClient interface {
 	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
 	// DeleteSecret removes a secret; tasks naming it are then refused.
 	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
+	// Registries.
+	// RegistryLogin stores a login for a private registry; nodes receive it
+	// only for the images they are about to pull from that host.
+	RegistryLogin(context.Context, *connect.Request[v1.RegistryLoginRequest]) (*connect.Response[v1.RegistryLoginResponse], error)
+	// ListRegistries lists logins by host, user name, who set them and when;
+	// never passwords.
+	ListRegistries(context.Context, *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error)
+	// RemoveRegistry forgets the login for a host.
+	RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -218,6 +236,24 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("DeleteSecret")),
 			connect.WithClientOptions(opts...),
 		),
+		registryLogin: connect.NewClient[v1.RegistryLoginRequest, v1.RegistryLoginResponse](
+			httpClient,
+			baseURL+AdminServiceRegistryLoginProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RegistryLogin")),
+			connect.WithClientOptions(opts...),
+		),
+		listRegistries: connect.NewClient[v1.ListRegistriesRequest, v1.ListRegistriesResponse](
+			httpClient,
+			baseURL+AdminServiceListRegistriesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListRegistries")),
+			connect.WithClientOptions(opts...),
+		),
+		removeRegistry: connect.NewClient[v1.RemoveRegistryRequest, v1.RemoveRegistryResponse](
+			httpClient,
+			baseURL+AdminServiceRemoveRegistryProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RemoveRegistry")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -239,6 +275,9 @@ type adminServiceClient struct {
 	setSecret             *connect.Client[v1.SetSecretRequest, v1.SetSecretResponse]
 	listSecrets           *connect.Client[v1.ListSecretsRequest, v1.ListSecretsResponse]
 	deleteSecret          *connect.Client[v1.DeleteSecretRequest, v1.DeleteSecretResponse]
+	registryLogin         *connect.Client[v1.RegistryLoginRequest, v1.RegistryLoginResponse]
+	listRegistries        *connect.Client[v1.ListRegistriesRequest, v1.ListRegistriesResponse]
+	removeRegistry        *connect.Client[v1.RemoveRegistryRequest, v1.RemoveRegistryResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -321,6 +360,21 @@ func (c *adminServiceClient) DeleteSecret(ctx context.Context, req *connect.Requ
 	return c.deleteSecret.CallUnary(ctx, req)
 }
 
+// RegistryLogin calls podium.v1.AdminService.RegistryLogin.
+func (c *adminServiceClient) RegistryLogin(ctx context.Context, req *connect.Request[v1.RegistryLoginRequest]) (*connect.Response[v1.RegistryLoginResponse], error) {
+	return c.registryLogin.CallUnary(ctx, req)
+}
+
+// ListRegistries calls podium.v1.AdminService.ListRegistries.
+func (c *adminServiceClient) ListRegistries(ctx context.Context, req *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error) {
+	return c.listRegistries.CallUnary(ctx, req)
+}
+
+// RemoveRegistry calls podium.v1.AdminService.RemoveRegistry.
+func (c *adminServiceClient) RemoveRegistry(ctx context.Context, req *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error) {
+	return c.removeRegistry.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -357,6 +411,15 @@ type AdminServiceHandler interface {
 	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
 	// DeleteSecret removes a secret; tasks naming it are then refused.
 	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
+	// Registries.
+	// RegistryLogin stores a login for a private registry; nodes receive it
+	// only for the images they are about to pull from that host.
+	RegistryLogin(context.Context, *connect.Request[v1.RegistryLoginRequest]) (*connect.Response[v1.RegistryLoginResponse], error)
+	// ListRegistries lists logins by host, user name, who set them and when;
+	// never passwords.
+	ListRegistries(context.Context, *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error)
+	// RemoveRegistry forgets the login for a host.
+	RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -462,6 +525,24 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("DeleteSecret")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceRegistryLoginHandler := connect.NewUnaryHandler(
+		AdminServiceRegistryLoginProcedure,
+		svc.RegistryLogin,
+		connect.WithSchema(adminServiceMethods.ByName("RegistryLogin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListRegistriesHandler := connect.NewUnaryHandler(
+		AdminServiceListRegistriesProcedure,
+		svc.ListRegistries,
+		connect.WithSchema(adminServiceMethods.ByName("ListRegistries")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRemoveRegistryHandler := connect.NewUnaryHandler(
+		AdminServiceRemoveRegistryProcedure,
+		svc.RemoveRegistry,
+		connect.WithSchema(adminServiceMethods.ByName("RemoveRegistry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -496,6 +577,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListSecretsHandler.ServeHTTP(w, r)
 		case AdminServiceDeleteSecretProcedure:
 			adminServiceDeleteSecretHandler.ServeHTTP(w, r)
+		case AdminServiceRegistryLoginProcedure:
+			adminServiceRegistryLoginHandler.ServeHTTP(w, r)
+		case AdminServiceListRegistriesProcedure:
+			adminServiceListRegistriesHandler.ServeHTTP(w, r)
+		case AdminServiceRemoveRegistryProcedure:
+			adminServiceRemoveRegistryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -567,4 +654,16 @@ func (UnimplementedAdminServiceHandler) ListSecrets(context.Context, *connect.Re
 
 func (UnimplementedAdminServiceHandler) DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.DeleteSecret is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RegistryLogin(context.Context, *connect.Request[v1.RegistryLoginRequest]) (*connect.Response[v1.RegistryLoginResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RegistryLogin is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListRegistries(context.Context, *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListRegistries is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveRegistry is not implemented"))
 }
