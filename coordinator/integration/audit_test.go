@@ -125,3 +125,38 @@ func TestAuditRowAndChangeCommitTogether(t *testing.T) {
 		t.Errorf("tasks after a submit whose audit row failed: %d (%v), want none", n, err)
 	}
 }
+
+// podium.audit_recent is the audit log as an admin reads it in psql: the
+// same rows as ListAudit, newest first, with the call's service dropped.
+func TestAuditRecentView(t *testing.T) {
+	t.Parallel()
+	r, db := coordtest.New(t)
+	ctx := context.Background()
+	vic := as(r, addUser(t, r, "vic", "viewer"))
+	_, err := vic.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox"}}))
+	wantDenied(t, "a viewer's submit", err)
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "select who, role, transport, action, target, result from podium.audit_recent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var who, role, transport, action, target, result string
+		err := row.Scan(&who, &role, &transport, &action, &target, &result)
+		return who + " " + role + " " + transport + " " + action + " " + target + " " + result, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"vic viewer local Submit  permission_denied",
+		"token admin local AddUser vic ok",
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("podium.audit_recent:\n%v\nwant:\n%v", got, want)
+	}
+}
