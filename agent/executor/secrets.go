@@ -67,6 +67,16 @@ func (e *Executor) Adopted(taskID string, attempt int32, values []*podiumv1.Secr
 }
 
 func (r *run) deliverSecrets(values []*podiumv1.SecretValue) {
+	// Most attempts are not waiting (this agent process started them), and
+	// must not take emitMu: the session calls this while it handles a
+	// HelloAck, and an emitter holding emitMu may be waiting for that very
+	// session to make room in its outbox. An attempt that is waiting emits
+	// no output until this call, so its emitMu is free but for a moment.
+	select {
+	case <-r.secretsReady:
+		return
+	default:
+	}
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
 	select {
