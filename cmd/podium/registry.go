@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -99,35 +98,15 @@ the pulls that need them.`,
 }
 
 func runRegistryLs(ctx context.Context, c *cli, cmd *command, args []string) int {
-	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) > 0 {
-		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
-	}
-	cl, code, ok := c.dial(cmd)
-	if !ok {
-		return code
-	}
-	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListRegistriesResponse], error) {
-		return e.admin.ListRegistries(ctx, connect.NewRequest(&podiumv1.ListRegistriesRequest{}))
+	return runAdminList(ctx, c, cmd, args, func(ctx context.Context, e *endpoint) ([]*podiumv1.Registry, error) {
+		resp, err := e.admin.ListRegistries(ctx, connect.NewRequest(&podiumv1.ListRegistriesRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.GetRegistries(), nil
+	}, []string{"HOST", "USERNAME", "SET BY", "SET AT"}, func(r *podiumv1.Registry) []string {
+		return []string{r.GetHost(), r.GetUsername(), r.GetSetBy(), r.GetSetAt().AsTime().Local().Format(time.RFC3339)}
 	})
-	if err != nil {
-		return c.failed(cl, err, "")
-	}
-	if *asJSON {
-		return writeJSONList(c, resp.Msg.GetRegistries())
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tUSERNAME\tSET BY\tSET AT")
-	for _, r := range resp.Msg.GetRegistries() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetHost(), r.GetUsername(), r.GetSetBy(), r.GetSetAt().AsTime().Local().Format(time.RFC3339))
-	}
-	_ = tw.Flush()
-	return exitOK
 }
 
 var registryRmCommand = &command{

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -131,35 +130,15 @@ Values cannot be read back through the API at all; tasks receive them.`,
 }
 
 func runSecretLs(ctx context.Context, c *cli, cmd *command, args []string) int {
-	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) > 0 {
-		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
-	}
-	cl, code, ok := c.dial(cmd)
-	if !ok {
-		return code
-	}
-	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListSecretsResponse], error) {
-		return e.admin.ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{}))
+	return runAdminList(ctx, c, cmd, args, func(ctx context.Context, e *endpoint) ([]*podiumv1.Secret, error) {
+		resp, err := e.admin.ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.GetSecrets(), nil
+	}, []string{"NAME", "SET BY", "SET AT"}, func(s *podiumv1.Secret) []string {
+		return []string{s.GetName(), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339)}
 	})
-	if err != nil {
-		return c.failed(cl, err, "")
-	}
-	if *asJSON {
-		return writeJSONList(c, resp.Msg.GetSecrets())
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSET BY\tSET AT")
-	for _, s := range resp.Msg.GetSecrets() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.GetName(), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339))
-	}
-	_ = tw.Flush()
-	return exitOK
 }
 
 var secretRmCommand = &command{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -84,36 +83,16 @@ func runUserAdd(ctx context.Context, c *cli, cmd *command, args []string) int {
 }
 
 func runUserLs(ctx context.Context, c *cli, cmd *command, args []string) int {
-	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	rest, done, code := c.parseFlags(cmd, fs, args)
-	if done {
-		return code
-	}
-	if len(rest) > 0 {
-		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
-	}
-	cl, code, ok := c.dial(cmd)
-	if !ok {
-		return code
-	}
-	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListUsersResponse], error) {
-		return e.admin.ListUsers(ctx, connect.NewRequest(&podiumv1.ListUsersRequest{}))
-	})
-	if err != nil {
-		return c.failed(cl, err, "")
-	}
-	if *asJSON {
-		return writeJSONList(c, resp.Msg.GetUsers())
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tADDED\tBY")
 	now := time.Now()
-	for _, u := range resp.Msg.GetUsers() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.GetName(), u.GetRole(), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy()))
-	}
-	tw.Flush()
-	return exitOK
+	return runAdminList(ctx, c, cmd, args, func(ctx context.Context, e *endpoint) ([]*podiumv1.User, error) {
+		resp, err := e.admin.ListUsers(ctx, connect.NewRequest(&podiumv1.ListUsersRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.GetUsers(), nil
+	}, []string{"NAME", "ROLE", "ADDED", "BY"}, func(u *podiumv1.User) []string {
+		return []string{u.GetName(), u.GetRole(), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
+	})
 }
 
 func runUserRm(ctx context.Context, c *cli, cmd *command, args []string) int {
