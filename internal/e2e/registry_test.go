@@ -3,6 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os/exec"
 	"regexp"
@@ -26,13 +29,22 @@ func TestPullProgressReachesPodiumRun(t *testing.T) {
 	reg := registrytest.StartOpen(t)
 	dc := dockertest.Client(t)
 	// Marked, so that its config is new to the engine and its layers are
-	// downloaded: an image the engine has already shows no progress.
-	ref := reg.PushMarked(t, dc, e.image, "team/app:1", "from the registry")
+	// downloaded: an image the engine has already shows no progress. The
+	// mark is 3 MB of this run's own random text: the engine reports a
+	// layer's download only past 512 kB of it, and a layer another test's
+	// image brought (the same bytes) would be "already there".
+	random := make([]byte, 1536<<10)
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	marker := hex.EncodeToString(random)
+	sum := sha256.Sum256([]byte(marker))
+	ref := reg.PushMarked(t, dc, e.image, "team/app:1", marker)
 	t.Cleanup(func() { _, _ = dc.ImageRemove(context.Background(), ref, image.RemoveOptions{}) })
 
-	r := e.podium("run", "--image", ref, "--", "cat", registrytest.MarkerPath)
-	if r.code != 0 || string(r.stdout) != "from the registry" {
-		t.Fatalf("exit %d, stdout %q; want 0 and the marker of the pushed image; stderr:\n%s", r.code, r.stdout, r.stderr)
+	r := e.podium("run", "--image", ref, "--", "sha256sum", registrytest.MarkerPath)
+	if want := hex.EncodeToString(sum[:]) + "  " + registrytest.MarkerPath + "\n"; r.code != 0 || string(r.stdout) != want {
+		t.Fatalf("exit %d, stdout %q; want 0 and the checksum of the pushed image's marker; stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	progress := regexp.MustCompile(`(?m)^→ pulling ` + regexp.QuoteMeta(ref) + `: [0-9.]+ (B|kB|MB|GB) / [0-9.]+ (B|kB|MB|GB)$`)
 	if !progress.Match(r.stderr) {
