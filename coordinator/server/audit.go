@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -30,7 +32,7 @@ func (au auditor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if !access.Mutating(proc) {
 			return next(ctx, req)
 		}
-		a := &store.Audit{Action: access.Action(proc), Transport: au.transport, Target: target(req.Any())}
+		a := &store.Audit{Action: access.Action(proc), Transport: au.transport, Target: boundTarget(target(req.Any()))}
 		if c, ok := tailnet.CallerFrom(ctx); ok {
 			a.Who, a.Role = c.Name(), c.Role
 		}
@@ -73,4 +75,22 @@ func target(msg any) string {
 		return m.GetHost()
 	}
 	return ""
+}
+
+// maxTarget bounds what an audit row keeps of a request's target. A refused
+// request is audited before anything validates it, so its id or name is
+// whatever the caller sent, up to the API's body limit.
+const maxTarget = 256
+
+// boundTarget cuts t to maxTarget bytes on a UTF-8 boundary and says how long
+// it was, so a hostile name costs the audit log a fixed amount.
+func boundTarget(t string) string {
+	if len(t) <= maxTarget {
+		return t
+	}
+	cut := maxTarget
+	for cut > 0 && !utf8.RuneStart(t[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", t[:cut], len(t))
 }
