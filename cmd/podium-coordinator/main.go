@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
+	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -286,7 +287,30 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
+	var archive logarchive.Config
+	logArchive, err := envBoolDefault("PODIUM_LOG_ARCHIVE", true)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.BoolVar(&logArchive, "log-archive", logArchive, "archive a finished task's log as one compressed object (in Postgres without --s3-endpoint) and delete its event rows (PODIUM_LOG_ARCHIVE); "+
+		"false keeps every log as rows of podium.task_events, which then grow forever: only to measure the job's cost")
+	archiveAfter, err := envDuration("PODIUM_ARCHIVE_AFTER", logarchive.DefaultAfter)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.DurationVar(&archive.After, "archive-after", archiveAfter, "archive a task's log this long after it ended (PODIUM_ARCHIVE_AFTER); the default is the artifact upload grace and a minute, so late artifact notes are in")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	archive.Disabled = !logArchive
+	if archive.After <= 0 {
+		fmt.Fprintf(stderr, "podium-coordinator: --archive-after %v: want a positive duration such as 11m\n", archive.After)
+		return 2
+	}
+	if err := archive.Check(); err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
 	var zero string
@@ -336,7 +360,7 @@ func serve(args []string, stderr io.Writer) int {
 		DatabaseURL: db, Listen: *listen, AllowNonLoopback: *allow, Token: token,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
-		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
+		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb

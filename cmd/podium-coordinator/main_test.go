@@ -138,3 +138,26 @@ func TestThresholdsRefused(t *testing.T) {
 		})
 	}
 }
+
+// --archive-after out of its bounds is refused before anything starts, saying
+// what it wants; so is a PODIUM_LOG_ARCHIVE that is not a boolean.
+func TestArchiveFlagsBounds(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"serve", "--archive-after", "0s"}, "want a positive duration"},
+		{[]string{"serve", "--archive-after", "-5m"}, "want a positive duration"},
+		{[]string{"serve", "--archive-after", "9000h"}, "--archive-after 9000h0m0s: want 0 to 8760h0m0s"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(tc.args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.says) {
+			t.Errorf("%v: exit %d, %q; want 2 saying %q", tc.args, code, stderr.String(), tc.says)
+		}
+	}
+	t.Setenv("PODIUM_LOG_ARCHIVE", "sometimes")
+	var stderr bytes.Buffer
+	if code := run([]string{"serve"}, &stderr); code != 2 || !strings.Contains(stderr.String(), `PODIUM_LOG_ARCHIVE="sometimes": want true or false`) {
+		t.Errorf("PODIUM_LOG_ARCHIVE=sometimes: exit %d, %q", code, stderr.String())
+	}
+}

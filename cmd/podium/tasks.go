@@ -202,7 +202,26 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("created", timeText(t.GetCreatedAt(), now))
 	line("started", timeText(t.GetStartedAt(), now))
 	line("finished", timeText(t.GetFinishedAt(), now))
+	line("log", logArchiveText(t.GetLogArchive()))
 	tw.Flush()
+}
+
+// logArchiveText says where a task's archived log is: "archived 2026-… (12.3
+// KiB zstd, sha256 …)"; "" when it is not archived. podium logs reads it the
+// same either way.
+func logArchiveText(a *podiumv1.LogArchive) string {
+	if a == nil {
+		return ""
+	}
+	when := "up to event " + fmt.Sprint(a.GetArchivedSeq()) + ", newer events not yet"
+	if a.GetArchivedAt() != nil {
+		when = a.GetArchivedAt().AsTime().Local().Format(time.RFC3339)
+	}
+	where := ""
+	if a.GetInDatabase() {
+		where = " in Postgres"
+	}
+	return fmt.Sprintf("archived%s %s (%s zstd, sha256 %s)", where, when, humanSize(a.GetSize()), a.GetSha256())
 }
 
 func resourcesText(r *podiumv1.Resources) string {

@@ -29,6 +29,8 @@ type Metrics struct {
 	flushSeconds    prometheus.Histogram
 	beatsWritten    prometheus.Counter
 	busDeliveries   *prometheus.CounterVec
+	logsArchived    prometheus.Counter
+	archiveBytes    prometheus.Counter
 }
 
 // New registers the instruments and the SQL-backed collector. sessions reports
@@ -54,6 +56,11 @@ func New(st *store.Store, sessions func() int, log *slog.Logger) *Metrics {
 	m.busDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "podium_bus_deliveries_total", Help: "NOTIFY doorbells received by this replica, by channel."},
 		[]string{"channel"})
+	m.logsArchived = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "podium_log_archives_total", Help: "Task logs archived (or re-archived) by this replica's log archive job."})
+	m.archiveBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "podium_log_archive_bytes_total", Help: "Compressed bytes of the log archives this replica's job wrote."})
+	m.reg.MustRegister(m.logsArchived, m.archiveBytes, &archiveBacklog{store: st, log: log})
 	m.reg.MustRegister(m.dispatchLatency, m.eventsIngested, m.bytesIngested, m.flushSeconds, m.beatsWritten,
 		m.busDeliveries, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -88,6 +95,14 @@ func (m *Metrics) Flushed(d time.Duration, written int64) {
 	if m != nil {
 		m.flushSeconds.Observe(d.Seconds())
 		m.beatsWritten.Add(float64(written))
+	}
+}
+
+// Archived records one task log archived, of size compressed bytes.
+func (m *Metrics) Archived(size int64) {
+	if m != nil {
+		m.logsArchived.Inc()
+		m.archiveBytes.Add(float64(size))
 	}
 }
 
@@ -129,4 +144,26 @@ func (f *fleet) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []string{"online", "unreachable", "offline"} {
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(nodes[s]), s)
 	}
+}
+
+var backlogDesc = prometheus.NewDesc("podium_log_archive_backlog",
+	"Terminal tasks whose log is not (or no longer wholly) archived, from Postgres (its partial index).", nil, nil)
+
+// archiveBacklog reads the log archive job's queue at scrape time.
+type archiveBacklog struct {
+	store *store.Store
+	log   *slog.Logger
+}
+
+func (a *archiveBacklog) Describe(ch chan<- *prometheus.Desc) { ch <- backlogDesc }
+
+func (a *archiveBacklog) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := a.store.ArchiveBacklog(ctx)
+	if err != nil {
+		a.log.Warn("metrics: read the log archive backlog from Postgres", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(n))
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
+	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
@@ -85,6 +86,10 @@ type Config struct {
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
 	Artifacts artifacts.Config
+	// Archive is the leader's log archive job (coordinator/logarchive):
+	// terminal tasks' logs leave task_events for one compressed archive in
+	// the object store, or in Postgres without one.
+	Archive logarchive.Config
 	// SecretsKeyFile is the file of 32 random bytes stored secrets are
 	// sealed under (package coordinator/secrets). Without one secrets cannot
 	// be set, and the replica refuses to start while any are stored.
@@ -159,6 +164,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.Archive.Check(); err != nil {
+		return nil, err
+	}
 	if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, err
 	}
@@ -218,8 +226,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
-	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
-	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Log: log})
+	workers := []leader.Worker{sched, watchdog}
+	if !cfg.Archive.Disabled {
+		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
+	}
+	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, workers...)
+	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log})
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 
 	mux := http.NewServeMux()

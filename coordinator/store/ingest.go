@@ -168,8 +168,9 @@ func moveTasks(ctx context.Context, tx pgx.Tx, taskIDs []string, p *ingestPlan) 
 	seqIDs, seqNs := p.seqReservations(taskIDs)
 	// This update is also what locks the batch's tasks (the ids are sorted; a
 	// deadlock with another multi-row writer is retried); it returns each
-	// one's state before the changes below.
-	b.Queue(`update podium.tasks t set last_seq = t.last_seq + u.n
+	// one's state before the changes below. Like nextSeqs it puts an archived
+	// log back in the archive job's queue, HOT-safely (null over null).
+	b.Queue(`update podium.tasks t set last_seq = t.last_seq + u.n, log_archived_at = null
 		from unnest($1::text[], $2::int[]) as u(id, n) where t.id = u.id
 		returning t.id, t.last_seq, t.state`, seqIDs, seqNs)
 	rounds := p.statusRounds(taskIDs)

@@ -78,6 +78,9 @@ type Task struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	LastSeq           int64
+	// Archive is where the task's log up to Archive.Seq is, once archived
+	// (archive.go).
+	Archive LogArchive
 }
 
 // Proto renders the row for the API.
@@ -96,19 +99,21 @@ func (t Task) Proto() *podiumv1.Task {
 	if t.FinishedAt != nil {
 		p.FinishedAt = timestamppb.New(*t.FinishedAt)
 	}
+	p.LogArchive = t.Archive.Proto()
 	return p
 }
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq`
+	finished_at, cancel_requested_at, last_seq, ` + archiveColumns
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
 	var spec []byte
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
-		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq)
+		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq,
+		&t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
 	if err != nil {
 		return t, err
 	}
@@ -266,9 +271,15 @@ func (s *Store) Transition(ctx context.Context, tr Transition) (bool, error) {
 
 // nextSeqs reserves n positions in a task's log. The row lock it takes is what
 // orders concurrent writers of one task's log by commit.
+//
+// It also sets log_archived_at back to null: a line appended to a task whose
+// log is archived (a late artifact note) stays a row, past the archive's end,
+// until the archive job folds it into a new archive. Writing null over null
+// changes no indexed value, so for the usual task, never archived, the update
+// stays HOT (0015_log_archive.sql).
 func nextSeqs(ctx context.Context, q querier, taskID string, n int) (first int64, err error) {
 	var last int64
-	err = q.QueryRow(ctx, "update podium.tasks set last_seq = last_seq + $2 where id = $1 returning last_seq",
+	err = q.QueryRow(ctx, "update podium.tasks set last_seq = last_seq + $2, log_archived_at = null where id = $1 returning last_seq",
 		taskID, n).Scan(&last)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrNotFound

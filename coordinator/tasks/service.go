@@ -19,6 +19,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/groupcommit"
+	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -31,6 +32,7 @@ type Service struct {
 	bus       *bus.Bus
 	log       *slog.Logger
 	artifacts *artifacts.Service
+	archive   *logarchive.Reader
 	submits   *groupcommit.Batcher[store.NewTask, store.Task]
 }
 
@@ -43,12 +45,18 @@ type Deps struct {
 	// refuses downloads as not configured, so the task service, which has
 	// nothing else to do with the object store, works the same without one.
 	Artifacts *artifacts.Service
-	Log       *slog.Logger
+	// Archive reads archived logs; nil reads them with Store and Artifacts.
+	Archive *logarchive.Reader
+	Log     *slog.Logger
 }
 
 // NewService returns the task service. Submit stores nothing until Run runs.
 func NewService(deps Deps) *Service {
-	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, log: deps.Log, submits: newSubmits(deps.Store)}
+	if deps.Archive == nil {
+		deps.Archive = logarchive.NewReader(deps.Store, deps.Artifacts)
+	}
+	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, archive: deps.Archive, log: deps.Log,
+		submits: newSubmits(deps.Store)}
 }
 
 // Run stores submitted tasks, many to a statement, until ctx ends, then
@@ -236,6 +244,12 @@ func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.Canc
 // the task has ended and every event up to its end was sent; the last message
 // carries the task. It waits on the task's doorbell, with a slow poll as the
 // safety net for a doorbell missed while the listener reconnected.
+//
+// An archived log (coordinator/logarchive) is read the same way: the archive
+// up to the task's log_archived_seq, then the rows after it. The archive job
+// may delete rows between the reading of the task and of its rows; a read
+// that comes up short of what the task said was stored reads the task again
+// and continues from the archive, so a follower sees no gap and no event twice.
 func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.EventsRequest], stream *connect.ServerStream[podiumv1.EventsResponse]) error {
 	id := req.Msg.GetId()
 	if _, err := s.get(ctx, id); err != nil {
@@ -244,6 +258,13 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelTaskEvents, id)
 	defer unsubscribe()
 	after := int64(req.Msg.GetAfterSeq())
+	send := func(seq int64, ev *podiumv1.TaskEvent) error {
+		if err := stream.Send(&podiumv1.EventsResponse{Seq: uint64(seq), Event: ev}); err != nil {
+			return err
+		}
+		after = seq
+		return nil
+	}
 	for {
 		// Read the task before its events: if it was terminal then, every event
 		// up to its last_seq is already committed.
@@ -251,20 +272,8 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 		if err != nil {
 			return connect.NewError(connect.CodeUnavailable, err)
 		}
-		for {
-			evs, err := s.store.ReadEvents(ctx, id, after, 500)
-			if err != nil {
-				return connect.NewError(connect.CodeUnavailable, err)
-			}
-			for _, e := range evs {
-				if err := stream.Send(&podiumv1.EventsResponse{Seq: uint64(e.Seq), Event: e.Event}); err != nil {
-					return err
-				}
-				after = e.Seq
-			}
-			if len(evs) < 500 {
-				break
-			}
+		if t, err = s.readLog(ctx, t, &after, send); err != nil {
+			return err
 		}
 		if !req.Msg.GetFollow() || (store.Terminal(t.State) && after >= t.LastSeq) {
 			return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
@@ -276,6 +285,72 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// readLog sends the events of t's log past *after: from its archive, then
+// its rows. It returns the task as last read, which may be newer than t if
+// the archive job moved its log meanwhile.
+func (s *Service) readLog(ctx context.Context, t store.Task, after *int64, send func(int64, *podiumv1.TaskEvent) error) (store.Task, error) {
+	for {
+		if *after < t.Archive.Seq {
+			err := s.archive.Events(ctx, t.ID, t.Archive, *after, send)
+			switch {
+			case errors.Is(err, logarchive.ErrReplaced):
+				// Replaced by a newer archive since t was read: read t again.
+				nt, err := s.store.GetTask(ctx, t.ID)
+				if err != nil {
+					return t, connect.NewError(connect.CodeUnavailable, err)
+				}
+				if nt.Archive.Seq == t.Archive.Seq && sameArchive(nt.Archive, t.Archive) {
+					return t, connect.NewError(connect.CodeDataLoss, fmt.Errorf("task %s: its log archive is missing: %v", t.ID, err))
+				}
+				t = nt
+				continue
+			case errors.Is(err, logarchive.ErrDamaged):
+				return t, connect.NewError(connect.CodeDataLoss, err)
+			case err != nil:
+				var ce *connect.Error
+				if errors.As(err, &ce) || ctx.Err() != nil {
+					return t, err // the stream's own failure
+				}
+				return t, connect.NewError(connect.CodeUnavailable, err)
+			}
+			// The archive may end before its last position (a position with
+			// no event); the rows start after it.
+			*after = max(*after, t.Archive.Seq)
+		}
+		for {
+			evs, err := s.store.ReadEvents(ctx, t.ID, *after, 500)
+			if err != nil {
+				return t, connect.NewError(connect.CodeUnavailable, err)
+			}
+			for _, e := range evs {
+				if err := send(e.Seq, e.Event); err != nil {
+					return t, err
+				}
+			}
+			if len(evs) < 500 {
+				break
+			}
+		}
+		if *after >= t.LastSeq {
+			return t, nil
+		}
+		// Short of what t said was stored: the archive job may have taken
+		// the rows since. If it did, continue from its archive.
+		nt, err := s.store.GetTask(ctx, t.ID)
+		if err != nil {
+			return t, connect.NewError(connect.CodeUnavailable, err)
+		}
+		if nt.Archive.Seq <= *after {
+			return t, nil
+		}
+		t = nt
+	}
+}
+
+func sameArchive(a, b store.LogArchive) bool {
+	return (a.Key == nil) == (b.Key == nil) && (a.Key == nil || *a.Key == *b.Key)
 }
 
 // MaxMessageBytes bounds one message sent to a task's inbox.

@@ -691,7 +691,12 @@ type Task struct {
 	// env_hidden is set when the caller may not read this task's env values
 	// (it is someone else's and the caller is not an admin): spec.env then
 	// has the names with empty values.
-	EnvHidden     bool `protobuf:"varint,14,opt,name=env_hidden,json=envHidden,proto3" json:"env_hidden,omitempty"`
+	EnvHidden bool `protobuf:"varint,14,opt,name=env_hidden,json=envHidden,proto3" json:"env_hidden,omitempty"`
+	// log_archive is set once the task's log has been archived: its events up
+	// to archived_seq are one compressed object (or, without an object store,
+	// one database row) rather than rows; reading the log is the same either
+	// way (Events).
+	LogArchive    *LogArchive `protobuf:"bytes,15,opt,name=log_archive,json=logArchive,proto3" json:"log_archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +829,164 @@ func (x *Task) GetEnvHidden() bool {
 	return false
 }
 
+func (x *Task) GetLogArchive() *LogArchive {
+	if x != nil {
+		return x.LogArchive
+	}
+	return nil
+}
+
+// LogArchive says where a task's archived log is (docs/operations.md, "Log
+// archive").
+type LogArchive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the object's key in the artifact bucket
+	// (tasks/<task id>/log-<archived_seq>.zst); empty when in_database.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// size and sha256 (hex) are those of the compressed archive.
+	Size       int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256     string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ArchivedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	// archived_seq is the last position of the log the archive holds; events
+	// after it (a note written since) are still rows until the next pass.
+	ArchivedSeq uint64 `protobuf:"varint,5,opt,name=archived_seq,json=archivedSeq,proto3" json:"archived_seq,omitempty"`
+	// in_database is set when the archive is a row of podium.task_log_archives
+	// because no object store is configured.
+	InDatabase    bool `protobuf:"varint,6,opt,name=in_database,json=inDatabase,proto3" json:"in_database,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogArchive) Reset() {
+	*x = LogArchive{}
+	mi := &file_podium_v1_task_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogArchive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogArchive) ProtoMessage() {}
+
+func (x *LogArchive) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
+func (*LogArchive) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LogArchive) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LogArchive) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *LogArchive) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *LogArchive) GetArchivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchivedAt
+	}
+	return nil
+}
+
+func (x *LogArchive) GetArchivedSeq() uint64 {
+	if x != nil {
+		return x.ArchivedSeq
+	}
+	return 0
+}
+
+func (x *LogArchive) GetInDatabase() bool {
+	if x != nil {
+		return x.InDatabase
+	}
+	return false
+}
+
+// ArchivedEvent is one record of a task log archive: an event of the task's
+// log as TaskService.Events returns it (the event's task_id left empty), with
+// its position in the log. An archive is a zstd stream of the magic
+// "PODIUMLOG", a version byte (1), then records, each a uvarint length and an
+// ArchivedEvent, ended by a zero length and a uvarint count of the records
+// (coordinator/logarchive, format.go).
+type ArchivedEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Event         *TaskEvent             `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedEvent) Reset() {
+	*x = ArchivedEvent{}
+	mi := &file_podium_v1_task_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedEvent) ProtoMessage() {}
+
+func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
+func (*ArchivedEvent) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ArchivedEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ArchivedEvent) GetEvent() *TaskEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // LogChunk is a piece of a container's output. offset is the byte position of
 // data[0] within that stream, so a resumed reader continues at the exact byte.
 type LogChunk struct {
@@ -837,7 +1000,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1012,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1025,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -899,7 +1062,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1074,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1087,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -966,7 +1129,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1141,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1154,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Note) GetText() string {
@@ -1023,7 +1186,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1198,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1211,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1144,7 +1307,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1319,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1332,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1188,7 +1351,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1363,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1376,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1232,7 +1395,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1407,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1420,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1276,7 +1439,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1451,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1464,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1327,7 +1490,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1502,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1515,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1392,7 +1555,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1567,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1580,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1437,7 +1600,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1612,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1625,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1488,7 +1651,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1663,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1676,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1536,7 +1699,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1711,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1724,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1598,7 +1761,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1773,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1786,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -1657,7 +1820,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1832,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1845,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SendRequest) GetId() string {
@@ -1708,7 +1871,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1883,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1896,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -1763,7 +1926,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1938,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1951,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Artifact) GetId() string {
@@ -1857,7 +2020,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +2032,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2045,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -1902,7 +2065,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2077,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2090,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -1950,7 +2113,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2125,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2138,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2015,7 +2178,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2190,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2203,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2097,7 +2260,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2272,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2285,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2161,7 +2324,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2336,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2349,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -2271,7 +2434,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2291,9 +2454,24 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\frequested_by\x18\f \x01(\tR\vrequestedBy\x12\x19\n" +
 	"\blast_seq\x18\r \x01(\x04R\alastSeq\x12\x1d\n" +
 	"\n" +
-	"env_hidden\x18\x0e \x01(\bR\tenvHiddenB\f\n" +
+	"env_hidden\x18\x0e \x01(\bR\tenvHidden\x126\n" +
+	"\vlog_archive\x18\x0f \x01(\v2\x15.podium.v1.LogArchiveR\n" +
+	"logArchiveB\f\n" +
 	"\n" +
-	"_exit_code\"d\n" +
+	"_exit_code\"\xcb\x01\n" +
+	"\n" +
+	"LogArchive\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12;\n" +
+	"\varchived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"archivedAt\x12!\n" +
+	"\farchived_seq\x18\x05 \x01(\x04R\varchivedSeq\x12\x1f\n" +
+	"\vin_database\x18\x06 \x01(\bR\n" +
+	"inDatabase\"M\n" +
+	"\rArchivedEvent\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12*\n" +
+	"\x05event\x18\x02 \x01(\v2\x14.podium.v1.TaskEventR\x05event\"d\n" +
 	"\bLogChunk\x12,\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x14.podium.v1.LogStreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
@@ -2422,7 +2600,7 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
@@ -2432,88 +2610,93 @@ var file_podium_v1_task_proto_goTypes = []any{
 	(*Readiness)(nil),                // 5: podium.v1.Readiness
 	(*Sidecar)(nil),                  // 6: podium.v1.Sidecar
 	(*Task)(nil),                     // 7: podium.v1.Task
-	(*LogChunk)(nil),                 // 8: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 9: podium.v1.StatusChange
-	(*Note)(nil),                     // 10: podium.v1.Note
-	(*TaskEvent)(nil),                // 11: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 12: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 13: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 14: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 15: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 16: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 17: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 18: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 19: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 20: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 21: podium.v1.EventsResponse
-	(*SendRequest)(nil),              // 22: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 23: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 24: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 25: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 26: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 27: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 28: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 29: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 30: podium.v1.ArtifactURLResponse
-	nil,                              // 31: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 32: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*LogArchive)(nil),               // 8: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 9: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 10: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 11: podium.v1.StatusChange
+	(*Note)(nil),                     // 12: podium.v1.Note
+	(*TaskEvent)(nil),                // 13: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 14: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 15: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 16: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 17: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 18: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 19: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 20: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 21: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 22: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 23: podium.v1.EventsResponse
+	(*SendRequest)(nil),              // 24: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 25: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 26: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 27: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 28: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 29: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 30: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 31: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 32: podium.v1.ArtifactURLResponse
+	nil,                              // 33: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 34: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	31, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	33, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
 	6,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
-	32, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	34, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
 	2,  // 5: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
 	5,  // 6: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
 	4,  // 7: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
 	0,  // 8: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	33, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	33, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	33, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 13: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	33, // 14: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	8,  // 15: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	9,  // 16: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	10, // 17: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 18: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	7,  // 19: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	7,  // 20: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 21: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	7,  // 22: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	7,  // 23: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	11, // 24: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	7,  // 25: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	33, // 26: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	24, // 27: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	24, // 28: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	33, // 29: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 30: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	12, // 31: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	14, // 32: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	16, // 33: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	18, // 34: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	20, // 35: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	22, // 36: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	25, // 37: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	27, // 38: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	29, // 39: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	13, // 40: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	15, // 41: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	17, // 42: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	19, // 43: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	21, // 44: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	23, // 45: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	26, // 46: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	28, // 47: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	30, // 48: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	35, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	35, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	35, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	35, // 13: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	13, // 14: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 15: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 16: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	35, // 17: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	10, // 18: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	11, // 19: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	12, // 20: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 21: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	7,  // 22: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	7,  // 23: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 24: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	7,  // 25: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	7,  // 26: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	13, // 27: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	7,  // 28: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	35, // 29: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	26, // 30: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	26, // 31: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	35, // 32: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 33: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	14, // 34: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	16, // 35: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	18, // 36: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	20, // 37: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	22, // 38: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	24, // 39: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	27, // 40: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	29, // 41: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	31, // 42: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	15, // 43: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	17, // 44: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	19, // 45: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	21, // 46: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	23, // 47: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	25, // 48: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	28, // 49: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	30, // 50: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	32, // 51: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	43, // [43:52] is the sub-list for method output_type
+	34, // [34:43] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -2522,13 +2705,13 @@ func file_podium_v1_task_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[7].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[26].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[28].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -2538,7 +2721,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
