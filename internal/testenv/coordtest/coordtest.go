@@ -18,6 +18,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/leader"
+	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
@@ -53,6 +54,8 @@ type Options struct {
 	Leader    leader.Config
 	// Artifacts points the replica at an object store (see internal/s3test).
 	Artifacts artifacts.Config
+	// Archive is the replica's log archive job (see server.Config).
+	Archive logarchive.Config
 	// Transport and Tailnet put the replica on a tailnet (see
 	// internal/tailnettest) instead of loopback with the test token.
 	Transport string
@@ -99,7 +102,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := server.Config{
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
-		Artifacts: opts.Artifacts, Transport: opts.Transport, Tailnet: opts.Tailnet,
+		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 	}
 	client := HTTPClient()
