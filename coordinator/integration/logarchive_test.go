@@ -253,14 +253,18 @@ func TestLogArchiveFollowAcrossTheSwitch(t *testing.T) {
 	node, taskID := heldTask(t, ctx, r)
 	// 1,500 events of 8 KiB: three pages of rows, and 12 MiB, more than the
 	// stream's flow-control window, so the follower below, which stops
-	// reading, holds the replica half way through the rows.
+	// reading, holds the replica half way through the rows. That the final
+	// message carries the archive shows the replica read the task again
+	// after the rows went.
 	const n, size = 1500, 8 << 10
 	seq := uint64(3)
 	var want bytes.Buffer
 	for sent := 0; sent < n; {
 		var batch []*podiumv1.TaskEvent
 		for ; len(batch) < 50 && sent < n; sent++ {
-			data := strings.Repeat(string(rune('a'+sent%26)), size-1) + "\n"
+			// Random bytes: the stream compresses messages, and must not
+			// shrink the log below the window.
+			data := string(randomBytes(uint64(sent), size))
 			batch = append(batch, logEv(taskID, 1, seq, uint64(want.Len()), podiumv1.LogStream_LOG_STREAM_STDOUT, data))
 			want.WriteString(data)
 			seq++
