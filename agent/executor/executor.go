@@ -64,7 +64,10 @@
 // stored, and noted in the task's log, before the task counts as ended; an
 // upload that fails never changes the status. Uploads still retrying go on
 // after the status is sent, and the host directory is removed only once they
-// are done: stored, refused, or past the coordinator's window. Meanwhile the
+// are done (stored, refused, or past the coordinator's window) and the
+// coordinator has stored the terminal status, or Config.KeepAttemptData
+// after that (SweepAttemptData, which the agent runs at start and hourly,
+// removes what is left). Meanwhile the
 // files still to send are listed in the directory (uploadsFile), so that an
 // agent restarted before they are done takes them over (ResumeUploads)
 // instead of removing them with the directory. The task's container runs with every capability

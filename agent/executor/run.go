@@ -150,9 +150,9 @@ func apiCtx(parent context.Context, d time.Duration) (context.Context, context.C
 // main runs body and reports its outcome. The run leaves the table before
 // its terminal event goes out, so the slot is free by the time the
 // coordinator hears the task ended; the host directory goes only after the
-// terminal event is stored, because until then a restarted agent may need
-// the runner log to finish the task, and after the artifacts' uploads, which
-// read from it.
+// coordinator has stored the terminal event (the attempt is not over for it
+// until then), and after the artifacts' uploads, which read from it; with
+// Config.KeepAttemptData it is marked done instead, for SweepAttemptData.
 //
 // Between the two come the artifacts: collected, and tried once each before
 // the terminal status (at most artifactWait), so that the usual task's files
