@@ -47,7 +47,9 @@ func throwaway(t *testing.T, dc *client.Client, role string) (ref, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = dc.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true}) })
+	t.Cleanup(func() {
+		_, _ = dc.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
 	return ref, info.ID
 }
 
