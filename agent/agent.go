@@ -572,7 +572,10 @@ func ownImage(docker *client.Client) []string {
 // images are the collector's (package imagegc), which runs on its own.
 func (a *Agent) housekeeping(ctx context.Context) {
 	every := a.exec.SweepInterval()
-	t := time.NewTicker(every)
+	// The first sweep of attempt directories comes soon after start: those
+	// an earlier process left with their terminal status not yet stored
+	// (RemoveOrphans keeps them) go once the coordinator has it.
+	t := time.NewTimer(min(every, time.Minute))
 	defer t.Stop()
 	var engineSwept time.Time
 	for {
@@ -587,6 +590,7 @@ func (a *Agent) housekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(every)
 		}
 		if _, err := a.exec.SweepAttemptData(); err != nil {
 			a.log.Warn("could not sweep the directories of finished task attempts", "err", err)
