@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
@@ -127,6 +129,13 @@ func TestPassRemovesLeastRecentlyUsedUnneededImages(t *testing.T) {
 		wait.Closed(t, time.Minute, "the queued task to end", done)
 		ex.Wait()
 		agenttest.AssertNoContainers(t, dc, nodeID)
+	})
+
+	// Queued for good: its sidecar runs, and is waited for.
+	wait.For(t, 60*time.Second, "the queued task's sidecar to run", func() bool {
+		cs, err := dc.ContainerList(context.Background(), container.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("label", executor.LabelNode+"="+nodeID), filters.Arg("label", executor.LabelSidecar+"=db"))})
+		return err == nil && len(cs) == 1 && cs[0].State == "running"
 	})
 
 	removed, err := gc.Pass(context.Background())
