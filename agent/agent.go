@@ -14,6 +14,8 @@
 //	identity.json                  the node's id and key (package identity)
 //	replicas.json                  the coordinator replicas last heard of,
 //	                               tried when the enrolled one is down
+//	images.json                    when each image was last used by a task
+//	                               here, or first seen (package imagegc)
 //	spool/<task>-<attempt>.spool   events not yet acknowledged, with the
 //	                               executor's cursor (package spool)
 //	tasks/<task>-<attempt>/        one directory per task attempt on this node:
@@ -27,6 +29,17 @@
 //	                               artifacts), mounted at
 //	                               /workspace/.podium/artifacts
 //	  stop.json                    why the agent is stopping the task, while it is
+//	  done                         the attempt is over and its directory is kept
+//	                               for debugging (--keep-attempt-data) from then
+//
+// An attempt's directory goes once the coordinator has stored its terminal
+// status and its artifacts' uploads are done, or --keep-attempt-data after
+// that; a sweep at start and every hour removes what is left of attempts
+// the agent no longer holds. Images no task used for --image-gc-unused go,
+// least recently used first, while the data disk or the engine's root has
+// less than --image-gc-low-free free (package imagegc); the engine's build
+// cache and the networks and volumes labelled by Podium that no attempt
+// owns are swept at start and every hour.
 //
 // The directory must be on the Docker engine's own machine: the runner logs
 // and the inbox are bind-mounted into the containers.
@@ -102,6 +115,7 @@ import (
 	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
+	"github.com/podiumhq/podium/agent/imagegc"
 	"github.com/podiumhq/podium/agent/session"
 	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -181,6 +195,20 @@ type Config struct {
 	// full before the task is stopped ("node disk full"; 0: the
 	// executor's default).
 	DiskFullAfter time.Duration
+	// ImageGCUnused is how long an image must go unused by this node's
+	// tasks before it may be removed (0: imagegc.DefaultUnused), and
+	// ImageGCLowFree the share of free space (percent) on the data disk or
+	// the engine's root under which such images are removed, least
+	// recently used first. 0 never removes an image (the command's
+	// default is imagegc.DefaultLowFree). ImageKeep are images never
+	// removed. See package imagegc.
+	ImageGCUnused  time.Duration
+	ImageGCLowFree float64
+	ImageKeep      []imagegc.Pattern
+	// KeepAttemptData keeps an attempt's directory that long, for
+	// debugging, once its status is stored and its uploads are done; 0
+	// removes it then.
+	KeepAttemptData time.Duration
 }
 
 // Agent is one node agent process.
@@ -193,6 +221,7 @@ type Agent struct {
 	ownsDock  bool
 	exec      *executor.Executor
 	sess      *session.Session
+	gc        *imagegc.Collector
 }
 
 // New loads the node's identity and prepares the agent. It fails, with the
@@ -242,6 +271,21 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.ownsDock = true
 	}
+	a.gc, err = imagegc.New(imagegc.Config{
+		Docker:  a.docker,
+		DataDir: cfg.DataDir,
+		Unused:  cfg.ImageGCUnused,
+		LowFree: cfg.ImageGCLowFree,
+		Keep:    cfg.ImageKeep,
+		Protect: ownImage(a.docker),
+		// The executor is made next; the collector runs only once Run
+		// has started.
+		Hold:   func(f func([]string)) { a.exec.HoldImages(f) },
+		Logger: a.log.With("component", "imagegc"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	// Without the filter nothing is refused, so a spec may ask for any
 	// range.
 	permit := []string{}
@@ -274,6 +318,12 @@ func New(cfg Config) (*Agent, error) {
 		OutputLimit:    cfg.OutputLimit,
 		MaxOutputLimit: cfg.MaxOutputLimit,
 		DiskFullAfter:  cfg.DiskFullAfter,
+		// Image uses go to the collector's record; a task's end may make
+		// its images unneeded, which the collector looks at if the disk
+		// is short.
+		ImageUsed:       func(id string) { a.gc.Used(id, time.Now()) },
+		Ended:           a.gc.Kick,
+		KeepAttemptData: cfg.KeepAttemptData,
 		// The session is made after the executor, which it runs tasks
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
@@ -372,10 +422,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		"workspace_limit_bytes", l.WorkspaceBytes)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)
-	wg.Add(1)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		a.watchdog(wctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.gc.Run(wctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.housekeeping(wctx)
 	}()
 
 	if a.cfg.MetricsListen != "" {
@@ -492,6 +550,50 @@ func (a *Agent) watchdog(ctx context.Context) {
 			return
 		case <-t.C:
 			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		}
+	}
+}
+
+// ownImage is the image the agent runs from, when it runs in a container of
+// the engine it uses: the collector never removes it.
+func ownImage(docker *client.Client) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if id := imagegc.OwnImage(ctx, docker); id != "" {
+		return []string{id}
+	}
+	return nil
+}
+
+// housekeeping sweeps what no task holds any more, until ctx ends: the
+// attempt directories past --keep-attempt-data (every
+// executor.SweepInterval), and, at start and every hour, the labelled
+// networks and volumes no attempt owns and the engine's build cache. The
+// images are the collector's (package imagegc), which runs on its own.
+func (a *Agent) housekeeping(ctx context.Context) {
+	every := a.exec.SweepInterval()
+	// The first sweep of attempt directories comes soon after start: those
+	// an earlier process left with their terminal status not yet stored
+	// (RemoveOrphans keeps them) go once the coordinator has it.
+	t := time.NewTimer(min(every, time.Minute))
+	defer t.Stop()
+	var engineSwept time.Time
+	for {
+		if time.Since(engineSwept) >= time.Hour {
+			engineSwept = time.Now()
+			if _, err := a.exec.SweepDangling(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("could not sweep the networks and volumes no task owns; trying again in an hour", "err", err)
+			}
+			a.gc.PruneBuildCache(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			t.Reset(every)
+		}
+		if _, err := a.exec.SweepAttemptData(); err != nil {
+			a.log.Warn("could not sweep the directories of finished task attempts", "err", err)
 		}
 	}
 }

@@ -43,6 +43,9 @@ type coordinator struct {
 	// adoptSecrets are sent with every adoption, as the real coordinator
 	// sends an attempt's secrets again to the node that holds it.
 	adoptSecrets []*podiumv1.SecretValue
+	// holdFinal, if set, holds the acknowledgement of a terminal status
+	// until it is closed.
+	holdFinal chan struct{}
 
 	mu       sync.Mutex
 	stored   uint64
@@ -87,6 +90,13 @@ func (c *coordinator) Stream(ctx context.Context, stream *connect.BidiStream[pod
 			c.mu.Unlock()
 			if fresh {
 				c.events <- ev
+			}
+			if c.holdFinal != nil && ev.GetStatus().GetState() >= podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+				select {
+				case <-c.holdFinal:
+				case <-ctx.Done():
+					return nil
+				}
 			}
 			if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Ack{Ack: &podiumv1.Ack{
 				TaskId: ev.GetTaskId(), Attempt: ev.GetAttempt(), AckedSeq: top,

@@ -20,6 +20,9 @@ func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -38,6 +41,10 @@ func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 			func() float64 { return float64(a.sess.Stats().EventsSpooled) }),
 		gauge("podium_agent_unacked_bytes", "Task events sent or waiting but not yet acknowledged, in bytes as --pending-memory counts them.",
 			func() float64 { return float64(a.sess.Stats().UnackedBytes) }),
+		counter("podium_agent_images_removed_total", "Images the agent removed because no task used them and the disk was short of space.",
+			func() float64 { return float64(a.gc.Stats().Removed) }),
+		counter("podium_agent_image_removed_bytes_total", "The sizes of the images the agent removed, as the engine reported them (layers shared with other images are not freed).",
+			func() float64 { return float64(a.gc.Stats().Bytes) }),
 		gauge("podium_agent_spool_bytes", "The spool's size on disk, which --pending-disk bounds.",
 			func() float64 { return float64(a.sess.Stats().SpoolBytes) }),
 	)

@@ -162,6 +162,12 @@ func TestRestartKeepsRedactingWithSecretsFromAdopt(t *testing.T) {
 	if stdout.String() != want.String() || final.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("output %q and final %v, want every line once, redacted, and SUCCEEDED", stdout.String(), final)
 	}
+	// The attempt's directory goes once the coordinator has acknowledged
+	// the terminal status, which it does just after the test sees it.
+	wait.For(t, 30*time.Second, "the attempt's directory to go after the acknowledgement", func() bool {
+		entries, _ := os.ReadDir(filepath.Join(dir, "tasks"))
+		return len(entries) == 0
+	})
 	cancel()
 	if err := wait.Recv(t, 30*time.Second, "Run to return on the second shutdown", done); err != nil {
 		t.Fatalf("Run returned %v on shutdown, want nil", err)

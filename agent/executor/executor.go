@@ -64,7 +64,10 @@
 // stored, and noted in the task's log, before the task counts as ended; an
 // upload that fails never changes the status. Uploads still retrying go on
 // after the status is sent, and the host directory is removed only once they
-// are done: stored, refused, or past the coordinator's window. Meanwhile the
+// are done (stored, refused, or past the coordinator's window) and the
+// coordinator has stored the terminal status, or Config.KeepAttemptData
+// after that (SweepAttemptData, which the agent runs at start and hourly,
+// removes what is left). Meanwhile the
 // files still to send are listed in the directory (uploadsFile), so that an
 // agent restarted before they are done takes them over (ResumeUploads)
 // instead of removing them with the directory. The task's container runs with every capability
@@ -264,6 +267,18 @@ type Config struct {
 	// they are what fills it); nil leaves them to go with the attempt's
 	// directory once the uploads end.
 	Stored func(k Key, seq uint64) bool
+	// KeepAttemptData is how long an attempt's host directory is kept,
+	// for debugging, once its terminal status is stored and its uploads
+	// are done (podium-agent --keep-attempt-data); 0 removes it then.
+	// SweepAttemptData removes what is past it.
+	KeepAttemptData time.Duration
+	// ImageUsed, if set, is told the id of each image a task or sidecar of
+	// this node uses, as its attempt starts and as it ends (package
+	// imagegc keeps the record).
+	ImageUsed func(id string)
+	// Ended, if set, is called after each attempt's terminal status: the
+	// images it used may be unneeded now (package imagegc looks).
+	Ended func()
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -283,6 +298,14 @@ type Executor struct {
 	outputLimit, maxOutputLimit, backlog int64
 	diskFullAfter                        time.Duration
 	stored                               func(Key, uint64) bool
+	keepData                             time.Duration
+	imageUsed                            func(string)
+	ended                                func()
+
+	// imageMu is held by HoldImages while a collector decides on and
+	// removes an image, and by register as it enters a run: no attempt
+	// that needs the image can be accepted in between.
+	imageMu sync.Mutex
 
 	// liveRestore is whether the engine keeps its containers running
 	// while it stops and starts again, as it last said (learnEngine);
@@ -291,7 +314,9 @@ type Executor struct {
 
 	mu   sync.Mutex
 	runs map[Key]*run
-	// uploading are the attempts whose uploads ResumeUploads took over.
+	// uploading are the attempts no run holds whose directory is still in
+	// use: uploads ResumeUploads took over, and runs past their terminal
+	// status that wait for it to be stored and their uploads to end.
 	uploading map[Key]bool
 	wg        sync.WaitGroup
 }
@@ -355,6 +380,10 @@ func New(cfg Config) (*Executor, error) {
 		e.backlog = DefaultRunnerBacklog
 	}
 	e.stored = cfg.Stored
+	if cfg.KeepAttemptData < 0 {
+		return nil, fmt.Errorf("executor: attempt data is to be kept for %s; give 0 or more", cfg.KeepAttemptData)
+	}
+	e.keepData, e.imageUsed, e.ended = cfg.KeepAttemptData, cfg.ImageUsed, cfg.Ended
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {
 		e.diskFullAfter = DefaultDiskFullAfter
@@ -528,6 +557,8 @@ func (e *Executor) register(ctx context.Context, a *podiumv1.Assign, emit attemp
 	if r.sel, r.selErr = newSelection(r.spec); r.selErr != nil {
 		r.sel, _ = newSelection(&podiumv1.TaskSpec{})
 	}
+	e.imageMu.Lock()
+	defer e.imageMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.runs[key]; dup {
@@ -654,18 +685,8 @@ func (e *Executor) RemoveOrphans(ctx context.Context) error {
 		e.log.Warn("removing what an earlier agent process left of a task attempt", "task_id", k.TaskID, "attempt", k.Attempt)
 		return true
 	}))
-	entries, err := os.ReadDir(e.tasksDir)
-	if err != nil {
+	if _, err := e.SweepAttemptData(); err != nil {
 		errs = append(errs, err)
-	}
-	for _, d := range entries {
-		k, ok := attempt.ParseFileName(d.Name())
-		if !ok || e.owns(k) || e.isUploading(k) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(e.tasksDir, d.Name())); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -59,6 +59,7 @@ func (r *run) ensureImage(ctx context.Context, ref, pull string) (*image.Inspect
 	if policy != taskspec.PullAlways {
 		img, err := inspect()
 		if err == nil {
+			r.usedImage(img.ID)
 			return &img, nil
 		}
 		if !isNotFound(err) {
@@ -92,6 +93,7 @@ func (r *run) ensureImage(ctx context.Context, ref, pull string) (*image.Inspect
 		}
 		return nil, failed("image %q could not be inspected after it was pulled: %v", ref, err)
 	}
+	r.usedImage(img.ID)
 	return &img, nil
 }
 

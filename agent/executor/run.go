@@ -119,6 +119,11 @@ type run struct {
 	// not copy, and why, noted in the task's log with the other artifacts.
 	workspaceSkipped []artifacts.Skipped
 
+	// images are the ids of the images the run's task and sidecars use,
+	// told to Config.ImageUsed again as the run ends.
+	imageMu sync.Mutex
+	images  []string
+
 	done chan struct{}
 }
 
@@ -145,9 +150,9 @@ func apiCtx(parent context.Context, d time.Duration) (context.Context, context.C
 // main runs body and reports its outcome. The run leaves the table before
 // its terminal event goes out, so the slot is free by the time the
 // coordinator hears the task ended; the host directory goes only after the
-// terminal event is stored, because until then a restarted agent may need
-// the runner log to finish the task, and after the artifacts' uploads, which
-// read from it.
+// coordinator has stored the terminal event (the attempt is not over for it
+// until then), and after the artifacts' uploads, which read from it; with
+// Config.KeepAttemptData it is marked done instead, for SweepAttemptData.
 //
 // Between the two come the artifacts: collected, and tried once each before
 // the terminal status (at most artifactWait), so that the usual task's files
@@ -171,6 +176,16 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	r.bg.Wait()
 	r.e.mu.Lock()
 	delete(r.e.runs, r.key)
+	if final != nil {
+		// The directory is still this run's until finishDir: a sweep
+		// must not take it meanwhile.
+		r.e.uploading[r.key] = true
+		defer func() {
+			r.e.mu.Lock()
+			delete(r.e.uploading, r.key)
+			r.e.mu.Unlock()
+		}()
+	}
 	r.e.mu.Unlock()
 	if final == nil {
 		return
@@ -200,14 +215,16 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 		t.Stop()
 	}
 	r.emitStatus(final, false)
+	finalSeq := r.lastSeq.Load()
+	r.endImages()
 	if job != nil {
 		job.Ended()
 		// While the uploads go on, the runner logs go as soon as the
 		// terminal status is stored: nothing needs them any more (a
-		// restarted agent takes the uploads over from their record).
-		finalSeq := r.lastSeq.Load()
+		// restarted agent takes the uploads over from their record),
+		// unless the directory is to be kept for debugging.
 		var storedC <-chan time.Time
-		if r.e.stored != nil {
+		if r.e.stored != nil && r.e.keepData <= 0 {
 			t := time.NewTicker(storedCheck)
 			defer t.Stop()
 			storedC = t.C
@@ -231,7 +248,14 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 			}
 		}
 	}
-	r.removeDir()
+	// The directory goes (or is marked to go later) once the coordinator
+	// has stored the terminal status: until then the attempt is not over
+	// for it. An agent that stops first leaves it to the next one's sweep
+	// (SweepAttemptData), which waits for the same.
+	if !r.waitStored(ctx, finalSeq) {
+		return
+	}
+	r.finishDir()
 }
 
 // storedCheck is how often a finished run whose artifacts are uploading asks
@@ -265,31 +289,26 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	}
 	img, st := r.ensureImage(ctx, spec.GetImage(), spec.GetPull())
 	if img == nil {
-		r.removeDir()
-		return st
+		return r.unprepared(st)
 	}
 	argv, err := resolveArgv(spec.GetCommand(), img)
 	if err != nil {
-		r.removeDir()
-		return failed("%v", err)
+		return r.unprepared(failed("%v", err))
 	}
 	sidecars := make([]*sidecar, 0, len(spec.GetSidecars()))
 	for _, sc := range spec.GetSidecars() {
 		simg, st := r.ensureImage(ctx, sc.GetImage(), sc.GetPull())
 		if simg == nil {
-			r.removeDir()
-			return st
+			return r.unprepared(st)
 		}
 		sargv, err := resolveArgv(sc.GetCommand(), simg)
 		if err != nil {
-			r.removeDir()
-			return failed("sidecar %q: %v", sc.GetName(), err)
+			return r.unprepared(failed("sidecar %q: %v", sc.GetName(), err))
 		}
 		sidecars = append(sidecars, &sidecar{spec: sc, argv: sargv})
 	}
 	if st, stop := r.interrupted(ctx); stop {
-		r.removeDir()
-		return st
+		return r.unprepared(st)
 	}
 
 	id, started, st := r.launch(ctx, argv, sidecars)
@@ -302,6 +321,16 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 		return st
 	}
 	return r.monitor(ctx, id, time.Now(), nil)
+}
+
+// unprepared ends a run whose containers were never made, with st. With a
+// status, its directory goes as any finished run's does (main); without one
+// the agent is stopping, nothing is left to resume, and it goes now.
+func (r *run) unprepared(st *podiumv1.StatusChange) *podiumv1.StatusChange {
+	if st == nil {
+		r.removeDir()
+	}
+	return st
 }
 
 // validate refuses what the node will not run, whatever the coordinator
@@ -532,6 +561,7 @@ func (r *run) resume(ctx context.Context, found *container.InspectResponse) *pod
 		return st
 	}
 	r.reopenEgress(ctx)
+	r.usedImage(found.Image)
 	if !r.cur.Started {
 		r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
 	}

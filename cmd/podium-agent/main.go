@@ -154,6 +154,15 @@ Joins this machine to a coordinator with a single-use enrollment token an
 operator created, saves the node's identity in the data directory and prints
 the node id.
 
+The agent keeps its node's disk clean: images no task here has used for
+--image-gc-unused (24h) are removed, least recently used first, while the
+data disk or the engine's root has less than --image-gc-low-free (20%) free,
+except those a queued or running task needs and those --image-keep matches;
+an image the agent never saw used counts as used when it first saw it. A
+finished attempt's directory goes once its status is stored and its uploads
+are done, or --keep-attempt-data later. The engine's build cache and Podium's
+networks and volumes no task owns are swept at start and every hour.
+
 Flags:
 `
 
@@ -301,6 +310,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	ts := tsnetFlags(fs)
 	limitFlags := taskLimitFlags(fs)
 	secFlags := securityFlags(fs)
+	dFlags := diskFlags(fs)
 	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -337,6 +347,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return usageErr("--allow-egress and --permit-egress open ranges of the egress filter, which --egress-filter=false turns off: give one or the other")
 	}
 	limits, err := limitFlags.limits(measureMachine())
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	disk, err := dFlags.settings()
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -397,6 +411,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		MaxOutputLimit: int64(maxOutputLimit),
 		PendingMemory:  int(pendingMemory),
 		PendingDisk:    int64(pendingDisk),
+
+		ImageGCUnused:   disk.unused,
+		ImageGCLowFree:  disk.lowFree,
+		ImageKeep:       disk.keep,
+		KeepAttemptData: disk.keepData,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)
