@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"google.golang.org/protobuf/proto"
@@ -53,13 +54,24 @@ type Encoder struct {
 	err   error
 }
 
-// NewEncoder starts an archive on w, writing its header.
-func NewEncoder(w io.Writer) (*Encoder, error) {
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(writeWindow),
+// encoders keeps zstd encoders between archives. Making one allocates its
+// window and tables, several MiB, which cost more than compressing a small
+// task's log: the archive job fell behind dispatch until encoders were
+// reused. An encoder goes back only after a clean Close.
+var encoders = sync.Pool{New: func() any {
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(writeWindow),
 		zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
-		return nil, err
+		// The options are constants that zstd accepts; a refusal is a bug.
+		panic(fmt.Sprintf("log archive: zstd refused the encoder options: %v", err))
 	}
+	return zw
+}}
+
+// NewEncoder starts an archive on w, writing its header.
+func NewEncoder(w io.Writer) (*Encoder, error) {
+	zw := encoders.Get().(*zstd.Encoder)
+	zw.Reset(w)
 	e := &Encoder{zw: zw}
 	if _, err := zw.Write(append([]byte(Magic), Version)); err != nil {
 		return nil, err
@@ -106,6 +118,9 @@ func (e *Encoder) Count() uint64 { return e.count }
 // Close writes the end marker and finishes the zstd stream. It does not close
 // the underlying writer.
 func (e *Encoder) Close() error {
+	if e.zw == nil {
+		return e.err
+	}
 	if e.err != nil {
 		_ = e.zw.Close()
 		return e.err
@@ -116,7 +131,12 @@ func (e *Encoder) Close() error {
 		_ = e.zw.Close()
 		return err
 	}
-	return e.zw.Close()
+	if err := e.zw.Close(); err != nil {
+		return err
+	}
+	encoders.Put(e.zw)
+	e.zw, e.err = nil, errors.New("log archive: the encoder is closed")
+	return nil
 }
 
 // Decoder reads an archive one event at a time, holding one record (and the
