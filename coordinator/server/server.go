@@ -25,6 +25,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -89,7 +90,10 @@ type Config struct {
 	// sealed under (package coordinator/secrets). Without one secrets cannot
 	// be set, and the replica refuses to start while any are stored.
 	SecretsKeyFile string
-	Logger         *slog.Logger
+	// Retention is how long tasks, logs, artifacts and audit rows are kept
+	// (package coordinator/retention); the leader applies its own.
+	Retention retention.Config
+	Logger    *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -133,6 +137,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
 	}
 	if err := checkTransport(&cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.Retention.Check(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -218,7 +225,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
-	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog)
+	expire := retention.NewJob(cfg.Retention, st, log)
+	sweep := retention.NewSweeper(cfg.Retention, st, arts, log)
+	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, sched, watchdog, expire, sweep)
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Log: log})
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 

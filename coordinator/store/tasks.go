@@ -78,6 +78,10 @@ type Task struct {
 	FinishedAt        *time.Time
 	CancelRequestedAt *time.Time
 	LastSeq           int64
+	// LogExpiredAt and ArtifactsExpiredAt say when retention removed the
+	// task's log and its artifacts; nil while they are kept.
+	LogExpiredAt       *time.Time
+	ArtifactsExpiredAt *time.Time
 }
 
 // Proto renders the row for the API.
@@ -96,19 +100,25 @@ func (t Task) Proto() *podiumv1.Task {
 	if t.FinishedAt != nil {
 		p.FinishedAt = timestamppb.New(*t.FinishedAt)
 	}
+	if t.LogExpiredAt != nil {
+		p.LogExpiredAt = timestamppb.New(*t.LogExpiredAt)
+	}
+	if t.ArtifactsExpiredAt != nil {
+		p.ArtifactsExpiredAt = timestamppb.New(*t.ArtifactsExpiredAt)
+	}
 	return p
 }
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq`
+	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
 	var spec []byte
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
-		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq)
+		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.LogExpiredAt, &t.ArtifactsExpiredAt)
 	if err != nil {
 		return t, err
 	}

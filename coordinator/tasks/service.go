@@ -153,13 +153,31 @@ func (s *Service) get(ctx context.Context, id string) (store.Task, error) {
 	}
 	t, err := s.store.GetTask(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return t, connect.NewError(connect.CodeNotFound, fmt.Errorf("no task %s", id))
+		return t, s.notFound(ctx, id)
 	}
 	if err != nil {
 		return t, connect.NewError(connect.CodeUnavailable, err)
 	}
 	return t, nil
 }
+
+// notFound is the error for a task that is not stored: NotFound either way,
+// but a task retention removed says so and when (its tombstone), because
+// "no task" for an id the caller got from Podium reads like a typo or a bug.
+func (s *Service) notFound(ctx context.Context, id string) error {
+	at, err := s.store.TaskExpiredAt(ctx, id)
+	switch {
+	case err == nil:
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s expired by retention on %s: its record, log and artifacts are gone",
+			id, Day(at)))
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no task %s", id))
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// Day is how expiry dates are written in messages: the date in UTC.
+func Day(t time.Time) string { return t.UTC().Format("2006-01-02") }
 
 // List returns tasks newest first.
 func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRequest]) (*connect.Response[podiumv1.ListResponse], error) {
@@ -238,8 +256,14 @@ func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.Canc
 // safety net for a doorbell missed while the listener reconnected.
 func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.EventsRequest], stream *connect.ServerStream[podiumv1.EventsResponse]) error {
 	id := req.Msg.GetId()
-	if _, err := s.get(ctx, id); err != nil {
+	t, err := s.get(ctx, id)
+	if err != nil {
 		return err
+	}
+	if t.LogExpiredAt != nil {
+		// Retention removed the log (--retain-logs): there is nothing to
+		// send, and nothing will come. The task says when it went.
+		return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
 	}
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelTaskEvents, id)
 	defer unsubscribe()
@@ -248,8 +272,14 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 		// Read the task before its events: if it was terminal then, every event
 		// up to its last_seq is already committed.
 		t, err := s.store.GetTask(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return s.notFound(ctx, id)
+		}
 		if err != nil {
 			return connect.NewError(connect.CodeUnavailable, err)
+		}
+		if t.LogExpiredAt != nil {
+			return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
 		}
 		for {
 			evs, err := s.store.ReadEvents(ctx, id, after, 500)

@@ -325,7 +325,12 @@ type TaskSpec struct {
 	// again) or "never" (the node must have it). Empty means "always" for an
 	// image tagged :latest or not tagged, "if-not-present" otherwise, as
 	// Kubernetes does. Sidecars have their own (Sidecar.pull).
-	Pull          string `protobuf:"bytes,19,opt,name=pull,proto3" json:"pull,omitempty"`
+	Pull string `protobuf:"bytes,19,opt,name=pull,proto3" json:"pull,omitempty"`
+	// retain_seconds is how long the task (its row, log and artifacts) is kept
+	// after it ends, in place of the coordinator's --retain-tasks; the
+	// coordinator's --retain-logs and --retain-artifacts still apply when
+	// shorter. 0 means the coordinator's setting. In a YAML spec: retain: 7d.
+	RetainSeconds int64 `protobuf:"varint,20,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +496,13 @@ func (x *TaskSpec) GetPull() string {
 		return x.Pull
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetRetainSeconds() int64 {
+	if x != nil {
+		return x.RetainSeconds
+	}
+	return 0
 }
 
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
@@ -691,9 +703,15 @@ type Task struct {
 	// env_hidden is set when the caller may not read this task's env values
 	// (it is someone else's and the caller is not an admin): spec.env then
 	// has the names with empty values.
-	EnvHidden     bool `protobuf:"varint,14,opt,name=env_hidden,json=envHidden,proto3" json:"env_hidden,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EnvHidden bool `protobuf:"varint,14,opt,name=env_hidden,json=envHidden,proto3" json:"env_hidden,omitempty"`
+	// log_expired_at is when retention removed the task's log (--retain-logs):
+	// Events then sends no events. Unset while the log is kept.
+	LogExpiredAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=log_expired_at,json=logExpiredAt,proto3" json:"log_expired_at,omitempty"`
+	// artifacts_expired_at is when retention removed the task's artifacts
+	// (--retain-artifacts). Unset while they are kept.
+	ArtifactsExpiredAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=artifacts_expired_at,json=artifactsExpiredAt,proto3" json:"artifacts_expired_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -822,6 +840,20 @@ func (x *Task) GetEnvHidden() bool {
 		return x.EnvHidden
 	}
 	return false
+}
+
+func (x *Task) GetLogExpiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LogExpiredAt
+	}
+	return nil
+}
+
+func (x *Task) GetArtifactsExpiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArtifactsExpiredAt
+	}
+	return nil
 }
 
 // LogChunk is a piece of a container's output. offset is the byte position of
@@ -2229,7 +2261,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xf1\x05\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\x98\x06\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2251,7 +2283,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x12output_limit_bytes\x18\x10 \x01(\x03R\x10outputLimitBytes\x12!\n" +
 	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x12.\n" +
 	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x12\x12\n" +
-	"\x04pull\x18\x13 \x01(\tR\x04pull\x1a6\n" +
+	"\x04pull\x18\x13 \x01(\tR\x04pull\x12%\n" +
+	"\x0eretain_seconds\x18\x14 \x01(\x03R\rretainSeconds\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
@@ -2271,7 +2304,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2291,7 +2324,9 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\frequested_by\x18\f \x01(\tR\vrequestedBy\x12\x19\n" +
 	"\blast_seq\x18\r \x01(\x04R\alastSeq\x12\x1d\n" +
 	"\n" +
-	"env_hidden\x18\x0e \x01(\bR\tenvHiddenB\f\n" +
+	"env_hidden\x18\x0e \x01(\bR\tenvHidden\x12@\n" +
+	"\x0elog_expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\flogExpiredAt\x12L\n" +
+	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAtB\f\n" +
 	"\n" +
 	"_exit_code\"d\n" +
 	"\bLogChunk\x12,\n" +
@@ -2472,48 +2507,50 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	33, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
 	33, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
 	33, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 13: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	33, // 14: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	8,  // 15: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	9,  // 16: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	10, // 17: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 18: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	7,  // 19: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	7,  // 20: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 21: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	7,  // 22: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	7,  // 23: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	11, // 24: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	7,  // 25: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	33, // 26: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	24, // 27: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	24, // 28: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	33, // 29: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 30: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	12, // 31: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	14, // 32: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	16, // 33: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	18, // 34: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	20, // 35: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	22, // 36: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	25, // 37: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	27, // 38: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	29, // 39: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	13, // 40: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	15, // 41: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	17, // 42: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	19, // 43: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	21, // 44: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	23, // 45: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	26, // 46: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	28, // 47: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	30, // 48: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	33, // 12: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	33, // 13: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 15: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	33, // 16: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	8,  // 17: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	9,  // 18: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	10, // 19: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 20: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	7,  // 21: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	7,  // 22: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 23: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	7,  // 24: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	7,  // 25: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	11, // 26: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	7,  // 27: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	33, // 28: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	24, // 29: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	24, // 30: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	33, // 31: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 32: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	12, // 33: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	14, // 34: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	16, // 35: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	18, // 36: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	20, // 37: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	22, // 38: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	25, // 39: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	27, // 40: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	29, // 41: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	13, // 42: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	15, // 43: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	17, // 44: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	19, // 45: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	21, // 46: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	23, // 47: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	26, // 48: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	28, // 49: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	30, // 50: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	42, // [42:51] is the sub-list for method output_type
+	33, // [33:42] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
