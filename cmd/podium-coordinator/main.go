@@ -286,7 +286,17 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
+	retain, err := retentionFlags(fs)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ret, err := retain()
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
 	var zero string
@@ -338,6 +348,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
+		Retention: ret,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	srv, err := server.New(ctx, cfg)

@@ -202,6 +202,15 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("created", timeText(t.GetCreatedAt(), now))
 	line("started", timeText(t.GetStartedAt(), now))
 	line("finished", timeText(t.GetFinishedAt(), now))
+	if r := s.GetRetainSeconds(); r > 0 {
+		line("retain", taskspec.FormatLong(time.Duration(r)*time.Second))
+	}
+	if at := t.GetLogExpiredAt(); at != nil {
+		line("log", "expired by retention on "+expiryDay(at))
+	}
+	if at := t.GetArtifactsExpiredAt(); at != nil {
+		line("artifacts", "expired by retention on "+expiryDay(at))
+	}
 	tw.Flush()
 }
 

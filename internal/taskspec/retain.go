@@ -1,6 +1,7 @@
 package taskspec
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,14 +82,14 @@ func ParseRetain(s string) (int64, error) {
 	}
 	secs := int64(d / time.Second)
 	if err := checkRetain("retain", secs); err != nil {
-		return 0, err
+		return 0, errors.New(err.Problem)
 	}
 	return secs, nil
 }
 
 // checkRetain bounds a retain given in seconds; 0 means the coordinator's
 // --retain-tasks.
-func checkRetain(field string, seconds int64) error {
+func checkRetain(field string, seconds int64) *FieldError {
 	switch {
 	case seconds < 0:
 		return fieldErr(field, "%d is negative: give 0 (the coordinator's --retain-tasks) or a duration of %s to %s", seconds, FormatLong(MinRetain), FormatLong(MaxRetain))
@@ -105,13 +106,15 @@ func checkRetain(field string, seconds int64) error {
 }
 
 // FormatLong writes d in the units ParseLongDuration reads: whole years or
-// days when it is that, else Go's form ("36h0m0s").
+// days or hours when it is that, else Go's form ("90m0s").
 func FormatLong(d time.Duration) string {
 	switch {
 	case d > 0 && d%Year == 0:
 		return strconv.FormatInt(int64(d/Year), 10) + "y"
 	case d > 0 && d%Day == 0:
 		return strconv.FormatInt(int64(d/Day), 10) + "d"
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
 	}
 	return d.String()
 }
