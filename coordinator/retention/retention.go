@@ -41,9 +41,10 @@ const (
 	DefaultBatch = 500
 )
 
-// Fixed retentions: how long a used enrollment token is kept (so who used it
-// can still be looked up), and how long a node command is kept once it is
-// delivered, or once its task has ended without it being delivered.
+// Fixed retentions: how long an enrollment token is kept once used or
+// expired (so who used it can still be looked up, and enrolling with it says
+// "expired"), and how long a node command is kept once it is delivered, or
+// once its task has ended without it being delivered.
 const (
 	UsedTokens       = 7 * taskspec.Day
 	DeliveredCommand = time.Hour

@@ -221,8 +221,8 @@ func TestHousekeepingExpires(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.exec(`insert into podium.enrollment_tokens (token_hash, expires_at, used_at) values
-		('\x01', now() - interval '1 minute', null),   -- expired unused: goes
-		('\x02', now() + interval '1 hour', null),     -- live: stays
+		('\x01', now() - interval '8 days', null),     -- expired unused a week ago: goes
+		('\x02', now() - interval '1 minute', null),   -- just expired: stays, to say "expired"
 		('\x03', now() - interval '1 day', now() - interval '8 days'),  -- used 8 days ago: goes
 		('\x04', now() - interval '1 day', now() - interval '6 days')   -- used 6 days ago: stays`)
 	e.task("task_done", store.Succeeded, 2*time.Hour, 0)

@@ -121,20 +121,22 @@ func (s *Store) ExpireArtifacts(ctx context.Context, keep time.Duration, limit i
 }
 
 // expireTokensSQL removes enrollment tokens that can no longer enroll
-// anything: unused past their expiry, or used more than $1 seconds ago (kept
-// that long so that who used a token can still be looked up).
+// anything, $1 seconds after they stopped being able to: used that long ago,
+// or expired unused that long ago. Until then, who used a token can still be
+// looked up, and enrolling with an expired one says "expired", not "not
+// known".
 const expireTokensSQL = `with gone as (
 	delete from podium.enrollment_tokens where token_hash in (
 		select token_hash from podium.enrollment_tokens
-		where (used_at is null and expires_at < now()) or used_at < now() - make_interval(secs => $1)
+		where (used_at is null and expires_at < now() - make_interval(secs => $1)) or used_at < now() - make_interval(secs => $1)
 		limit $2)
 	returning 1)
 	select count(*) from gone`
 
-// ExpireTokens removes up to limit spent enrollment tokens (used more than
-// usedKeep ago, or expired unused), and says how many.
-func (s *Store) ExpireTokens(ctx context.Context, usedKeep time.Duration, limit int) (int, error) {
-	return s.countOne(ctx, expireTokensSQL, usedKeep.Seconds(), limit)
+// ExpireTokens removes up to limit enrollment tokens used, or expired
+// unused, more than keep ago, and says how many.
+func (s *Store) ExpireTokens(ctx context.Context, keep time.Duration, limit int) (int, error) {
+	return s.countOne(ctx, expireTokensSQL, keep.Seconds(), limit)
 }
 
 // expireCommandsSQL removes node commands that are done with: delivered more
