@@ -287,6 +287,11 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
+	retain, err := retentionFlags(fs)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	var archive logarchive.Config
 	logArchive, err := envBoolDefault("PODIUM_LOG_ARCHIVE", true)
 	if err != nil {
@@ -310,6 +315,11 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if err := archive.Check(); err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	ret, err := retain()
+	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
@@ -362,6 +372,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
+		Retention: ret,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	srv, err := server.New(ctx, cfg)

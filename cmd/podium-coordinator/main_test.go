@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/retention"
+	"github.com/podiumhq/podium/internal/taskspec"
 )
 
 func TestSizeFlag(t *testing.T) {
@@ -159,5 +164,57 @@ func TestArchiveFlagsBounds(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run([]string{"serve"}, &stderr); code != 2 || !strings.Contains(stderr.String(), `PODIUM_LOG_ARCHIVE="sometimes": want true or false`) {
 		t.Errorf("PODIUM_LOG_ARCHIVE=sometimes: exit %d, %q", code, stderr.String())
+	}
+}
+
+// Retention flags take days and years, and a bad value, by flag or by
+// variable, is refused at start naming the flag and the accepted form.
+func TestRetentionFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		says []string
+	}{
+		{[]string{"--retain-tasks", "90"}, nil, []string{"-retain-tasks", "has no unit", `"90d"`}},
+		{[]string{"--retain-logs", "soon"}, nil, []string{"-retain-logs", "not a duration", `"1y"`}},
+		{[]string{"--retain-artifacts", "30s"}, nil, []string{"--retain-artifacts 30s: want 1m to 100y"}},
+		{[]string{"--retain-audit", "200y"}, nil, []string{"-retain-audit", "more than 100 years"}},
+		{[]string{"--retention-every", "1ms"}, nil, []string{"--retention-every 1ms: want 10ms to 24h"}},
+		{nil, map[string]string{"PODIUM_RETAIN_TASKS": "1.5d"}, []string{"PODIUM_RETAIN_TASKS", "not a duration"}},
+		{nil, map[string]string{"PODIUM_RETENTION_EVERY": "often"}, []string{`PODIUM_RETENTION_EVERY="often"`}},
+	} {
+		t.Run(strings.Join(c.args, " ")+fmt.Sprint(c.env), func(t *testing.T) {
+			t.Setenv("PODIUM_DATABASE_URL", "")
+			for _, k := range []string{"PODIUM_RETAIN_TASKS", "PODIUM_RETAIN_LOGS", "PODIUM_RETAIN_ARTIFACTS", "PODIUM_RETAIN_AUDIT", "PODIUM_RETENTION_EVERY"} {
+				t.Setenv(k, c.env[k])
+			}
+			var stderr bytes.Buffer
+			if code := run(append([]string{"serve"}, c.args...), &stderr); code != 2 {
+				t.Fatalf("exit %d, want 2: %s", code, stderr.String())
+			}
+			for _, want := range c.says {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("says %q; want it to say %q", stderr.String(), want)
+				}
+			}
+		})
+	}
+	// Good values parse into the config the server gets.
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	t.Setenv("PODIUM_RETAIN_AUDIT", "2y")
+	read, err := retentionFlags(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--retain-tasks", "30d", "--retain-logs", "36h", "--retention-every", "5m"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := retention.Config{Tasks: 30 * taskspec.Day, Logs: 36 * time.Hour, Audit: 2 * taskspec.Year, Every: 5 * time.Minute}
+	if c != want {
+		t.Errorf("config %+v, want %+v", c, want)
 	}
 }

@@ -57,6 +57,14 @@ func runArtifacts(ctx context.Context, c *cli, cmd *command, args []string) int 
 		return writeJSONList(c, list)
 	}
 	if len(list) == 0 {
+		// Say why when retention removed them (one more call, only then).
+		if t, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.GetResponse], error) {
+			return e.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
+		}); err == nil && t.Msg.GetTask().GetArtifactsExpiredAt() != nil {
+			fmt.Fprintf(c.stderr, "→ the artifacts of task %s expired by retention on %s (the coordinator's --retain-artifacts)\n",
+				id, expiryDay(t.Msg.GetTask().GetArtifactsExpiredAt()))
+			return exitOK
+		}
 		fmt.Fprintf(c.stderr, "→ task %s has no artifacts\n", id)
 		return exitOK
 	}

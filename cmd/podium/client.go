@@ -277,7 +277,9 @@ func describeAt(server string, hasToken bool, err error, notFound string) string
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeOutOfRange:
 		return msg
 	case connect.CodeNotFound:
-		if notFound != "" {
+		// A task retention removed says so, and when: the caller's
+		// "no task …" would hide that.
+		if notFound != "" && !strings.Contains(msg, "expired by retention") {
 			return notFound
 		}
 		return msg

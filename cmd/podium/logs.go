@@ -5,7 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
+
+// expiryDay writes the date retention removed something, in UTC, as the
+// coordinator's messages do.
+func expiryDay(ts *timestamppb.Timestamp) string { return ts.AsTime().UTC().Format("2006-01-02") }
 
 var logsCommand = &command{
 	name:     "logs",
@@ -19,7 +25,9 @@ keeps printing until the task ends, reconnecting if the coordinator restarts
 be reached for --reconnect-timeout.
 
 logs exits 0 once it has printed the output, whatever the task's own exit code:
-it reports on itself, not on the task (podium task get shows the task's code).`,
+it reports on itself, not on the task (podium task get shows the task's code).
+A log that retention removed (the coordinator's --retain-logs) is said to
+have expired, with the date, and logs exits 125.`,
 	usageExit: exitUsage,
 	run:       runLogs,
 }
@@ -47,6 +55,11 @@ func runLogs(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	if err != nil {
 		p.fail("%s", cl.describe(err, fmt.Sprintf("no task %s", id)))
+		return exitPodium
+	}
+	if at := final.GetLogExpiredAt(); at != nil {
+		p.fail("the log of %s expired by retention on %s (the coordinator's --retain-logs); the task itself is kept: podium task get %s",
+			id, expiryDay(at), id)
 		return exitPodium
 	}
 	if final != nil {

@@ -31,7 +31,7 @@ goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoin
 and command; put "--" before it when it has flags of its own.
 
 Flags override the fields of --spec: --image, --timeout, --priority, --user,
---pull and --output-limit replace theirs, --env sets one variable each (replacing the
+--pull, --output-limit and --retain replace theirs, --env sets one variable each (replacing the
 file's value for that key), --label adds to the file's labels, --cap-add to
 its capabilities, --allow-egress to its allow_egress, --secret to its
 secrets (replacing the file's entry for that secret), and CMD replaces its
@@ -80,6 +80,7 @@ type runOptions struct {
 	image    string
 	specFile string
 	timeout  string
+	retain   string
 	user     string
 	pull     string
 	priority int
@@ -110,6 +111,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.Var(&o.secrets, "secret", "give the task the stored secret `NAME[=ENV]` (podium secret set) in the variable ENV, by default NAME upper-cased with - as _ (repeatable)")
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
+	fs.StringVar(&o.retain, "retain", "", "keep the task, its log and artifacts `DURATION` after it ends, e.g. 7d, 1y, 36h (default: the coordinator's --retain-tasks)")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
 	fs.StringVar(&o.pull, "pull", "", "when the node pulls the image, `POLICY`: if-not-present, always or never (default: always for :latest or no tag, else if-not-present)")
@@ -203,6 +205,13 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			return nil, fmt.Errorf("--timeout %v", err)
 		}
 		spec.TimeoutSeconds = secs
+	}
+	if o.set["retain"] {
+		secs, err := taskspec.ParseRetain(o.retain)
+		if err != nil {
+			return nil, fmt.Errorf("--retain %v", err)
+		}
+		spec.RetainSeconds = secs
 	}
 	if o.set["priority"] {
 		if o.priority < math.MinInt32 || o.priority > math.MaxInt32 {

@@ -94,7 +94,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 	tc := newTestCLI(nil)
 	code := tc.run(t, "--server", f.url(), "run", "--spec", spec,
 		"--image", "busybox:1", "--env", "OVERRIDE=flag", "--env", "NEW=x=y", "--label", "gpu=a100", "--label", "linux",
-		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--user", "1000:1000", "--pull", "never",
+		"--timeout", "90s", "--priority", "-3", "--cap-add", "net_raw", "--cap-add", "CHOWN", "--user", "1000:1000", "--pull", "never", "--retain", "7d",
 		"--allow-egress", "192.0.2.10", "--allow-egress", "10.20.0.0/16", "--allow-egress", "192.0.2.10", "--", "sh", "-c", "exit 0")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, tc.errOut)
@@ -107,6 +107,7 @@ func TestRunFlagsOverrideSpecFile(t *testing.T) {
 		TimeoutSeconds:  90,
 		User:            "1000:1000",
 		Pull:            "never",
+		RetainSeconds:   7 * 24 * 3600,
 		Priority:        -3,
 		MaxAttempts:     2,
 		RetryOnNodeLoss: true,
@@ -169,6 +170,9 @@ func TestRunRefusesBadInputLocally(t *testing.T) {
 		{"bad label", []string{"--image", "alpine:3", "--label", "a b"}, "", []string{"--label", `"a b"`}},
 		{"timeout without unit", []string{"--image", "alpine:3", "--timeout", "10"}, "", []string{"--timeout", "no unit"}},
 		{"negative timeout", []string{"--image", "alpine:3", "--timeout", "-1s"}, "", []string{"--timeout", "negative"}},
+		{"retain too short", []string{"--image", "alpine:3", "--retain", "10m"}, "", []string{"--retain", "shorter than 1h"}},
+		{"retain without unit", []string{"--image", "alpine:3", "--retain", "7"}, "", []string{"--retain", "has no unit", `"90d"`}},
+		{"retain in file too long", nil, "image: a\nretain: 20y\n", []string{"retain", "more than 10y"}},
 		{"bad user", []string{"--image", "alpine:3", "--user", "www-data:www-data"}, "", []string{"--user", `"www-data:www-data" is not a user`}},
 		{"unknown pull policy", []string{"--image", "alpine:3", "--pull", "missing"}, "", []string{`--pull "missing" is not a pull policy`, "if-not-present, always, never"}},
 		{"unknown pull policy in file", nil, "image: a\npull: IfNotPresent\n", []string{"spec.pull", "if-not-present, always, never"}},

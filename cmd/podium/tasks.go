@@ -203,6 +203,15 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("started", timeText(t.GetStartedAt(), now))
 	line("finished", timeText(t.GetFinishedAt(), now))
 	line("log", logArchiveText(t.GetLogArchive()))
+	if r := s.GetRetainSeconds(); r > 0 {
+		line("retain", taskspec.FormatLong(time.Duration(r)*time.Second))
+	}
+	if at := t.GetLogExpiredAt(); at != nil {
+		line("log", "expired by retention on "+expiryDay(at))
+	}
+	if at := t.GetArtifactsExpiredAt(); at != nil {
+		line("artifacts", "expired by retention on "+expiryDay(at))
+	}
 	tw.Flush()
 }
 

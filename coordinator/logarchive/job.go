@@ -24,6 +24,8 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -37,9 +39,15 @@ const (
 	DefaultAfter = 11 * time.Minute
 	// MaxAfter bounds After: a log kept as rows for longer than a year is
 	// better served by turning the archive off.
-	MaxAfter        = 365 * 24 * time.Hour
-	DefaultBatch    = 50
-	MaxBatch        = 1000
+	MaxAfter     = 365 * 24 * time.Hour
+	DefaultBatch = 50
+	MaxBatch     = 1000
+	// DefaultParallel is how many tasks of a batch are archived at once. One
+	// archive is mostly waiting (a read, an object store round trip, a
+	// commit's flush); one at a time, the job fell behind a dispatcher
+	// running tasks of 10 KiB of output on two cores.
+	DefaultParallel = 4
+	MaxParallel     = 32
 	DefaultInterval = 10 * time.Second
 	DefaultBackoff  = time.Minute
 	// readPage is how many rows are read from task_events at a time.
@@ -56,6 +64,9 @@ type Config struct {
 	After time.Duration
 	// Batch is how many tasks one pass takes (DefaultBatch; at most MaxBatch).
 	Batch int
+	// Parallel is how many of them are archived at once (DefaultParallel;
+	// at most MaxParallel).
+	Parallel int
 	// Interval is how often the job looks for work when it found none
 	// (DefaultInterval); a full batch is followed by the next at once.
 	Interval time.Duration
@@ -76,6 +87,9 @@ func (c Config) Check() error {
 	if c.Batch < 0 || c.Batch > MaxBatch {
 		return fmt.Errorf("log archive batch %d: want 1 to %d", c.Batch, MaxBatch)
 	}
+	if c.Parallel < 0 || c.Parallel > MaxParallel {
+		return fmt.Errorf("log archive parallelism %d: want 1 to %d", c.Parallel, MaxParallel)
+	}
 	if c.Interval < 0 || c.MaxBackoff < 0 {
 		return errors.New("log archive intervals must not be negative")
 	}
@@ -88,6 +102,9 @@ func (c *Config) defaults() {
 	}
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
+	}
+	if c.Parallel == 0 {
+		c.Parallel = DefaultParallel
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
@@ -179,17 +196,22 @@ func (j *Job) Pass(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("choose tasks to archive: %w", err)
 	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(j.cfg.Parallel)
 	for _, c := range cs {
-		err := j.archive(ctx, c)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrDamaged), errors.Is(err, errUnarchivable):
-			j.deps.Log.Error("log archive: cannot archive this task's log; it stays as it is", "task", c.ID, "err", err)
-		default:
-			return len(cs), err
-		}
+		g.Go(func() error {
+			err := j.archive(gctx, c)
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrDamaged), errors.Is(err, errUnarchivable):
+				j.deps.Log.Error("log archive: cannot archive this task's log; it stays as it is", "task", c.ID, "err", err)
+			default:
+				return err
+			}
+			return nil
+		})
 	}
-	return len(cs), nil
+	return len(cs), g.Wait()
 }
 
 // errUnarchivable marks a log that the format cannot hold (an event past

@@ -26,6 +26,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -94,7 +95,10 @@ type Config struct {
 	// sealed under (package coordinator/secrets). Without one secrets cannot
 	// be set, and the replica refuses to start while any are stored.
 	SecretsKeyFile string
-	Logger         *slog.Logger
+	// Retention is how long tasks, logs, artifacts and audit rows are kept
+	// (package coordinator/retention); the leader applies its own.
+	Retention retention.Config
+	Logger    *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -138,6 +142,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
 	}
 	if err := checkTransport(&cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.Retention.Check(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -226,7 +233,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
-	workers := []leader.Worker{sched, watchdog}
+	// The retention job and its object sweeper always run: they are what
+	// keeps the database and the bucket from growing forever.
+	workers := []leader.Worker{sched, watchdog,
+		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log)}
 	if !cfg.Archive.Disabled {
 		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
 	}

@@ -133,12 +133,15 @@ func (s *Store) RecordArchive(ctx context.Context, r ArchiveRecord) (bool, error
 		recorded = false
 		var last, seq int64
 		var key *string
-		err := tx.QueryRow(ctx, `select last_seq, log_archived_seq, log_archive_key from podium.tasks
-			where id = $1 for update`, c.ID).Scan(&last, &seq, &key)
+		var expired bool
+		err := tx.QueryRow(ctx, `select last_seq, log_archived_seq, log_archive_key, log_expired_at is not null
+			from podium.tasks where id = $1 for update`, c.ID).Scan(&last, &seq, &key, &expired)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if errors.Is(err, pgx.ErrNoRows) || last != c.LastSeq || seq != c.Archive.Seq || !sameKey(key, c.Archive.Key) {
+		// A log that retention removed meanwhile (--retain-logs) stays
+		// removed: the archive just written goes too.
+		if errors.Is(err, pgx.ErrNoRows) || expired || last != c.LastSeq || seq != c.Archive.Seq || !sameKey(key, c.Archive.Key) {
 			// A second pass that recorded the same log wrote the same key:
 			// that object is the task's now, and must not be deleted.
 			if r.Key != "" && (key == nil || *key != r.Key) {

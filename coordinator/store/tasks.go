@@ -81,6 +81,10 @@ type Task struct {
 	// Archive is where the task's log up to Archive.Seq is, once archived
 	// (archive.go).
 	Archive LogArchive
+	// LogExpiredAt and ArtifactsExpiredAt say when retention removed the
+	// task's log and its artifacts; nil while they are kept.
+	LogExpiredAt       *time.Time
+	ArtifactsExpiredAt *time.Time
 }
 
 // Proto renders the row for the API.
@@ -100,19 +104,25 @@ func (t Task) Proto() *podiumv1.Task {
 		p.FinishedAt = timestamppb.New(*t.FinishedAt)
 	}
 	p.LogArchive = t.Archive.Proto()
+	if t.LogExpiredAt != nil {
+		p.LogExpiredAt = timestamppb.New(*t.LogExpiredAt)
+	}
+	if t.ArtifactsExpiredAt != nil {
+		p.ArtifactsExpiredAt = timestamppb.New(*t.ArtifactsExpiredAt)
+	}
 	return p
 }
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq, ` + archiveColumns
+	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, ` + archiveColumns
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
 	var spec []byte
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
-		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq,
+		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.LogExpiredAt, &t.ArtifactsExpiredAt,
 		&t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
 	if err != nil {
 		return t, err

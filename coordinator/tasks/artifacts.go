@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
+	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -44,12 +45,24 @@ func (s *Service) ListArtifacts(ctx context.Context, req *connect.Request[podium
 	return connect.NewResponse(out), nil
 }
 
+// artifactError is ConnectError, except that an artifact missing from a task
+// whose artifacts retention removed says so and when, instead of "no such
+// artifact", which reads like a wrong name.
+func artifactError(t store.Task, err error) error {
+	if errors.Is(err, artifacts.ErrNotFound) && t.ArtifactsExpiredAt != nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("the artifacts of %s expired by retention on %s (--retain-artifacts)",
+			t.ID, Day(*t.ArtifactsExpiredAt)))
+	}
+	return artifacts.ConnectError(err)
+}
+
 // DownloadArtifact streams one artifact from the object store: first the
 // artifact itself (size and digest, for progress and verification), then its
 // bytes in chunks as they are read, so a replica holds one chunk per download
 // whatever the artifact's size.
 func (s *Service) DownloadArtifact(ctx context.Context, req *connect.Request[podiumv1.DownloadArtifactRequest], stream *connect.ServerStream[podiumv1.DownloadArtifactResponse]) error {
-	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+	t, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
 		return err
 	}
 	store, err := s.artifactStore()
@@ -58,7 +71,7 @@ func (s *Service) DownloadArtifact(ctx context.Context, req *connect.Request[pod
 	}
 	a, body, err := store.Open(ctx, req.Msg.GetId(), req.Msg.GetName(), req.Msg.GetAttempt())
 	if err != nil {
-		return artifacts.ConnectError(err)
+		return artifactError(t, err)
 	}
 	defer body.Close()
 	if err := stream.Send(&podiumv1.DownloadArtifactResponse{Msg: &podiumv1.DownloadArtifactResponse_Artifact{Artifact: a.Proto()}}); err != nil {
@@ -95,7 +108,8 @@ func (s *Service) DownloadArtifact(ctx context.Context, req *connect.Request[pod
 
 // ArtifactURL presigns a GET of one artifact and says how long it is valid.
 func (s *Service) ArtifactURL(ctx context.Context, req *connect.Request[podiumv1.ArtifactURLRequest]) (*connect.Response[podiumv1.ArtifactURLResponse], error) {
-	if _, err := s.get(ctx, req.Msg.GetId()); err != nil {
+	t, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
 		return nil, err
 	}
 	store, err := s.artifactStore()
@@ -104,7 +118,7 @@ func (s *Service) ArtifactURL(ctx context.Context, req *connect.Request[podiumv1
 	}
 	a, u, expires, err := store.URL(ctx, req.Msg.GetId(), req.Msg.GetName(), req.Msg.GetAttempt())
 	if err != nil {
-		return nil, artifacts.ConnectError(err)
+		return nil, artifactError(t, err)
 	}
 	return connect.NewResponse(&podiumv1.ArtifactURLResponse{
 		Url: u.String(), ExpiresAt: timestamppb.New(expires),

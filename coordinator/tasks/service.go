@@ -161,13 +161,31 @@ func (s *Service) get(ctx context.Context, id string) (store.Task, error) {
 	}
 	t, err := s.store.GetTask(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return t, connect.NewError(connect.CodeNotFound, fmt.Errorf("no task %s", id))
+		return t, s.notFound(ctx, id)
 	}
 	if err != nil {
 		return t, connect.NewError(connect.CodeUnavailable, err)
 	}
 	return t, nil
 }
+
+// notFound is the error for a task that is not stored: NotFound either way,
+// but a task retention removed says so and when (its tombstone), because
+// "no task" for an id the caller got from Podium reads like a typo or a bug.
+func (s *Service) notFound(ctx context.Context, id string) error {
+	at, err := s.store.TaskExpiredAt(ctx, id)
+	switch {
+	case err == nil:
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s expired by retention on %s: its record, log and artifacts are gone",
+			id, Day(at)))
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no task %s", id))
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// Day is how expiry dates are written in messages: the date in UTC.
+func Day(t time.Time) string { return t.UTC().Format("2006-01-02") }
 
 // List returns tasks newest first.
 func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRequest]) (*connect.Response[podiumv1.ListResponse], error) {
@@ -252,8 +270,14 @@ func (s *Service) Cancel(ctx context.Context, req *connect.Request[podiumv1.Canc
 // and continues from the archive, so a follower sees no gap and no event twice.
 func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.EventsRequest], stream *connect.ServerStream[podiumv1.EventsResponse]) error {
 	id := req.Msg.GetId()
-	if _, err := s.get(ctx, id); err != nil {
+	t, err := s.get(ctx, id)
+	if err != nil {
 		return err
+	}
+	if t.LogExpiredAt != nil {
+		// Retention removed the log (--retain-logs): there is nothing to
+		// send, and nothing will come. The task says when it went.
+		return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
 	}
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelTaskEvents, id)
 	defer unsubscribe()
@@ -269,11 +293,19 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 		// Read the task before its events: if it was terminal then, every event
 		// up to its last_seq is already committed.
 		t, err := s.store.GetTask(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return s.notFound(ctx, id)
+		}
 		if err != nil {
 			return connect.NewError(connect.CodeUnavailable, err)
 		}
 		if t, err = s.readLog(ctx, t, &after, send); err != nil {
 			return err
+		}
+		if t.LogExpiredAt != nil {
+			// Expired while it was being followed: what was sent is all
+			// there will be.
+			return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
 		}
 		if !req.Msg.GetFollow() || (store.Terminal(t.State) && after >= t.LastSeq) {
 			return stream.Send(&podiumv1.EventsResponse{Task: view(ctx, t)})
@@ -292,12 +324,19 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 // the archive job moved its log meanwhile.
 func (s *Service) readLog(ctx context.Context, t store.Task, after *int64, send func(int64, *podiumv1.TaskEvent) error) (store.Task, error) {
 	for {
+		if t.LogExpiredAt != nil {
+			// Retention took the log (and its archive) since t was read.
+			return t, nil
+		}
 		if *after < t.Archive.Seq {
 			err := s.archive.Events(ctx, t.ID, t.Archive, *after, send)
 			switch {
 			case errors.Is(err, logarchive.ErrReplaced):
 				// Replaced by a newer archive since t was read: read t again.
 				nt, err := s.store.GetTask(ctx, t.ID)
+				if errors.Is(err, store.ErrNotFound) {
+					return t, s.notFound(ctx, t.ID)
+				}
 				if err != nil {
 					return t, connect.NewError(connect.CodeUnavailable, err)
 				}
@@ -339,6 +378,9 @@ func (s *Service) readLog(ctx context.Context, t store.Task, after *int64, send 
 		// Short of what t said was stored: the archive job may have taken
 		// the rows since. If it did, continue from its archive.
 		nt, err := s.store.GetTask(ctx, t.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return t, s.notFound(ctx, t.ID) // expired by retention meanwhile
+		}
 		if err != nil {
 			return t, connect.NewError(connect.CodeUnavailable, err)
 		}

@@ -41,6 +41,7 @@
 //	  - .podium/artifacts/**         # the default, kept when widening
 //	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
 //	pull: if-not-present             # or always, never; absent: always for :latest or no tag, else if-not-present
+//	retain: 7d                       # how long the task is kept after it ends (see below); absent: the coordinator's --retain-tasks
 //	secrets:                         # stored secrets (podium secret set) the task receives (see below)
 //	  - {name: db-password, env: PGPASSWORD}   # as a variable
 //	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
@@ -71,6 +72,14 @@
 // either kills a task early or lets a hung one run for hours. The API carries
 // them as timeout_seconds, cancel_grace_seconds and readiness.timeout_seconds.
 //
+// retain replaces the coordinator's --retain-tasks for this task: once it has
+// ended that long ago, the task, its log and its artifacts are removed, and
+// reading it says when it expired. The coordinator's --retain-logs and
+// --retain-artifacts still remove the log and artifacts earlier when they
+// are shorter. It takes days ("7d") and years ("1y", 365 days) as well as Go
+// durations ("36h"), from 1h to 10y (MinRetain, MaxRetain); the API carries
+// it as retain_seconds.
+//
 // Environment keys may be any printable ASCII except "=" (Kubernetes' relaxed
 // rule: Java and .NET settings use dots and dashes, and Docker passes such
 // names through unchanged). Labels are "key" or "key=value", each part made of
@@ -94,6 +103,7 @@
 //	                                       MAX_ARG_STRLEN less the NUL)
 //	timeout, cancel_grace, readiness       8760h, a year
 //	timeout
+//	retain                                 1h to 10y
 //	resources                              cpu 65536 cores, memory_mb 2^30
 //	                                       (a PiB), pids 4194304 (the
 //	                                       kernel's PID_MAX_LIMIT)

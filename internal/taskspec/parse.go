@@ -44,6 +44,7 @@ type specFile struct {
 	OutputLimit     specSize           `yaml:"output_limit"`
 	Pull            string             `yaml:"pull"`
 	Secrets         []specSecret       `yaml:"secrets"`
+	Retain          specRetain         `yaml:"retain"`
 }
 
 // specSecret names a stored secret and where the task receives it.
@@ -95,6 +96,26 @@ func (d *specDuration) UnmarshalYAML(n *yaml.Node) error {
 		return nodeErr(n, "%v", err)
 	}
 	d.seconds = s
+	return nil
+}
+
+// specRetain reads a retention ("7d", "1y", "36h"; see ParseRetain) into
+// whole seconds.
+type specRetain struct{ seconds int64 }
+
+func (r *specRetain) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return nodeErr(n, "want a duration such as \"7d\" or \"1y\", got %s", kindWord(n))
+	}
+	if n.Tag == "!!null" {
+		r.seconds = 0
+		return nil
+	}
+	s, err := ParseRetain(n.Value)
+	if err != nil {
+		return nodeErr(n, "%v", err)
+	}
+	r.seconds = s
 	return nil
 }
 
@@ -227,6 +248,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		RetryOnNodeLoss:    f.RetryOnNodeLoss,
 		CancelGraceSeconds: f.CancelGrace.seconds,
 		OutputLimitBytes:   f.OutputLimit.bytes,
+		RetainSeconds:      f.Retain.seconds,
 	}
 	spec.Resources = f.Resources.proto()
 	for _, sc := range f.Sidecars {

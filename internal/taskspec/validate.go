@@ -92,6 +92,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkDuration("spec.cancel_grace_seconds", spec.GetCancelGraceSeconds(), "the default of 30 s"); err != nil {
 		return err
 	}
+	if err := checkRetain("spec.retain_seconds", spec.GetRetainSeconds()); err != nil {
+		return err
+	}
 	if n := len(spec.GetSidecars()); n > MaxSidecars {
 		return fieldErr("spec.sidecars", "has %d sidecars, more than %d", n, MaxSidecars)
 	}

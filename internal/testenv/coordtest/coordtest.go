@@ -20,6 +20,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
@@ -75,6 +76,8 @@ type Options struct {
 	MaxConnections  int
 	// SecretsKeyFile is the replica's secrets key (see server.Config).
 	SecretsKeyFile string
+	// Retention is the replica's retention (see server.Config).
+	Retention retention.Config
 }
 
 // Start runs a replica on the database until the test ends.
@@ -104,6 +107,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
+		Retention: opts.Retention,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {

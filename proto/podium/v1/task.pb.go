@@ -325,7 +325,12 @@ type TaskSpec struct {
 	// again) or "never" (the node must have it). Empty means "always" for an
 	// image tagged :latest or not tagged, "if-not-present" otherwise, as
 	// Kubernetes does. Sidecars have their own (Sidecar.pull).
-	Pull          string `protobuf:"bytes,19,opt,name=pull,proto3" json:"pull,omitempty"`
+	Pull string `protobuf:"bytes,19,opt,name=pull,proto3" json:"pull,omitempty"`
+	// retain_seconds is how long the task (its row, log and artifacts) is kept
+	// after it ends, in place of the coordinator's --retain-tasks; the
+	// coordinator's --retain-logs and --retain-artifacts still apply when
+	// shorter. 0 means the coordinator's setting. In a YAML spec: retain: 7d.
+	RetainSeconds int64 `protobuf:"varint,20,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +496,13 @@ func (x *TaskSpec) GetPull() string {
 		return x.Pull
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetRetainSeconds() int64 {
+	if x != nil {
+		return x.RetainSeconds
+	}
+	return 0
 }
 
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
@@ -696,9 +708,15 @@ type Task struct {
 	// to archived_seq are one compressed object (or, without an object store,
 	// one database row) rather than rows; reading the log is the same either
 	// way (Events).
-	LogArchive    *LogArchive `protobuf:"bytes,15,opt,name=log_archive,json=logArchive,proto3" json:"log_archive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LogArchive *LogArchive `protobuf:"bytes,15,opt,name=log_archive,json=logArchive,proto3" json:"log_archive,omitempty"`
+	// log_expired_at is when retention removed the task's log (--retain-logs):
+	// Events then sends no events. Unset while the log is kept.
+	LogExpiredAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=log_expired_at,json=logExpiredAt,proto3" json:"log_expired_at,omitempty"`
+	// artifacts_expired_at is when retention removed the task's artifacts
+	// (--retain-artifacts). Unset while they are kept.
+	ArtifactsExpiredAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=artifacts_expired_at,json=artifactsExpiredAt,proto3" json:"artifacts_expired_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -832,6 +850,20 @@ func (x *Task) GetEnvHidden() bool {
 func (x *Task) GetLogArchive() *LogArchive {
 	if x != nil {
 		return x.LogArchive
+	}
+	return nil
+}
+
+func (x *Task) GetLogExpiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LogExpiredAt
+	}
+	return nil
+}
+
+func (x *Task) GetArtifactsExpiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArtifactsExpiredAt
 	}
 	return nil
 }
@@ -2392,7 +2424,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xf1\x05\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\x98\x06\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2414,7 +2446,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x12output_limit_bytes\x18\x10 \x01(\x03R\x10outputLimitBytes\x12!\n" +
 	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x12.\n" +
 	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x12\x12\n" +
-	"\x04pull\x18\x13 \x01(\tR\x04pull\x1a6\n" +
+	"\x04pull\x18\x13 \x01(\tR\x04pull\x12%\n" +
+	"\x0eretain_seconds\x18\x14 \x01(\x03R\rretainSeconds\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
@@ -2434,7 +2467,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2456,7 +2489,9 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"env_hidden\x18\x0e \x01(\bR\tenvHidden\x126\n" +
 	"\vlog_archive\x18\x0f \x01(\v2\x15.podium.v1.LogArchiveR\n" +
-	"logArchiveB\f\n" +
+	"logArchive\x12@\n" +
+	"\x0elog_expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\flogExpiredAt\x12L\n" +
+	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAtB\f\n" +
 	"\n" +
 	"_exit_code\"\xcb\x01\n" +
 	"\n" +
@@ -2653,50 +2688,52 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	35, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
 	35, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	8,  // 12: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	35, // 13: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	13, // 14: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 15: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 16: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	35, // 17: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 18: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	11, // 19: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	12, // 20: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 21: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	7,  // 22: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	7,  // 23: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 24: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	7,  // 25: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	7,  // 26: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	13, // 27: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	7,  // 28: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	35, // 29: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	26, // 30: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	26, // 31: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	35, // 32: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 33: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	14, // 34: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	16, // 35: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	18, // 36: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	20, // 37: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	22, // 38: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	24, // 39: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	27, // 40: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	29, // 41: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	31, // 42: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	15, // 43: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	17, // 44: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	19, // 45: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	21, // 46: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	23, // 47: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	25, // 48: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	28, // 49: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	30, // 50: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	32, // 51: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	43, // [43:52] is the sub-list for method output_type
-	34, // [34:43] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	35, // 13: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	35, // 14: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	35, // 15: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	13, // 16: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 17: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 18: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	35, // 19: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	10, // 20: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	11, // 21: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	12, // 22: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 23: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	7,  // 24: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	7,  // 25: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 26: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	7,  // 27: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	7,  // 28: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	13, // 29: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	7,  // 30: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	35, // 31: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	26, // 32: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	26, // 33: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	35, // 34: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 35: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	14, // 36: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	16, // 37: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	18, // 38: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	20, // 39: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	22, // 40: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	24, // 41: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	27, // 42: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	29, // 43: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	31, // 44: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	15, // 45: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	17, // 46: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	19, // 47: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	21, // 48: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	23, // 49: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	25, // 50: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	28, // 51: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	30, // 52: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	32, // 53: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	45, // [45:54] is the sub-list for method output_type
+	36, // [36:45] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/retention"
+	"github.com/podiumhq/podium/internal/taskspec"
+)
+
+// longFlag is a duration that may be given in days or years ("90d", "1y") as
+// well as Go's units ("36h"): retention is thought of in days.
+type longFlag struct{ d *time.Duration }
+
+func (f longFlag) String() string {
+	if f.d == nil || *f.d == 0 {
+		return ""
+	}
+	return taskspec.FormatLong(*f.d)
+}
+
+func (f longFlag) Set(v string) error {
+	d, err := taskspec.ParseLongDuration(v)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+// retentionFlags declares the retention flags on fs, each with its
+// PODIUM_* variable, and returns what reads them once fs is parsed. A
+// variable with a bad value is refused at once, naming the variable.
+func retentionFlags(fs *flag.FlagSet) (func() (retention.Config, error), error) {
+	var c retention.Config
+	for _, f := range []struct {
+		name, env string
+		into      *time.Duration
+		usage     string
+	}{
+		{"retain-tasks", "PODIUM_RETAIN_TASKS", &c.Tasks, "how long a task is kept after it ended, with its log and artifacts, unless its spec says (retain); e.g. 90d, 1y, 36h (default 90d)"},
+		{"retain-logs", "PODIUM_RETAIN_LOGS", &c.Logs, "how long a task's log is kept after it ended (default: as long as the task)"},
+		{"retain-artifacts", "PODIUM_RETAIN_ARTIFACTS", &c.Artifacts, "how long an artifact is kept after it was stored (default 30d)"},
+		{"retain-audit", "PODIUM_RETAIN_AUDIT", &c.Audit, "how long audit rows, and the record that a task expired, are kept (default 1y)"},
+	} {
+		if v, ok := os.LookupEnv(f.env); ok && v != "" {
+			if err := (longFlag{f.into}).Set(v); err != nil {
+				return nil, fmt.Errorf("%s: %w", f.env, err)
+			}
+		}
+		fs.Var(longFlag{f.into}, f.name, f.usage+" ("+f.env+")")
+	}
+	every, err := envDuration("PODIUM_RETENTION_EVERY", retention.DefaultEvery)
+	if err != nil {
+		return nil, err
+	}
+	fs.DurationVar(&c.Every, "retention-every", every, "how often the leader expires what is past its retention (PODIUM_RETENTION_EVERY)")
+	return func() (retention.Config, error) {
+		return c, c.Check()
+	}, nil
+}

@@ -1,0 +1,8 @@
+package store
+
+// RetentionSQL is the retention job's statements, for the test that checks
+// each can use its index.
+var RetentionSQL = map[string]string{
+	"tasks": expireTasksSQL, "logs": expireLogsSQL, "artifacts": expireArtifactsSQL, "tokens": expireTokensSQL,
+	"commands": expireCommandsSQL, "audit": expireAuditSQL, "tombstones": expireTombstonesSQL,
+}
