@@ -66,6 +66,7 @@ type config struct {
 
 	tasks, phaseATasks int
 	submitters         int
+	rate               float64
 	window             int
 	output, chunk      int
 	startDelay         time.Duration
@@ -105,6 +106,7 @@ func run() int {
 	flag.IntVar(&cfg.tasks, "tasks", 1_000_000, "tasks through phase B (archive and retention on)")
 	flag.IntVar(&cfg.phaseATasks, "phase-a-tasks", 50_000, "tasks through phase A, the reference with archive and retention off (0: skip it)")
 	flag.IntVar(&cfg.submitters, "submitters", 16, "concurrent Submit callers")
+	flag.Float64Var(&cfg.rate, "rate", 0, "offer at most this many tasks/s (0: as fast as the stack takes them); below the archive's rate the database can level off")
 	flag.IntVar(&cfg.window, "window", 0, "at most this many tasks submitted and not yet finished (0: twice the fleet's slots)")
 	flag.StringVar(&output, "output", "10KiB", "output each task prints, e.g. 10KiB, 1MiB")
 	flag.StringVar(&chunk, "chunk", "4KiB", "bytes per log event at most (the agent's largest is 32KiB)")
@@ -171,6 +173,8 @@ func (c *config) check(output, chunk string) error {
 		return errors.New("-nodes, -max-tasks, -streams-per-conn, -inflight and -submitters must be positive")
 	case c.tasks <= 0 || c.phaseATasks < 0:
 		return errors.New("-tasks must be positive and -phase-a-tasks not negative")
+	case c.rate < 0:
+		return errors.New("-rate must not be negative (0: as fast as the stack takes them)")
 	case c.window < 0:
 		return errors.New("-window must not be negative (0: twice the fleet's slots)")
 	case c.output > 64<<20:

@@ -221,7 +221,7 @@ func runPhase(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit
 	defer stopSubmit()
 	go func() {
 		defer close(subDone)
-		submitAll(subCtx, client, cfg.submitters, n, window, &p.Submitted, &p.SubmitErrors, &p.ErrSample, release)
+		submitAll(subCtx, client, cfg.submitters, n, cfg.rate, window, &p.Submitted, &p.SubmitErrors, &p.ErrSample, release)
 	}()
 	log.Info("submitting", "tasks", n, "submitters", cfg.submitters, "window", cfg.window)
 
@@ -330,17 +330,28 @@ func dropDB(setup *benchkit.Setup, name string, log *slog.Logger) {
 }
 
 // submitAll submits n tasks from conc callers, each taking a window token
-// first; a failed Submit gives its token back.
-func submitAll(ctx context.Context, c podiumv1connect.TaskServiceClient, conc, n int, window chan struct{},
+// first; a failed Submit gives its token back. With rate > 0 the i-th task
+// is not submitted before i/rate seconds: an offered load below what the
+// stack can take, to see where the database levels off when the archive
+// keeps up.
+func submitAll(ctx context.Context, c podiumv1connect.TaskServiceClient, conc, n int, rate float64, window chan struct{},
 	submitted, errs *int64, errSample *string, release func()) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
+	start := time.Now()
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for int(next.Add(1)) <= n {
+			for {
+				i := next.Add(1)
+				if int(i) > n {
+					return
+				}
+				if rate > 0 && benchkit.Sleep(ctx, time.Until(start.Add(time.Duration(float64(i-1)/rate*float64(time.Second))))) != nil {
+					return
+				}
 				select {
 				case window <- struct{}{}:
 				case <-ctx.Done():

@@ -29,6 +29,9 @@ func report(w io.Writer, cfg config, r result) {
 	fmt.Fprintf(w, "fleet: %d simulated nodes × %d slots, %d nodes per HTTP/2 connection; each task: PROVISIONING, RUNNING after %s, "+
 		"%s of output in %d log events over %s (build-log text, zstd %.1f×), SUCCEEDED; at most %d tasks unfinished, %d submitters\n",
 		cfg.nodes, cfg.maxTasks, cfg.perConn, cfg.startDelay, size(int64(cfg.output)), chunks, cfg.runTime, r.Ratio, cfg.window, cfg.submitters)
+	if cfg.rate > 0 {
+		fmt.Fprintf(w, "offered load: at most %.0f tasks/s (-rate)\n", cfg.rate)
+	}
 	if cfg.noRetention {
 		fmt.Fprintln(w, "-no-retention: the coordinator ran without the archive and retention flags in both phases")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,12 +60,17 @@ type sampler struct {
 	fleet    *fleet
 	every    time.Duration
 
+	// mu makes take one at a time: the run's loop and the phase's end both
+	// take samples, and a pgx.Conn serves one caller.
+	mu        sync.Mutex
 	lastAt    time.Time
 	lastCoord time.Duration
 	lastPG    benchkit.CPUByPID
 }
 
 func (s *sampler) take(ctx context.Context) (sample, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := time.Now()
 	x := sample{At: now.Sub(s.began), Finished: s.fleet.finished.Load(), StoreObjects: -1, StoreBytes: -1}
 	var ageSecs float64
