@@ -287,7 +287,7 @@ waiting:
 	p.DispatchEndIdx = len(p.Samples)
 	mu.Unlock()
 	// Only where there is an archive job to wait for.
-	if mark > 0 && !p.Stalled && !cfg.noRetention && cfg.archiveDrain > 0 {
+	if name == "b" && !p.Stalled && !cfg.noRetention && cfg.archiveDrain > 0 {
 		log.Info("waiting for the archive backlog to drain", "at most", cfg.archiveDrain)
 		deadline := time.Now().Add(cfg.archiveDrain)
 		for time.Now().Before(deadline) {
