@@ -50,11 +50,15 @@ fuzz:
 
 # Benchmarks are programs, not timed tests: each prints its figures beside a
 # reference measured in the same run on the same machine (docs in each program).
+# churn pushes CHURN_TASKS tasks through the stack (an hour or more at 1,000,000
+# on a small machine; `make bench CHURN_TASKS=20000` for a quick look).
+CHURN_TASKS ?= 1000000
 bench: build
 	$(GO) run ./internal/bench/heartbeats -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/artifacts -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/dispatch -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/taskstart -bin $(BIN)
+	$(GO) run ./internal/bench/churn -coordinator $(BIN)/podium-coordinator -tasks $(CHURN_TASKS)
 
 # The Go files people write. Generated code (*.pb.go, *.connect.go) is left
 # as its generator wrote it: `make proto` owns it, and a reformat would only

@@ -70,6 +70,13 @@ type Setup struct {
 // builds) the coordinator and starts Postgres. name prefixes the work
 // directory. On an error it has undone what it did.
 func Start(ctx context.Context, log *slog.Logger, name string, ff FleetFlags) (_ *Setup, err error) {
+	return StartWith(ctx, log, name, ff, "shared_preload_libraries=pg_stat_statements")
+}
+
+// StartWith is Start with Postgres's settings given ("name=value", applied
+// after pgtest's own, so they win): a benchmark that measures what durable
+// commits cost passes fsync=on and the like.
+func StartWith(ctx context.Context, log *slog.Logger, name string, ff FleetFlags, pgSettings ...string) (_ *Setup, err error) {
 	RaiseFileLimit(log)
 	s := &Setup{log: log, keep: ff.KeepLogs, loadStart: LoadAvg()}
 	if s.Work, err = os.MkdirTemp("", "podium-bench-"+name+"-"); err != nil {
@@ -90,7 +97,7 @@ func Start(ctx context.Context, log *slog.Logger, name string, ff FleetFlags) (_
 		return nil, fmt.Errorf("-coordinator %s: %v (run `make build` first, or leave -coordinator empty to build it)", s.Bin, err)
 	}
 	log.Info("starting Postgres")
-	if s.Cluster, err = pgtest.StartCluster("shared_preload_libraries=pg_stat_statements"); err != nil {
+	if s.Cluster, err = pgtest.StartCluster(pgSettings...); err != nil {
 		return nil, err
 	}
 	return s, nil
