@@ -80,7 +80,9 @@ func TestRecordArchivesMixedOutcomes(t *testing.T) {
 	if _, err := f.sql.Exec(ctx, `insert into podium.object_deletions (key) values ($1)`, newKey(replaced, last)); err != nil {
 		t.Fatal(err)
 	}
-	cand := func(id string, last int64) store.ArchiveCandidate { return store.ArchiveCandidate{ID: id, LastSeq: last} }
+	cand := func(id string, last int64) store.ArchiveCandidate {
+		return store.ArchiveCandidate{ID: id, LastSeq: last}
+	}
 	cands := []store.ArchiveCandidate{
 		{ID: replaced, LastSeq: last, Archive: store.LogArchive{Seq: 2, Key: &oldKey, Size: &size, SHA256: &sha}},
 		cand(changed, last-1), // read before its last event
