@@ -5,7 +5,7 @@
 // most of the database. Once a task is terminal and late artifact notes are
 // in, its log does not change, so the leader's Job writes it as one zstd
 // object (format.go) next to the task's artifacts, and in one transaction
-// records it on the task and deletes the rows (store.RecordArchive). The
+// records it on the task and deletes the rows (store.RecordArchives). The
 // object is written first: a replica that dies before the transaction leaves
 // the rows as the truth and an object with a deterministic key that the next
 // pass overwrites. Without an object store the archive is a compressed row
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -42,16 +43,14 @@ const (
 	MaxAfter     = 365 * 24 * time.Hour
 	DefaultBatch = 50
 	MaxBatch     = 1000
-	// DefaultParallel is how many tasks of a batch are archived at once. One
-	// archive is mostly waiting (a read, an object store round trip, a
-	// commit's flush); one at a time, the job fell behind a dispatcher
-	// running tasks of 10 KiB of output on two cores.
+	// DefaultParallel is how many archive objects of a batch are put at
+	// once: a put is mostly waiting for the object store's round trip; one
+	// at a time, the job fell behind a dispatcher running tasks of 10 KiB of
+	// output on two cores.
 	DefaultParallel = 4
 	MaxParallel     = 32
 	DefaultInterval = 10 * time.Second
 	DefaultBackoff  = time.Minute
-	// readPage is how many rows are read from task_events at a time.
-	readPage = 500
 )
 
 // Config tunes the job. Zero values take the defaults.
@@ -64,8 +63,8 @@ type Config struct {
 	After time.Duration
 	// Batch is how many tasks one pass takes (DefaultBatch; at most MaxBatch).
 	Batch int
-	// Parallel is how many of them are archived at once (DefaultParallel;
-	// at most MaxParallel).
+	// Parallel is how many of their archives are put in the object store
+	// at once (DefaultParallel; at most MaxParallel).
 	Parallel int
 	// Interval is how often the job looks for work when it found none
 	// (DefaultInterval); a full batch is followed by the next at once.
@@ -125,7 +124,7 @@ type Deps struct {
 }
 
 // Job archives terminal tasks' logs. It is a leader.Worker: one replica runs
-// it at a time (two, briefly, at a hand-over, which RecordArchive makes
+// it at a time (two, briefly, at a hand-over, which RecordArchives makes
 // harmless).
 type Job struct {
 	cfg    Config
@@ -191,104 +190,224 @@ func (j *Job) Run(ctx context.Context) error {
 // to reach the object store or Postgres ends the pass with that error; a task
 // whose log cannot be archived (its previous archive is damaged) is logged
 // and left in the queue.
+//
+// The pass reads the logs of all its tasks in one query (store.ArchiveEvents)
+// and compresses them one after the other as the rows come, puts the objects
+// Parallel at a time, and records all it wrote in one transaction
+// (store.RecordArchives): per task, a query, a transaction and its commit's
+// flush were what kept the job behind dispatch. At most Parallel archives
+// wait for their put, and one is being compressed: memory stays bounded
+// whatever the batch and the logs' sizes.
 func (j *Job) Pass(ctx context.Context) (int, error) {
 	cs, err := j.deps.Store.ArchiveCandidates(ctx, j.cfg.After, j.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("choose tasks to archive: %w", err)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(j.cfg.Parallel)
+	var todo []store.ArchiveCandidate
 	for _, c := range cs {
-		g.Go(func() error {
-			err := j.archive(gctx, c)
-			switch {
-			case err == nil:
-			case errors.Is(err, ErrDamaged), errors.Is(err, errUnarchivable):
-				j.deps.Log.Error("log archive: cannot archive this task's log; it stays as it is", "task", c.ID, "err", err)
-			default:
+		if c.LastSeq <= c.Archive.Seq {
+			if err := j.deps.Store.MarkArchived(ctx, c); err != nil {
+				return len(cs), fmt.Errorf("mark the log of task %s archived: %w", c.ID, err)
+			}
+			continue
+		}
+		todo = append(todo, c)
+	}
+	p := &pass{j: j, ctx: ctx, byID: make(map[string]store.ArchiveCandidate, len(todo))}
+	p.puts.SetLimit(j.cfg.Parallel)
+	for _, c := range todo {
+		p.byID[c.ID] = c
+	}
+	err = j.deps.Store.ArchiveEvents(ctx, todo, p.event)
+	if err != nil {
+		err = fmt.Errorf("read the logs to archive: %w", err)
+	} else {
+		err = p.finish()
+	}
+	// The tasks with no row left to read (all their events are in their
+	// archive, or retention removed them since) are archived from what they
+	// have, so that the pass decides about every task it took.
+	for _, c := range todo {
+		if err != nil {
+			break
+		}
+		if !p.seen[c.ID] {
+			if err = p.start(c); err == nil {
+				err = p.finish()
+			}
+		}
+	}
+	p.abandon()
+	err = errors.Join(err, p.puts.Wait())
+	// What was written is recorded even when the pass failed further on.
+	return len(cs), errors.Join(err, p.record())
+}
+
+// maxPendingData bounds the archives kept in Postgres (no object store) that
+// a pass holds in memory before it records them.
+const maxPendingData = 64 << 20
+
+// pass is one Pass's archives on their way: the one being written from the
+// rows, those being put, and those written.
+type pass struct {
+	j    *Job
+	ctx  context.Context
+	byID map[string]store.ArchiveCandidate
+	seen map[string]bool
+	// cur is the archive being written; nil between tasks, or when its
+	// task is skipped for this pass.
+	cur     *archiving
+	curID   string
+	puts    errgroup.Group
+	mu      sync.Mutex
+	written []store.ArchiveRecord
+	pending int64
+}
+
+type archiving struct {
+	c   store.ArchiveCandidate
+	sp  *spool
+	enc *Encoder
+}
+
+// event takes one row of the pass's tasks' logs, which come by task.
+func (p *pass) event(taskID string, e store.StoredEvent) error {
+	if taskID != p.curID {
+		if err := p.finish(); err != nil {
+			return err
+		}
+		c, ok := p.byID[taskID]
+		if !ok {
+			return fmt.Errorf("task %s: read rows of a task the pass did not take", taskID)
+		}
+		if err := p.start(c); err != nil {
+			return err
+		}
+	}
+	if p.cur == nil {
+		return nil
+	}
+	if err := p.cur.enc.Write(uint64(e.Seq), e.Event); err != nil {
+		p.skip(fmt.Errorf("%w: task %s: %v", errUnarchivable, taskID, err))
+	}
+	return nil
+}
+
+// start begins task c's archive with the events of its previous archive.
+func (p *pass) start(c store.ArchiveCandidate) error {
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	p.seen[c.ID], p.curID = true, c.ID
+	sp := newSpool()
+	enc, err := NewEncoder(sp)
+	if err != nil {
+		_ = sp.Close()
+		return err
+	}
+	p.cur = &archiving{c: c, sp: sp, enc: enc}
+	err = p.j.reader.Events(p.ctx, c.ID, c.Archive, 0, func(seq int64, ev *podiumv1.TaskEvent) error {
+		if err := enc.Write(uint64(seq), ev); err != nil {
+			return fmt.Errorf("%w: task %s: %v", errUnarchivable, c.ID, err)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrReplaced):
+		p.abandon() // another pass moved it; the next one starts again
+	case errors.Is(err, ErrDamaged), errors.Is(err, errUnarchivable):
+		p.skip(err)
+	default:
+		p.abandon()
+		return err
+	}
+	return nil
+}
+
+// skip logs why the current task's log cannot be archived and leaves it.
+func (p *pass) skip(err error) {
+	p.j.deps.Log.Error("log archive: cannot archive this task's log; it stays as it is", "task", p.curID, "err", err)
+	p.abandon()
+}
+
+// abandon drops the current archive, if any.
+func (p *pass) abandon() {
+	if p.cur == nil {
+		return
+	}
+	_ = p.cur.sp.Close() // a temporary file left behind is the OS's to clean
+	p.cur = nil
+}
+
+// finish completes the current archive and sends it to the object store, or
+// keeps it to be recorded as a row.
+func (p *pass) finish() error {
+	a := p.cur
+	if a == nil {
+		return nil
+	}
+	if err := a.enc.Close(); err != nil {
+		p.skip(fmt.Errorf("%w: task %s: %v", errUnarchivable, a.c.ID, err))
+		return nil
+	}
+	p.cur = nil
+	rec := store.ArchiveRecord{Candidate: a.c, Size: a.sp.Size(), SHA256: a.sp.SHA256()}
+	if !p.j.deps.Objects.ObjectsEnabled() {
+		data, err := a.sp.Bytes()
+		_ = a.sp.Close()
+		if err != nil {
+			return err
+		}
+		rec.Data = data
+		p.written = append(p.written, rec)
+		if p.pending += int64(len(data)); p.pending > maxPendingData {
+			return p.record()
+		}
+		return nil
+	}
+	rec.Key = artifacts.LogArchiveKey(a.c.ID, a.c.LastSeq)
+	// Go waits while Parallel puts are running: the rows wait with it.
+	p.puts.Go(func() error {
+		defer a.sp.Close() //nolint:errcheck // a temporary file left behind is the OS's to clean
+		r, err := a.sp.Reader()
+		if err != nil {
+			return err
+		}
+		if err := p.j.deps.Objects.PutObject(p.ctx, rec.Key, r, rec.Size, "application/zstd"); err != nil {
+			return fmt.Errorf("store the log archive of task %s: %w", a.c.ID, err)
+		}
+		if p.j.cfg.AfterPut != nil {
+			if err := p.j.cfg.AfterPut(a.c.ID, rec.Key); err != nil {
 				return err
 			}
-			return nil
-		})
+		}
+		p.mu.Lock()
+		p.written = append(p.written, rec)
+		p.mu.Unlock()
+		return nil
+	})
+	return nil
+}
+
+// record records the archives written so far, in one transaction.
+func (p *pass) record() error {
+	p.mu.Lock()
+	rs := p.written
+	p.written, p.pending = nil, 0
+	p.mu.Unlock()
+	ok, err := p.j.deps.Store.RecordArchives(p.ctx, rs)
+	if err != nil {
+		return fmt.Errorf("record %d log archives: %w", len(rs), err)
 	}
-	return len(cs), g.Wait()
+	for i, r := range rs {
+		if ok[i] {
+			p.j.deps.Metrics.Archived(r.Size)
+		}
+	}
+	return nil
 }
 
 // errUnarchivable marks a log that the format cannot hold (an event past
 // MaxRecordBytes).
 var errUnarchivable = errors.New("the log cannot be archived")
-
-// archive writes one task's log, its previous archive and the rows after it,
-// as one archive, stores it and records it.
-func (j *Job) archive(ctx context.Context, c store.ArchiveCandidate) error {
-	if c.LastSeq <= c.Archive.Seq {
-		return j.deps.Store.MarkArchived(ctx, c)
-	}
-	sp := newSpool()
-	defer sp.Close() //nolint:errcheck // a temporary file left behind is the OS's to clean
-	enc, err := NewEncoder(sp)
-	if err != nil {
-		return err
-	}
-	write := func(seq int64, ev *podiumv1.TaskEvent) error {
-		if err := enc.Write(uint64(seq), ev); err != nil {
-			return fmt.Errorf("%w: task %s: %v", errUnarchivable, c.ID, err)
-		}
-		return nil
-	}
-	if err := j.reader.Events(ctx, c.ID, c.Archive, 0, write); err != nil {
-		if errors.Is(err, ErrReplaced) {
-			return nil // another pass moved it; the next one starts again
-		}
-		return err
-	}
-	// The rows up to LastSeq were all committed when LastSeq was: a task's
-	// rows and its last_seq are written in one transaction. Rows past it (a
-	// note since) are left for the next pass.
-	for after, done := c.Archive.Seq, false; !done; {
-		evs, err := j.deps.Store.ReadEvents(ctx, c.ID, after, readPage)
-		if err != nil {
-			return fmt.Errorf("read the log of task %s: %w", c.ID, err)
-		}
-		done = len(evs) < readPage
-		for _, e := range evs {
-			if e.Seq > c.LastSeq {
-				done = true
-				break
-			}
-			if err := write(e.Seq, e.Event); err != nil {
-				return err
-			}
-			after = e.Seq
-		}
-	}
-	if err := enc.Close(); err != nil {
-		return fmt.Errorf("%w: task %s: %v", errUnarchivable, c.ID, err)
-	}
-	rec := store.ArchiveRecord{Candidate: c, Size: sp.Size(), SHA256: sp.SHA256()}
-	if j.deps.Objects.ObjectsEnabled() {
-		rec.Key = artifacts.LogArchiveKey(c.ID, c.LastSeq)
-		r, err := sp.Reader()
-		if err != nil {
-			return err
-		}
-		if err := j.deps.Objects.PutObject(ctx, rec.Key, r, sp.Size(), "application/zstd"); err != nil {
-			return fmt.Errorf("store the log archive of task %s: %w", c.ID, err)
-		}
-		if j.cfg.AfterPut != nil {
-			if err := j.cfg.AfterPut(c.ID, rec.Key); err != nil {
-				return err
-			}
-		}
-	} else if rec.Data, err = sp.Bytes(); err != nil {
-		return err
-	}
-	ok, err := j.deps.Store.RecordArchive(ctx, rec)
-	if err != nil {
-		return fmt.Errorf("record the log archive of task %s: %w", c.ID, err)
-	}
-	if ok {
-		j.deps.Metrics.Archived(sp.Size())
-	}
-	return nil
-}

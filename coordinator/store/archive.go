@@ -17,7 +17,7 @@ import (
 // none configured, in podium.task_log_archives. The contract is
 // schema/migrations/0015_log_archive.sql: the archive and the rows never both
 // hold an event, and there is no moment when neither does, because the rows
-// are deleted in the transaction that records the archive (RecordArchive).
+// are deleted in the transaction that records the archive (RecordArchives).
 
 // archiveColumns are a task's archive columns, in LogArchive's order.
 const archiveColumns = `log_archived_seq, log_archive_key, log_archive_size, log_archive_sha256, log_archived_at`
@@ -60,7 +60,7 @@ func (a LogArchive) Proto() *podiumv1.LogArchive {
 }
 
 // ArchiveCandidate is a task whose log is due to be archived, as it was when
-// chosen: the pass archives the log up to LastSeq, and RecordArchive records
+// chosen: the pass archives the log up to LastSeq, and RecordArchives records
 // it only if the task is still so.
 type ArchiveCandidate struct {
 	ID      string
@@ -72,7 +72,7 @@ type ArchiveCandidate struct {
 // olderThan ago, whose log is not (or no longer wholly) archived, oldest
 // first. It skips the rows another transaction holds (a late note being
 // written, another pass) and holds none itself: the pass that follows reads
-// and writes outside any transaction, and RecordArchive checks that nothing
+// and writes outside any transaction, and RecordArchives checks that nothing
 // moved in between.
 func (s *Store) ArchiveCandidates(ctx context.Context, olderThan time.Duration, limit int) ([]ArchiveCandidate, error) {
 	var out []ArchiveCandidate
@@ -117,66 +117,174 @@ type ArchiveRecord struct {
 	SHA256 string
 }
 
-// RecordArchive records a written archive, in one transaction: the task's
-// archive columns, the deletion of its rows up to the archive's last
-// position, the archive's row (no object store), and the queueing of the
-// archive it replaces in podium.object_deletions. It does so only if the
-// task's log and archive are still as the pass read them, and reports
-// whether it did: otherwise (something was appended since, another pass
-// recorded first, the task is gone) it records nothing and queues the object
-// just written for deletion unless the task names it, and the next pass
-// starts again from what is then stored.
+// RecordArchive records one written archive (RecordArchives of one) and
+// reports whether it did.
 func (s *Store) RecordArchive(ctx context.Context, r ArchiveRecord) (bool, error) {
-	c := r.Candidate
-	recorded := false
+	ok, err := s.RecordArchives(ctx, []ArchiveRecord{r})
+	if err != nil {
+		return false, err
+	}
+	return ok[0], nil
+}
+
+// RecordArchives records written archives, of distinct tasks, in one
+// transaction: per task, its archive columns, the deletion of its rows up to
+// the archive's last position, the archive's row (no object store), and the
+// queueing of the archive it replaces in podium.object_deletions. It records
+// a task's archive only if the task's log and archive are still as the pass
+// read them, and reports, in rs' order, which it recorded: otherwise
+// (something was appended since, another pass recorded first, retention
+// removed the log, the task is gone) it records nothing of that task and
+// queues the object just written for deletion unless the task names it, and
+// the next pass starts again from what is then stored. One transaction for a
+// whole pass, its statements each over all the pass's tasks, because one per
+// task (a lock, four statements and a commit's flush each) made Postgres the
+// archive job's bottleneck.
+func (s *Store) RecordArchives(ctx context.Context, rs []ArchiveRecord) ([]bool, error) {
+	recorded := make([]bool, len(rs))
+	if len(rs) == 0 {
+		return recorded, nil
+	}
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.Candidate.ID
+	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		recorded = false
-		var last, seq int64
-		var key *string
-		var expired bool
-		err := tx.QueryRow(ctx, `select last_seq, log_archived_seq, log_archive_key, log_expired_at is not null
-			from podium.tasks where id = $1 for update`, c.ID).Scan(&last, &seq, &key, &expired)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		clear(recorded)
+		type current struct {
+			last, seq int64
+			key       *string
+			expired   bool
+		}
+		// Locked in id order, as every statement that locks several tasks
+		// does, so that two of them cannot deadlock.
+		rows, err := tx.Query(ctx, `select id, last_seq, log_archived_seq, log_archive_key, log_expired_at is not null
+			from podium.tasks where id = any($1) order by id for update`, ids)
+		if err != nil {
 			return err
 		}
-		// A log that retention removed meanwhile (--retain-logs) stays
-		// removed: the archive just written goes too.
-		if errors.Is(err, pgx.ErrNoRows) || expired || last != c.LastSeq || seq != c.Archive.Seq || !sameKey(key, c.Archive.Key) {
-			// A second pass that recorded the same log wrote the same key:
-			// that object is the task's now, and must not be deleted.
-			if r.Key != "" && (key == nil || *key != r.Key) {
-				_, err := tx.Exec(ctx, `insert into podium.object_deletions (key) values ($1) on conflict do nothing`, r.Key)
-				return err
-			}
+		now := map[string]current{}
+		var id string
+		var c current
+		if _, err := pgx.ForEachRow(rows, []any{&id, &c.last, &c.seq, &c.key, &c.expired}, func() error {
+			now[id] = c
 			return nil
+		}); err != nil {
+			return err
 		}
-		var newKey *string
-		if r.Key != "" {
-			newKey = &r.Key
+		var (
+			updIDs, updSHAs, updKeys []string
+			updSeqs, updSizes        []int64
+			updKeySet                []bool
+			rowIDs                   []string
+			rowData                  [][]byte
+			objIDs, unqueue, queue   []string
+		)
+		for i, r := range rs {
+			cand := r.Candidate
+			cur, ok := now[cand.ID]
+			// A log that retention removed meanwhile (--retain-logs) stays
+			// removed: the archive just written goes too.
+			if !ok || cur.expired || cur.last != cand.LastSeq || cur.seq != cand.Archive.Seq || !sameKey(cur.key, cand.Archive.Key) {
+				// A second pass that recorded the same log wrote the same
+				// key: that object is the task's now, and must not be
+				// deleted.
+				if r.Key != "" && (cur.key == nil || *cur.key != r.Key) {
+					queue = append(queue, r.Key)
+				}
+				continue
+			}
+			recorded[i] = true
+			var newKey *string
+			if r.Key != "" {
+				newKey = &r.Key
+			}
+			updIDs, updSeqs, updSizes, updSHAs = append(updIDs, cand.ID), append(updSeqs, cand.LastSeq), append(updSizes, r.Size), append(updSHAs, r.SHA256)
+			updKeys, updKeySet = append(updKeys, r.Key), append(updKeySet, newKey != nil)
+			if newKey == nil {
+				rowIDs, rowData = append(rowIDs, cand.ID), append(rowData, r.Data)
+			} else {
+				objIDs = append(objIDs, cand.ID)
+				// The key may have been queued by a pass that wrote it and
+				// could not record it; it names an archive again.
+				unqueue = append(unqueue, r.Key)
+			}
+			if cur.key != nil && !sameKey(cur.key, newKey) {
+				queue = append(queue, *cur.key)
+			}
 		}
 		b := &pgx.Batch{}
-		b.Queue(`update podium.tasks set log_archived_seq = $2, log_archive_key = $3, log_archive_size = $4,
-				log_archive_sha256 = $5, log_archived_at = now() where id = $1`, c.ID, c.LastSeq, newKey, r.Size, r.SHA256)
-		b.Queue(`delete from podium.task_events where task_id = $1 and seq <= $2`, c.ID, c.LastSeq)
-		if newKey == nil {
-			b.Queue(`insert into podium.task_log_archives (task_id, data) values ($1, $2)
-				on conflict (task_id) do update set data = excluded.data`, c.ID, r.Data)
-		} else {
-			b.Queue(`delete from podium.task_log_archives where task_id = $1`, c.ID)
-			// The key may have been queued by a pass that wrote it and could
-			// not record it; it names an archive again.
-			b.Queue(`delete from podium.object_deletions where key = $1`, r.Key)
+		if len(updIDs) > 0 {
+			b.Queue(`update podium.tasks t set log_archived_seq = u.seq, log_archive_key = case when u.has_key then u.key end,
+					log_archive_size = u.size, log_archive_sha256 = u.sha, log_archived_at = now()
+				from unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::bigint[], $6::text[]) u(id, seq, key, has_key, size, sha)
+				where t.id = u.id`, updIDs, updSeqs, updKeys, updKeySet, updSizes, updSHAs)
+			b.Queue(deleteArchivedEventsSQL, updIDs, updSeqs)
 		}
-		if key != nil && !sameKey(key, newKey) {
-			b.Queue(`insert into podium.object_deletions (key) values ($1) on conflict do nothing`, *key)
+		if len(rowIDs) > 0 {
+			b.Queue(`insert into podium.task_log_archives (task_id, data) select * from unnest($1::text[], $2::bytea[])
+				on conflict (task_id) do update set data = excluded.data`, rowIDs, rowData)
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if len(objIDs) > 0 {
+			b.Queue(`delete from podium.task_log_archives where task_id = any($1)`, objIDs)
+		}
+		if len(unqueue) > 0 {
+			b.Queue(`delete from podium.object_deletions where key = any($1)`, unqueue)
+		}
+		if len(queue) > 0 {
+			b.Queue(`insert into podium.object_deletions (key) select distinct unnest($1::text[]) on conflict do nothing`, queue)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recorded, nil
+}
+
+// deleteArchivedEventsSQL deletes the rows of each task $1[i] up to position
+// $2[i]: a range of task_events' primary key per task.
+const deleteArchivedEventsSQL = `delete from podium.task_events e
+	using unnest($1::text[], $2::bigint[]) u(id, last)
+	where e.task_id = u.id and e.seq <= u.last`
+
+// ArchiveEvents calls fn for each event of the candidates' logs past their
+// archive and up to their LastSeq, by task id then position, from one query
+// whose rows are read as fn takes them: a pass reads all its tasks' logs in
+// one round trip, and holds one row at a time whatever their size. The
+// rows up to LastSeq were all committed when LastSeq was (a task's rows and
+// its last_seq are written in one transaction); rows past it (a note since)
+// are left for the next pass. The events' TaskId is left empty: an archive
+// does not hold it, and fn is given it.
+func (s *Store) ArchiveEvents(ctx context.Context, cs []ArchiveCandidate, fn func(taskID string, e StoredEvent) error) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(cs))
+	after := make([]int64, len(cs))
+	last := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i], after[i], last[i] = c.ID, c.Archive.Seq, c.LastSeq
+	}
+	rows, err := s.pool.Query(ctx, `select `+storedEventColumns+`, e.task_id
+		from unnest($1::text[], $2::bigint[], $3::bigint[]) c(id, after, last)
+			join podium.task_events e on e.task_id = c.id and e.seq > c.after and e.seq <= c.last
+		order by e.task_id, e.seq`, ids, after, last)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var taskID string
+	for rows.Next() {
+		se, err := scanEvent(rows, "", &taskID)
+		if err != nil {
 			return err
 		}
-		recorded = true
-		return nil
-	})
-	return recorded, err
+		if err := fn(taskID, se); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // MarkArchived records that a candidate's log has nothing past its archive

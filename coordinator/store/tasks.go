@@ -332,41 +332,51 @@ type StoredEvent struct {
 
 // ReadEvents returns up to limit events after position after.
 func (s *Store) ReadEvents(ctx context.Context, taskID string, after int64, limit int) ([]StoredEvent, error) {
-	rows, err := s.pool.Query(ctx, `select seq, attempt, coalesce(node_seq, 0), at, kind,
-			coalesce(log_offset, 0), data, coalesce(state, ''), coalesce(reason, ''), exit_code,
-			coalesce(signal, 0), coalesce(text, '')
+	rows, err := s.pool.Query(ctx, `select `+storedEventColumns+`
 		from podium.task_events where task_id = $1 and seq > $2 order by seq limit $3`, taskID, after, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredEvent, error) {
-		var (
-			se                        StoredEvent
-			attempt, signal           int32
-			nodeSeq, offset           int64
-			at                        time.Time
-			kind, state, reason, text string
-			data                      []byte
-			exit                      *int32
-		)
-		if err := r.Scan(&se.Seq, &attempt, &nodeSeq, &at, &kind, &offset, &data, &state, &reason, &exit, &signal, &text); err != nil {
-			return se, err
-		}
-		ev := &podiumv1.TaskEvent{TaskId: taskID, Seq: uint64(nodeSeq), Attempt: attempt, Time: timestamppb.New(at)}
-		switch kind {
-		case "stdout", "stderr":
-			stream := podiumv1.LogStream_LOG_STREAM_STDOUT
-			if kind == "stderr" {
-				stream = podiumv1.LogStream_LOG_STREAM_STDERR
-			}
-			ev.Body = &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Stream: stream, Offset: uint64(offset), Data: data}}
-		case "status":
-			ev.Body = &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
-				State: StateProto(state), Reason: reason, ExitCode: exit, Signal: signal}}
-		default:
-			ev.Body = &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}
-		}
-		se.Event = ev
-		return se, nil
+		return scanEvent(r, taskID)
 	})
+}
+
+// storedEventColumns are the columns of task_events that scanEvent reads, in its
+// order.
+const storedEventColumns = `seq, attempt, coalesce(node_seq, 0), at, kind,
+	coalesce(log_offset, 0), data, coalesce(state, ''), coalesce(reason, ''), exit_code,
+	coalesce(signal, 0), coalesce(text, '')`
+
+// scanEvent reads one row of eventColumns, followed by dest, as task
+// taskID's event.
+func scanEvent(r pgx.Row, taskID string, dest ...any) (StoredEvent, error) {
+	var (
+		se                        StoredEvent
+		attempt, signal           int32
+		nodeSeq, offset           int64
+		at                        time.Time
+		kind, state, reason, text string
+		data                      []byte
+		exit                      *int32
+	)
+	if err := r.Scan(append([]any{&se.Seq, &attempt, &nodeSeq, &at, &kind, &offset, &data, &state, &reason, &exit, &signal, &text}, dest...)...); err != nil {
+		return se, err
+	}
+	ev := &podiumv1.TaskEvent{TaskId: taskID, Seq: uint64(nodeSeq), Attempt: attempt, Time: timestamppb.New(at)}
+	switch kind {
+	case "stdout", "stderr":
+		stream := podiumv1.LogStream_LOG_STREAM_STDOUT
+		if kind == "stderr" {
+			stream = podiumv1.LogStream_LOG_STREAM_STDERR
+		}
+		ev.Body = &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Stream: stream, Offset: uint64(offset), Data: data}}
+	case "status":
+		ev.Body = &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
+			State: StateProto(state), Reason: reason, ExitCode: exit, Signal: signal}}
+	default:
+		ev.Body = &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: text}}
+	}
+	se.Event = ev
+	return se, nil
 }
