@@ -35,11 +35,12 @@ test: vet lint fuzz
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
 # runs just those). They read what a person, a node or a task can hand
 # Podium: a spec file, a spec from the API, a runner log the task can write
-# into, a spool file a crash left. A failure writes the input to the
+# into, a spool file a crash left, a log archive read back from the object
+# store. A failure writes the input to the
 # package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
 # looks harder.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream
+FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
