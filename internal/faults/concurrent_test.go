@@ -13,8 +13,11 @@ import (
 )
 
 // burstWithin bounds the wait for every run of the burst to exit: 200 tasks
-// through 4 slots on a busy 2-core machine. It measures nothing.
-const burstWithin = 8 * time.Minute
+// through 4 slots on a busy 2-core machine. It measures nothing: on one
+// machine an engine under the whole suite's load took 7 s (median) from
+// accepting a task to its container started, and the burst alone 344 s,
+// the code before this change as slow.
+const burstWithin = 15 * time.Minute
 
 // TestTwoHundredConcurrentRunsOnFourSlots starts 200 `podium run` at once
 // against one real agent with 4 slots: the tasks queue, run four at a time,
