@@ -59,6 +59,7 @@ bench: build
 	$(GO) run ./internal/bench/artifacts -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/dispatch -coordinator $(BIN)/podium-coordinator
 	$(GO) run ./internal/bench/taskstart -bin $(BIN)
+	$(GO) run ./internal/bench/retention
 	$(GO) run ./internal/bench/churn -coordinator $(BIN)/podium-coordinator -tasks $(CHURN_TASKS)
 
 # The Go files people write. Generated code (*.pb.go, *.connect.go) is left
