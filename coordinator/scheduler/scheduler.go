@@ -29,6 +29,11 @@ type Config struct {
 	// TimeoutMargin is how long past its timeout a task may run before the
 	// control plane stops it; the node normally gets there first (10 s).
 	TimeoutMargin time.Duration
+	// UnreachableAfter is how long a node may be silent and still be offered
+	// tasks (30 s): the watchdog's unreachable threshold, applied at
+	// placement so that no task goes to a node the watchdog has not judged
+	// yet (store.Candidates).
+	UnreachableAfter time.Duration
 	// WriteOffAfter is how long a cancelled task whose node is gone waits for
 	// the node before it is written off (60 s).
 	WriteOffAfter time.Duration
@@ -90,6 +95,9 @@ func New(cfg Config, deps Deps) *Scheduler {
 	}
 	if cfg.WriteOffAfter == 0 {
 		cfg.WriteOffAfter = 60 * time.Second
+	}
+	if cfg.UnreachableAfter == 0 {
+		cfg.UnreachableAfter = 30 * time.Second
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = time.Second
@@ -238,7 +246,7 @@ func (s *Scheduler) readFleet(ctx context.Context) error {
 		return nil
 	}
 	at := time.Now()
-	fleet, err := s.store.Candidates(ctx)
+	fleet, err := s.store.Candidates(ctx, s.cfg.UnreachableAfter)
 	if err != nil {
 		return err
 	}
@@ -257,8 +265,9 @@ func (s *Scheduler) storedThresholds(ctx context.Context) {
 		}
 		return
 	}
-	if st.AckDeadline != s.cfg.AckDeadline || st.WriteOffAfter != s.cfg.WriteOffAfter {
-		s.log.Info("scheduler: deadlines changed", "ack_deadline", st.AckDeadline, "write_off_after", st.WriteOffAfter, "set_by", st.SetBy)
-		s.cfg.AckDeadline, s.cfg.WriteOffAfter = st.AckDeadline, st.WriteOffAfter
+	if st.AckDeadline != s.cfg.AckDeadline || st.WriteOffAfter != s.cfg.WriteOffAfter || st.UnreachableAfter != s.cfg.UnreachableAfter {
+		s.log.Info("scheduler: deadlines changed", "ack_deadline", st.AckDeadline, "write_off_after", st.WriteOffAfter,
+			"unreachable_after", st.UnreachableAfter, "set_by", st.SetBy)
+		s.cfg.AckDeadline, s.cfg.WriteOffAfter, s.cfg.UnreachableAfter = st.AckDeadline, st.WriteOffAfter, st.UnreachableAfter
 	}
 }

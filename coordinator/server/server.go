@@ -199,6 +199,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Thresholds = th
 	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
 	cfg.Scheduler.AckDeadline, cfg.Scheduler.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
+	cfg.Scheduler.UnreachableAfter = th.UnreachableAfter
 	arts, err := artifacts.New(cfg.Artifacts, st, log)
 	if err != nil {
 		st.Close()

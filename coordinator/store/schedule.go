@@ -25,7 +25,14 @@ type Placement struct {
 // Candidates reads the connected nodes with what they are already committed
 // to, as placement sees them. It aggregates every active task, so the
 // scheduler keeps the result between passes rather than reading it for each.
-func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) {
+//
+// A node heard from longer than silentFor ago (the unreachable threshold) is
+// left out even while its row still says online. The watchdog's verdict lags
+// on purpose (after a leader change it gives every node the whole period to
+// reconnect), but a task placed in that window on a node that never comes
+// back is lost with it; one that does come back is a candidate again at its
+// first heartbeat.
+func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*placement.Candidate, error) {
 	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
@@ -36,7 +43,8 @@ func (s *Store) Candidates(ctx context.Context) ([]*placement.Candidate, error) 
 		           from podium.tasks where state in ('scheduled', 'provisioning', 'running')
 		           group by node_id) t on t.node_id = n.id
 		where n.session_replica is not null and n.status = 'online'
-		order by n.id`)
+		  and n.last_heartbeat_at > now() - make_interval(secs => $1)
+		order by n.id`, silentFor.Seconds())
 	if err != nil {
 		return nil, err
 	}

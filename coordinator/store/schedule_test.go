@@ -17,7 +17,7 @@ import (
 func dispatch(t *testing.T, st *store.Store, batch int) ([]store.Placement, int) {
 	t.Helper()
 	ctx := context.Background()
-	fleet, err := st.Candidates(ctx)
+	fleet, err := st.Candidates(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestCandidatesCarryTheNodesLimits(t *testing.T) {
 		n.Limits.MaxOutputBytes != 1<<30 || !slices.Equal(n.Limits.PermitEgress, limits.PermitEgress) {
 		t.Fatalf("the node row has limits %+v, want %+v", n.Limits, limits)
 	}
-	fleet, err := st.Candidates(ctx)
+	fleet, err := st.Candidates(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +160,53 @@ func TestCandidatesCarryTheNodesLimits(t *testing.T) {
 	if _, err := st.StartSession(ctx, store.SessionStart{NodeID: "node_a", Replica: "r1", MaxTasks: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if fleet, err = st.Candidates(ctx); err != nil || len(fleet) != 1 || !sameLimits(fleet[0].Limits, placement.Limits{}) {
+	if fleet, err = st.Candidates(ctx, time.Minute); err != nil || len(fleet) != 1 || !sameLimits(fleet[0].Limits, placement.Limits{}) {
 		t.Fatalf("after a Hello without limits the candidate has %+v (%v), want none", fleet, err)
+	}
+}
+
+// A node the control plane has not heard from for the unreachable threshold
+// is offered nothing, even while its row still says online: after every
+// replica restarted, a node of the previous run keeps that row until the
+// watchdog's first verdict, which waits the whole period for it to
+// reconnect. A task placed on a node that never does would be lost with it.
+func TestCandidatesLeaveOutANodeSilentPastUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openStore(t)
+	sql := rawSQL(t, db)
+	for _, id := range []string{"node_live", "node_gone"} {
+		if _, err := sql.Exec(ctx, "insert into podium.nodes (id, key_hash) values ($1, '\\x00')", id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.StartSession(ctx, store.SessionStart{NodeID: id, Replica: "r1", MaxTasks: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sql.Exec(ctx, "update podium.nodes set last_heartbeat_at = now() - interval '65 minutes' where id = 'node_gone'"); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	if err := sql.QueryRow(ctx, "select status from podium.nodes where id = 'node_gone'").Scan(&status); err != nil || status != "online" {
+		t.Fatalf("node_gone's row says %q (%v), want online: the case is a row the watchdog has not judged yet", status, err)
+	}
+	fleet, err := st.Candidates(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range fleet {
+		ids = append(ids, c.ID)
+	}
+	if !slices.Equal(ids, []string{"node_live"}) {
+		t.Fatalf("candidates %v, want only node_live: node_gone has been silent for 65 minutes", ids)
+	}
+	if _, err := st.InsertTasks(ctx, []store.NewTask{{ID: "task_a", Spec: &podiumv1.TaskSpec{Image: "busybox"}}}); err != nil {
+		t.Fatal(err)
+	}
+	placed, _ := dispatch(t, st, 10)
+	if len(placed) != 1 || placed[0].NodeID != "node_live" {
+		t.Fatalf("placed %+v, want task_a on node_live", placed)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,6 +62,11 @@ func (l *logBuffer) String() string { return string(l.Bytes()) }
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	// asked is set before the harness signals the process, so that an exit
+	// nobody asked for (a panic, a fatal error) can be told apart.
+	asked atomic.Bool
+	// exit is how and when the process ended; read it after done.
+	exit string
 }
 
 // startProc starts cmd and reaps it in a goroutine that ends with it.
@@ -70,18 +76,38 @@ func startProc(t testing.TB, cmd *exec.Cmd) *proc {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	go func() {
+		err := cmd.Wait()
+		p.exit = fmt.Sprintf("at %s (%v)", time.Now().UTC().Format("15:04:05.000"), err)
+		close(p.done)
+	}()
 	return p
+}
+
+// diedOnItsOwn says how the process ended if it exited without the harness
+// asking it to, and "" while it runs or after a Kill or Stop.
+func (p *proc) diedOnItsOwn() string {
+	select {
+	case <-p.done:
+		if p.asked.Load() {
+			return ""
+		}
+		return p.exit
+	default:
+		return ""
+	}
 }
 
 // kill SIGKILLs the process and waits for it.
 func (p *proc) kill() {
+	p.asked.Store(true)
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
 
 // stop SIGTERMs the process, SIGKILLs it after stopWithin, and waits for it.
 func (p *proc) stop() {
+	p.asked.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -131,13 +157,49 @@ func StartReplicaAt(t testing.TB, databaseURL, addr string, flags ...string) *Re
 	t.Helper()
 	r := &Replica{Addr: addr, t: t, db: databaseURL, flags: flags, log: &logBuffer{}}
 	t.Cleanup(func() {
+		// A replica that crashed fails the test even if nothing the test
+		// waited for noticed: a panic is a bug whatever else went right.
+		crashed := r.crashed()
 		r.Kill()
+		if crashed != "" {
+			t.Errorf("replica %s exited on its own %s; the end of its log:\n%s", r.Addr, crashed, lastLines(r.log.String(), 40))
+		}
 		if t.Failed() {
 			t.Logf("replica %s log:\n%s", r.Addr, r.log.String())
 		}
 	})
 	r.Start()
 	return r
+}
+
+// crashed says how the running replica process ended if it exited without
+// the harness asking, and "" otherwise.
+func (r *Replica) crashed() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.p == nil {
+		return ""
+	}
+	return r.p.diedOnItsOwn()
+}
+
+// failIfCrashed ends the test at once, with the end of the replica's log,
+// if the replica exited on its own: whatever a test waits for from it then
+// never comes, and the reason is in that log, not in the wait's timeout.
+func (r *Replica) failIfCrashed(t testing.TB) {
+	t.Helper()
+	if how := r.crashed(); how != "" {
+		t.Fatalf("replica %s exited on its own %s; the end of its log:\n%s", r.Addr, how, lastLines(r.log.String(), 40))
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // URL is "http://" and Addr.
@@ -190,6 +252,7 @@ func (r *Replica) ID() string {
 func (r *Replica) WaitReady() {
 	r.t.Helper()
 	wait.For(r.t, readyWithin, "replica "+r.Addr+" to answer /readyz 200", func() bool {
+		r.failIfCrashed(r.t)
 		resp, err := http.Get(r.URL() + "/readyz")
 		if err != nil {
 			return false
@@ -260,6 +323,7 @@ func (r *Replica) Node(id string) (*podiumv1.Node, error) {
 func (r *Replica) WaitNode(t testing.TB, id string, want podiumv1.NodeStatus) {
 	t.Helper()
 	wait.For(t, nodeWithin, "node "+id+" to be "+want.String()+" at "+r.Addr, func() bool {
+		r.failIfCrashed(t)
 		n, err := r.Node(id)
 		return err == nil && n.Status == want && (want != podiumv1.NodeStatus_NODE_STATUS_ONLINE || n.Replica != "")
 	})
@@ -270,6 +334,7 @@ func (r *Replica) WaitNode(t testing.TB, id string, want podiumv1.NodeStatus) {
 func (r *Replica) WaitOnlineOn(t testing.TB, id string) {
 	t.Helper()
 	wait.For(t, nodeWithin, "node "+id+" to be online on replica "+r.Addr, func() bool {
+		r.failIfCrashed(t)
 		n, err := r.Node(id)
 		return err == nil && n.Status == podiumv1.NodeStatus_NODE_STATUS_ONLINE && n.Replica == r.ID()
 	})
@@ -280,6 +345,7 @@ func (r *Replica) Task(t testing.TB, id string) *podiumv1.Task {
 	t.Helper()
 	res, err := r.Tasks().Get(context.Background(), connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 	if err != nil {
+		r.failIfCrashed(t)
 		t.Fatalf("get task %s from %s: %v", id, r.Addr, err)
 	}
 	return res.Msg.Task
