@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,33 @@ func TestNodeLimitsMigrationFillsWaitingTasks(t *testing.T) {
 		}
 		if got.pids != w.pids || got.timeout != w.timeout || got.output != w.output || strings.Join(got.egress, ",") != strings.Join(w.egress, ",") {
 			t.Errorf("%s: %+v, want %+v", id, got, w)
+		}
+	}
+}
+
+// 0018 has the tables that churn vacuumed after 2 % of their rows are dead,
+// not autovacuum's default 20 %, and without the cost delay: the storage
+// parameters are what Postgres reads for each table.
+func TestChurningTablesAreVacuumedEarly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, table := range []string{"task_events", "tasks", "attempts", "task_log_archives"} {
+		var opts []string
+		if err := c.QueryRow(ctx, `select coalesce(c.reloptions, '{}') from pg_catalog.pg_class c
+			join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+			where n.nspname = 'podium' and c.relname = $1`, table).Scan(&opts); err != nil {
+			t.Fatalf("read the storage parameters of podium.%s: %v", table, err)
+		}
+		for _, want := range []string{"autovacuum_vacuum_scale_factor=0.02", "autovacuum_vacuum_cost_delay=0"} {
+			if !slices.Contains(opts, want) {
+				t.Errorf("podium.%s has storage parameters %v, want %s among them", table, opts, want)
+			}
 		}
 	}
 }
