@@ -28,8 +28,13 @@ build:
 
 # The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and
 # starts them on a fresh machine (see README).
+# The packages that drive real binaries, containers and Postgres clusters take
+# minutes each; they are named first so that go test starts them first, and the
+# quick ones fill the other core around them instead of ahead of them.
+SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest
+
 test: vet lint fuzz
-	$(GO) test -count=1 -race -timeout 40m ./...
+	$(GO) test -count=1 -race -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
