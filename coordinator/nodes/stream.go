@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -106,25 +105,11 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
-	// The sender and the command loop are waited for before the handler
-	// returns: Connect finishes the response when it does, and a Send still in
-	// flight then would race it. The receiver cannot be waited for — Receive
-	// only returns once the handler has — and touches nothing but the request.
-	var wg sync.WaitGroup
-	wg.Add(2)
-	defer wg.Wait()
-	go func() { defer wg.Done(); errc <- s.sendLoop(sctx, stream, sess) }()
-	go func() { defer wg.Done(); errc <- s.commandLoop(sctx, sess) }()
-	go func() { errc <- s.receiveLoop(sctx, stream, sess) }()
-	select {
-	case err = <-errc:
-	case <-sess.Done():
-		err = nil
-	case <-l.Lost():
-		err = connect.NewError(connect.CodeUnavailable, errors.New("this coordinator replica lost its lease on Postgres; reconnect"))
-	case <-ctx.Done():
-	}
+	// The receiver cannot be waited for — Receive only returns once the
+	// handler has — and touches nothing but the request.
+	received := make(chan error, 1)
+	go func() { received <- s.receiveLoop(sctx, stream, sess) }()
+	err = s.serve(sctx, stream, sess, l, received)
 	cancel()
 	sess.Close()
 	s.log.Info("node disconnected", "node", node.ID, "epoch", sess.Epoch, "err", err)
@@ -264,48 +249,86 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 	return ack, cancels, nil
 }
 
-// sendLoop is the only writer of the stream: Connect streams are not safe for
-// concurrent sends.
-func (s *Service) sendLoop(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse], sess *Session) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.done:
-			return nil
-		case m := <-sess.out:
-			if err := stream.Send(m); err != nil {
-				return err
-			}
-		}
-	}
-}
+// commandsBehind is how soon a node whose queue was full when its commands
+// were delivered is tried again.
+const commandsBehind = 50 * time.Millisecond
 
-// commandLoop delivers the node's stored commands: on its doorbell, and every
-// few seconds in case a doorbell was missed.
-func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
+// serve runs the session on the stream handler's goroutine until it ends: it
+// is the stream's only writer (Connect streams are not safe for concurrent
+// sends), and it starts the delivery of the node's stored commands on their
+// doorbell and every CommandPoll in case a doorbell was missed. An idle node
+// thus costs two goroutines, this one and its receiver: a writer and a command
+// loop of its own, parked for hours on every one of tens of thousands of
+// sessions, would be two more stacks per node doing nothing. A delivery runs
+// on a goroutine of its own while it lasts (it waits for Postgres), so the
+// node's acks are not held up behind it; serve waits for it before returning,
+// because Connect finishes the response when the handler returns.
+func (s *Service) serve(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse],
+	sess *Session, l *lease.Lease, received <-chan error) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelNodeCommands, sess.NodeID)
 	defer unsubscribe()
+	dctx, stopDelivery := context.WithCancel(ctx)
+	delivered := make(chan error, 1)
+	delivering, again := false, false
+	deliver := func() {
+		delivering = true
+		go func() { delivered <- s.deliverer.pending(dctx, sess) }()
+	}
+	defer func() {
+		stopDelivery()
+		if delivering {
+			<-delivered
+		}
+	}()
+	// Commands stored before the session started are delivered at once.
+	poll := time.NewTimer(0)
+	defer poll.Stop()
 	for {
-		wait := s.cfg.CommandPoll
-		if err := s.deliverer.pending(ctx, sess); err != nil {
+		select {
+		case err := <-received:
+			return err
+		case <-sess.done:
+			return nil
+		case <-l.Lost():
+			return connect.NewError(connect.CodeUnavailable, errors.New("this coordinator replica lost its lease on Postgres; reconnect"))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sess.out.ready:
+			for m, ok := sess.out.pop(); ok; m, ok = sess.out.pop() {
+				if err := stream.Send(m); err != nil {
+					return err
+				}
+			}
+		case <-bell:
+			if delivering {
+				again = true
+			} else {
+				deliver()
+			}
+		case <-poll.C:
+			if delivering {
+				again = true
+			} else {
+				deliver()
+			}
+		case err := <-delivered:
+			delivering = false
+			wait := s.cfg.CommandPoll
 			switch {
+			case err == nil:
 			case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, ErrSessionClosed):
 				sess.Close()
 				return nil
 			case errors.Is(err, errBacklogged):
-				wait = 50 * time.Millisecond // the node is behind; try again soon
+				wait = commandsBehind // the node is behind; try again soon
 			case ctx.Err() == nil:
 				s.log.Warn("nodes: deliver commands", "node", sess.NodeID, "err", err)
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.done:
-			return nil
-		case <-bell:
-		case <-time.After(wait):
+			if again {
+				again = false
+				wait = 0
+			}
+			poll.Reset(wait)
 		}
 	}
 }
