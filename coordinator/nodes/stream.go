@@ -23,26 +23,86 @@ import (
 // node's lease (asking whichever replica holds it to let go), reconciles what
 // the node reports against what the tables say, and from there the node
 // heartbeats and pushes events while the replica pushes commands and acks.
+//
+// Opening the session (authentication, the lease, the session row,
+// reconciliation) runs on a goroutine of its own, which ends once the session
+// is open: it goes through pgx and grows a goroutine's stack to tens of KiB,
+// which the runtime gives back only by halves, one per garbage collection,
+// and a replica holding idle nodes collects rarely. The handler's goroutine,
+// which lives as long as the session, thus stays as small as what it does
+// while the session runs.
 func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) error {
+	type opened struct {
+		sess *Session
+		l    *lease.Lease
+		end  func()
+		err  error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		var o opened
+		o.sess, o.l, o.end, o.err = s.open(ctx, stream)
+		ch <- o
+	}()
+	o := <-ch
+	if o.err != nil {
+		return o.err
+	}
+	defer o.end()
+	sess, l := o.sess, o.l
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The receiver cannot be waited for — Receive only returns once the
+	// handler has — and touches nothing but the request.
+	received := make(chan error, 1)
+	go func() { received <- s.receiveLoop(sctx, stream, sess) }()
+	err := s.serve(sctx, stream, sess, l, received)
+	cancel()
+	sess.Close()
+	s.log.Info("node disconnected", "node", sess.NodeID, "epoch", sess.Epoch, "err", err)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// open opens a node's session from its stream's Hello: it authenticates the
+// node, takes its lease, starts its session row, reconciles, sends the
+// HelloAck and registers the session. end undoes all of that, in reverse,
+// when the session is over; on an error open has undone it already.
+func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) (
+	_ *Session, _ *lease.Lease, end func(), err error) {
+	var undo []func()
+	undoAll := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			undoAll()
+		}
+	}()
 	hello, err := s.receiveHello(ctx, stream)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if err := checkHello(hello); err != nil {
 		s.log.Warn("node stream refused", "peer", stream.Peer().Addr, "err", err)
-		return err
+		return nil, nil, nil, err
 	}
 	node, err := s.authenticate(ctx, hello.GetNodeId(), hello.GetNodeKey())
 	if err != nil {
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
-		return err
+		return nil, nil, nil, err
 	}
 	l, err := s.takeLease(ctx, node.ID)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	key := lease.NodeKey(node.ID)
-	defer func() { _ = l.Unlock(context.WithoutCancel(ctx), key) }()
+	undo = append(undo, func() { _ = l.Unlock(context.WithoutCancel(ctx), key) })
 
 	capa := hello.GetCapacity()
 	node, err = s.store.StartSession(ctx, store.SessionStart{
@@ -51,24 +111,23 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
+		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
 	sess.heartbeatAcks = hello.GetHeartbeatAcks()
 	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
 	sess.seen(capa)
-	defer close(sess.ended)
-	defer func() {
+	undo = append(undo, func() { close(sess.ended) }, func() {
 		ctx := context.WithoutCancel(ctx)
 		if err := s.store.EndSession(ctx, node.ID, sess.Epoch); err != nil {
 			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
 		}
 		s.fleetChanged() // one candidate fewer
-	}()
+	})
 
 	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
 	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
+		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
 	}
 	replicas, err := s.store.ReplicaAddresses(ctx, replicasWindow)
 	if err != nil {
@@ -76,11 +135,11 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	}
 	ack.Replicas = replicas
 	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: ack}}); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	for _, c := range cancels {
 		if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: c}}); err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 	}
 	for _, a := range ack.Adopt {
@@ -92,8 +151,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		}
 	}
 	s.reg.put(sess)
-	defer s.reg.remove(sess)
-	defer sess.Close()
+	undo = append(undo, func() { s.reg.remove(sess) }, sess.Close)
 	// A replica that joined or left between the HelloAck's list and put is
 	// pushed by nobody else: replicasLoop pushes to the sessions registered
 	// when it reads the list. Reading it again now closes that gap.
@@ -103,20 +161,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	s.log.Info("node connected", "node", node.ID, "epoch", sess.Epoch, "hostname", hello.GetHostname(),
 		"running", len(hello.GetRunning()))
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The receiver cannot be waited for — Receive only returns once the
-	// handler has — and touches nothing but the request.
-	received := make(chan error, 1)
-	go func() { received <- s.receiveLoop(sctx, stream, sess) }()
-	err = s.serve(sctx, stream, sess, l, received)
-	cancel()
-	sess.Close()
-	s.log.Info("node disconnected", "node", node.ID, "epoch", sess.Epoch, "err", err)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return sess, l, undoAll, nil
 }
 
 func (s *Service) receiveHello(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) (*podiumv1.Hello, error) {

@@ -106,7 +106,11 @@ func FreePort() (int, error) {
 func (c *Coordinator) WaitReady(ctx context.Context, within time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	if c.TLS != nil {
-		client.Transport = &http.Transport{TLSClientConfig: c.TLS}
+		// HTTP/1.1 for a probe: a Transport given its own TLS config speaks
+		// only what that config's NextProtos offer.
+		cfg := c.TLS.Clone()
+		cfg.NextProtos = []string{"http/1.1"}
+		client.Transport = &http.Transport{TLSClientConfig: cfg}
 	}
 	return waitReady(ctx, client, c.URL, c.LogPath, c.Exited, func() error { return c.WaitErr }, within)
 }
