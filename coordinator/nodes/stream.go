@@ -321,8 +321,13 @@ func (s *Service) serve(ctx context.Context, stream *connect.BidiStream[podiumv1
 	}
 	defer func() {
 		stopDelivery()
-		if delivering {
-			<-delivered
+		if !delivering {
+			return
+		}
+		// The session is over; a delivery it cut short is retried by the
+		// node's next session.
+		if err := <-delivered; err != nil {
+			s.log.Debug("nodes: deliver commands as the session ended", "node", sess.NodeID, "err", err)
 		}
 	}()
 	// Commands stored before the session started are delivered at once.
