@@ -30,14 +30,14 @@ func printDetails(w io.Writer, r result) {
 		"(connected nodes' polling included), most frequent:\n",
 		r.RampCoordCPU, r.RampPGCPU, r.RampBenchCPU, r.StmtsPerHello)
 	for _, s := range r.RampTop {
-		fmt.Fprintf(w, "  %8.2f per node  %s\n", float64(s.Calls)/float64(r.Nodes), s.Short())
+		fmt.Fprintf(w, "  %8.2f per node  %s\n", float64(s.Calls)/r.held(), s.Short())
 	}
-	fmt.Fprintf(w, "memory: RSS %.0f MiB with no nodes, %.0f MiB holding them: %.1f KiB per node in all, %.1f KiB per node above the empty replica\n",
-		r.BaseRSSMiB, r.RSSMiB, r.RSSMiB*1024/float64(r.Nodes), (r.RSSMiB-r.BaseRSSMiB)*1024/float64(r.Nodes))
+	fmt.Fprintf(w, "memory: RSS %.0f MiB with no nodes, %.0f MiB holding %d: %.1f KiB per node held in all, %.1f KiB per node held above the empty replica\n",
+		r.BaseRSSMiB, r.RSSMiB, r.Connected, r.RSSMiB*1024/r.held(), (r.RSSMiB-r.BaseRSSMiB)*1024/r.held())
 	printProfile(w, r)
 	fmt.Fprintf(w, "window %s: coordinator CPU %.1f%%, RSS %.0f MiB (peak %.0f MiB), %d open fds, %d Postgres connections; Postgres CPU %.1f%%; bench CPU %.1f%%\n",
 		r.Window.Round(time.Millisecond), r.CoordCPU, r.RSSMiB, r.PeakMiB, r.CoordFDs, r.PGConns, r.PGCPU, r.BenchCPU)
-	fmt.Fprintf(w, "heartbeats: sent %.1f/s, written %.1f rows/s (need %.0f) in %.2f statements/s; %d flushes, %.2f heartbeat statements per flush; stale %d, not online %d\n",
+	fmt.Fprintf(w, "heartbeats: sent %.1f/s, written %.1f rows/s (need %.0f) in %.2f statements/s; %d flushes, %.2f heartbeat statements per flush; stale %d, not online %d (a node that never connected is both)\n",
 		float64(r.BeatsSent)/r.Window.Seconds(), r.HBRows, r.NeedRows, r.HBStmts, r.Flushes, r.HBPerFlush, r.Stale, r.NotOnline)
 	fmt.Fprintf(w, "every statement the coordinator ran: %.1f/s; most frequent:\n", r.AllStmts)
 	for _, s := range r.Top {
@@ -54,7 +54,7 @@ func printProfile(w io.Writer, r result) {
 	if p.Sys == 0 {
 		return
 	}
-	n := float64(r.Nodes)
+	n := r.held()
 	fmt.Fprintf(w, "  runtime: heap in use %.0f MiB (%.1f KiB per node), stacks %.0f MiB (%.1f KiB per node), from the OS %.0f MiB; "+
 		"%d goroutines (%.2f per node)\n", mib(p.HeapInuse), kib(p.HeapInuse)/n, mib(p.StackInuse), kib(p.StackInuse)/n,
 		mib(p.Sys), p.Goroutines, float64(p.Goroutines)/n)
@@ -68,6 +68,11 @@ func printProfile(w io.Writer, r result) {
 		}
 	}
 }
+
+// held is how many nodes the replica held when its memory was read: the
+// per-node figures are of those, which is all of them unless some never
+// connected.
+func (r result) held() float64 { return float64(max(r.Connected, 1)) }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func kib(b uint64) float64 { return float64(b) / (1 << 10) }
@@ -99,14 +104,14 @@ func printTable(w io.Writer, cfg config, setup *benchkit.Setup, rs []result) {
 			connect = fmt.Sprintf("%d only", r.Connected)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f (%.0f)\t%.1f\t%.2f\t%.1f%%\t%.2f\t%.1f\t%.0f\t%d\t\t%.0f\t%.1f%%\t%.1f%%\t\n",
-			r.Nodes, r.Conns, connect, r.RSSMiB, r.PeakMiB, r.RSSMiB*1024/float64(r.Nodes),
-			float64(r.Profile.Goroutines)/float64(r.Nodes), r.CoordCPU, r.HBPerFlush, r.HBRows, r.NeedRows, r.Stale,
+			r.Nodes, r.Conns, connect, r.RSSMiB, r.PeakMiB, r.RSSMiB*1024/r.held(),
+			float64(r.Profile.Goroutines)/r.held(), r.CoordCPU, r.HBPerFlush, r.HBRows, r.NeedRows, r.Stale,
 			r.PgbenchRows, r.PGCPU, r.BenchCPU)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	for _, r := range rs {
-		perNode := r.RSSMiB * 1024 / float64(r.Nodes)
+		perNode := r.RSSMiB * 1024 / r.held()
 		var missed []string
 		if !r.AllConnected {
 			missed = append(missed, fmt.Sprintf("only %d of %d connected", r.Connected, r.Nodes))
