@@ -65,7 +65,9 @@ type Session struct {
 	// down (running), so its own word on what is free wins meanwhile.
 	busy int32
 
-	out       chan *podiumv1.StreamResponse
+	out outbox
+	// sendWait is how long send waits for room in a full queue (sendWait).
+	sendWait  time.Duration
 	done      chan struct{}
 	closeOnce sync.Once
 	// ended is closed after the stream handler has released the node's lease,
@@ -77,7 +79,7 @@ func newSession(nodeID string, epoch int64) *Session {
 	return &Session{
 		NodeID: nodeID, Epoch: epoch, Started: time.Now(),
 		tasks: map[string]TaskCost{}, lastSeen: time.Now(),
-		out:   make(chan *podiumv1.StreamResponse, 256),
+		out: newOutbox(maxQueued), sendWait: sendWait,
 		done:  make(chan struct{}),
 		ended: make(chan struct{}),
 	}
@@ -89,17 +91,37 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // Close ends the session; the stream handler returns and the node reconnects.
 func (s *Session) Close() { s.closeOnce.Do(func() { close(s.done) }) }
 
+// maxQueued bounds the messages waiting for a node's stream: a node that
+// cannot take this many is not reading.
+const maxQueued = 256
+
+// sendWait is how long send waits for room in a full queue before it ends the
+// session.
+const sendWait = 10 * time.Second
+
 // send queues a message for the node. It never blocks on a slow node for long:
-// a node that cannot take 256 messages is not reading, and the session ends.
+// a node that cannot take maxQueued messages is not reading, and the session
+// ends.
 func (s *Session) send(m *podiumv1.StreamResponse) error {
-	select {
-	case <-s.done:
-		return ErrSessionClosed
-	case s.out <- m:
-		return nil
-	case <-time.After(10 * time.Second):
-		s.Close()
-		return ErrSessionClosed
+	timeout := time.NewTimer(s.sendWait)
+	defer timeout.Stop()
+	for {
+		select {
+		case <-s.done:
+			return ErrSessionClosed
+		default:
+		}
+		if s.out.push(m) {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return ErrSessionClosed
+		case <-s.out.room:
+		case <-timeout.C:
+			s.Close()
+			return ErrSessionClosed
+		}
 	}
 }
 
@@ -111,11 +133,75 @@ func (s *Session) trySend(m *podiumv1.StreamResponse) error {
 		return ErrSessionClosed
 	default:
 	}
-	select {
-	case s.out <- m:
-		return nil
-	default:
+	if !s.out.push(m) {
 		return errBacklogged
+	}
+	return nil
+}
+
+// outbox is a session's queue of messages for its node, first in first out,
+// holding at most max. It takes memory only while it holds something: most
+// nodes are idle most of the time, and a buffer of max messages for each of
+// tens of thousands of sessions (a buffered channel's) would be kept for
+// nothing.
+type outbox struct {
+	max   int
+	mu    sync.Mutex
+	queue []*podiumv1.StreamResponse
+	// ready is rung (capacity 1) when a message is queued; room when one
+	// is taken from a full queue.
+	ready, room chan struct{}
+}
+
+func newOutbox(max int) outbox {
+	return outbox{max: max, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// push queues m, or reports that the queue is full.
+func (o *outbox) push(m *podiumv1.StreamResponse) bool {
+	o.mu.Lock()
+	if len(o.queue) >= o.max {
+		o.mu.Unlock()
+		return false
+	}
+	o.queue = append(o.queue, m)
+	o.mu.Unlock()
+	ring(o.ready)
+	return true
+}
+
+// pop takes the oldest message, if there is one. The queue's array is let
+// go once it is empty.
+func (o *outbox) pop() (*podiumv1.StreamResponse, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.queue) == 0 {
+		return nil, false
+	}
+	m := o.queue[0]
+	o.queue[0] = nil
+	if o.queue = o.queue[1:]; len(o.queue) == 0 {
+		o.queue = nil
+	}
+	if len(o.queue) == o.max-1 {
+		ring(o.room)
+	}
+	return m, true
+}
+
+// len is how many messages wait.
+func (o *outbox) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.queue)
+}
+
+// ring sends on a doorbell of capacity 1 without waiting: one ring pending
+// is as good as many.
+func ring(bell chan struct{}) {
+	select {
+	case bell <- struct{}{}:
+	default:
 	}
 }
 

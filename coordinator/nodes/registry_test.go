@@ -3,6 +3,7 @@ package nodes
 import (
 	"errors"
 	"testing"
+	"time"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -93,8 +94,8 @@ func TestSessionQueueIsBounded(t *testing.T) {
 			break
 		}
 	}
-	if n != cap(s.out) {
-		t.Fatalf("queued %d messages before the queue was full, want %d", n, cap(s.out))
+	if n != maxQueued {
+		t.Fatalf("queued %d messages before the queue was full, want %d", n, maxQueued)
 	}
 	s.Close()
 	s.Close() // twice is fine
@@ -130,5 +131,69 @@ func TestSnapshotSlotsAndCopies(t *testing.T) {
 	s.seen(nil)
 	if snap := s.Snapshot(); snap.Capacity.GetMaxTasks() != 2 {
 		t.Fatalf("capacity after a heartbeat without one: %v", snap.Capacity)
+	}
+}
+
+// The queue hands messages to the stream's writer in the order they were
+// queued, and holds no buffer once it is empty: an idle node costs its
+// session no queue.
+func TestSessionQueueOrderAndIdleCost(t *testing.T) {
+	s := newSession("node_a", 1)
+	if s.out.queue != nil {
+		t.Fatal("a new session's queue holds a buffer before anything was queued")
+	}
+	var sent []*podiumv1.StreamResponse
+	for range 3 {
+		m := &podiumv1.StreamResponse{}
+		sent = append(sent, m)
+		if err := s.trySend(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range sent {
+		got, ok := s.out.pop()
+		if !ok || got != want {
+			t.Fatalf("message %d out of order or missing (ok %v)", i, ok)
+		}
+	}
+	if _, ok := s.out.pop(); ok {
+		t.Fatal("pop from an empty queue returned a message")
+	}
+	if s.out.queue != nil {
+		t.Fatalf("an emptied queue keeps its buffer (capacity %d)", cap(s.out.queue))
+	}
+}
+
+// send waits for room in a full queue: it queues once the writer takes a
+// message, and ends the session when the writer takes none for sendWait,
+// because a node that cannot take maxQueued messages is not reading.
+func TestSessionSendOnAFullQueue(t *testing.T) {
+	s := newSession("node_a", 1)
+	for range maxQueued {
+		if err := s.trySend(&podiumv1.StreamResponse{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := &podiumv1.StreamResponse{}
+	queued := make(chan error, 1)
+	go func() { queued <- s.send(last) }()
+	if _, ok := s.out.pop(); !ok {
+		t.Fatal("a full queue gave nothing")
+	}
+	if err := <-queued; err != nil {
+		t.Fatalf("send once there was room: %v", err)
+	}
+	if n := s.out.len(); n != maxQueued {
+		t.Fatalf("%d queued after the wait, want %d", n, maxQueued)
+	}
+
+	s.sendWait = 10 * time.Millisecond
+	if err := s.send(&podiumv1.StreamResponse{}); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("send to a node that reads nothing: %v, want ErrSessionClosed", err)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("a node that took nothing for sendWait still has its session")
 	}
 }

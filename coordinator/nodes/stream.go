@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,26 +23,86 @@ import (
 // node's lease (asking whichever replica holds it to let go), reconciles what
 // the node reports against what the tables say, and from there the node
 // heartbeats and pushes events while the replica pushes commands and acks.
+//
+// Opening the session (authentication, the lease, the session row,
+// reconciliation) runs on a goroutine of its own, which ends once the session
+// is open: it goes through pgx and grows a goroutine's stack to tens of KiB,
+// which the runtime gives back only by halves, one per garbage collection,
+// and a replica holding idle nodes collects rarely. The handler's goroutine,
+// which lives as long as the session, thus stays as small as what it does
+// while the session runs.
 func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) error {
+	type opened struct {
+		sess *Session
+		l    *lease.Lease
+		end  func()
+		err  error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		var o opened
+		o.sess, o.l, o.end, o.err = s.open(ctx, stream)
+		ch <- o
+	}()
+	o := <-ch
+	if o.err != nil {
+		return o.err
+	}
+	defer o.end()
+	sess, l := o.sess, o.l
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The receiver cannot be waited for — Receive only returns once the
+	// handler has — and touches nothing but the request.
+	received := make(chan error, 1)
+	go func() { received <- s.receiveLoop(sctx, stream, sess) }()
+	err := s.serve(sctx, stream, sess, l, received)
+	cancel()
+	sess.Close()
+	s.log.Info("node disconnected", "node", sess.NodeID, "epoch", sess.Epoch, "err", err)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// open opens a node's session from its stream's Hello: it authenticates the
+// node, takes its lease, starts its session row, reconciles, sends the
+// HelloAck and registers the session. end undoes all of that, in reverse,
+// when the session is over; on an error open has undone it already.
+func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) (
+	_ *Session, _ *lease.Lease, end func(), err error) {
+	var undo []func()
+	undoAll := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			undoAll()
+		}
+	}()
 	hello, err := s.receiveHello(ctx, stream)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	if err := checkHello(hello); err != nil {
 		s.log.Warn("node stream refused", "peer", stream.Peer().Addr, "err", err)
-		return err
+		return nil, nil, nil, err
 	}
 	node, err := s.authenticate(ctx, hello.GetNodeId(), hello.GetNodeKey())
 	if err != nil {
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
-		return err
+		return nil, nil, nil, err
 	}
 	l, err := s.takeLease(ctx, node.ID)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	key := lease.NodeKey(node.ID)
-	defer func() { _ = l.Unlock(context.WithoutCancel(ctx), key) }()
+	undo = append(undo, func() { _ = l.Unlock(context.WithoutCancel(ctx), key) })
 
 	capa := hello.GetCapacity()
 	node, err = s.store.StartSession(ctx, store.SessionStart{
@@ -52,24 +111,23 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
+		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
 	sess.heartbeatAcks = hello.GetHeartbeatAcks()
 	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
 	sess.seen(capa)
-	defer close(sess.ended)
-	defer func() {
+	undo = append(undo, func() { close(sess.ended) }, func() {
 		ctx := context.WithoutCancel(ctx)
 		if err := s.store.EndSession(ctx, node.ID, sess.Epoch); err != nil {
 			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
 		}
 		s.fleetChanged() // one candidate fewer
-	}()
+	})
 
 	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
 	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
+		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
 	}
 	replicas, err := s.store.ReplicaAddresses(ctx, replicasWindow)
 	if err != nil {
@@ -77,11 +135,11 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	}
 	ack.Replicas = replicas
 	if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HelloAck{HelloAck: ack}}); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	for _, c := range cancels {
 		if err := stream.Send(&podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_Cancel{Cancel: c}}); err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 	}
 	for _, a := range ack.Adopt {
@@ -93,8 +151,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 		}
 	}
 	s.reg.put(sess)
-	defer s.reg.remove(sess)
-	defer sess.Close()
+	undo = append(undo, func() { s.reg.remove(sess) }, sess.Close)
 	// A replica that joined or left between the HelloAck's list and put is
 	// pushed by nobody else: replicasLoop pushes to the sessions registered
 	// when it reads the list. Reading it again now closes that gap.
@@ -104,34 +161,7 @@ func (s *Service) Stream(ctx context.Context, stream *connect.BidiStream[podiumv
 	s.log.Info("node connected", "node", node.ID, "epoch", sess.Epoch, "hostname", hello.GetHostname(),
 		"running", len(hello.GetRunning()))
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 3)
-	// The sender and the command loop are waited for before the handler
-	// returns: Connect finishes the response when it does, and a Send still in
-	// flight then would race it. The receiver cannot be waited for — Receive
-	// only returns once the handler has — and touches nothing but the request.
-	var wg sync.WaitGroup
-	wg.Add(2)
-	defer wg.Wait()
-	go func() { defer wg.Done(); errc <- s.sendLoop(sctx, stream, sess) }()
-	go func() { defer wg.Done(); errc <- s.commandLoop(sctx, sess) }()
-	go func() { errc <- s.receiveLoop(sctx, stream, sess) }()
-	select {
-	case err = <-errc:
-	case <-sess.Done():
-		err = nil
-	case <-l.Lost():
-		err = connect.NewError(connect.CodeUnavailable, errors.New("this coordinator replica lost its lease on Postgres; reconnect"))
-	case <-ctx.Done():
-	}
-	cancel()
-	sess.Close()
-	s.log.Info("node disconnected", "node", node.ID, "epoch", sess.Epoch, "err", err)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return sess, l, undoAll, nil
 }
 
 func (s *Service) receiveHello(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse]) (*podiumv1.Hello, error) {
@@ -264,48 +294,91 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 	return ack, cancels, nil
 }
 
-// sendLoop is the only writer of the stream: Connect streams are not safe for
-// concurrent sends.
-func (s *Service) sendLoop(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse], sess *Session) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.done:
-			return nil
-		case m := <-sess.out:
-			if err := stream.Send(m); err != nil {
-				return err
-			}
-		}
-	}
-}
+// commandsBehind is how soon a node whose queue was full when its commands
+// were delivered is tried again.
+const commandsBehind = 50 * time.Millisecond
 
-// commandLoop delivers the node's stored commands: on its doorbell, and every
-// few seconds in case a doorbell was missed.
-func (s *Service) commandLoop(ctx context.Context, sess *Session) error {
+// serve runs the session on the stream handler's goroutine until it ends: it
+// is the stream's only writer (Connect streams are not safe for concurrent
+// sends), and it starts the delivery of the node's stored commands on their
+// doorbell and every CommandPoll in case a doorbell was missed. An idle node
+// thus costs two goroutines, this one and its receiver: a writer and a command
+// loop of its own, parked for hours on every one of tens of thousands of
+// sessions, would be two more stacks per node doing nothing. A delivery runs
+// on a goroutine of its own while it lasts (it waits for Postgres), so the
+// node's acks are not held up behind it; serve waits for it before returning,
+// because Connect finishes the response when the handler returns.
+func (s *Service) serve(ctx context.Context, stream *connect.BidiStream[podiumv1.StreamRequest, podiumv1.StreamResponse],
+	sess *Session, l *lease.Lease, received <-chan error) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelNodeCommands, sess.NodeID)
 	defer unsubscribe()
+	dctx, stopDelivery := context.WithCancel(ctx)
+	delivered := make(chan error, 1)
+	delivering, again := false, false
+	deliver := func() {
+		delivering = true
+		go func() { delivered <- s.deliverer.pending(dctx, sess) }()
+	}
+	defer func() {
+		stopDelivery()
+		if !delivering {
+			return
+		}
+		// The session is over; a delivery it cut short is retried by the
+		// node's next session.
+		if err := <-delivered; err != nil {
+			s.log.Debug("nodes: deliver commands as the session ended", "node", sess.NodeID, "err", err)
+		}
+	}()
+	// Commands stored before the session started are delivered at once.
+	poll := time.NewTimer(0)
+	defer poll.Stop()
 	for {
-		wait := s.cfg.CommandPoll
-		if err := s.deliverer.pending(ctx, sess); err != nil {
+		select {
+		case err := <-received:
+			return err
+		case <-sess.done:
+			return nil
+		case <-l.Lost():
+			return connect.NewError(connect.CodeUnavailable, errors.New("this coordinator replica lost its lease on Postgres; reconnect"))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sess.out.ready:
+			for m, ok := sess.out.pop(); ok; m, ok = sess.out.pop() {
+				if err := stream.Send(m); err != nil {
+					return err
+				}
+			}
+		case <-bell:
+			if delivering {
+				again = true
+			} else {
+				deliver()
+			}
+		case <-poll.C:
+			if delivering {
+				again = true
+			} else {
+				deliver()
+			}
+		case err := <-delivered:
+			delivering = false
+			wait := s.cfg.CommandPoll
 			switch {
+			case err == nil:
 			case errors.Is(err, store.ErrStaleEpoch), errors.Is(err, ErrSessionClosed):
 				sess.Close()
 				return nil
 			case errors.Is(err, errBacklogged):
-				wait = 50 * time.Millisecond // the node is behind; try again soon
+				wait = commandsBehind // the node is behind; try again soon
 			case ctx.Err() == nil:
 				s.log.Warn("nodes: deliver commands", "node", sess.NodeID, "err", err)
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-sess.done:
-			return nil
-		case <-bell:
-		case <-time.After(wait):
+			if again {
+				again = false
+				wait = 0
+			}
+			poll.Reset(wait)
 		}
 	}
 }

@@ -12,9 +12,11 @@ package benchkit
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +48,9 @@ func BuildCoordinator(ctx context.Context, dir string) (string, error) {
 type Coordinator struct {
 	*Process
 	URL string
+	// TLS is what a client trusts the coordinator with when it serves
+	// HTTPS (URL is https://); nil when it serves plain HTTP.
+	TLS *tls.Config
 }
 
 // APIToken is the bearer token benchmark coordinators accept: as long as the
@@ -56,17 +61,28 @@ const APIToken = "bench-token-0123456789abcdef0123456789abcdef"
 // with the API token APIToken, logging to logPath, with extra flags and
 // environment, and waits until it is ready.
 func StartCoordinator(ctx context.Context, bin, dbURL, logPath string, env []string, extra ...string) (*Coordinator, error) {
+	return StartCoordinatorTLS(ctx, bin, dbURL, logPath, nil, env, extra...)
+}
+
+// StartCoordinatorTLS is StartCoordinator serving HTTPS with tlsf's
+// certificate (plain HTTP when tlsf is nil).
+func StartCoordinatorTLS(ctx context.Context, bin, dbURL, logPath string, tlsf *TLSFiles, env []string, extra ...string) (*Coordinator, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"serve", "--database", dbURL, "--listen", addr, "--token", APIToken}, extra...)
-	p, err := StartProcess(logPath, env, bin, args...)
+	args := []string{"serve", "--database", dbURL, "--listen", addr, "--token", APIToken}
+	c := &Coordinator{URL: "http://" + addr}
+	if tlsf != nil {
+		args = append(args, tlsf.Args()...)
+		c.URL, c.TLS = "https://"+addr, tlsf.Client
+	}
+	p, err := StartProcess(logPath, env, bin, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{Process: p, URL: "http://" + addr}
+	c.Process = p
 	if err := c.WaitReady(ctx, 30*time.Second); err != nil {
 		_ = c.Stop(5 * time.Second)
 		return nil, err
@@ -88,7 +104,15 @@ func FreePort() (int, error) {
 
 // WaitReady polls /readyz until it answers 200.
 func (c *Coordinator) WaitReady(ctx context.Context, within time.Duration) error {
-	return WaitReady(ctx, c.URL, c.LogPath, c.Exited, func() error { return c.WaitErr }, within)
+	client := &http.Client{Timeout: time.Second}
+	if c.TLS != nil {
+		// HTTP/1.1 for a probe: a Transport given its own TLS config speaks
+		// only what that config's NextProtos offer.
+		cfg := c.TLS.Clone()
+		cfg.NextProtos = []string{"http/1.1"}
+		client.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	return waitReady(ctx, client, c.URL, c.LogPath, c.Exited, func() error { return c.WaitErr }, within)
 }
 
 // Shutdown stops the coordinator, giving it 30 s to end its sessions, and

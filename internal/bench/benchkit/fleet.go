@@ -2,11 +2,14 @@ package benchkit
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,8 +60,14 @@ func (NoTasks) Handle(int, *podiumv1.StreamResponse) {}
 type FleetConfig struct {
 	URL   string
 	Creds []NodeCred
-	// PerConn is how many nodes share one HTTP/2 connection.
+	// PerConn is how many nodes share one HTTP/2 connection; 0 is 1, one
+	// connection per node, as real agents have.
 	PerConn int
+	// Shared says why the nodes share connections when they could not each
+	// have one (Setup.FleetConfig); empty otherwise.
+	Shared string
+	// TLS is the client configuration for an https:// URL.
+	TLS *tls.Config
 	// Inflight bounds the Hellos waiting for their HelloAck at once, so a
 	// fleet of thousands ramps up instead of arriving in one burst that
 	// would measure the listen backlog.
@@ -96,23 +105,58 @@ type Fleet struct {
 	Beats     atomic.Int64 // heartbeats sent
 }
 
-// NewFleet spreads the nodes over ceil(N/PerConn) HTTP/2 cleartext
-// connections. Each client has its own Transport, so each is its own TCP
-// connection: the Go server allows 250 concurrent streams on one connection,
-// and a real fleet is one connection per machine anyway, so many connections
-// is the closer picture.
+// NewFleet spreads the nodes over ceil(N/PerConn) HTTP/2 connections,
+// cleartext or, for an https URL, over TLS. Each client has its own
+// Transport, so each is its own TCP connection; one per node is what a real
+// fleet looks like, and what the coordinator's per-node memory must be
+// measured with.
+//
+// On a loopback URL the connections come from many source addresses across
+// 127.0.0.0/8 (sourceSpread per address): one source address has only the
+// ephemeral port range (about 28,000 ports) to connect from, fewer than a
+// large fleet's connections.
 func NewFleet(cfg FleetConfig, node Node) *Fleet {
+	if cfg.PerConn <= 0 {
+		cfg.PerConn = 1
+	}
 	nc := (len(cfg.Creds) + cfg.PerConn - 1) / cfg.PerConn
 	f := &Fleet{cfg: cfg, node: node, inflight: make(chan struct{}, cfg.Inflight),
 		allUp: make(chan struct{}), errs: map[string]int{}}
-	for range nc {
+	loopback := false
+	if u, err := url.Parse(cfg.URL); err == nil {
+		ip := net.ParseIP(u.Hostname())
+		loopback = ip != nil && ip.IsLoopback() && ip.To4() != nil
+	}
+	for c := range nc {
 		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
 		t := &http.Transport{Protocols: &p}
+		if cfg.TLS != nil {
+			p.SetHTTP2(true)
+			t.TLSClientConfig = cfg.TLS.Clone()
+		} else {
+			p.SetUnencryptedHTTP2(true)
+		}
+		if loopback {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: sourceAddr(c)}, Timeout: 30 * time.Second}
+			t.DialContext = d.DialContext
+		}
 		f.transports = append(f.transports, t)
 		f.clients = append(f.clients, podiumv1connect.NewNodeServiceClient(&http.Client{Transport: t}, cfg.URL))
 	}
 	return f
+}
+
+// sourceSpread is how many connections share one source address: well below
+// the ephemeral port range, so a source address never runs out of ports.
+const sourceSpread = 1000
+
+// sourceAddr is connection c's source address: 127.1.0.1 for the first
+// sourceSpread connections, 127.1.0.2 for the next, and so on. The whole of
+// 127.0.0.0/8 reaches the loopback interface, where a coordinator listening
+// on 127.0.0.1 accepts from any of them.
+func sourceAddr(c int) net.IP {
+	n := uint32(127)<<24 | uint32(1)<<16 | uint32(1+c/sourceSpread)
+	return net.IPv4(byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
 // Conns is how many HTTP/2 connections the nodes are spread over.

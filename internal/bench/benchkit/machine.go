@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,18 +27,31 @@ func LoadAvg() string {
 	return f[0]
 }
 
-// RaiseFileLimit lifts the soft open-file limit to the hard one: each
-// simulated node holds sockets, and subprocesses inherit the limit.
-func RaiseFileLimit(log *slog.Logger) {
+// RaiseFileLimit lifts the open-file limit as far as this process may and
+// returns the soft limit it ends with: each simulated node holds a socket, and
+// the coordinator (a subprocess) inherits the limit and holds the other end.
+// The hard limit is raised to fs.nr_open when the process may
+// (CAP_SYS_RESOURCE); otherwise the soft one goes up to the hard one.
+func RaiseFileLimit(log *slog.Logger) uint64 {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot read the open-file limit", "err", err)
-		return
+		return 0
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > lim.Max {
+			raised := syscall.Rlimit{Cur: n, Max: n}
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+				return n
+			}
+		}
 	}
 	lim.Cur = lim.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("cannot raise the open-file limit", "err", err)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
+	return lim.Cur
 }
 
 // LogWarnings counts the WARN and ERROR lines of a log file and returns up to
@@ -80,8 +94,11 @@ func LogWarnings(path string, keep int) (int, []string) {
 // or at once when exited is closed (the process died at start; exitErr says
 // how, and the end of its log at logPath goes into the error).
 func WaitReady(ctx context.Context, url, logPath string, exited <-chan struct{}, exitErr func() error, within time.Duration) error {
+	return waitReady(ctx, &http.Client{Timeout: time.Second}, url, logPath, exited, exitErr, within)
+}
+
+func waitReady(ctx context.Context, client *http.Client, url, logPath string, exited <-chan struct{}, exitErr func() error, within time.Duration) error {
 	deadline := time.Now().Add(within)
-	client := &http.Client{Timeout: time.Second}
 	for {
 		res, err := client.Get(url + "/readyz")
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -18,8 +19,16 @@ import (
 // against a coordinator it starts (dispatch, heartbeats): the same names and
 // meanings in each, so a person who has run one can run the other.
 type FleetFlags struct {
-	Coordinator    string
-	PerConn        int
+	Coordinator string
+	// PerConn is how many nodes share one connection; 1 (one connection
+	// per node, as real agents have) unless a benchmark says otherwise.
+	PerConn int
+	// TLS serves the coordinator over HTTPS with a throwaway certificate,
+	// as a fleet reaching it across a network would.
+	TLS bool
+	// Durable runs Postgres with production's durability (DurableSettings)
+	// instead of pgtest's fast test settings.
+	Durable        bool
 	Inflight       int
 	HelloTimeout   time.Duration
 	ConnectTimeout time.Duration
@@ -31,7 +40,12 @@ type FleetFlags struct {
 // Register defines the flags on fs, with def's values as their defaults.
 func (f *FleetFlags) Register(fs *flag.FlagSet, def FleetFlags) {
 	fs.StringVar(&f.Coordinator, "coordinator", def.Coordinator, "the podium-coordinator `binary` (bin/podium-coordinator after make build); built from source when empty")
-	fs.IntVar(&f.PerConn, "streams-per-conn", def.PerConn, "nodes per HTTP/2 connection (the Go server allows 250 concurrent streams per connection)")
+	if def.PerConn <= 0 {
+		def.PerConn = 1
+	}
+	fs.IntVar(&f.PerConn, "streams-per-conn", def.PerConn, "nodes per HTTP/2 connection: 1 is one connection per node, as real agents have; more shares one (the Go server allows 250 concurrent streams per connection)")
+	fs.BoolVar(&f.TLS, "tls", def.TLS, "serve the coordinator over HTTPS (a throwaway certificate), as a fleet reaching it across a network would")
+	fs.BoolVar(&f.Durable, "durable", def.Durable, "Postgres with fsync, synchronous_commit and full_page_writes on, as in production; false: pgtest's fast test settings (all three off), labelled in the report")
 	fs.IntVar(&f.Inflight, "inflight", def.Inflight, "at most this many Hellos waiting for their HelloAck at once")
 	fs.DurationVar(&f.HelloTimeout, "hello-timeout", def.HelloTimeout, "a node gives up on a Hello after this long and retries with backoff (the agent's own value)")
 	fs.DurationVar(&f.ConnectTimeout, "connect-timeout", def.ConnectTimeout, "give up waiting for every node to connect after this long and measure with what is connected")
@@ -53,32 +67,47 @@ func (f *FleetFlags) FleetConfig(url string, creds []NodeCred, interval time.Dur
 	return FleetConfig{URL: url, Creds: creds, PerConn: f.PerConn, Inflight: f.Inflight, HelloTimeout: f.HelloTimeout, Interval: interval}
 }
 
+// DurableSettings are production's durability, which pgtest turns off for
+// speed: every commit waits for its WAL to reach the disk, and a page's first
+// change after a checkpoint writes the whole page.
+var DurableSettings = []string{"fsync=on", "synchronous_commit=on", "full_page_writes=on"}
+
 // Setup is what a fleet benchmark runs in: a work directory for logs and
-// scripts, the coordinator binary, and a throwaway Postgres that loads
-// pg_stat_statements.
+// scripts, the coordinator binary, a throwaway Postgres that loads
+// pg_stat_statements, and the TLS certificate when the coordinator serves
+// HTTPS.
 type Setup struct {
 	Work    string
 	Bin     string
 	Cluster *pgtest.Cluster
+	// TLS is the coordinator's certificate; nil when it serves plain HTTP.
+	TLS *TLSFiles
+	// FileLimit is this process's open-file limit after raising it, which
+	// the coordinator inherits: neither can hold more connections.
+	FileLimit uint64
 
+	flags     FleetFlags
 	log       *slog.Logger
 	keep      bool
 	loadStart string
 }
 
 // Start raises the open-file limit, makes the work directory, finds (or
-// builds) the coordinator and starts Postgres. name prefixes the work
-// directory. On an error it has undone what it did.
+// builds) the coordinator and starts Postgres (durable when ff.Durable).
+// name prefixes the work directory. On an error it has undone what it did.
 func Start(ctx context.Context, log *slog.Logger, name string, ff FleetFlags) (_ *Setup, err error) {
-	return StartWith(ctx, log, name, ff, "shared_preload_libraries=pg_stat_statements")
+	pg := []string{"shared_preload_libraries=pg_stat_statements"}
+	if ff.Durable {
+		pg = append(pg, DurableSettings...)
+	}
+	return StartWith(ctx, log, name, ff, pg...)
 }
 
 // StartWith is Start with Postgres's settings given ("name=value", applied
 // after pgtest's own, so they win): a benchmark that measures what durable
 // commits cost passes fsync=on and the like.
 func StartWith(ctx context.Context, log *slog.Logger, name string, ff FleetFlags, pgSettings ...string) (_ *Setup, err error) {
-	RaiseFileLimit(log)
-	s := &Setup{log: log, keep: ff.KeepLogs, loadStart: LoadAvg()}
+	s := &Setup{log: log, keep: ff.KeepLogs, loadStart: LoadAvg(), flags: ff, FileLimit: RaiseFileLimit(log)}
 	if s.Work, err = os.MkdirTemp("", "podium-bench-"+name+"-"); err != nil {
 		return nil, err
 	}
@@ -87,6 +116,11 @@ func StartWith(ctx context.Context, log *slog.Logger, name string, ff FleetFlags
 			s.Close()
 		}
 	}()
+	if ff.TLS {
+		if s.TLS, err = NewTLSFiles(s.Work); err != nil {
+			return nil, err
+		}
+	}
 	s.Bin = ff.Coordinator
 	if s.Bin == "" {
 		log.Info("building podium-coordinator")
@@ -101,6 +135,46 @@ func StartWith(ctx context.Context, log *slog.Logger, name string, ff FleetFlags
 		return nil, err
 	}
 	return s, nil
+}
+
+// fdReserve is what a process keeps of its open-file limit for what is not a
+// node's connection: Postgres connections, listeners, logs, pgbench's pipes.
+const fdReserve = 1000
+
+// StartCoordinator starts the coordinator (StartCoordinatorTLS) over HTTPS
+// when the flags say -tls, allowing it as many connections as its open-file
+// limit can hold, so that the bound a fleet meets is the machine's, named in
+// the report, and not a default chosen for another fleet.
+func (s *Setup) StartCoordinator(ctx context.Context, dbURL, logPath string, env []string, extra ...string) (*Coordinator, error) {
+	if s.FileLimit > fdReserve {
+		extra = append([]string{"--max-connections", strconv.FormatUint(s.FileLimit, 10)}, extra...)
+	}
+	return StartCoordinatorTLS(ctx, s.Bin, dbURL, logPath, s.TLS, env, extra...)
+}
+
+// FleetConfig is the fleet the flags describe, for creds at coord: one
+// connection per node unless -streams-per-conn says otherwise or the
+// open-file limit cannot hold that many, in which case the nodes share as few
+// connections as fit and Shared says why, for the report.
+func (s *Setup) FleetConfig(coord *Coordinator, creds []NodeCred, interval time.Duration) FleetConfig {
+	fc := s.flags.FleetConfig(coord.URL, creds, interval)
+	fc.TLS = coord.TLS
+	room := int(min(s.FileLimit, 1<<30)) - fdReserve
+	if need := (len(creds) + fc.PerConn - 1) / fc.PerConn; s.FileLimit > 0 && room > 0 && need > room {
+		fc.PerConn = (len(creds) + room - 1) / room
+		fc.Shared = fmt.Sprintf("%d nodes need %d connections at %d per connection, but the open-file limit is %d "+
+			"(the hard RLIMIT_NOFILE; raising it needs CAP_SYS_RESOURCE), in this process and in the coordinator alike: "+
+			"%d nodes share each connection instead", len(creds), need, s.flags.PerConn, s.FileLimit, fc.PerConn)
+	}
+	return fc
+}
+
+// Postgres says which Postgres settings the figures were measured with.
+func (s *Setup) Postgres() string {
+	if s.flags.Durable {
+		return "Postgres: durable (fsync, synchronous_commit, full_page_writes on: production's settings)"
+	}
+	return "Postgres: FAST test settings (fsync, synchronous_commit, full_page_writes off; -durable=false), not production's"
 }
 
 // Close stops Postgres and removes the work directory, unless asked to keep

@@ -14,6 +14,9 @@ const (
 	// heartbeatSQL is a fragment of the coordinator's batched heartbeat UPDATE
 	// (store.FlushHeartbeats), how its row in pg_stat_statements is found.
 	heartbeatSQL = "last_heartbeat_at = h.at"
+	// flushSQL opens every heartbeat flush's transaction and nothing else's:
+	// its calls count the flushes.
+	flushSQL = "set local synchronous_commit = off"
 )
 
 // statementStats is what one window's statements say: the heartbeat flush on
@@ -21,6 +24,7 @@ const (
 // replica does per node per second shows up there).
 type statementStats struct {
 	hbCalls, hbRows int64
+	flushes         int64
 	allCalls        int64
 	top             []benchkit.Statement
 }
@@ -36,6 +40,9 @@ func statements(ctx context.Context, db *benchkit.StatsDB) (statementStats, erro
 		if strings.Contains(st.Query, heartbeatSQL) {
 			s.hbCalls += st.Calls
 			s.hbRows += st.Rows
+		}
+		if strings.Contains(st.Query, flushSQL) {
+			s.flushes += st.Calls
 		}
 	}
 	return s, nil

@@ -1,15 +1,18 @@
 // Command heartbeats measures how many nodes one coordinator replica can hold
 // at the protocol's 10 s heartbeat interval, and what that costs.
 //
-//	go run ./internal/bench/heartbeats -nodes 1000,10000 -duration 60s
+//	go run ./internal/bench/heartbeats -nodes 1000,10000,50000 -duration 60s
 //
-// It starts a throwaway Postgres, runs the real podium-coordinator binary as a
-// subprocess (so its CPU and memory are its own, read from /proc, not mixed
-// with the simulated nodes') and opens one real Connect stream per simulated
-// node, each saying Hello and then heartbeating like an agent. Over a window
-// it reports the replica's CPU, its resident memory (now and peak), how many
-// heartbeat statements and rows reached Postgres (pg_stat_statements), and how
-// many nodes' stored clocks went stale.
+// It starts a throwaway Postgres (durable, as production runs it; -durable=false
+// for the fast test settings, labelled), runs the real podium-coordinator
+// binary as a subprocess (so its CPU and memory are its own, read from /proc,
+// not mixed with the simulated nodes') and opens one real Connect stream per
+// simulated node, each on a connection of its own over TLS (-tls=false for
+// cleartext, -streams-per-conn to share), saying Hello and then heartbeating
+// like an agent. Over a window it reports the replica's CPU, its resident
+// memory (in total and per node) with the heap and goroutine profile that
+// explain it, how many heartbeat statements and rows reached Postgres per
+// flush (pg_stat_statements), and how many nodes' stored clocks went stale.
 //
 // Beside those figures it prints a reference measured in the same run on the
 // same Postgres: pgbench doing the naive alternative, one UPDATE per
@@ -49,13 +52,13 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	var cfg config
-	nodesFlag := flag.String("nodes", "1000,10000", "comma-separated node counts; each gets a fresh database and coordinator")
+	nodesFlag := flag.String("nodes", "1000,10000,50000", "comma-separated node counts; each gets a fresh database and coordinator")
 	flag.DurationVar(&cfg.duration, "duration", 60*time.Second, "measurement window per node count, after all nodes are connected")
 	flag.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after the last node connects before measuring, so the window sees steady state, not the ramp")
 	flag.DurationVar(&cfg.interval, "heartbeat-interval", 10*time.Second, "heartbeat interval the coordinator tells nodes to use")
 	flag.DurationVar(&cfg.staleAfter, "stale-after", 12*time.Second, "a node whose stored last_heartbeat_at is older than this at the end is stale")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
-		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 5 * time.Minute,
+		PerConn: 1, TLS: true, Durable: true, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 5 * time.Minute,
 		PgbenchClients: 4, PgbenchTime: 10 * time.Second,
 	})
 	flag.Parse()
@@ -95,7 +98,7 @@ func run() int {
 		printDetails(os.Stdout, r)
 		results = append(results, r)
 	}
-	printTable(os.Stdout, cfg, results)
+	printTable(os.Stdout, cfg, setup, results)
 	fmt.Println(setup.Machine())
 	return 0
 }

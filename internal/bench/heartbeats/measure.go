@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
@@ -15,6 +16,8 @@ type result struct {
 	Nodes     int
 	Connected int // nodes holding a stream when the window ended
 	Conns     int // HTTP/2 connections the nodes are spread over
+	PerConn   int
+	Shared    string // why the nodes shared connections, when they had to
 
 	ConnectTime  time.Duration // first Hello to the last node's HelloAck
 	AllConnected bool
@@ -41,6 +44,8 @@ type result struct {
 	BenchCPU   float64 // this process (the simulated nodes), % of one core
 	BeatsSent  int64   // heartbeats the simulated nodes sent in the window
 	HBStmts    float64 // heartbeat flush statements per second
+	HBPerFlush float64 // heartbeat statements per flush transaction
+	Flushes    int64
 	HBRows     float64 // rows they updated per second
 	NeedRows   float64 // N / interval: what the fleet must get written
 	AllStmts   float64 // every statement the coordinator ran, per second
@@ -51,6 +56,8 @@ type result struct {
 	WarnSample []string
 
 	PgbenchRows float64 // naive one-UPDATE-per-heartbeat ceiling
+
+	Profile benchkit.MemProfile // at the end of the window
 }
 
 // measure runs one node count from scratch: a fresh database, the naive
@@ -77,7 +84,13 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		}
 	}
 
-	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, fmt.Sprintf("coordinator-%d.log", n)), nil, "--heartbeat-interval", cfg.interval.String())
+	debugPort, err := benchkit.FreePort()
+	if err != nil {
+		return r, err
+	}
+	debugAddr := "127.0.0.1:" + strconv.Itoa(debugPort)
+	coord, err := setup.StartCoordinator(ctx, db.URL, filepath.Join(setup.Work, fmt.Sprintf("coordinator-%d.log", n)), nil,
+		"--heartbeat-interval", cfg.interval.String(), "--debug-listen", debugAddr)
 	if err != nil {
 		return r, err
 	}
@@ -103,8 +116,12 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	rpg0, rb0 := benchkit.TreeCPU(pgPID), benchkit.SelfCPU()
 
 	fctx, stopFleet := context.WithCancel(ctx)
-	f := benchkit.NewFleet(cfg.FleetConfig(coord.URL, creds, cfg.interval), idleNode{})
-	r.Conns = f.Conns()
+	fc := setup.FleetConfig(coord, creds, cfg.interval)
+	if fc.Shared != "" {
+		log.Warn("nodes share connections", "why", fc.Shared)
+	}
+	f := benchkit.NewFleet(fc, idleNode{})
+	r.Conns, r.PerConn, r.Shared = f.Conns(), fc.PerConn, fc.Shared
 	done := f.Start(fctx)
 	defer func() { stopFleet(); <-done }()
 
@@ -194,6 +211,10 @@ wait:
 		return r, err
 	}
 	r.HBStmts, r.HBRows = float64(st.hbCalls)/secs, float64(st.hbRows)/secs
+	r.Flushes = st.flushes
+	if st.flushes > 0 {
+		r.HBPerFlush = float64(st.hbCalls) / float64(st.flushes)
+	}
 	r.AllStmts = float64(st.allCalls) / secs
 	r.Top = st.top
 	if r.Stale, r.NotOnline, err = staleNodes(ctx, db, cfg.staleAfter); err != nil {
@@ -203,5 +224,9 @@ wait:
 	r.HelloRetries, r.Dropped = f.Retries.Load(), f.Dropped.Load()
 	r.ErrSamples = f.ErrSamples()
 	r.Warnings, r.WarnSample = coord.Warnings()
+	// Last, as it collects garbage and stops the world: where the memory goes.
+	if r.Profile, err = benchkit.ReadMemProfile(ctx, debugAddr, setup.Work, fmt.Sprintf("coordinator-%d", n)); err != nil {
+		log.Warn("no memory profile", "err", err)
+	}
 	return r, nil
 }
