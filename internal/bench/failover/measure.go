@@ -42,9 +42,9 @@ type result struct {
 	// HelloAck from B (node side), and when podium.nodes showed every node
 	// online on B.
 	First, Last, StoredAll time.Duration
-	RehomeP50, RehomeP99  time.Duration
-	Rehomed               int // nodes on B at the end of the wait
-	StreamsLost           int // streams that ended, every node together
+	RehomeP50, RehomeP99   time.Duration
+	Rehomed                int // nodes on B at the end of the wait
+	StreamsLost            int // streams that ended, every node together
 	// The leader: B's "now the leader" log line, and the first node's
 	// Assign of the task submitted to B right after the kill.
 	LeaderAt, ProbePlaced time.Duration
@@ -76,7 +76,9 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	if err != nil {
 		return r, err
 	}
-	work := func(name string) string { return filepath.Join(setup.Work, fmt.Sprintf("%s-%d%s", name, n, filepath.Ext(name))) }
+	work := func(name string) string {
+		return filepath.Join(setup.Work, fmt.Sprintf("%s-%d%s", name, n, filepath.Ext(name)))
+	}
 
 	log.Info("starting replica A", "nodes", n)
 	a, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, work("coordinator-a.log"), nil, "--replica-id", replicaA)
@@ -430,4 +432,3 @@ func (streamToken) WrapStreamingClient(next connect.StreamingClientFunc) connect
 func (streamToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
-
