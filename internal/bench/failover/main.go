@@ -54,6 +54,8 @@ type config struct {
 	rehomeTimeout  time.Duration
 	connectTimeout time.Duration
 	profile        time.Duration
+	snapshot       time.Duration
+	poolMax        int
 }
 
 // The goals of issue 17, §4.
@@ -71,6 +73,8 @@ func run() int {
 	flag.DurationVar(&cfg.after, "after", 3*time.Second, "how long the tasks write on replica B once every node is there")
 	flag.DurationVar(&cfg.rehomeTimeout, "rehome-timeout", 2*time.Minute, "give up waiting for every node to reach replica B after this long")
 	flag.DurationVar(&cfg.profile, "profile", 10*time.Second, "take a CPU profile of replica B for this long from the kill (0: none)")
+	flag.IntVar(&cfg.poolMax, "pool-max-conns", 0, "each replica's Postgres pool size (pool_max_conns in its database URL); 0: the coordinator's default, pgxpool's max(4, CPUs)")
+	flag.DurationVar(&cfg.snapshot, "goroutines-at", 2*time.Second, "when after the kill to list where replica B's goroutines wait")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
 		PerConn: 1, Inflight: 1, HelloTimeout: 15 * time.Second, ConnectTimeout: 5 * time.Minute,
 		PgbenchClients: 1,

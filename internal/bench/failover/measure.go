@@ -61,6 +61,7 @@ type result struct {
 	Warnings             int
 	WarnSample           []string
 	Profile, ProfileText string
+	Goroutines           string
 }
 
 // measure runs one fleet size: a fresh database, replicas A and B, the nodes
@@ -77,11 +78,16 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		return r, err
 	}
 	work := func(name string) string {
-		return filepath.Join(setup.Work, fmt.Sprintf("%s-%d%s", name, n, filepath.Ext(name)))
+		ext := filepath.Ext(name)
+		return filepath.Join(setup.Work, fmt.Sprintf("%s-%d%s", strings.TrimSuffix(name, ext), n, ext))
 	}
 
+	coordURL := db.URL
+	if cfg.poolMax > 0 {
+		coordURL += "&pool_max_conns=" + strconv.Itoa(cfg.poolMax)
+	}
 	log.Info("starting replica A", "nodes", n)
-	a, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, work("coordinator-a.log"), nil, "--replica-id", replicaA)
+	a, err := benchkit.StartCoordinator(ctx, setup.Bin, coordURL, work("coordinator-a.log"), nil, "--replica-id", replicaA)
 	if err != nil {
 		return r, err
 	}
@@ -95,7 +101,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		return r, err
 	}
 	debugAddr := "127.0.0.1:" + strconv.Itoa(debugPort)
-	b, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, work("coordinator-b.log"), nil,
+	b, err := benchkit.StartCoordinator(ctx, setup.Bin, coordURL, work("coordinator-b.log"), nil,
 		"--replica-id", replicaB, "--debug-listen", debugAddr)
 	if err != nil {
 		return r, err
@@ -174,6 +180,15 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		close(probe)
 	}()
 
+	goroutines := make(chan string, 1)
+	go func() {
+		// Where B's stream handlers wait while the fleet arrives.
+		if benchkit.Sleep(ctx, cfg.snapshot) != nil {
+			goroutines <- ""
+			return
+		}
+		goroutines <- goroutineSummary(ctx, debugAddr, work("replica-b-goroutines.txt"))
+	}()
 	storedAll := func() bool {
 		var c int
 		err := db.Conn.QueryRow(ctx, `select count(*) from podium.nodes where session_replica = $1 and status = 'online'`, replicaB).Scan(&c)
@@ -201,6 +216,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	}
 	log.Info("nodes on replica B", "nodes", r.Rehomed, "of", n, "last", r.Last.Round(time.Millisecond))
 
+	r.Goroutines = <-goroutines
 	probeID := <-probe
 	if probeID != "" {
 		ids = append(ids, probeID)
@@ -388,6 +404,55 @@ func fetchProfile(ctx context.Context, addr string, d time.Duration, path string
 		return err
 	}
 	return out.Close()
+}
+
+// goroutineSummary saves replica B's goroutines (pprof's grouped text) to
+// path and returns the groups of more than ten whose stack passes through
+// Podium's code, largest first, each as its count and the Podium frames in it.
+func goroutineSummary(ctx context.Context, addr, path string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/goroutine?debug=1", nil)
+	if err != nil {
+		return err.Error()
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err.Error()
+	}
+	_ = os.WriteFile(path, b, 0o644)
+	type group struct {
+		n      int
+		frames []string
+	}
+	var groups []group
+	for _, block := range strings.Split(string(b), "\n\n") {
+		head, rest, _ := strings.Cut(block, "\n")
+		count, _, _ := strings.Cut(head, " @ ")
+		c, err := strconv.Atoi(strings.TrimSpace(count))
+		if err != nil || c <= 10 {
+			continue
+		}
+		g := group{n: c}
+		for _, l := range strings.Split(rest, "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 3 && strings.HasPrefix(f[0], "#") && strings.Contains(f[2], "podium/") && len(g.frames) < 4 {
+				g.frames = append(g.frames, f[2][strings.LastIndex(f[2], "/")+1:])
+			}
+		}
+		if len(g.frames) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	slices.SortFunc(groups, func(x, y group) int { return y.n - x.n })
+	var out strings.Builder
+	for _, g := range groups[:min(len(groups), 8)] {
+		fmt.Fprintf(&out, "%6d  %s\n", g.n, strings.Join(g.frames, " < "))
+	}
+	return out.String()
 }
 
 // pprofTop is the profile's heaviest functions (cumulative), as go tool pprof

@@ -34,6 +34,12 @@ func printDetails(w io.Writer, r result) {
 	for _, s := range r.Top {
 		fmt.Fprintf(w, "  %8d calls %9.1f ms  %s\n", s.Calls, s.Ms, s.Short())
 	}
+	if r.Goroutines != "" {
+		fmt.Fprintln(w, "replica B's goroutines while the fleet arrives (count, Podium frames innermost first):")
+		for _, l := range strings.Split(strings.TrimSpace(r.Goroutines), "\n") {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
 	if r.ProfileText != "" {
 		fmt.Fprintf(w, "replica B's CPU profile from the kill (%s), heaviest cumulative:\n", r.Profile)
 		for _, l := range strings.Split(strings.TrimSpace(r.ProfileText), "\n") {
@@ -57,7 +63,11 @@ func printTable(w io.Writer, cfg config, rs []result) {
 	if !cfg.durable {
 		pg = "FAST Postgres (fsync, synchronous_commit, full_page_writes off: the test settings, not production's)"
 	}
-	fmt.Fprintf(w, "\nFailover: replica A SIGKILLed, nodes re-home to replica B; %s; one TCP connection per node; the agent's own session code\n\n", pg)
+	pool := "the default Postgres pool (pgxpool: max(4, CPUs) connections per replica)"
+	if cfg.poolMax > 0 {
+		pool = fmt.Sprintf("pool_max_conns=%d per replica (NOT the default)", cfg.poolMax)
+	}
+	fmt.Fprintf(w, "\nFailover: replica A SIGKILLed, nodes re-home to replica B; %s; %s; one TCP connection per node; the agent's own session code\n\n", pg, pool)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\tcold connect (ref)\tfirst on B\tlast on B\tstored online\tleader\tfirst placement\tlogs exact\tlines lost\trequeued\t")
 	for _, r := range rs {
