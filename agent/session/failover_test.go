@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -44,7 +45,14 @@ func TestStreamLossMovesToTheNextReplica(t *testing.T) {
 
 	// Replica A is still up and would take the node back; the node goes on
 	// to B all the same.
-	if h := b.next(t).hello(t); h.GetNodeId() != "n-1" {
-		t.Fatalf("hello at the next replica from %q", h.GetNodeId())
+	select {
+	case next := <-b.conns:
+		if h := next.hello(t); h.GetNodeId() != "n-1" {
+			t.Fatalf("hello at the next replica from %q", h.GetNodeId())
+		}
+	case <-f.coord.conns:
+		t.Fatal("the node went back to the replica that dropped its stream before trying the next one")
+	case <-time.After(patience):
+		t.Fatalf("the node opened no stream anywhere within %s", patience)
 	}
 }
