@@ -34,6 +34,7 @@ const (
 // result is one fleet size's failover.
 type result struct {
 	Nodes, Tasks int
+	Batch        int // nodes started at once on the way onto A
 	// ColdConnect is the reference: the same fleet connecting to replica A
 	// from nothing, every node at once, in the same run.
 	ColdConnect time.Duration
@@ -67,7 +68,10 @@ type result struct {
 // measure runs one fleet size: a fresh database, replicas A and B, the nodes
 // on A with tasks running, then A killed.
 func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.Setup, n int) (r result, err error) {
-	r.Nodes, r.Tasks = n, cfg.tasks
+	r.Nodes, r.Tasks, r.Batch = n, cfg.tasks, min(n, cfg.batch)
+	if cfg.batch <= 0 {
+		r.Batch = n
+	}
 	db, err := benchkit.OpenStatsDB(ctx, setup.Cluster, fmt.Sprintf("failover_%d", n))
 	if err != nil {
 		return r, err
@@ -118,7 +122,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		return r, err
 	}
 	fctx, stopFleet := context.WithCancel(ctx)
-	fleetDone := f.run(fctx)
+	fleetDone := f.run(fctx, cfg.batch)
 	defer func() { stopFleet(); <-fleetDone }()
 	began := time.Now()
 	r.ColdAll = waitFor(ctx, cfg.connectTimeout, func() bool { c, _, _ := f.connectedTo(replicaA); return c == n })

@@ -111,15 +111,27 @@ func (n *node) on() (string, time.Time) {
 	return n.replica, n.since
 }
 
-// run starts every session; the returned channel closes once all of them have
-// returned after ctx ended.
-func (f *fleet) run(ctx context.Context) <-chan struct{} {
-	var wg sync.WaitGroup
-	for _, n := range f.nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = n.sess.Run(ctx) }()
+// run starts the sessions in waves of batch (0: all at once), each wave once
+// the nodes before it are connected, so that a fleet larger than a replica can
+// take in one burst still gets onto A; the returned channel closes once every
+// started session has returned after ctx ended.
+func (f *fleet) run(ctx context.Context, batch int) <-chan struct{} {
+	if batch <= 0 {
+		batch = len(f.nodes)
 	}
+	var wg sync.WaitGroup
 	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, n := range f.nodes {
+			if i > 0 && i%batch == 0 && !waitFor(ctx, time.Hour, func() bool { c, _, _ := f.connectedTo(replicaA); return c >= i }) {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = n.sess.Run(ctx) }()
+		}
+	}()
 	go func() { wg.Wait(); close(done) }()
 	return done
 }

@@ -17,7 +17,7 @@ func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
 // switch, its warnings.
 func printDetails(w io.Writer, r result) {
 	fmt.Fprintf(w, "\n--- %d nodes, %d tasks ---\n", r.Nodes, r.Tasks)
-	fmt.Fprintf(w, "reference: the fleet connected to replica A from nothing in %s\n", ms(r.ColdConnect))
+	fmt.Fprintf(w, "reference: the fleet connected to replica A from nothing in %s (in waves of %d)\n", ms(r.ColdConnect), r.Batch)
 	fmt.Fprintf(w, "re-home after SIGKILL of A: first node on B %s, last %s (p50 %s, p99 %s), %d of %d; podium.nodes all online on B at %s; %d streams ended in all\n",
 		ms(r.First), ms(r.Last), ms(r.RehomeP50), ms(r.RehomeP99), r.Rehomed, r.Nodes, stored(r), r.StreamsLost)
 	probe := ms(r.ProbePlaced)
