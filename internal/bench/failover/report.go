@@ -20,12 +20,12 @@ func printDetails(w io.Writer, r result) {
 	fmt.Fprintf(w, "reference: the fleet connected to replica A from nothing in %s (in waves of %d)\n", ms(r.ColdConnect), r.Batch)
 	fmt.Fprintf(w, "re-home after SIGKILL of A: first node on B %s, last %s (p50 %s, p99 %s), %d of %d; podium.nodes all online on B at %s; %d streams ended in all\n",
 		ms(r.First), ms(r.Last), ms(r.RehomeP50), ms(r.RehomeP99), r.Rehomed, r.Nodes, stored(r), r.StreamsLost)
-	probe := ms(r.ProbePlaced)
-	if r.ProbePlaced == 0 {
-		probe = fmt.Sprintf("never (%v)", r.ProbeErr)
+	probe := placed(r)
+	if r.ProbeErr != nil {
+		probe += fmt.Sprintf(" (%v)", r.ProbeErr)
 	}
 	fmt.Fprintf(w, "leader: B led %s after the kill; the task submitted to B at the kill reached a node %s after it\n", ms(r.LeaderAt), probe)
-	fmt.Fprintf(w, "tasks: %d of %d succeeded, %d in a later attempt, %d on another node; logs byte-exact %d, wrong %d; lines written %d, stored %d\n",
+	fmt.Fprintf(w, "tasks: %d of %d succeeded, %d in a later attempt, %d on another node; logs byte-exact %d, wrong or unfinished %d; lines written %d, stored %d (a line a node still holds unacknowledged is not lost, but not stored either)\n",
 		r.Succeeded, r.Tasks+1, r.Requeued, r.Moved, r.LogsExact, r.LogsWrong, r.LinesWritten, r.LinesStored)
 	for _, s := range r.WrongSample {
 		fmt.Fprintf(w, "  %s\n", s)
@@ -49,6 +49,13 @@ func printDetails(w io.Writer, r result) {
 	benchkit.PrintTrouble(w, nil, r.Warnings, r.WarnSample)
 }
 
+func placed(r result) string {
+	if r.ProbePlaced == 0 {
+		return "never"
+	}
+	return ms(r.ProbePlaced)
+}
+
 func stored(r result) string {
 	if r.StoredAll == 0 {
 		return "never"
@@ -69,10 +76,10 @@ func printTable(w io.Writer, cfg config, rs []result) {
 	}
 	fmt.Fprintf(w, "\nFailover: replica A SIGKILLed, nodes re-home to replica B; %s; %s; one TCP connection per node; the agent's own session code\n\n", pg, pool)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tcold connect (ref)\tfirst on B\tlast on B\tstored online\tleader\tfirst placement\tlogs exact\tlines lost\trequeued\t")
+	fmt.Fprintln(tw, "nodes\tcold connect (ref)\tfirst on B\tlast on B\tstored online\tleader\tfirst placement\tlogs exact\tlines not stored\trequeued\t")
 	for _, r := range rs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t\n", r.Nodes, ms(r.ColdConnect), ms(r.First), ms(r.Last),
-			stored(r), ms(r.LeaderAt), ms(r.ProbePlaced), r.LogsExact, r.Tasks+1, r.LinesWritten-r.LinesStored, r.Requeued)
+			stored(r), ms(r.LeaderAt), placed(r), r.LogsExact, r.Tasks+1, r.LinesWritten-r.LinesStored, r.Requeued)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
