@@ -55,7 +55,6 @@ type config struct {
 	connectTimeout time.Duration
 	profile        time.Duration
 	snapshot       time.Duration
-	poolMax        int
 	batch          int
 }
 
@@ -74,7 +73,6 @@ func run() int {
 	flag.DurationVar(&cfg.after, "after", 3*time.Second, "how long the tasks write on replica B once every node is there")
 	flag.DurationVar(&cfg.rehomeTimeout, "rehome-timeout", 2*time.Minute, "give up waiting for every node to reach replica B after this long")
 	flag.DurationVar(&cfg.profile, "profile", 10*time.Second, "take a CPU profile of replica B for this long from the kill (0: none)")
-	flag.IntVar(&cfg.poolMax, "pool-max-conns", 0, "each replica's Postgres pool size (pool_max_conns in its database URL); 0: the coordinator's default, pgxpool's max(4, CPUs)")
 	flag.IntVar(&cfg.batch, "connect-batch", 1000, "nodes first connect to replica A in waves of this many, each once the one before is on (0: all at once); the switch itself is never paced")
 	flag.DurationVar(&cfg.snapshot, "goroutines-at", 2*time.Second, "when after the kill to list where replica B's goroutines wait")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{

@@ -87,9 +87,6 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	}
 
 	coordURL := db.URL
-	if cfg.poolMax > 0 {
-		coordURL += "&pool_max_conns=" + strconv.Itoa(cfg.poolMax)
-	}
 	log.Info("starting replica A", "nodes", n)
 	a, err := benchkit.StartCoordinator(ctx, setup.Bin, coordURL, work("coordinator-a.log"), nil, "--replica-id", replicaA)
 	if err != nil {

@@ -71,9 +71,6 @@ func printTable(w io.Writer, cfg config, rs []result) {
 		pg = "FAST Postgres (fsync, synchronous_commit, full_page_writes off: the test settings, not production's)"
 	}
 	pool := "the default Postgres pool (pgxpool: max(4, CPUs) connections per replica)"
-	if cfg.poolMax > 0 {
-		pool = fmt.Sprintf("pool_max_conns=%d per replica (NOT the default)", cfg.poolMax)
-	}
 	fmt.Fprintf(w, "\nFailover: replica A SIGKILLed, nodes re-home to replica B; %s; %s; one TCP connection per node; the agent's own session code\n\n", pg, pool)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\tcold connect (ref)\tfirst on B\tlast on B\tstored online\tleader\tfirst placement\tlogs exact\tlines not stored\trequeued\t")
