@@ -29,7 +29,13 @@ func TestBackoffSpreads(t *testing.T) {
 	seen := map[time.Duration]bool{}
 	for range 20 {
 		b.Reset()
-		seen[b.Next()] = true
+		d := b.Next()
+		// A whole fleet reconnecting after its replica died is spread over
+		// [Min/2, Min], never earlier and never later.
+		if d < time.Second/2 || d > time.Second {
+			t.Fatalf("first delay %s, want within [500ms, 1s]", d)
+		}
+		seen[d] = true
 	}
 	if len(seen) < 10 {
 		t.Fatalf("20 first delays took only %d distinct values: the jitter is not spreading them", len(seen))

@@ -407,6 +407,13 @@ func (s *Session) Run(ctx context.Context) error {
 		stopDeliveries()
 		<-fenced
 	}()
+	// A stream that ends moves the node on to the next candidate, whether it
+	// ended after its HelloAck or never got one. The replica that just
+	// dropped the node is the likeliest to be down (killed, restarting, cut
+	// off), any replica serves any node, and going back to it first would
+	// cost a dead replica's fleet one more backoff step — a second or two per
+	// node — before it tries the survivor. With a single coordinator the
+	// next candidate is the same one.
 	bo := &Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
 	for {
 		target := s.candidate()
@@ -431,8 +438,10 @@ func (s *Session) Run(ctx context.Context) error {
 		case acked && time.Since(start) >= healthyAfter:
 			s.log.Warn("stream to coordinator ended; reconnecting", "coordinator", target, "err", err)
 			bo.Reset()
+			s.nextCandidate()
 		case acked:
 			s.log.Warn("stream to coordinator ended soon after it started; reconnecting", "coordinator", target, "err", err)
+			s.nextCandidate()
 		default:
 			s.log.Warn("could not open a stream to the coordinator; retrying", "coordinator", target, "err", err)
 			s.nextCandidate()
