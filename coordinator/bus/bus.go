@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgxlisten"
 
 	"github.com/podiumhq/podium/coordinator/metrics"
+	"github.com/podiumhq/podium/coordinator/store"
 )
 
 // Bus fans notifications out to in-process subscribers.
@@ -64,7 +65,7 @@ func New(cfg Config, deps Deps) *Bus {
 	b.l = pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			b.setConn(nil)
-			conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+			conn, err := store.ConnectDirect(ctx, cfg.DatabaseURL)
 			if err == nil {
 				b.setConn(conn)
 			}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/podiumhq/podium/coordinator/store"
 )
 
 // LeaderKey is the advisory lock the scheduling and watchdog leader holds.
@@ -48,7 +50,7 @@ type Lease struct {
 // direct connection: behind PgBouncer in transaction mode session advisory locks
 // are not held across statements.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Lease, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := store.ConnectDirect(ctx, url)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podiumhq/podium/coordinator/admin"
@@ -276,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 // Migrate applies the schema on a direct connection.
 func Migrate(ctx context.Context, url string, log *slog.Logger) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := store.ConnectDirect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to Postgres to migrate: %w", err)
 	}

@@ -62,6 +62,24 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return &Store{pool: pool}, nil
 }
 
+// ConnectDirect opens one connection of its own to the database at url, for
+// what cannot share the pool: the lease's session advisory locks, the bus's
+// LISTEN and the migrator. The URL's pool settings (pool_max_conns and the
+// other pool_ parameters, which size the pool Open makes) are left out: sent
+// as they are, Postgres would refuse them as unknown settings, and a URL an
+// operator wrote to size the pool would stop the replica from starting.
+func ConnectDirect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
+}
+
+// PoolSize is the most connections the pool opens (pool_max_conns in the
+// database URL; pgxpool's default, the larger of 4 and the CPUs, without).
+func (s *Store) PoolSize() int32 { return s.pool.Config().MaxConns }
+
 // Close closes the pool.
 func (s *Store) Close() { s.pool.Close() }
 
