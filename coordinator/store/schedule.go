@@ -74,13 +74,9 @@ type PlaceFunc func(taskID string, need placement.Need) (nodeID, why string)
 // the wrong tasks. It returns the placements, so the caller can ring each
 // node's doorbell after the commit, and how many claimed tasks were left
 // waiting. If it fails, nothing was written, though place may have been asked.
+// The caller runs it when something says tasks are queued (a doorbell), not
+// to find out whether any are.
 func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
-	// Most ticks find nothing queued; answer that from the partial index
-	// before anything else.
-	var any bool
-	if err := s.pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
-		return nil, 0, err
-	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		placed, waiting = nil, 0
 		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
