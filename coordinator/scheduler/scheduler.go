@@ -212,35 +212,24 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 	}
 }
 
-// Pass runs dispatch passes until the queue has nothing more to place, and
-// rings each node that was given work.
+// Pass runs dispatch passes until the queue has nothing more to place; each
+// rings the nodes it gave work (store.DispatchPass).
 func (s *Scheduler) Pass(ctx context.Context) error {
 	for {
 		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
 		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
-		if err != nil {
+		if errors.Is(err, store.ErrNotRung) {
+			s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
+		} else if err != nil {
 			s.fleetStale = true // it may be charged for placements that were not made
 			return err
 		}
 		s.lastWaiting = waiting
-		// One statement rings every doorbell of the pass.
-		notified := map[string]bool{}
-		var chans, payloads []string
 		for _, p := range placed {
 			if p.Attempt == 1 && !p.Reoffered { // submit → first assignment, once
 				s.metrics.Dispatched(time.Since(p.CreatedAt))
-			}
-			chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, p.TaskID)
-			if !notified[p.NodeID] {
-				notified[p.NodeID] = true
-				chans, payloads = append(chans, store.ChannelNodeCommands), append(payloads, p.NodeID)
-			}
-		}
-		if len(chans) > 0 {
-			if err := s.store.NotifyMany(ctx, chans, payloads); err != nil {
-				s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 			}
 		}
 		if len(placed) < s.cfg.Batch {
