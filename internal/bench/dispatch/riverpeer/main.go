@@ -2,7 +2,9 @@
 // (github.com/riverqueue/river), the Postgres-backed job queue a Go user
 // would pick for the same job, measured on the same Postgres in the same run.
 // It lives in a Go module of its own so that Podium's go.mod does not carry
-// River; the dispatch benchmark builds it and drives it.
+// River; the dispatch benchmark builds it and drives it. Of Podium it imports
+// only internal/bench/dispatch/load (through a replace directive), so both
+// sides are offered the same load by the same code.
 //
 // It measures what Podium's dispatch benchmark measures, from River's side:
 // each job is inserted one at a time (Client.Insert, its own transaction, as
@@ -33,7 +35,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/podiumhq/podium/internal/bench/dispatch/load"
 )
 
 // benchArgs is a job: its number in the run, so the worker can say when it
@@ -176,10 +179,14 @@ func run() error {
 		fmt.Printf("result %s %s\n", name, b)
 		return nil
 	}
-	if err := phase("burst", 0, *jobs, func(one func(int) call) []call { return burst(*jobs, *inserters, one) }); err != nil {
+	if err := phase("burst", 0, *jobs, func(one func(int) call) []call { return load.Burst(ctx, *jobs, *inserters, one) }); err != nil {
 		return err
 	}
-	return phase("steady", *jobs, steadyJobs, func(one func(int) call) []call { return steady(steadyJobs, *rate, one) })
+	// Every call is made: nothing is skipped for too many in flight.
+	return phase("steady", *jobs, steadyJobs, func(one func(int) call) []call {
+		out, _ := load.Steady(ctx, *rate, *steadyTime, steadyJobs, one)
+		return out
+	})
 }
 
 // call is one Insert: when it was called and returned.
@@ -193,41 +200,6 @@ func insertOne(ctx context.Context, c *river.Client[pgx.Tx], n int) call {
 	_, k.err = c.Insert(ctx, benchArgs{N: n}, nil)
 	k.returned = time.Now()
 	return k
-}
-
-// burst inserts n jobs from conc callers, each waiting for its Insert.
-func burst(n, conc int, one func(int) call) []call {
-	out := make([]call, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				out[i] = one(i)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// steady starts n Inserts at rate per second, each on schedule whether or not
-// the earlier ones returned (open loop).
-func steady(n int, rate float64, one func(int) call) []call {
-	out := make([]call, n)
-	period := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range n {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * period)))
-		wg.Go(func() { out[i] = one(i) })
-	}
-	wg.Wait()
-	return out
 }
 
 // summarize reads a phase's Inserts against the workers' start times.
@@ -262,13 +234,7 @@ func summarize(w *worker, first int, calls []call) phaseResult {
 		}
 	}
 	slices.Sort(lat)
-	pct := func(q float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		i := max(0, min(len(lat)-1, int(float64(len(lat))*q/100+0.5)-1))
-		return float64(lat[i]) / float64(time.Millisecond)
-	}
+	pct := func(q float64) float64 { return float64(load.Percentile(lat, q)) / float64(time.Millisecond) }
 	r.P50, r.P90, r.P99, r.Max = pct(50), pct(90), pct(99), pct(100)
 	if r.Started > 0 {
 		r.Rate = float64(r.Started) / lastStart.Sub(firstCall).Seconds()
