@@ -57,21 +57,23 @@ import (
 
 type config struct {
 	benchkit.FleetFlags
-	nodes          int
-	tasks          int
-	submitters     int
-	rate           float64
-	steadyTime     time.Duration
-	settle         time.Duration
-	maxTasks       int32
-	startDelay     time.Duration
-	runTime        time.Duration
-	drainTimeout   time.Duration
-	pgbenchThreads int
-	cpuProfile     string
-	modes          []mode
-	river          bool
-	riverCooldown  time.Duration
+	nodes            int
+	tasks            int
+	submitters       int
+	rate             float64
+	steadyTime       time.Duration
+	settle           time.Duration
+	maxTasks         int32
+	startDelay       time.Duration
+	runTime          time.Duration
+	drainTimeout     time.Duration
+	pgbenchThreads   int
+	cpuProfile       string
+	modes            []mode
+	river            bool
+	riverCooldown    time.Duration
+	coordProfile     string
+	coordProfileTime time.Duration
 }
 
 // mode is a Postgres configuration the whole measurement runs under.
@@ -106,6 +108,8 @@ func run() int {
 	modeList := flag.String("modes", "durable,fast", "the Postgres settings to measure under, in order, each on a fresh server: durable (production's: fsync, synchronous_commit, full_page_writes on) and fast (the test settings: all three off)")
 	flag.BoolVar(&cfg.river, "river", true, "run the peer reference, River (riverpeer, built from its own module)")
 	flag.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default is 100 ms, which puts its p99 near 100 ms)")
+	flag.StringVar(&cfg.coordProfile, "coordinator-profile", "", "take a CPU profile of the coordinator (through its --debug-listen) from the start of the dispatch-alone burst and write it to this file + .durable or .fast")
+	flag.DurationVar(&cfg.coordProfileTime, "coordinator-profile-time", 5*time.Second, "how long -coordinator-profile profiles")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark itself (the simulated fleet and the submitters) to this file; the coordinator's own is at --debug-listen")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
 		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 3 * time.Minute,

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,7 +197,17 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 		r.River = &rr
 	}
 
-	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), nil)
+	var env []string
+	var debugAddr string
+	if cfg.coordProfile != "" {
+		port, err := benchkit.FreePort()
+		if err != nil {
+			return r, err
+		}
+		debugAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		env = []string{"PODIUM_DEBUG_LISTEN=" + debugAddr}
+	}
+	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), env)
 	if err != nil {
 		return r, err
 	}
@@ -259,7 +271,24 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 		into *burstResult
 		hold bool
 	}{{&r.Dispatch, true}, {&r.Burst, false}} {
-		if *ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, client, r.IdleStmtsPerSec); err != nil {
+		var profiled chan struct{}
+		if debugAddr != "" && ph.hold {
+			profiled = make(chan struct{})
+			go func() {
+				defer close(profiled)
+				path := cfg.coordProfile + "." + m.name
+				if err := fetchProfile(ctx, debugAddr, cfg.coordProfileTime, path); err != nil {
+					log.Warn("coordinator CPU profile", "err", err)
+					return
+				}
+				log.Info("coordinator CPU profile of the dispatch-alone burst", "file", path, "seconds", cfg.coordProfileTime.Seconds())
+			}()
+		}
+		*ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, client, r.IdleStmtsPerSec)
+		if profiled != nil {
+			<-profiled
+		}
+		if err != nil {
 			return r, err
 		}
 		// Let the phase's last tasks finish and the queue go quiet.
@@ -519,4 +548,31 @@ func waitFor(ctx context.Context, coord *benchkit.Coordinator, timeout time.Dura
 		}
 	}
 	return nil
+}
+
+// fetchProfile takes a CPU profile of the coordinator for d from its
+// --debug-listen address and writes it to path.
+func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds()))), nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, res.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
