@@ -20,8 +20,16 @@ import (
 
 // Config tunes the scheduler. Zero values take the defaults.
 type Config struct {
-	// Tick is how often a pass runs with no doorbell (500 ms).
+	// Tick is how often a pass runs again while the last one left tasks
+	// waiting for room (500 ms): finishing tasks free room without a
+	// doorbell of their own that says a waiting task now fits.
 	Tick time.Duration
+	// SafetyPass is how often a pass runs when nothing says one is needed
+	// (5 s). The leader otherwise reads the queue only when a doorbell rang,
+	// when its last pass filled its batch or left tasks waiting, and at the
+	// start of a term; a doorbell that was lost (NOTIFY is only a doorbell,
+	// DESIGN.md §2) costs at most this much latency, never a task.
+	SafetyPass time.Duration
 	// Batch is how many queued tasks one pass claims (256).
 	Batch int
 	// AckDeadline is how long a node has to accept an assignment (15 s).
@@ -84,6 +92,9 @@ func New(cfg Config, deps Deps) *Scheduler {
 	if cfg.Tick == 0 {
 		cfg.Tick = 500 * time.Millisecond
 	}
+	if cfg.SafetyPass == 0 {
+		cfg.SafetyPass = 5 * time.Second
+	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 256
 	}
@@ -113,8 +124,16 @@ func New(cfg Config, deps Deps) *Scheduler {
 
 // Run places tasks and enforces deadlines until ctx ends. The leader calls it
 // for each term it leads and cancels ctx when the term ends; every term starts
-// from a fresh read of the fleet, since another replica's scheduler may have
-// placed tasks in between.
+// from a fresh read of the fleet and of the queue, since another replica's
+// scheduler may have placed tasks in between.
+//
+// A pass runs only when something says the queue may hold work it can place:
+// a submit doorbell (a submit, a requeue, a task given back, a slot freed, a
+// fleet change: every one rings ChannelSubmit), the start of a term, a failed
+// pass, tasks left waiting by the last pass (every Tick), or the slow
+// SafetyPass. An idle leader does not read the tasks table on every tick:
+// asking "is anything queued?" twice a second cost more Postgres time per
+// task than the event insert.
 func (s *Scheduler) Run(ctx context.Context) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
 	defer unsubscribe()
@@ -123,8 +142,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.fleet, s.fleetStale = nil, true
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
+	safety := time.NewTicker(s.cfg.SafetyPass)
+	defer safety.Stop()
 	sweep := time.NewTicker(s.cfg.SweepInterval)
 	defer sweep.Stop()
+	due := true
 	for {
 		// A fleet doorbell rings both bells, in the order the changes were
 		// committed; whichever woke the loop, a drain committed before a
@@ -134,18 +156,26 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.fleetStale = true
 		default:
 		}
-		if err := s.Pass(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("scheduler: pass failed; retrying", "err", err)
+		if due {
+			due = false
+			if err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("scheduler: pass failed; retrying", "err", err)
+				due = true // at the next wake-up, the tick at the latest
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-fleetBell:
-			s.fleetStale = true
+			s.fleetStale, due = true, true
 		case <-bell:
+			due = true
 		case <-t.C:
+			due = due || s.lastWaiting > 0
+		case <-safety.C:
+			due = true
 		case <-sweep.C:
-			s.Sweep(ctx)
+			s.Sweep(ctx) // what it requeues rings the bell
 		}
 	}
 }
@@ -182,35 +212,24 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 	}
 }
 
-// Pass runs dispatch passes until the queue has nothing more to place, and
-// rings each node that was given work.
+// Pass runs dispatch passes until the queue has nothing more to place; each
+// rings the nodes it gave work (store.DispatchPass).
 func (s *Scheduler) Pass(ctx context.Context) error {
 	for {
 		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
 		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
-		if err != nil {
+		if errors.Is(err, store.ErrNotRung) {
+			s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
+		} else if err != nil {
 			s.fleetStale = true // it may be charged for placements that were not made
 			return err
 		}
 		s.lastWaiting = waiting
-		// One statement rings every doorbell of the pass.
-		notified := map[string]bool{}
-		var chans, payloads []string
 		for _, p := range placed {
 			if p.Attempt == 1 && !p.Reoffered { // submit → first assignment, once
 				s.metrics.Dispatched(time.Since(p.CreatedAt))
-			}
-			chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, p.TaskID)
-			if !notified[p.NodeID] {
-				notified[p.NodeID] = true
-				chans, payloads = append(chans, store.ChannelNodeCommands), append(payloads, p.NodeID)
-			}
-		}
-		if len(chans) > 0 {
-			if err := s.store.NotifyMany(ctx, chans, payloads); err != nil {
-				s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 			}
 		}
 		if len(placed) < s.cfg.Batch {

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/podiumhq/podium/coordinator/placement"
 )
@@ -66,79 +68,146 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 // scheduler, through package placement), so no placement rule lives in SQL.
 type PlaceFunc func(taskID string, need placement.Need) (nodeID, why string)
 
+// ErrNotRung is wrapped by DispatchPass's error when the pass committed but
+// its doorbells were not rung: the placements stand (they are returned), and
+// the nodes find their commands when they next look.
+var ErrNotRung = errors.New("the placements are stored but their doorbells were not rung")
+
+// claimQueued is the pass's claim: the order is decided here, because SKIP
+// LOCKED with a LIMIT takes the rows the statement reaches first.
+const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
+		allow_egress, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
+	where state = 'queued' order by priority desc, created_at, id
+	for update skip locked limit $1`
+
+type queued struct {
+	id          string
+	need        placement.Need
+	attempt     int32
+	givenBack   bool
+	maxAttempts int32
+	reason      string
+	created     time.Time
+}
+
+func scanQueued(r pgx.CollectableRow) (queued, error) {
+	var q queued
+	var egress []string
+	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
+		&q.need.OutputLimitBytes, &egress, &q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
+	q.need.AllowEgress = placement.ParseEgress(egress)
+	return q, err
+}
+
 // DispatchPass claims up to batch queued tasks with FOR UPDATE SKIP LOCKED,
 // highest priority first, then oldest, then lowest id, asks place where each
-// goes, records the placements, and records why the others wait. The order is
-// decided here, in the claiming statement, because SKIP LOCKED with a LIMIT
-// takes the rows the statement reaches first: ordering afterwards would order
-// the wrong tasks. It returns the placements, so the caller can ring each
-// node's doorbell after the commit, and how many claimed tasks were left
-// waiting. If it fails, nothing was written, though place may have been asked.
+// goes, records the placements and why the others wait, and, once that has
+// committed, rings each placed task's followers and each node given work. It
+// returns the placements and how many claimed tasks were left waiting. If it
+// fails, nothing was written, though place may have been asked; if only the
+// doorbells failed, the error wraps ErrNotRung and the placements stand.
+// The caller runs it when something says tasks are queued (a doorbell), not
+// to find out whether any are.
+//
+// A pass is two round trips to Postgres, not one per statement: the
+// transaction is opened and the tasks claimed in one pipeline, and the
+// placements are written, committed and rung in a second. Between them only
+// place runs. Every round trip is latency on each task of the pass, and on a
+// loaded machine a round trip, not the work in it, is most of a statement's
+// cost.
 func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
-	// Most ticks find nothing queued; answer that from the partial index
-	// before anything else.
-	var any bool
-	if err := s.pool.QueryRow(ctx, "select exists(select 1 from podium.tasks where state = 'queued')").Scan(&any); err != nil || !any {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
 		return nil, 0, err
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		placed, waiting = nil, 0
-		rows, err := tx.Query(ctx, `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-				allow_egress, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
-			where state = 'queued' order by priority desc, created_at, id
-			for update skip locked limit $1`, batch)
-		if err != nil {
-			return err
+	// A connection released inside a transaction (a pass that failed and
+	// could not roll back) is closed by the pool, not reused.
+	defer pc.Release()
+	conn := pc.Conn()
+	open := false
+	defer func() {
+		if open && err != nil && !errors.Is(err, ErrNotRung) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, "rollback")
+			cancel()
 		}
-		type queued struct {
-			id          string
-			need        placement.Need
-			attempt     int32
-			givenBack   bool
-			maxAttempts int32
-			reason      string
-			created     time.Time
-		}
-		qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
-			var q queued
-			var egress []string
-			err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
-				&q.need.OutputLimitBytes, &egress, &q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
-			q.need.AllowEgress = placement.ParseEgress(egress)
-			return q, err
-		})
-		if err != nil {
-			return err
-		}
-		for _, q := range qs {
-			next := nextAttempt(q.attempt, q.givenBack)
-			if next > q.maxAttempts {
-				// Nothing requeues a task past its last attempt, so only a row
-				// written otherwise gets here; it ends rather than running
-				// once more than its spec allows.
-				if err := exhaust(ctx, tx, q.id, q.attempt, q.maxAttempts); err != nil {
-					return err
-				}
-				continue
-			}
-			node, why := place(q.id, q.need)
-			if node == "" {
-				waiting++
-				if why != q.reason {
-					if _, err := tx.Exec(ctx, "update podium.tasks set reason = $2 where id = $1", q.id, why); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt})
-		}
-		if len(placed) == 0 {
-			return nil
-		}
-		return recordPlacements(ctx, tx, placed)
+	}()
+	var qs []queued
+	b := &pgx.Batch{}
+	b.Queue("begin").Exec(func(pgconn.CommandTag) error { open = true; return nil })
+	b.Queue(claimQueued, batch).Query(func(rows pgx.Rows) error {
+		var err error
+		qs, err = pgx.CollectRows(rows, scanQueued)
+		return err
 	})
-	return placed, waiting, err
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, 0, err
+	}
+	var why struct{ ids, reasons []string }
+	for _, q := range qs {
+		next := nextAttempt(q.attempt, q.givenBack)
+		if next > q.maxAttempts {
+			// Nothing requeues a task past its last attempt, so only a row
+			// written otherwise gets here; it ends rather than running
+			// once more than its spec allows.
+			if err := exhaust(ctx, conn, q.id, q.attempt, q.maxAttempts); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		node, reason := place(q.id, q.need)
+		if node == "" {
+			waiting++
+			if reason != q.reason {
+				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
+			}
+			continue
+		}
+		placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt})
+	}
+	b = &pgx.Batch{}
+	if len(why.ids) > 0 {
+		b.Queue(`update podium.tasks t set reason = u.why from unnest($1::text[], $2::text[]) as u(id, why)
+			where t.id = u.id`, why.ids, why.reasons)
+	}
+	queuePlacements(b, placed)
+	committed := false
+	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error {
+		if ct.String() != "COMMIT" {
+			return fmt.Errorf("the dispatch pass did not commit (%s)", ct)
+		}
+		committed = true
+		return nil
+	})
+	// After the commit, as its own statement: Postgres serialises notifying
+	// commits on one cluster-wide lock, so the pass's own commit does not
+	// take it (DESIGN.md §2). Sent in the same pipeline, it costs no round
+	// trip of its own.
+	if chans, payloads := doorbells(placed); len(chans) > 0 {
+		b.Queue("select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", chans, payloads)
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if committed {
+			return placed, waiting, fmt.Errorf("%w: %v", ErrNotRung, err)
+		}
+		return nil, 0, err
+	}
+	open = false
+	return placed, waiting, nil
+}
+
+// doorbells are a pass's notifications: each placed task's followers, and
+// each node given work once.
+func doorbells(placed []Placement) (chans, payloads []string) {
+	rung := map[string]bool{}
+	for _, p := range placed {
+		chans, payloads = append(chans, ChannelTaskEvents), append(payloads, p.TaskID)
+		if !rung[p.NodeID] {
+			rung[p.NodeID] = true
+			chans, payloads = append(chans, ChannelNodeCommands), append(payloads, p.NodeID)
+		}
+	}
+	return chans, payloads
 }
 
 // nextAttempt is the attempt number a queued task's next placement gets: the
@@ -155,7 +224,7 @@ func nextAttempt(attempt int32, givenBack bool) int32 {
 
 // exhaust fails a queued task that has used every attempt its spec allows,
 // saying so in its log, and rings its followers at the commit.
-func exhaust(ctx context.Context, tx pgx.Tx, id string, attempt, maxAttempts int32) error {
+func exhaust(ctx context.Context, tx querier, id string, attempt, maxAttempts int32) error {
 	reason := fmt.Sprintf("not placed again: all %d attempts used", maxAttempts)
 	moved, err := transitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Failed, Reason: &reason})
 	if err != nil || !moved {
@@ -168,41 +237,26 @@ func exhaust(ctx context.Context, tx pgx.Tx, id string, attempt, maxAttempts int
 	return err
 }
 
-// recordPlacements writes a pass's placements with one statement per table
-// rather than five per task: the leader's round trips to Postgres, not the
-// work in them, are what bound dispatch. The tasks were claimed FOR UPDATE, so
-// extending each one's log position here cannot race another writer.
-func recordPlacements(ctx context.Context, tx pgx.Tx, placed []Placement) error {
+// queuePlacements queues the writes of a pass's placements, one statement
+// per table rather than five per task: the leader's round trips to Postgres,
+// not the work in them, are what bound dispatch. The tasks were claimed FOR
+// UPDATE, so extending each one's log position cannot race another writer;
+// the status event takes the position the first statement gave its task (a
+// later statement of the same transaction sees it).
+func queuePlacements(b *pgx.Batch, placed []Placement) {
 	n := len(placed)
+	if n == 0 {
+		return
+	}
 	ids, nodes, reasons := make([]string, n), make([]string, n), make([]string, n)
 	attempts := make([]int32, n)
 	for i, p := range placed {
 		ids[i], nodes[i], attempts[i], reasons[i] = p.TaskID, p.NodeID, p.Attempt, "assigned to "+p.NodeID
 	}
-	rows, err := tx.Query(ctx, `update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
+	b.Queue(`update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
 			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1
 		from unnest($1::text[], $2::text[], $3::int[]) as u(id, node, attempt)
-		where t.id = u.id returning t.id, t.last_seq`, ids, nodes, attempts)
-	if err != nil {
-		return err
-	}
-	seqOf := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			return err
-		}
-		seqOf[id] = seq
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	seqs := make([]int64, n)
-	for i, id := range ids {
-		seqs[i] = seqOf[id]
-	}
-	b := &pgx.Batch{}
+		where t.id = u.id`, ids, nodes, attempts)
 	// An attempt given back is offered again under its number: its row is
 	// moved to the new node, keeping the events already stored of it
 	// (acked_seq, which the assignment tells the node to number after).
@@ -213,10 +267,10 @@ func recordPlacements(ctx context.Context, tx pgx.Tx, placed []Placement) error 
 	b.Queue(`insert into podium.node_commands (node_id, kind, task_id, attempt)
 		select n, 'assign', t, a from unnest($1::text[], $2::text[], $3::int[]) as u(n, t, a)`, nodes, ids, attempts)
 	b.Queue(`insert into podium.task_events (task_id, seq, attempt, kind, state, reason)
-		select t, s, a, 'status', 'scheduled', r from unnest($1::text[], $2::bigint[], $3::int[], $4::text[]) as u(t, s, a, r)`,
-		ids, seqs, attempts, reasons)
+		select u.t, k.last_seq, u.a, 'status', 'scheduled', u.r
+		from unnest($1::text[], $2::int[], $3::text[]) as u(t, a, r) join podium.tasks k on k.id = u.t`,
+		ids, attempts, reasons)
 	b.Queue("update podium.nodes set last_assigned_at = now() where id = any($1)", nodes)
-	return tx.SendBatch(ctx, b).Close()
 }
 
 // CancelOutcome says what a cancel did.

@@ -22,9 +22,18 @@
 // Beside them, in the same run on the same Postgres server (its own database,
 // same schema), pgbench runs the least SQL a dispatch can be — insert a task,
 // claim one queued task FOR UPDATE SKIP LOCKED, mark it scheduled — and the
-// report prints the ratio. It also reports the coordinator's CPU and how many
-// SQL statements it ran per task (pg_stat_statements), with the ones that
-// dominate by count and by time.
+// report prints the ratio. The peer is River (riverpeer, a program in a Go
+// module of its own): the same burst of one-at-a-time inserts and the same
+// offered load, from Insert called to worker started, on its own database of
+// the same server. It also reports CPU per task (the whole machine from
+// /proc/stat, and the coordinator, Postgres and the bench on their own) and
+// how many SQL statements ran per task (pg_stat_statements), with the ones
+// that dominate by count and by time.
+//
+// All of it runs twice by default, each on a Postgres of its own (-modes):
+// durable, production's settings (fsync, synchronous_commit, full_page_writes
+// on), the headline; and fast, the test settings (all three off), labelled.
+// The summary prints them as two columns.
 //
 // It is a program, not a test: a timing bound belongs in a benchmark that a
 // person reads, not in an assertion that flakes on a busy machine.
@@ -37,7 +46,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,18 +57,36 @@ import (
 
 type config struct {
 	benchkit.FleetFlags
-	nodes          int
-	tasks          int
-	submitters     int
-	rate           float64
-	steadyTime     time.Duration
-	settle         time.Duration
-	maxTasks       int32
-	startDelay     time.Duration
-	runTime        time.Duration
-	drainTimeout   time.Duration
-	pgbenchThreads int
-	cpuProfile     string
+	nodes            int
+	tasks            int
+	submitters       int
+	rate             float64
+	steadyTime       time.Duration
+	settle           time.Duration
+	maxTasks         int32
+	startDelay       time.Duration
+	runTime          time.Duration
+	drainTimeout     time.Duration
+	pgbenchThreads   int
+	cpuProfile       string
+	modes            []mode
+	river            bool
+	riverCooldown    time.Duration
+	coordProfile     string
+	coordProfileTime time.Duration
+}
+
+// mode is a Postgres configuration the whole measurement runs under.
+type mode struct {
+	name     string
+	label    string
+	settings []string // after pgtest's own (which are the fast ones)
+}
+
+var modes = map[string]mode{
+	"durable": {"durable", "durable Postgres (fsync, synchronous_commit, full_page_writes on: production's settings)",
+		[]string{"fsync=on", "synchronous_commit=on", "full_page_writes=on"}},
+	"fast": {"fast", "FAST Postgres (fsync, synchronous_commit, full_page_writes off: the test settings, not production's)", nil},
 }
 
 func main() { os.Exit(run()) }
@@ -76,6 +105,11 @@ func run() int {
 	flag.DurationVar(&cfg.runTime, "run-time", 100*time.Millisecond, "and SUCCEEDED this long after RUNNING")
 	flag.DurationVar(&cfg.drainTimeout, "drain-timeout", 2*time.Minute, "give up waiting for a phase's tasks to be assigned (or to finish) after this long and report what was")
 	flag.IntVar(&cfg.pgbenchThreads, "pgbench-threads", 2, "pgbench threads")
+	modeList := flag.String("modes", "durable,fast", "the Postgres settings to measure under, in order, each on a fresh server: durable (production's: fsync, synchronous_commit, full_page_writes on) and fast (the test settings: all three off)")
+	flag.BoolVar(&cfg.river, "river", true, "run the peer reference, River (riverpeer, built from its own module)")
+	flag.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default is 100 ms, which puts its p99 near 100 ms)")
+	flag.StringVar(&cfg.coordProfile, "coordinator-profile", "", "take a CPU profile of the coordinator (through its --debug-listen) from the start of the dispatch-alone burst and write it to this file + .durable or .fast")
+	flag.DurationVar(&cfg.coordProfileTime, "coordinator-profile-time", 5*time.Second, "how long -coordinator-profile profiles")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark itself (the simulated fleet and the submitters) to this file; the coordinator's own is at --debug-listen")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
 		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 3 * time.Minute,
@@ -83,6 +117,14 @@ func run() int {
 	})
 	flag.Parse()
 	cfg.maxTasks = int32(maxTasks)
+	for _, name := range strings.Split(*modeList, ",") {
+		m, ok := modes[strings.TrimSpace(name)]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "dispatch: -modes: %q is not durable or fast\n", name)
+			return 2
+		}
+		cfg.modes = append(cfg.modes, m)
+	}
 	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 {
 		fmt.Fprintln(os.Stderr, "dispatch: -nodes, -tasks, -submitters, -rate and -max-tasks must be positive")
 		return 2
@@ -112,17 +154,43 @@ func run() int {
 		defer pprof.StopCPUProfile()
 	}
 
-	setup, err := benchkit.Start(ctx, log, "dispatch", cfg.FleetFlags)
+	load := benchkit.LoadAvg()
+	var riverBin string
+	if cfg.river {
+		dir, err := os.MkdirTemp("", "podium-bench-riverpeer-")
+		if err != nil {
+			return benchkit.Exit(ctx, "dispatch", err)
+		}
+		defer os.RemoveAll(dir)
+		log.Info("building riverpeer (River, from its own module)")
+		if riverBin, err = buildRiverPeer(ctx, dir); err != nil {
+			return benchkit.Exit(ctx, "dispatch", err)
+		}
+	}
+	var results []result
+	for _, m := range cfg.modes {
+		log.Info("measuring", "postgres", m.label)
+		r, err := measureMode(ctx, log, cfg, m, riverBin)
+		if err != nil {
+			return benchkit.Exit(ctx, "dispatch", fmt.Errorf("%s: %w", m.name, err))
+		}
+		report(os.Stdout, cfg, r)
+		results = append(results, r)
+	}
+	summary(os.Stdout, cfg, results)
+	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
+		runtime.NumCPU(), load, benchkit.LoadAvg())
+	return 0
+}
+
+// measureMode measures on a Postgres of its own, started with m's settings
+// (and pg_stat_statements), and stops it afterwards.
+func measureMode(ctx context.Context, log *slog.Logger, cfg config, m mode, riverBin string) (result, error) {
+	setup, err := benchkit.StartWith(ctx, log, "dispatch-"+m.name, cfg.FleetFlags,
+		append([]string{"shared_preload_libraries=pg_stat_statements"}, m.settings...)...)
 	if err != nil {
-		return benchkit.Exit(ctx, "dispatch", err)
+		return result{}, err
 	}
 	defer setup.Close()
-
-	r, err := measure(ctx, log, cfg, setup)
-	if err != nil {
-		return benchkit.Exit(ctx, "dispatch", err)
-	}
-	report(os.Stdout, cfg, r)
-	fmt.Println(setup.Machine())
-	return 0
+	return measure(ctx, log, cfg, m, setup, riverBin)
 }

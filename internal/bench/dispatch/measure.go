@@ -3,25 +3,44 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
-// cpuUse is CPU over a window, in % of one core.
+// cpuUse is CPU over a window, in % of one core: the coordinator (or, for
+// the peer, River's process), Postgres (the postmaster and its children), this
+// benchmark (the simulated fleet and the submitters), and the whole machine
+// (/proc/stat, every process on it: on a shared machine that includes work
+// that is not ours, which is why the other three are shown beside it).
 type cpuUse struct {
-	Coord, PG, Bench float64
+	Coord, PG, Bench, Machine float64
+	Window                    time.Duration
+}
+
+// cpuMs is a share of one core over the window spent per task, in ms.
+func cpuMs(pct float64, window time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return pct / 100 * window.Seconds() * 1000 / float64(n)
 }
 
 type cpuSnap struct {
-	at    time.Time
-	coord time.Duration
-	pg    benchkit.CPUByPID
-	self  time.Duration
+	at      time.Time
+	coord   time.Duration
+	pg      benchkit.CPUByPID
+	self    time.Duration
+	machine time.Duration
 }
 
 type probe struct {
@@ -30,20 +49,50 @@ type probe struct {
 
 func (p probe) snap() cpuSnap {
 	c, _ := benchkit.ProcCPU(p.coordPID)
-	return cpuSnap{at: time.Now(), coord: c, pg: benchkit.TreeCPU(p.pgPID), self: benchkit.SelfCPU()}
+	return cpuSnap{at: time.Now(), coord: c, pg: benchkit.TreeCPU(p.pgPID), self: benchkit.SelfCPU(), machine: machineCPU()}
 }
 
 func (p probe) since(a cpuSnap) cpuUse {
 	b := p.snap()
+	return between(a, b)
+}
+
+func between(a, b cpuSnap) cpuUse {
 	secs := b.at.Sub(a.at).Seconds()
 	if secs <= 0 {
 		return cpuUse{}
 	}
 	return cpuUse{
-		Coord: 100 * (b.coord - a.coord).Seconds() / secs,
-		PG:    100 * b.pg.Since(a.pg).Seconds() / secs,
-		Bench: 100 * (b.self - a.self).Seconds() / secs,
+		Coord:   100 * (b.coord - a.coord).Seconds() / secs,
+		PG:      100 * b.pg.Since(a.pg).Seconds() / secs,
+		Bench:   100 * (b.self - a.self).Seconds() / secs,
+		Machine: 100 * (b.machine - a.machine).Seconds() / secs,
+		Window:  b.at.Sub(a.at),
 	}
+}
+
+// machineCPU is the time every CPU of the machine has spent busy since boot:
+// the first line of /proc/stat, everything but idle and iowait (guest time
+// is already in user), in USER_HZ ticks of 10 ms.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
 }
 
 // burstResult is the throughput phase: M tasks submitted as fast as the
@@ -91,6 +140,8 @@ type steadyResult struct {
 
 // result is the whole run.
 type result struct {
+	Mode                   mode
+	River                  *riverResult // nil: not run
 	Nodes, Conns, MaxTasks int
 	ConnectTime            time.Duration
 	AllConnected           bool
@@ -112,8 +163,12 @@ type result struct {
 	WarnSample             []string
 }
 
-func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.Setup) (result, error) {
-	r := result{Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
+func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *benchkit.Setup, riverBin string) (result, error) {
+	r := result{Mode: m, Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
+	pgPID, err := benchkit.PostmasterPID(filepath.Join(setup.Cluster.SocketDir, "data"))
+	if err != nil {
+		return r, err
+	}
 	db, err := benchkit.OpenStatsDB(ctx, setup.Cluster, dbName)
 	if err != nil {
 		return r, err
@@ -133,17 +188,31 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		}
 		log.Info("pgbench reference done", "tps", r.RefTPS)
 	}
+	// Then the peer, alone too, on a database of its own.
+	if riverBin != "" {
+		rr, err := runRiver(ctx, log, cfg, riverBin, setup.Cluster, pgPID, setup.Work)
+		if err != nil {
+			return r, err
+		}
+		r.River = &rr
+	}
 
-	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), nil)
+	var env []string
+	var debugAddr string
+	if cfg.coordProfile != "" {
+		port, err := benchkit.FreePort()
+		if err != nil {
+			return r, err
+		}
+		debugAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		env = []string{"PODIUM_DEBUG_LISTEN=" + debugAddr}
+	}
+	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), env)
 	if err != nil {
 		return r, err
 	}
 	defer coord.Shutdown(log)
 	log.Info("coordinator up", "pid", coord.PID, "url", coord.URL, "log", coord.LogPath)
-	pgPID, err := benchkit.PostmasterPID(filepath.Join(setup.Cluster.SocketDir, "data"))
-	if err != nil {
-		return r, err
-	}
 	pr := probe{coordPID: coord.PID, pgPID: pgPID}
 
 	tr := newTracker()
@@ -202,7 +271,24 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 		into *burstResult
 		hold bool
 	}{{&r.Dispatch, true}, {&r.Burst, false}} {
-		if *ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, client, r.IdleStmtsPerSec); err != nil {
+		var profiled chan struct{}
+		if debugAddr != "" && ph.hold {
+			profiled = make(chan struct{})
+			go func() {
+				defer close(profiled)
+				path := cfg.coordProfile + "." + m.name
+				if err := fetchProfile(ctx, debugAddr, cfg.coordProfileTime, path); err != nil {
+					log.Warn("coordinator CPU profile", "err", err)
+					return
+				}
+				log.Info("coordinator CPU profile of the dispatch-alone burst", "file", path, "seconds", cfg.coordProfileTime.Seconds())
+			}()
+		}
+		*ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, client, r.IdleStmtsPerSec)
+		if profiled != nil {
+			<-profiled
+		}
+		if err != nil {
 			return r, err
 		}
 		// Let the phase's last tasks finish and the queue go quiet.
@@ -462,4 +548,31 @@ func waitFor(ctx context.Context, coord *benchkit.Coordinator, timeout time.Dura
 		}
 	}
 	return nil
+}
+
+// fetchProfile takes a CPU profile of the coordinator for d from its
+// --debug-listen address and writes it to path.
+func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds()))), nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, res.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

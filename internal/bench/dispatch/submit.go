@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/internal/bench/benchkit"
+	"github.com/podiumhq/podium/internal/bench/dispatch/load"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -96,64 +97,15 @@ func submitOne(ctx context.Context, c podiumv1connect.TaskServiceClient) submiss
 // submitBurst submits m tasks as fast as conc submitters can, each waiting
 // for its Submit to return before the next.
 func submitBurst(ctx context.Context, c podiumv1connect.TaskServiceClient, m, conc int) []submission {
-	out := make([]submission, m)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= m || ctx.Err() != nil {
-					return
-				}
-				out[i] = submitOne(ctx, c)
-			}
-		}()
-	}
-	wg.Wait()
+	out := load.Burst(ctx, m, conc, func(int) submission { return submitOne(ctx, c) })
 	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() })
 }
 
-// submitSteady offers rate tasks per second for d, open loop: each Submit is
-// started on schedule whether or not the earlier ones have returned, so a slow
-// coordinator shows up as latency rather than as a lower offered rate. At most
-// maxInflight calls are outstanding; a submission due while that many are is
-// skipped and counted.
+// submitSteady offers rate tasks per second for d, open loop (load.Steady).
 func submitSteady(ctx context.Context, c podiumv1connect.TaskServiceClient, rate float64, d time.Duration, maxInflight int) (subs []submission, skipped int) {
-	n := int(rate * d.Seconds())
-	period := time.Duration(float64(time.Second) / rate)
-	out := make([]submission, n)
-	sem := make(chan struct{}, maxInflight)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range n {
-		if benchkit.Sleep(ctx, time.Until(start.Add(time.Duration(i)*period))) != nil {
-			break
-		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			skipped++
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = submitOne(ctx, c)
-			<-sem
-		}()
-	}
-	wg.Wait()
+	out, skipped := load.Steady(ctx, rate, d, maxInflight, func(int) submission { return submitOne(ctx, c) })
 	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() }), skipped
 }
 
 // percentile is the q-th percentile (0–100) of sorted durations, nearest rank.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*q/100+0.5) - 1
-	return sorted[max(0, min(len(sorted)-1, i))]
-}
+func percentile(sorted []time.Duration, q float64) time.Duration { return load.Percentile(sorted, q) }
