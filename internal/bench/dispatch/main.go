@@ -112,7 +112,7 @@ func run() int {
 	flag.DurationVar(&cfg.coordProfileTime, "coordinator-profile-time", 5*time.Second, "how long -coordinator-profile profiles")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark itself (the simulated fleet and the submitters) to this file; the coordinator's own is at --debug-listen")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
-		PerConn: 200, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 3 * time.Minute,
+		PerConn: 1, Inflight: 500, HelloTimeout: 15 * time.Second, ConnectTimeout: 3 * time.Minute,
 		PgbenchClients: 8, PgbenchTime: 15 * time.Second,
 	})
 	flag.Parse()
