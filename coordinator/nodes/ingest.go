@@ -2,9 +2,9 @@ package nodes
 
 import (
 	"context"
-	"hash/fnv"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/metrics"
@@ -32,9 +32,9 @@ const bulkMessageBytes = 256 << 10
 // and waits for its own outcomes, and whatever arrives while a batch is
 // written goes into the next one. Each lane writes one batch at a time; a
 // message goes to the shared lane, or, if it carries bulkMessageBytes of
-// output, to its node's bulk lane. A session hands over its next message
-// only once the last one is stored, so its messages are stored in order
-// whichever lanes they take; two sessions writing the same attempt are
+// output, to the next bulk lane in turn. A session hands over its next
+// message only once the last one is stored, so its messages are stored in
+// order whichever lanes they take; two sessions writing the same attempt are
 // ordered by the row locks and the epoch fencing of store.IngestBatch. After
 // each commit a lane rings, in one statement, the doorbell of every task
 // whose log grew and, if a slot came free or a task went back to the queue,
@@ -45,6 +45,8 @@ type ingester struct {
 	metrics *metrics.Metrics
 	// lanes[0] is the shared lane; the others are bulk lanes.
 	lanes []*groupcommit.Batcher[[]store.IngestItem, []store.IngestOutcome]
+	// turn picks the next bulk lane.
+	turn atomic.Uint32
 }
 
 func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger) *ingester {
@@ -62,24 +64,25 @@ func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger) *ingeste
 
 // ingest stores one message's items and returns their outcomes, in order.
 func (in *ingester) ingest(ctx context.Context, items []store.IngestItem) ([]store.IngestOutcome, error) {
-	return in.lanes[laneOf(items, len(in.lanes)-1)].Do(ctx, items)
+	return in.lanes[in.laneOf(items)].Do(ctx, items)
 }
 
-// laneOf is the lane of a message's items (all from one node): 0 unless they
-// carry bulkMessageBytes of output, else one of the bulk lanes by node.
-func laneOf(items []store.IngestItem, bulk int) int {
+// laneOf is the lane of a message's items: 0 unless they carry
+// bulkMessageBytes of output, else the next bulk lane in turn. Taking turns
+// rather than a lane per node keeps every bulk lane busy however few nodes
+// are flooding.
+func (in *ingester) laneOf(items []store.IngestItem) int {
 	size := 0
 	for _, it := range items {
 		for _, ev := range it.Events {
 			size += len(ev.GetLog().GetData())
 		}
 	}
-	if size < bulkMessageBytes || bulk == 0 || len(items) == 0 {
+	bulk := uint32(len(in.lanes) - 1)
+	if size < bulkMessageBytes || bulk == 0 {
 		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(items[0].NodeID))
-	return 1 + int(h.Sum32()%uint32(bulk))
+	return 1 + int(in.turn.Add(1)%bulk)
 }
 
 // run writes batches until ctx ends.

@@ -77,7 +77,7 @@ func run() int {
 	flag.StringVar(&output, "output", "16MiB", "output each task prints")
 	flag.StringVar(&chunk, "chunk", "64KiB", "bytes per log event (the coordinator takes at most 64KiB)")
 	flag.StringVar(&window, "window", "4MiB", "output a task may have unacknowledged")
-	flag.StringVar(&message, "message", "1MiB", "output per message at most (the coordinator reads at most 4MiB+64KiB)")
+	flag.StringVar(&message, "message", "4MiB", "a message's events at most, framing included (the coordinator reads at most 4MiB+64KiB)")
 	flag.IntVar(&cfg.copyRows, "copy-rows", 64, "rows per COPY (each its own transaction) in the reference")
 	flag.StringVar(&runOutput, "run-output", "256MiB", "output of the task podium run follows and podium logs prints")
 	flag.BoolVar(&cfg.durable, "durable", true, "Postgres with fsync, synchronous_commit and full_page_writes on, as in production; false: the fast test settings (labelled in the report)")

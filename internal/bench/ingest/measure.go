@@ -51,10 +51,15 @@ type result struct {
 	CopyElapsed time.Duration
 	CopyPGCPU   time.Duration
 	CopySize    int64
+	// CopyStatements are what the COPY reference ran, from the same view.
+	CopyStatements []benchkit.Statement
 
 	// podium run of one task printing cfg.runOutput bytes, and podium logs of
 	// its stored log.
 	Run, Logs cliRun
+	// RunStored is from the first event of podium run's task to its last
+	// acknowledged, on its node: how fast its one node could store it.
+	RunStored time.Duration
 }
 
 // cliRun is one run of the podium CLI with its stdout read through a pipe.
@@ -323,17 +328,26 @@ func copyReference(ctx context.Context, log *slog.Logger, cfg config, r *result,
 		ords[i] = int64(i + 1)
 	}
 	log.Info("COPY reference", "connections", cfg.nodes, "rows per COPY", cfg.copyRows)
+	// The connections stay open until Postgres's CPU is read: a backend that
+	// has exited is not counted.
+	conns := make([]*pgx.Conn, cfg.nodes)
+	for w := range conns {
+		conn, err := pgx.Connect(ctx, db.URL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		conns[w] = conn
+	}
+	if err := db.ResetStatements(ctx); err != nil {
+		return err
+	}
 	pgBefore := benchkit.TreeCPU(pgPID)
 	began := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	var mu sync.Mutex
-	for w := range cfg.nodes {
+	for w, conn := range conns {
 		g.Go(func() error {
-			conn, err := pgx.Connect(gctx, db.URL)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
 			var bytes int64
 			for k := w; k < len(ords); k += cfg.nodes {
 				n, err := copyTask(gctx, conn, cfg, c, ords[k])
@@ -353,6 +367,10 @@ func copyReference(ctx context.Context, log *slog.Logger, cfg config, r *result,
 	}
 	r.CopyElapsed = time.Since(began)
 	r.CopyPGCPU = benchkit.TreeCPU(pgPID).Since(pgBefore)
+	var err error
+	if r.CopyStatements, err = db.Statements(ctx); err != nil {
+		return err
+	}
 	return db.Conn.QueryRow(ctx, "select pg_total_relation_size('public.copy_events')").Scan(&r.CopySize)
 }
 
@@ -400,6 +418,7 @@ func cliFigures(ctx context.Context, log *slog.Logger, cfg config, r *result, f 
 		return
 	}
 	r.Run.Exact = r.Run.Done && r.Run.Bytes == task.bytes && sum == task.sum
+	r.RunStored = task.ackedAll.Sub(task.began)
 	log.Info("podium logs", "task", task.id)
 	sum = runCLI(ctx, cfg, &r.Logs, coord, pgPID, "logs", "--quiet", task.id)
 	r.Logs.Exact = r.Logs.Done && r.Logs.Bytes == task.bytes && sum == task.sum

@@ -148,13 +148,14 @@ func (f *flood) Unsent(i int) []*podiumv1.TaskEvent {
 		t := n.tasks[(n.turn+j)%len(n.tasks)]
 		f.produce(t)
 		for t.sent < len(t.pending) {
-			if size >= f.cfg.message || len(out) >= 1000 {
+			ev := t.pending[t.sent]
+			n := len(ev.GetLog().GetData()) + 64 // and its framing, roughly
+			if (len(out) > 0 && size+n > f.cfg.message) || len(out) >= 1000 {
 				more = true
 				break
 			}
-			ev := t.pending[t.sent]
 			out = append(out, ev)
-			size += len(ev.GetLog().GetData()) + 64
+			size += n
 			t.sent++
 		}
 	}

@@ -35,6 +35,10 @@ func report(w io.Writer, cfg config, r result) {
 		fmt.Fprintf(w, "  NOT EXACT: %s\n", s)
 	}
 	cli(w, "podium run (live, to a pipe)", r.Run)
+	if r.RunStored > 0 {
+		fmt.Fprintf(w, "%-44s %10.1f %10s one task on one node: the most podium run can be shown live\n", "  its task stored (node stream → acked)",
+			mbps(r.Run.Bytes, r.RunStored), "")
+	}
 	cli(w, "podium logs (stored, to a pipe)", r.Logs)
 
 	mb := float64(r.Bytes) / (1 << 20)
@@ -42,7 +46,8 @@ func report(w io.Writer, cfg config, r result) {
 		ms(r.CoordCPU)/mb, ms(r.PGCPU)/mb, ms(r.CopyPGCPU)/(float64(r.CopyBytes)/(1<<20)), ms(r.BenchCPU)/mb)
 	fmt.Fprintf(w, "coordinator RSS: %.0f MiB at most during the ingest\n", float64(r.PeakRSS)/1024)
 	fmt.Fprintf(w, "on disk: podium.task_events %s, the COPY table %s (for %s of output each)\n", size(r.EventsSize), size(r.CopySize), size(r.Bytes))
-	statements(w, r)
+	statements(w, "statements during the ingest", r.Statements, r.Bytes)
+	statements(w, "statements of the COPY reference", r.CopyStatements, r.CopyBytes)
 	if r.Profile != "" {
 		fmt.Fprintf(w, "\ncoordinator CPU profile during the ingest (flat):\n%s", indent(r.Profile))
 	}
@@ -63,10 +68,9 @@ func cli(w io.Writer, name string, c cliRun) {
 		metOrMissed(c.Exact && c.Delivery() >= 50), c.CPU.Round(time.Millisecond), c.CoordCPU.Round(time.Millisecond), c.PGCPU.Round(time.Millisecond))
 }
 
-// statements prints what the coordinator ran during the ingest, most costly
-// first.
-func statements(w io.Writer, r result) {
-	st := slices.Clone(r.Statements)
+// statements prints what ran in the database, most costly first.
+func statements(w io.Writer, what string, all []benchkit.Statement, bytes int64) {
+	st := slices.Clone(all)
 	slices.SortFunc(st, func(a, b benchkit.Statement) int {
 		switch {
 		case a.Ms > b.Ms:
@@ -80,10 +84,10 @@ func statements(w io.Writer, r result) {
 	for _, s := range st {
 		total += s.Ms
 	}
-	fmt.Fprintf(w, "\nstatements during the ingest (pg_stat_statements), by time inside Postgres (%.0f ms in all):\n", total)
+	fmt.Fprintf(w, "\n%s (pg_stat_statements), by time inside Postgres (%.0f ms in all):\n", what, total)
 	fmt.Fprintf(w, "  %8s %10s %10s %10s  %s\n", "calls", "rows", "ms", "ms/MiB", "query")
-	mb := float64(r.Bytes) / (1 << 20)
-	for _, s := range st[:min(len(st), 10)] {
+	mb := float64(bytes) / (1 << 20)
+	for _, s := range st[:min(len(st), 8)] {
 		fmt.Fprintf(w, "  %8d %10d %10.0f %10.2f  %s\n", s.Calls, s.Rows, s.Ms, s.Ms/mb, s.Short())
 	}
 }
