@@ -18,19 +18,19 @@ import (
 // made and not yet acknowledged (pending[0] has seq acked+1), how many of
 // them went out on the current stream, and the checksum of the output so far.
 type floodTask struct {
-	id      string
-	attempt int32
-	ordinal int64 // picks the task's window of the corpus
-	size    int64 // output bytes in all
-	made    int64 // output bytes made into events so far
-	lastSeq uint64
-	acked   uint64
-	pending []*podiumv1.TaskEvent
+	id           string
+	attempt      int32
+	ordinal      int64 // picks the task's window of the corpus
+	size         int64 // output bytes in all
+	made         int64 // output bytes made into events so far
+	lastSeq      uint64
+	acked        uint64
+	pending      []*podiumv1.TaskEvent
 	pendingBytes int
-	sent    int
-	ended   bool // the terminal status is made
-	sum     hash.Hash
-	began   time.Time
+	sent         int
+	ended        bool // the terminal status is made
+	sum          hash.Hash
+	began        time.Time
 }
 
 // floodNode is a node's state that outlives its streams.
@@ -72,12 +72,12 @@ type flood struct {
 	corpus *corpus
 	nodes  []*floodNode
 
-	ordinal  atomic.Int64
-	assigns  atomic.Int64
-	repeats  atomic.Int64
-	mu       sync.Mutex
-	done     []finished
-	firstAt  atomic.Int64 // UnixNano of the first event made
+	ordinal atomic.Int64
+	assigns atomic.Int64
+	repeats atomic.Int64
+	mu      sync.Mutex
+	done    []finished
+	firstAt atomic.Int64 // UnixNano of the first event made
 }
 
 func newFlood(url string, creds []benchkit.NodeCred, cfg config, c *corpus) *flood {
