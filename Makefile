@@ -67,6 +67,7 @@ bench: build
 	$(GO) run ./internal/bench/retention
 	$(GO) run ./internal/bench/churn -coordinator $(BIN)/podium-coordinator -tasks $(CHURN_TASKS)
 	$(GO) run ./internal/bench/failover -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./internal/bench/ingest -coordinator $(BIN)/podium-coordinator -podium $(BIN)/podium
 
 # The Go files people write. Generated code (*.pb.go, *.connect.go) is left
 # as its generator wrote it: `make proto` owns it, and a reformat would only

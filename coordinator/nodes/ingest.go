@@ -3,6 +3,8 @@ package nodes
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/metrics"
@@ -13,37 +15,84 @@ import (
 // its row locks longer than the sessions waiting behind it gain.
 const maxIngestBatch = 2048
 
+// bulkLanes is how many writers take the messages that carry a lot of
+// output (bulkMessageBytes), beside the one that takes every other message.
+// One writer is one transaction at a time, so one Postgres backend: a flood
+// of output from many nodes was stored at the speed of one backend, while
+// COPY from as many connections ran at three times that. Small messages
+// (status changes, a few lines) stay on one writer, where they share commits
+// best.
+const bulkLanes = 4
+
+// bulkMessageBytes is the output from which a message goes to a bulk lane.
+const bulkMessageBytes = 256 << 10
+
 // ingester writes the events of every session on this replica in shared
-// transactions (store.IngestBatch), one at a time: a session hands over a
-// message's events and waits for its own outcomes, and whatever arrives while
-// a batch is written goes into the next one. After each commit it rings, in
-// one statement, the doorbell of every task whose log grew and, if a slot came
-// free or a task went back to the queue, the scheduler's.
+// transactions (store.IngestBatch): a session hands over a message's events
+// and waits for its own outcomes, and whatever arrives while a batch is
+// written goes into the next one. Each lane writes one batch at a time; a
+// message goes to the shared lane, or, if it carries bulkMessageBytes of
+// output, to the next bulk lane in turn. A session hands over its next
+// message only once the last one is stored, so its messages are stored in
+// order whichever lanes they take; two sessions writing the same attempt are
+// ordered by the row locks and the epoch fencing of store.IngestBatch. After
+// each commit a lane rings, in one statement, the doorbell of every task
+// whose log grew and, if a slot came free or a task went back to the queue,
+// the scheduler's.
 type ingester struct {
 	store   *store.Store
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	batcher *groupcommit.Batcher[[]store.IngestItem, []store.IngestOutcome]
+	// lanes[0] is the shared lane; the others are bulk lanes.
+	lanes []*groupcommit.Batcher[[]store.IngestItem, []store.IngestOutcome]
+	// turn picks the next bulk lane.
+	turn atomic.Uint32
 }
 
 func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger) *ingester {
 	in := &ingester{store: st, metrics: m, log: log}
-	in.batcher = groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
-		Flush:     in.write,
-		After:     in.ring,
-		MaxWeight: maxIngestBatch,
-		Weight:    countEvents,
-	})
+	for range 1 + bulkLanes {
+		in.lanes = append(in.lanes, groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
+			Flush:     in.write,
+			After:     in.ring,
+			MaxWeight: maxIngestBatch,
+			Weight:    countEvents,
+		}))
+	}
 	return in
 }
 
 // ingest stores one message's items and returns their outcomes, in order.
 func (in *ingester) ingest(ctx context.Context, items []store.IngestItem) ([]store.IngestOutcome, error) {
-	return in.batcher.Do(ctx, items)
+	return in.lanes[in.laneOf(items)].Do(ctx, items)
+}
+
+// laneOf is the lane of a message's items: 0 unless they carry
+// bulkMessageBytes of output, else the next bulk lane in turn. Taking turns
+// rather than a lane per node keeps every bulk lane busy however few nodes
+// are flooding.
+func (in *ingester) laneOf(items []store.IngestItem) int {
+	size := 0
+	for _, it := range items {
+		for _, ev := range it.Events {
+			size += len(ev.GetLog().GetData())
+		}
+	}
+	bulk := uint32(len(in.lanes) - 1)
+	if size < bulkMessageBytes || bulk == 0 {
+		return 0
+	}
+	return 1 + int(in.turn.Add(1)%bulk)
 }
 
 // run writes batches until ctx ends.
-func (in *ingester) run(ctx context.Context) { in.batcher.Run(ctx) }
+func (in *ingester) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, l := range in.lanes {
+		wg.Go(func() { l.Run(ctx) })
+	}
+	wg.Wait()
+}
 
 func countEvents(items []store.IngestItem) int {
 	n := 0

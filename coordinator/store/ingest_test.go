@@ -226,3 +226,86 @@ func TestIngestBatchLateStatusAndTimeout(t *testing.T) {
 		t.Errorf("timed-out task is %s (%q), want failed (timeout)", task.State, task.Reason)
 	}
 }
+
+// A batch carrying a lot of output goes in by COPY (copyEventsMinBytes), and
+// stores exactly what an insert would: every kind of event, with its nulls,
+// byte for byte, in order, once however often the batch is sent.
+func TestIngestBatchLargeOutputStoredExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, tasks := newIngestFixture(t, 2, 2)
+	zero := int32(0)
+	chunk := func(task string, k int) []byte {
+		b := make([]byte, 64<<10)
+		for i := range b {
+			b[i] = byte(i*7 + k + len(task))
+		}
+		return b
+	}
+	const chunks = 5 // two tasks of 5×64 KiB: well past the COPY threshold
+	var items []store.IngestItem
+	for _, id := range tasks {
+		evs := []*podiumv1.TaskEvent{
+			statusEv(1, podiumv1.TaskState_TASK_STATE_PROVISIONING),
+			statusEv(2, podiumv1.TaskState_TASK_STATE_RUNNING),
+		}
+		for k := range chunks {
+			evs = append(evs, &podiumv1.TaskEvent{Seq: uint64(3 + k), Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+				Offset: uint64(k << 16), Data: chunk(id, k)}}})
+		}
+		evs = append(evs,
+			&podiumv1.TaskEvent{Seq: 3 + chunks, Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{
+				Stream: podiumv1.LogStream_LOG_STREAM_STDERR, Data: []byte("warning\n")}}},
+			&podiumv1.TaskEvent{Seq: 4 + chunks, Body: &podiumv1.TaskEvent_Note{Note: &podiumv1.Note{Text: "a note"}}})
+		done := statusEv(5+chunks, podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+		done.GetStatus().ExitCode = &zero
+		items = append(items, f.item(id, append(evs, done)...))
+	}
+	for round := range 2 {
+		out, err := f.st.IngestBatch(ctx, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			want := 5 + chunks
+			if round == 1 {
+				want = 0
+			}
+			if o.Err != nil || o.Result.Acked != 5+chunks || o.Result.Stored != want {
+				t.Errorf("round %d item %d: %+v, want acked %d, stored %d", round, i, o, 5+chunks, want)
+			}
+		}
+	}
+	for _, id := range tasks {
+		evs, err := f.st.ReadEvents(ctx, id, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// scheduled (the placement's), provisioning, running, the chunks,
+		// stderr, the note, succeeded.
+		if len(evs) != 6+chunks {
+			t.Fatalf("task %s: %d events, want %d", id, len(evs), 6+chunks)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) {
+				t.Errorf("task %s: event %d has seq %d", id, i, e.Seq)
+			}
+		}
+		for k := range chunks {
+			l := evs[3+k].Event.GetLog()
+			if l.GetStream() != podiumv1.LogStream_LOG_STREAM_STDOUT || l.GetOffset() != uint64(k<<16) || string(l.GetData()) != string(chunk(id, k)) {
+				t.Errorf("task %s chunk %d: stream %v offset %d, %d bytes: not what was sent", id, k, l.GetStream(), l.GetOffset(), len(l.GetData()))
+			}
+		}
+		if l := evs[3+chunks].Event.GetLog(); l.GetStream() != podiumv1.LogStream_LOG_STREAM_STDERR || string(l.GetData()) != "warning\n" {
+			t.Errorf("task %s: stderr event %v", id, evs[3+chunks].Event)
+		}
+		if n := evs[4+chunks].Event.GetNote().GetText(); n != "a note" {
+			t.Errorf("task %s: note %q", id, n)
+		}
+		s := evs[5+chunks].Event.GetStatus()
+		if s.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED || s.ExitCode == nil || *s.ExitCode != 0 {
+			t.Errorf("task %s: last event %v, want succeeded with exit code 0", id, evs[5+chunks].Event)
+		}
+	}
+}
