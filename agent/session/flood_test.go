@@ -1,11 +1,14 @@
 package session_test
 
 import (
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/podiumhq/podium/agent/session"
+	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -58,4 +61,56 @@ func TestHeartbeatsGoOutWhileATaskFloodsOutput(t *testing.T) {
 	}
 	<-printed
 	t.Logf("%d events alongside %d heartbeats", events, heartbeats)
+}
+
+// Output that waits while the node has no stream goes out in messages of up
+// to a MiB when the stream is back, not the 32 KiB that makes a batch worth
+// sending at once: the coordinator stores a node's messages one commit each,
+// so message size is what bounds how fast a backlog (or a flood) is stored.
+func TestBacklogGoesOutInLargeMessages(t *testing.T) {
+	t.Parallel()
+	r := newRunner()
+	f := startWith(t, r, session.Config{MaxTasks: 1, MaxPendingBytes: 16 << 20}, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.events(t, 1) // PROVISIONING
+	cn.push(ack("t1", 1))
+	wait.For(t, patience, "the node to take the ack of PROVISIONING", func() bool { return f.sess.Stats().EventsSpooled == 0 })
+	cn.end <- errors.New("restart")
+
+	const chunks, size = 32, 64 << 10 // 2 MiB while there is no stream
+	chunk := strings.Repeat("z", size)
+	for i := range chunks {
+		r.log(key("t1"), uint64(i*size), chunk)
+	}
+	cn = f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck(&podiumv1.Adopt{TaskId: "t1", Attempt: 1, Keep: true, AckedSeq: 1}))
+	got, largest := 0, 0
+	deadline := time.Now().Add(patience)
+	for got < chunks {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d chunks arrived within %s", got, chunks, patience)
+		}
+		b := cn.read(t).GetEvents()
+		if b == nil {
+			continue
+		}
+		bytes := 0
+		for _, ev := range b.GetEvents() {
+			if ev.GetLog() != nil {
+				got++
+				bytes += len(ev.GetLog().GetData())
+			}
+		}
+		largest = max(largest, bytes)
+	}
+	if largest < 1<<20 {
+		t.Fatalf("the 2 MiB backlog went out in messages of at most %d bytes, want one of 1 MiB", largest)
+	}
+	if largest > 1<<20+size {
+		t.Fatalf("a message carried %d bytes of output, more than the 1 MiB a batch holds and one chunk", largest)
+	}
 }

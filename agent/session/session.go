@@ -57,6 +57,16 @@ const (
 	flushBytes  = 32 << 10
 	flushEvents = 256
 	flushLinger = 20 * time.Millisecond
+	// A message takes whatever is waiting, up to batchBytes or batchEvents.
+	// The coordinator stores one node's messages one after another, a commit
+	// each, so output waiting behind a commit goes in the next message
+	// whole: a task printing faster than 32 KiB per commit would otherwise
+	// be stored at 32 KiB per commit (about 10 MB/s on a durable Postgres),
+	// while a large message goes in by COPY on one of the coordinator's
+	// bulk writers. Both stay well inside the protocol's bounds (4 MiB and
+	// 1,000 events a message).
+	batchBytes  = 1 << 20
+	batchEvents = 512
 	// DefaultMaxPendingBytes is how much unacknowledged output the node
 	// holds in memory before tasks' output blocks.
 	DefaultMaxPendingBytes = 64 << 20

@@ -210,7 +210,7 @@ func (s *Session) flush(ctx context.Context, stream *connect.BidiStreamForClient
 		}
 	}
 	for range flushRounds {
-		batch := s.out.nextBatch(flushBytes, flushEvents)
+		batch := s.out.nextBatch(batchBytes, batchEvents)
 		if len(batch) == 0 {
 			return nil
 		}

@@ -29,7 +29,8 @@ const (
 	PeopleReadMaxBytes = 1 << 20
 	// NodeReadMaxBytes bounds one message of the node API: an artifact
 	// chunk at its largest (artifacts.MaxChunkBytes), with room for the
-	// fields around it. Event batches are much smaller (tens of KiB).
+	// fields around it. An event batch is at most 1 MiB of output from the
+	// agent (its batchBytes) and 1,000 events (nodes.MaxEventsPerMessage).
 	NodeReadMaxBytes = artifacts.MaxChunkBytes + 64<<10
 	// envelopeSlack is what a body may hold beyond its one message: the
 	// framing of the gRPC and Connect streaming protocols, and what gzip adds
