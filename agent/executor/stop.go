@@ -137,6 +137,13 @@ func (r *run) teardown(ctx context.Context) error {
 	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
 		return err
 	}
+	// A pool network has no labels of the attempt: it goes by name, once
+	// its containers have.
+	if r.network != "" {
+		if err := r.e.pool.release(tctx, r.network); err != nil {
+			return err
+		}
+	}
 	// The workspace's files go with its volume, before the rest of the
 	// host directory (which waits for the artifacts' uploads): what the
 	// artifacts globs select was copied out already (copyWorkspace).
