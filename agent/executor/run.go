@@ -762,7 +762,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	// The containers go now, before anyone hears the task ended; the network
 	// and volume go after the terminal status (see main): removing a network
 	// takes Docker ~170 ms, which a user waiting on `podium run` should not.
-	r.removeContainers(ctx)
+	r.removeContainers(ctx, id)
 	r.teardownAfterStatus = true
 	return st
 }

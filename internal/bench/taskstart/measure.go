@@ -52,7 +52,7 @@ var podiumMilestones = []milestone{
 	// The agent removes the network and volume after it has reported
 	// the end, off the path the user waits on.
 	{"network removed", "network remove, after SUCCEEDED", "SUCCEEDED"},
-	{"volume removed", "volume remove", "network removed"},
+	{"volume removed", "volume remove, after SUCCEEDED", "SUCCEEDED"},
 }
 
 // The indexes of the milestones of a Podium run that are not Docker events.
