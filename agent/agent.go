@@ -209,6 +209,9 @@ type Config struct {
 	// debugging, once its status is stored and its uploads are done; 0
 	// removes it then.
 	KeepAttemptData time.Duration
+	// NetworkPool is how many task networks the executor keeps made ahead
+	// of the tasks (executor.Config.NetworkPool); 0 keeps none.
+	NetworkPool int
 }
 
 // Agent is one node agent process.
@@ -324,6 +327,7 @@ func New(cfg Config) (*Agent, error) {
 		ImageUsed:       func(id string) { a.gc.Used(id, time.Now()) },
 		Ended:           a.gc.Kick,
 		KeepAttemptData: cfg.KeepAttemptData,
+		NetworkPool:     cfg.NetworkPool,
 		// The session is made after the executor, which it runs tasks
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
@@ -412,6 +416,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
+	// After RemoveOrphans, which removes the pool networks an earlier
+	// process left; the networks no task took go as the agent stops.
+	a.exec.StartPool(ctx)
+	defer a.exec.StopPool()
 
 	l := a.exec.Limits()
 	a.log.Info("podium agent starting", "version", version.Version, "coordinator", a.id.CoordinatorURL,

@@ -47,9 +47,27 @@ func (r *run) labels(extra ...string) map[string]string {
 // engine finishes a create whose caller went away, and a network created
 // after teardown listed the attempt's objects would be left behind. Both
 // take milliseconds; the cancel is seen right after.
+//
+// With a warm pool (Config.NetworkPool) the attempt takes a network from it
+// instead, when one is ready, and records its name in the host directory
+// before anything joins it (see netpool.go).
 func (r *run) createNetwork() (bridge string, err error) {
 	ctx, cancel := apiCtx(r.prepCtx, apiTimeout)
 	defer cancel()
+	if n, ok := r.e.pool.take(ctx); ok {
+		if err := r.recordNetwork(n.name); err != nil {
+			// Without the record a restarted agent could not tell the
+			// network was this attempt's: it is not used.
+			r.log.Warn("could not record the pool network the task took; creating a network of its own", "network", n.name, "err", err)
+			if rerr := r.e.pool.remove(ctx, n); rerr != nil {
+				r.log.Warn("could not remove the unused pool network; the next agent start removes it", "err", rerr)
+			}
+		} else {
+			r.network = n.name
+			r.log.Debug("took a network from the warm pool", "network", n.name)
+			return n.bridge, nil
+		}
+	}
 	opts := network.CreateOptions{Driver: "bridge", Labels: r.labels()}
 	if r.e.egress != nil {
 		bridge = r.e.BridgeName(r.key)
@@ -89,7 +107,7 @@ func (r *run) reopenEgress(ctx context.Context) {
 		return
 	}
 	ictx, cancel := apiCtx(ctx, apiTimeout)
-	info, err := r.e.docker.NetworkInspect(ictx, NetworkName(r.key), network.InspectOptions{})
+	info, err := r.e.docker.NetworkInspect(ictx, r.networkName(), network.InspectOptions{})
 	cancel()
 	if err != nil {
 		r.log.Warn("could not look at the task's network to check its egress rules", "err", err)
@@ -98,7 +116,7 @@ func (r *run) reopenEgress(ctx context.Context) {
 	br := info.Options[egress.BridgeOption]
 	if !egress.IsBridge(br) {
 		r.log.Warn("the task's network was made without egress rules (by an agent with --egress-filter=false or "+
-			"of an older version); the task runs unfiltered until it ends", "network", NetworkName(r.key))
+			"of an older version); the task runs unfiltered until it ends", "network", r.networkName())
 		return
 	}
 	if err := r.openEgress(br); err != nil {
@@ -193,7 +211,7 @@ func (r *run) fileSecrets() []runner.SecretFile {
 // res's, and the node's default for each res leaves unset.
 func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string, mounts ...mount.Mount) *container.HostConfig {
 	h := &container.HostConfig{
-		NetworkMode: container.NetworkMode(NetworkName(r.key)),
+		NetworkMode: container.NetworkMode(r.networkName()),
 		Privileged:  false,
 		CapDrop:     []string{"ALL"},
 		CapAdd:      capAdd,
@@ -270,7 +288,7 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		},
 		host: host,
 		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
-			NetworkName(r.key): {Aliases: []string{taskspec.TaskHostName}},
+			r.networkName(): {Aliases: []string{taskspec.TaskHostName}},
 		}},
 	}
 }
@@ -295,7 +313,7 @@ func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpe
 		host: r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name),
 			mount.Mount{Type: mount.TypeBind, Source: r.sidecarProgress(name), Target: runner.ProgressPath, ReadOnly: true}),
 		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
-			NetworkName(r.key): {Aliases: []string{name}},
+			r.networkName(): {Aliases: []string{name}},
 		}},
 	}
 }

@@ -62,6 +62,10 @@ func TestEgress(t *testing.T) {
 		Resolvers: []netip.Addr{ns.tailnet},
 	})
 	e.exec = e.newExecutor()
+	// The same tasks on networks of a warm pool: their rules must be the
+	// same as on networks made for them.
+	pooled := e.startPool(t, 2)
+	e.waitIdle(t, pooled, 2)
 
 	script := fmt.Sprintf(`gw=$(ip route | awk '/^default/ {print $3}')
 probe() { if out=$(timeout 2 wget -q -O- "$2" 2>/dev/null); then echo "$1 reached: $out"; else echo "$1 refused"; fi; }
@@ -74,21 +78,25 @@ probe outside http://%[4]s:8080/
 podium-runner ask >/dev/null
 `, hostPort, otherGW, ns.tailnet, ns.outside)
 
-	// runProbes runs the script under spec's allow_egress and returns what
-	// it printed, checking on the way that the network's rules are in place
-	// while the task runs and gone once it has been torn down.
-	runProbes := func(t *testing.T, allow []string) string {
+	// runProbes runs the script under spec's allow_egress on ex and
+	// returns what it printed, checking on the way that the network's rules
+	// are in place while the task runs and gone once it has been torn down.
+	runProbes := func(t *testing.T, ex *executor.Executor, allow []string) string {
 		rec := newRecorder()
 		spec := e.sh(script)
 		spec.AllowEgress = allow
 		a := e.assign(t, spec)
 		key := executor.Key{TaskID: a.TaskId, Attempt: a.Attempt}
-		bridge := e.exec.BridgeName(key)
-		done, err := e.exec.Start(ctx, a, rec.emit)
+		done, err := ex.Start(ctx, a, rec.emit)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rec.waitState(t, podiumv1.TaskState_TASK_STATE_RUNNING)
+		name, nw := e.networkOf(t, key)
+		bridge := nw.Options[egress.BridgeOption]
+		if pool := ex == pooled; pool != strings.HasPrefix(name, "podium-pool-") || (!pool && bridge != ex.BridgeName(key)) {
+			t.Fatalf("the task runs on network %s with bridge %q (from the pool: want %v)", name, bridge, pool)
+		}
 		rules, err := e.egress.Rules(ctx, bridge)
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +104,7 @@ podium-runner ask >/dev/null
 		if !strings.Contains(strings.Join(rules, "\n"), "-A PODIUM-EGRESS -i "+bridge+" -g PODIUM-EGRESS-") {
 			t.Errorf("while the task runs, its bridge %s has no rules: %q", bridge, rules)
 		}
-		if _, err := e.exec.Inject(a.TaskId, a.Attempt, 1, "done"); err != nil {
+		if _, err := ex.Inject(a.TaskId, a.Attempt, 1, "done"); err != nil {
 			t.Fatal(err)
 		}
 		wait.Closed(t, time.Minute, "the task to end", done)
@@ -113,25 +121,30 @@ podium-runner ask >/dev/null
 		return string(rec.output(t, podiumv1.LogStream_LOG_STREAM_STDOUT))
 	}
 
-	t.Run("refused by default", func(t *testing.T) {
-		t.Parallel()
-		got := runProbes(t, nil)
-		want := "metadata refused\nown-gateway refused\nother-gateway refused\ntailnet refused\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
-		if got != want {
-			t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
-		}
-	})
+	for _, c := range []struct {
+		name string
+		ex   *executor.Executor
+	}{{"", e.exec}, {" on a pool network", pooled}} {
+		t.Run("refused by default"+c.name, func(t *testing.T) {
+			t.Parallel()
+			got := runProbes(t, c.ex, nil)
+			want := "metadata refused\nown-gateway refused\nother-gateway refused\ntailnet refused\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
+			if got != want {
+				t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
+			}
+		})
 
-	t.Run("opened by allow_egress where the node permits", func(t *testing.T) {
-		t.Parallel()
-		got := runProbes(t, []string{otherGW.String(), ns.tailnet.String() + "/32"})
-		// The same targets as above, now reached: what refused them
-		// before was the filter, not the way there.
-		want := "metadata refused\nown-gateway refused\nother-gateway reached: host\ntailnet reached: namespace\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
-		if got != want {
-			t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
-		}
-	})
+		t.Run("opened by allow_egress where the node permits"+c.name, func(t *testing.T) {
+			t.Parallel()
+			got := runProbes(t, c.ex, []string{otherGW.String(), ns.tailnet.String() + "/32"})
+			// The same targets as above, now reached: what refused them
+			// before was the filter, not the way there.
+			want := "metadata refused\nown-gateway refused\nother-gateway reached: host\ntailnet reached: namespace\ntailnet-port-53 reached: namespace\noutside reached: namespace\n"
+			if got != want {
+				t.Errorf("the task's probes printed\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
 
 	t.Run("allow_egress the node does not permit", func(t *testing.T) {
 		t.Parallel()

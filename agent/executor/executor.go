@@ -26,7 +26,10 @@
 // them and a restarted agent can tell its own from anyone else's:
 //
 //   - a private bridge network, podium-<task>-<attempt>, on which the task's
-//     container is "task" and each sidecar is its name;
+//     container is "task" and each sidecar is its name; with a warm pool
+//     (Config.NetworkPool) it is instead a network made ahead of the task,
+//     podium-pool-<random>, labelled LabelPool and LabelNode rather than
+//     with the task's labels, and still the task's alone (netpool.go);
 //   - a volume, podium-<task>-<attempt>-workspace, mounted at /workspace,
 //     whose files are kept in the attempt's host directory (volume/), on
 //     the disk the agent measures, where the agent can see how much of it
@@ -276,6 +279,11 @@ type Config struct {
 	// this node uses, as its attempt starts and as it ends (package
 	// imagegc keeps the record).
 	ImageUsed func(id string)
+	// NetworkPool is how many task networks to keep made ahead of the
+	// tasks, so that a task starting need not wait for the engine to
+	// create one (netpool.go; StartPool starts the pool). 0 creates each
+	// task's network as the task starts.
+	NetworkPool int
 	// Ended, if set, is called after each attempt's terminal status: the
 	// images it used may be unneeded now (package imagegc looks).
 	Ended func()
@@ -311,6 +319,11 @@ type Executor struct {
 	// while it stops and starts again, as it last said (learnEngine);
 	// engineKnown whether it has said.
 	liveRestore, engineKnown atomic.Bool
+
+	// pool is the warm pool of task networks; with Config.NetworkPool 0
+	// it hands out none, and still knows the pool networks of resumed
+	// attempts.
+	pool *netPool
 
 	mu   sync.Mutex
 	runs map[Key]*run
@@ -384,6 +397,10 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: attempt data is to be kept for %s; give 0 or more", cfg.KeepAttemptData)
 	}
 	e.keepData, e.imageUsed, e.ended = cfg.KeepAttemptData, cfg.ImageUsed, cfg.Ended
+	if cfg.NetworkPool < 0 {
+		return nil, fmt.Errorf("executor: a warm pool of %d networks; give 0 or more", cfg.NetworkPool)
+	}
+	e.pool = newPool(e, cfg.NetworkPool)
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {
 		e.diskFullAfter = DefaultDiskFullAfter
@@ -511,6 +528,10 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.C
 	r, err := e.register(ctx, a, emit, cur, true)
 	if err != nil {
 		return nil, err
+	}
+	if name := r.recordedNetwork(); name != "" {
+		r.network = name
+		e.pool.adopt(name)
 	}
 	r.log.Info("resuming a task a previous agent process started", "container_found", found != nil,
 		"stdout_offset", cur.Task.Stdout, "stderr_offset", cur.Task.Stderr)
@@ -685,6 +706,9 @@ func (e *Executor) RemoveOrphans(ctx context.Context) error {
 		e.log.Warn("removing what an earlier agent process left of a task attempt", "task_id", k.TaskID, "attempt", k.Attempt)
 		return true
 	}))
+	if _, err := e.pool.removeStale(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := e.SweepAttemptData(); err != nil {
 		errs = append(errs, err)
 	}
@@ -726,7 +750,9 @@ func (e *Executor) removeLabelled(ctx context.Context, f filters.Args, del func(
 		errs = append(errs, fmt.Errorf("list this node's networks: %w", err))
 	}
 	for _, n := range nets {
-		if !ok(n.Labels) {
+		// Pool networks carry no task's labels; which attempt holds one
+		// is the pool's to know (netpool.go).
+		if n.Labels[LabelPool] != "" || !ok(n.Labels) {
 			continue
 		}
 		if err := e.docker.NetworkRemove(ctx, n.ID); err != nil && !isNotFound(err) {

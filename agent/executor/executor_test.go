@@ -180,6 +180,8 @@ type env struct {
 	egress *egress.Filter
 	// limits are what the env's executors run tasks under.
 	limits executor.Limits
+	// networkPool is the warm pool of the executors made after it is set.
+	networkPool int
 }
 
 func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
@@ -215,14 +217,15 @@ func (e *env) newExecutor() *executor.Executor { return e.newExecutorWith(nil) }
 // newExecutorWith is newExecutor with an artifact uploader.
 func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 	ex, err := executor.New(executor.Config{
-		Docker:     e.docker,
-		NodeID:     e.nodeID,
-		RunnerPath: agenttest.Runner(e.t),
-		TasksDir:   e.tasksDir,
-		Logger:     slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Artifacts:  up,
-		Egress:     e.egress,
-		Limits:     e.limits,
+		Docker:      e.docker,
+		NodeID:      e.nodeID,
+		RunnerPath:  agenttest.Runner(e.t),
+		TasksDir:    e.tasksDir,
+		Logger:      slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Artifacts:   up,
+		Egress:      e.egress,
+		Limits:      e.limits,
+		NetworkPool: e.networkPool,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -203,9 +203,11 @@ func lastChange(dir string) (time.Time, bool) {
 }
 
 // SweepDangling removes the networks and volumes labelled by Podium that no
-// attempt owns: this node's whose attempt the executor does not hold, and
-// another node's (an identity this machine had before, say) older than
-// DanglingAge. The engine refuses to remove one a container still uses,
+// attempt owns: this node's whose attempt the executor does not hold, this
+// node's pool networks its pool does not own (netpool.go), and another
+// node's (an identity this machine had before, say) older than
+// DanglingAge. Another node's pool networks are left: one its agent keeps
+// ready has no container to show it is in use. The engine refuses to remove one a container still uses,
 // which is then left. It returns the names it removed.
 func (e *Executor) SweepDangling(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
@@ -247,6 +249,11 @@ func (e *Executor) SweepDangling(ctx context.Context) ([]string, error) {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if gone, err := e.pool.removeStale(ctx); err != nil {
+		errs = append(errs, err)
+	} else {
+		removed = append(removed, gone...)
 	}
 	vols, err := e.docker.VolumeList(ctx, volume.ListOptions{Filters: f})
 	if err != nil {

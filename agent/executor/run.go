@@ -63,6 +63,10 @@ type run struct {
 	emitFn attempt.Emit
 	log    *slog.Logger
 	dir    string // the attempt's host directory
+	// network is the pool network the attempt took (netpool.go), or ""
+	// when it has a network of its own, NetworkName. It is set before any
+	// container joins the network and not changed after.
+	network string
 	// prepErr is why the host directory could not be made, if it could not.
 	prepErr error
 
@@ -312,6 +316,9 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	}
 
 	id, started, st := r.launch(ctx, argv, sidecars)
+	// The pool makes the network this attempt took again now, not while
+	// the attempt was still calling the engine to start its container.
+	r.e.pool.refill()
 	if !started {
 		r.stopSidecarTails(ctx)
 		r.teardownOrLater(ctx)
@@ -755,7 +762,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	// The containers go now, before anyone hears the task ended; the network
 	// and volume go after the terminal status (see main): removing a network
 	// takes Docker ~170 ms, which a user waiting on `podium run` should not.
-	r.removeContainers(ctx)
+	r.removeContainers(ctx, id)
 	r.teardownAfterStatus = true
 	return st
 }

@@ -163,7 +163,7 @@ func (r *run) waitReady(ctx context.Context, sc *sidecar) error {
 		default:
 			ip := ""
 			if info.NetworkSettings != nil {
-				if ep := info.NetworkSettings.Networks[NetworkName(r.key)]; ep != nil {
+				if ep := info.NetworkSettings.Networks[r.networkName()]; ep != nil {
 					ip = ep.IPAddress
 				}
 			}

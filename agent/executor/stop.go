@@ -101,18 +101,24 @@ func (r *run) loadIntent() *stopIntent {
 	return &in
 }
 
-// removeContainers removes the attempt's task and sidecar containers.
-func (r *run) removeContainers(ctx context.Context) {
+// removeContainers removes the attempt's task container, id, and its
+// sidecars' by their names, without listing them first: the user waits for
+// this, and a list is one more engine call. Whatever it misses, teardown
+// finds by the labels and removes with the network.
+func (r *run) removeContainers(ctx context.Context, id string) {
 	tctx, cancel := apiCtx(ctx, apiTimeout)
 	defer cancel()
-	cs, err := r.e.docker.ContainerList(tctx, container.ListOptions{All: true, Filters: r.objectFilter()})
-	if err != nil {
-		r.log.Error("listing the task's containers failed; they are removed with its network", "err", err)
-		return
+	refs := []string{id}
+	for _, sc := range r.spec.GetSidecars() {
+		refs = append(refs, SidecarName(r.key, sc.GetName()))
 	}
-	for _, c := range cs {
-		if err := r.e.docker.ContainerRemove(tctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
-			r.log.Error("removing a task container failed; it is retried with the network", "container", shortID(c.ID), "err", err)
+	for i, c := range refs {
+		if err := r.e.docker.ContainerRemove(tctx, c, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
+			name := c
+			if i == 0 {
+				name = shortID(id)
+			}
+			r.log.Error("removing a task container failed; it is retried with the network", "container", name, "err", err)
 		}
 	}
 }
@@ -136,6 +142,13 @@ func (r *run) teardown(ctx context.Context) error {
 	defer cancel()
 	if err := r.e.removeLabelled(tctx, r.objectFilter(), func(Key) bool { return true }); err != nil {
 		return err
+	}
+	// A pool network has no labels of the attempt: it goes by name, once
+	// its containers have.
+	if r.network != "" {
+		if err := r.e.pool.release(tctx, r.network); err != nil {
+			return err
+		}
 	}
 	// The workspace's files go with its volume, before the rest of the
 	// host directory (which waits for the artifacts' uploads): what the

@@ -239,7 +239,7 @@ const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coord
                         [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                         [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
-                        [--disk-full-after DURATION]
+                        [--disk-full-after DURATION] [--network-pool N]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -276,6 +276,11 @@ write, for --disk-full-after (5m); if the disk is still full then, the task
 is stopped and fails with a reason starting "node disk full", keeping the
 output written before.
 
+Creating a task's private network is the slowest step of starting it, so the
+agent keeps --network-pool networks (2) made ahead of the tasks; each is
+still one task's alone and removed after it. Each holds one of the engine's
+address pools while it waits; 0 creates every task's network as it starts.
+
 Flags:
 `
 
@@ -297,6 +302,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var allowEgress, permitEgress stringList
 	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
 	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
+	networkPool := fs.Int("network-pool", executor.DefaultNetworkPool, "task networks to keep made ahead of the tasks, so they start sooner (0: none)")
 	outputLimit := sizeFlag(executor.DefaultOutputLimit)
 	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
 	var maxOutputLimit sizeFlag
@@ -331,6 +337,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	if int64(pendingMemory) > math.MaxInt32 {
 		return usageErr("--pending-memory %s: give at most 2GiB", pendingMemory.String())
+	}
+	if *networkPool < 0 {
+		return usageErr("--network-pool %d: give the number of networks to keep ready, or 0 for none", *networkPool)
 	}
 	if *maxTasks < 0 {
 		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
@@ -416,6 +425,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		ImageGCLowFree:  disk.lowFree,
 		ImageKeep:       disk.keep,
 		KeepAttemptData: disk.keepData,
+		NetworkPool:     *networkPool,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

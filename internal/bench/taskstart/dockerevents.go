@@ -85,33 +85,45 @@ func (w *dockerWatch) stop() {
 	})
 }
 
-// find returns the time of the first event of a type and action about the
-// named object, after since.
-func (w *dockerWatch) find(typ, action, name string, since time.Time) (time.Time, bool) {
+func (e dockerEvent) time() time.Time { return time.Unix(0, e.TimeNano) }
+
+// find returns the first event that matches, from a second before since
+// (the slack allows for the engine stamping an event before the call that
+// caused it returned).
+func (w *dockerWatch) find(since time.Time, match func(dockerEvent) bool) (dockerEvent, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, ev := range w.events {
-		if ev.Type == typ && ev.Action == action && ev.name() == name {
-			t := time.Unix(0, ev.TimeNano)
-			if !t.Before(since.Add(-time.Second)) {
-				return t, true
-			}
+		if match(ev) && !ev.time().Before(since.Add(-time.Second)) {
+			return ev, true
 		}
 	}
-	return time.Time{}, false
+	return dockerEvent{}, false
 }
 
-// wait gives the watch up to d to have seen an event, for a run that has
-// just ended: the engine sends its events asynchronously.
-func (w *dockerWatch) wait(typ, action, name string, since time.Time, d time.Duration) (time.Time, bool) {
+// about matches the events of a type and action about the named object.
+func about(typ, action, name string) func(dockerEvent) bool {
+	return func(ev dockerEvent) bool { return ev.Type == typ && ev.Action == action && ev.name() == name }
+}
+
+// waitFor gives the watch up to d to have seen a matching event, for a run
+// that has just ended: the engine sends its events asynchronously.
+func (w *dockerWatch) waitFor(since time.Time, d time.Duration, match func(dockerEvent) bool) (dockerEvent, bool) {
 	deadline := time.Now().Add(d)
 	for {
-		if t, ok := w.find(typ, action, name, since); ok {
-			return t, true
+		if ev, ok := w.find(since, match); ok {
+			return ev, true
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, false
+			return dockerEvent{}, false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// wait is waitFor's time of the event of a type and action about the named
+// object.
+func (w *dockerWatch) wait(typ, action, name string, since time.Time, d time.Duration) (time.Time, bool) {
+	ev, ok := w.waitFor(since, d, about(typ, action, name))
+	return ev.time(), ok
 }

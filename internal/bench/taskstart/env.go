@@ -82,7 +82,7 @@ type env struct {
 
 // startEnv starts everything, appending what undoes each step to cleanups as
 // soon as the step is done, so that a failure or ^C half-way still cleans up.
-func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string, cleanups *[]func()) (*env, error) {
+func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string, networkPool int, cleanups *[]func()) (*env, error) {
 	e := &env{bins: bins, token: randomToken()}
 
 	log.Info("starting Postgres")
@@ -133,8 +133,9 @@ func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string,
 		return nil, fmt.Errorf("podium-agent enroll printed no node id:\n%s%s", out, stderr.String())
 	}
 
-	log.Info("starting the agent", "node", e.node)
-	e.agent, err = benchkit.StartProcess(filepath.Join(work, "agent.log"), nil, bins.agent, "run", "--data-dir", data)
+	log.Info("starting the agent", "node", e.node, "network_pool", networkPool)
+	e.agent, err = benchkit.StartProcess(filepath.Join(work, "agent.log"), nil, bins.agent, "run", "--data-dir", data,
+		"--network-pool", strconv.Itoa(networkPool))
 	if err != nil {
 		return nil, err
 	}

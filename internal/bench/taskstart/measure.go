@@ -23,6 +23,10 @@ import (
 type milestone struct {
 	name string
 	step string
+	// after marks a milestone past the end the user waits for: its step
+	// runs from the milestone named after instead of the one before, and
+	// is left out of the total.
+	after string
 }
 
 // The milestones of a Podium run, in the order they happen. The clocks are
@@ -31,31 +35,40 @@ type milestone struct {
 // statuses it reports) and the Docker engine's (its events), all this
 // machine's wall clock.
 var podiumMilestones = []milestone{
-	{"exec podium run", ""},
-	{"task stored", "CLI starts, dials, Submit (created_at)"},
-	{"SCHEDULED", "scheduler places it (coordinator)"},
-	{"PROVISIONING", "Assign reaches the agent (agent)"},
-	{"network created", "image inspect, task network create"},
-	{"volume created", "workspace volume create"},
-	{"container created", "container create"},
-	{"container started", "container start"},
-	{"RUNNING", "agent reports it (agent)"},
-	{"container exited", "podium-runner runs `true`"},
-	{"container removed", "tail drained, container remove"},
-	{"network removed", "network remove"},
-	{"volume removed", "volume remove"},
-	{"SUCCEEDED", "agent reports it (agent)"},
-	{"finished stored", "event sent, ingested (finished_at)"},
-	{"podium run exited", "CLI hears the end, exits"},
+	{"exec podium run", "", ""},
+	{"task stored", "CLI starts, dials, Submit (created_at)", ""},
+	{"SCHEDULED", "scheduler places it (coordinator)", ""},
+	{"PROVISIONING", "Assign reaches the agent (agent)", ""},
+	{"network created", "image inspect, task network create (none when pooled)", ""},
+	{"volume created", "egress rules, workspace volume create", ""},
+	{"container created", "container create", ""},
+	{"container started", "container start", ""},
+	{"RUNNING", "agent reports it (agent)", ""},
+	{"container exited", "podium-runner runs `true`", ""},
+	{"container removed", "tail drained, container remove", ""},
+	{"SUCCEEDED", "agent reports it (agent)", ""},
+	{"finished stored", "event sent, ingested (finished_at)", ""},
+	{"podium run exited", "CLI hears the end, exits", ""},
+	// The agent removes the network and volume after it has reported
+	// the end, off the path the user waits on.
+	{"network removed", "network remove, after SUCCEEDED", "SUCCEEDED"},
+	{"volume removed", "volume remove, after SUCCEEDED", "SUCCEEDED"},
 }
 
+// The indexes of the milestones of a Podium run that are not Docker events.
+const (
+	pmExec, pmStored, pmScheduled, pmProvisioning = 0, 1, 2, 3
+	pmNetwork, pmRunning, pmSucceeded, pmFinished = 4, 8, 11, 12
+	pmExited                                      = 13
+)
+
 var dockerMilestones = []milestone{
-	{"exec docker run", ""},
-	{"container created", "CLI starts, container create"},
-	{"container started", "attach, container start"},
-	{"container exited", "`true` runs"},
-	{"container removed", "--rm removes it"},
-	{"docker run exited", "CLI hears it, exits"},
+	{"exec docker run", "", ""},
+	{"container created", "CLI starts, container create", ""},
+	{"container started", "attach, container start", ""},
+	{"container exited", "`true` runs", ""},
+	{"container removed", "--rm removes it", ""},
+	{"docker run exited", "CLI hears it, exits", ""},
 }
 
 // mark is a milestone's time from exec; ok is false when it was not seen.
@@ -68,6 +81,9 @@ type runResult struct {
 	wall  time.Duration
 	marks []mark
 	id    string // the task's id, or the docker run's container name
+	// pooled says the task ran on a network of the agent's warm pool,
+	// made before the run began: its "network created" is not the run's.
+	pooled bool
 }
 
 type results struct {
@@ -131,8 +147,8 @@ func podiumRun(ctx context.Context, e *env, w *dockerWatch, image string) (runRe
 			r.marks[i] = mark{at: t.Sub(begin), ok: true}
 		}
 	}
-	set(0, begin, true)
-	set(len(podiumMilestones)-1, begin.Add(wall), true)
+	set(pmExec, begin, true)
+	set(pmExited, begin.Add(wall), true)
 
 	got, err := e.api.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 	if err != nil {
@@ -142,31 +158,50 @@ func podiumRun(ctx context.Context, e *env, w *dockerWatch, image string) (runRe
 	if task.GetState() != podiumv1.TaskState_TASK_STATE_SUCCEEDED {
 		return r, fmt.Errorf("task %s ended %s: %s", id, task.GetState(), task.GetReason())
 	}
-	set(1, task.GetCreatedAt().AsTime(), task.GetCreatedAt() != nil)
-	set(14, task.GetFinishedAt().AsTime(), task.GetFinishedAt() != nil)
+	set(pmStored, task.GetCreatedAt().AsTime(), task.GetCreatedAt() != nil)
+	set(pmFinished, task.GetFinishedAt().AsTime(), task.GetFinishedAt() != nil)
 
 	status, err := statusTimes(ctx, e.api, id)
 	if err != nil {
 		return r, err
 	}
 	for i, s := range map[int]podiumv1.TaskState{
-		2: podiumv1.TaskState_TASK_STATE_SCHEDULED, 3: podiumv1.TaskState_TASK_STATE_PROVISIONING,
-		8: podiumv1.TaskState_TASK_STATE_RUNNING, 13: podiumv1.TaskState_TASK_STATE_SUCCEEDED,
+		pmScheduled: podiumv1.TaskState_TASK_STATE_SCHEDULED, pmProvisioning: podiumv1.TaskState_TASK_STATE_PROVISIONING,
+		pmRunning: podiumv1.TaskState_TASK_STATE_RUNNING, pmSucceeded: podiumv1.TaskState_TASK_STATE_SUCCEEDED,
 	} {
 		t, ok := status[s]
 		set(i, t, ok)
 	}
 
-	// The agent's names for the attempt's objects (agent/executor).
+	// The agent's names for the attempt's objects (agent/executor). Its
+	// network is the one its container joined: a network of its own, of
+	// the same name, or one of the agent's warm pool.
 	name := "podium-" + id + "-" + strconv.Itoa(int(max(task.GetAttempt(), 1)))
 	vol := name + "-workspace"
+	network := name
+	if created, ok := w.waitFor(begin, 2*time.Second, about("container", "create", name)); ok {
+		if joined, ok := w.waitFor(begin, 2*time.Second, func(ev dockerEvent) bool {
+			return ev.Type == "network" && ev.Action == "connect" && ev.Actor.Attributes["container"] == created.Actor.ID
+		}); ok {
+			network = joined.name()
+		}
+	}
 	for i, q := range map[int][3]string{
-		4: {"network", "create", name}, 5: {"volume", "create", vol},
+		5: {"volume", "create", vol},
 		6: {"container", "create", name}, 7: {"container", "start", name}, 9: {"container", "die", name},
-		10: {"container", "destroy", name}, 11: {"network", "destroy", name}, 12: {"volume", "destroy", vol},
+		10: {"container", "destroy", name}, 14: {"network", "destroy", network}, 15: {"volume", "destroy", vol},
 	} {
 		t, ok := w.wait(q[0], q[1], q[2], begin, 2*time.Second)
 		set(i, t, ok)
+	}
+	// A pool network was made before the run, by the agent on its own
+	// time: only a network created after exec is the run's.
+	// Every other event of the run has arrived by now, so this one is not
+	// waited for.
+	if ev, ok := w.find(begin, about("network", "create", network)); ok && !ev.time().Before(begin) {
+		set(pmNetwork, ev.time(), true)
+	} else {
+		r.pooled = network != name
 	}
 	return r, nil
 }

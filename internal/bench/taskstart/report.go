@@ -60,9 +60,16 @@ func report(w io.Writer, cfg config, res *results, watch *dockerWatch) {
 	}
 	slices.Sort(paired)
 
+	pooled := 0
+	for _, r := range res.podium {
+		if r.pooled {
+			pooled++
+		}
+	}
 	fmt.Fprintf(w, "\nTask start: `podium run --image %s -- true` beside `docker run --rm %s true`,\n"+
-		"%d runs of each, alternating, after %d warm-up run(s) of each; wall time from exec to exit 0\n\n",
-		cfg.image, cfg.image, cfg.runs, cfg.warmup)
+		"%d runs of each, alternating, after %d warm-up run(s) of each; wall time from exec to exit 0\n"+
+		"agent: podium-agent run --network-pool %d (task networks made ahead of the tasks); %d of the %d Podium runs took a network from the pool\n\n",
+		cfg.image, cfg.image, cfg.runs, cfg.warmup, cfg.networkPool, pooled, len(res.podium))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tmedian\tp90\tmin\t")
 	fmt.Fprintf(tw, "podium run\t%s\t%s\t%s\t\n", ms(p.median), ms(p.p90), ms(p.min))
@@ -78,7 +85,8 @@ func report(w io.Writer, cfg config, res *results, watch *dockerWatch) {
 		ms(cfg.target), verdict, ms(diff), float64(p.median)/float64(d.median))
 
 	fmt.Fprintf(w, "\nWhere a Podium run's time goes (each step's median over the %d runs; \"at\" is the median time from exec;\n"+
-		"the last column is the steps of one run, the one with the median wall time)\n\n", len(res.podium))
+		"the last column is the steps of one run, the one with the median wall time; a run whose network came from\n"+
+		"the agent's warm pool has no \"network created\" of its own, and its next step runs from PROVISIONING)\n\n", len(res.podium))
 	breakdown(w, podiumMilestones, res.podium)
 	fmt.Fprintf(w, "\nThe same for docker run --rm:\n\n")
 	breakdown(w, dockerMilestones, res.docker)
@@ -106,14 +114,24 @@ func breakdown(w io.Writer, stones []milestone, rs []runResult) {
 	var total time.Duration
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  milestone\twhat happens since the milestone before\t%10s\t%10s\tone run: %s\n", "step", "at", one.id)
+	from := func(r runResult, i int) int {
+		if stones[i].after == "" {
+			return lastSeen(r, i)
+		}
+		j := slices.IndexFunc(stones, func(m milestone) bool { return m.name == stones[i].after })
+		if j < 0 || !r.marks[j].ok {
+			return -1
+		}
+		return j
+	}
 	for i, m := range stones {
 		var at, st []time.Duration
 		for _, r := range rs {
 			if r.marks[i].ok {
 				at = append(at, r.marks[i].at)
 			}
-			if i > 0 && r.marks[i].ok && r.marks[i-1].ok {
-				st = append(st, r.marks[i].at-r.marks[i-1].at)
+			if prev := from(r, i); prev >= 0 && r.marks[i].ok {
+				st = append(st, r.marks[i].at-r.marks[prev].at)
 			}
 		}
 		slices.Sort(at)
@@ -123,16 +141,18 @@ func breakdown(w io.Writer, stones []milestone, rs []runResult) {
 			seen = fmt.Sprintf(" (seen in %d of %d runs)", len(at), len(rs))
 		}
 		oneStep := "-"
-		if i > 0 && one.marks[i].ok && one.marks[i-1].ok {
-			oneStep = msAligned(one.marks[i].at - one.marks[i-1].at)
+		if prev := from(one, i); prev >= 0 && one.marks[i].ok {
+			oneStep = msAligned(one.marks[i].at - one.marks[prev].at)
 		}
 		if i == 0 {
 			fmt.Fprintf(tw, "  %s\t\t\t%s\t\n", m.name, msAligned(0))
 			continue
 		}
 		stepMedian := median(st)
-		steps = append(steps, step{m.name + ": " + m.step, stepMedian})
-		total += stepMedian
+		if m.after == "" {
+			steps = append(steps, step{m.name + ": " + m.step, stepMedian})
+			total += stepMedian
+		}
 		fmt.Fprintf(tw, "  %s%s\t%s\t%s\t%s\t%s\n", m.name, seen, m.step, msAligned(stepMedian), msAligned(median(at)), oneStep)
 	}
 	_ = tw.Flush()
@@ -146,6 +166,19 @@ func breakdown(w io.Writer, stones []milestone, rs []runResult) {
 		fmt.Fprintf(w, "%s %s %s (%.0f%%)", sep, s.name, ms(s.median), 100*float64(s.median)/float64(max(total, 1)))
 	}
 	fmt.Fprintln(w)
+}
+
+// lastSeen is the index of the last milestone before i the run saw, or -1.
+// A step runs from it, so that a milestone a run does not have (the network
+// create of a run whose network came from the agent's warm pool) folds its
+// step into the next.
+func lastSeen(r runResult, i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if r.marks[j].ok {
+			return j
+		}
+	}
+	return -1
 }
 
 func msAligned(d time.Duration) string {

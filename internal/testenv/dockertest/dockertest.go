@@ -103,6 +103,9 @@ func build(ctx context.Context, host, tag string) error {
 // LabelKey is the Docker label every Podium object carries.
 const LabelKey = "podium.task"
 
+// poolLabel marks a network of an agent's warm pool (executor.LabelPool).
+const poolLabel = "podium.pool"
+
 // AssertNothingLeft fails the test if any container, network or volume labelled
 // by Podium is still in the engine.
 func AssertNothingLeft(t testing.TB, c *client.Client) {
@@ -128,6 +131,7 @@ func AssertNothingLeftFor(t testing.TB, c *client.Client, label string) {
 
 // LeftFor describes each container, network and volume matching the label
 // filter that is still in the engine, one line each; none is an empty list.
+// A network of an agent's warm pool that no container uses is not counted.
 // A test that waits for a teardown polls it (AssertNothingLeftFor fails at
 // once).
 func LeftFor(ctx context.Context, c *client.Client, label string) ([]string, error) {
@@ -145,6 +149,16 @@ func LeftFor(ctx context.Context, c *client.Client, label string) ([]string, err
 		return nil, err
 	}
 	for _, n := range nets {
+		if _, pool := n.Labels[poolLabel]; pool {
+			// A running agent keeps networks ready for its next tasks
+			// (its --network-pool): one no container uses is the
+			// agent's, not a task's leftover. The agent removes them as
+			// it stops.
+			info, err := c.NetworkInspect(ctx, n.ID, network.InspectOptions{})
+			if err == nil && len(info.Containers) == 0 {
+				continue
+			}
+		}
 		left = append(left, fmt.Sprintf("network %s labelled %s is still there", n.Name, label))
 	}
 	vols, err := c.VolumeList(ctx, volume.ListOptions{Filters: f})
