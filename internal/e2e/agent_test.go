@@ -155,7 +155,9 @@ func (e *env) specFile(body string) string {
 
 func TestSidecarIsReachedByName(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	// The agent with its shipped default of two task networks made ahead
+	// (--network-pool 2), which the other tests here turn off.
+	e := newEnvWith(t, []string{"--network-pool", "2"})
 	spec := e.specFile(fmt.Sprintf(`image: %[1]s
 command: [sh, -c, 'wget -qO- http://web:8080/index.html']
 sidecars:

@@ -441,7 +441,9 @@ func (a *Agent) Start() {
 		a.t.Fatalf("agent %s is already running", a.Node)
 	}
 	fmt.Fprintf(a.log, "=== harness: start agent %v\n", a.Args)
-	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4"}, a.Args...)...)
+	// No warm network pool (see internal/e2e's startAgent): the engine's 31
+	// address pools are shared by every agent the suites run at once.
+	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)...)
 	cmd.Env = append(os.Environ(), a.Env...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	a.p = startProc(a.t, cmd)
