@@ -49,9 +49,18 @@ type ingester struct {
 	turn atomic.Uint32
 }
 
-func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger) *ingester {
+// bulkLanesFor is how many bulk lanes a replica whose pool opens at most
+// poolSize connections runs: up to bulkLanes, and no more than half the
+// pool. Each lane holds a connection for as long as its transaction lasts;
+// a flood on every lane at once must leave connections for the heartbeats,
+// the Hellos and the API, which would otherwise queue behind it.
+func bulkLanesFor(poolSize int32) int {
+	return max(1, min(bulkLanes, int(poolSize)/2))
+}
+
+func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger, bulk int) *ingester {
 	in := &ingester{store: st, metrics: m, log: log}
-	for range 1 + bulkLanes {
+	for range 1 + bulk {
 		in.lanes = append(in.lanes, groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
 			Flush:     in.write,
 			After:     in.ring,

@@ -19,7 +19,7 @@ func TestLaneOf(t *testing.T) {
 		return []store.IngestItem{{NodeID: "node_a", TaskID: "t", Events: evs},
 			{NodeID: "node_a", TaskID: "u", Events: []*podiumv1.TaskEvent{{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{}}}}}}
 	}
-	in := newIngester(nil, nil, nil)
+	in := newIngester(nil, nil, nil, bulkLanes)
 	if len(in.lanes) != 1+bulkLanes {
 		t.Fatalf("%d lanes, want %d", len(in.lanes), 1+bulkLanes)
 	}
@@ -38,5 +38,18 @@ func TestLaneOf(t *testing.T) {
 	one := &ingester{lanes: in.lanes[:1]}
 	if l := one.laneOf(msg(16, 64<<10)); l != 0 {
 		t.Errorf("with no bulk lanes a big message went to lane %d, want 0", l)
+	}
+}
+
+// The bulk lanes take at most half the replica's pool, so a flood on all of
+// them leaves connections for everything else, and there is always one.
+func TestBulkLanesForThePool(t *testing.T) {
+	for _, c := range []struct {
+		pool int32
+		want int
+	}{{1, 1}, {2, 1}, {4, 2}, {6, 3}, {16, bulkLanes}, {64, bulkLanes}} {
+		if got := bulkLanesFor(c.pool); got != c.want {
+			t.Errorf("a pool of %d gets %d bulk lanes, want %d", c.pool, got, c.want)
+		}
 	}
 }

@@ -135,7 +135,7 @@ func NewService(cfg Config, deps Deps) *Service {
 	return &Service{cfg: cfg, store: deps.Store, bus: deps.Bus, leases: deps.Leases, log: deps.Log, reg: reg,
 		metrics: deps.Metrics, artifacts: deps.Artifacts, secrets: vault,
 		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(deps.Store, deps.Metrics, deps.Log), deliverer: newDeliverer(deps.Store, vault, deps.Log),
+		ingester: newIngester(deps.Store, deps.Metrics, deps.Log, bulkLanesFor(deps.Store.PoolSize())), deliverer: newDeliverer(deps.Store, vault, deps.Log),
 		fleetBell: make(chan struct{}, 1)}
 }
 
