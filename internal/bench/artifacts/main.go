@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ type config struct {
 	parts       int
 	rounds      int
 	keep        bool
+	durable     bool
 }
 
 func main() { os.Exit(run()) }
@@ -59,6 +61,7 @@ func run() int {
 	flag.StringVar(&cfg.coordinator, "coordinator", "bin/podium-coordinator", "the podium-coordinator binary (`make build` makes bin/podium-coordinator)")
 	flag.IntVar(&cfg.chunk, "chunk", 256<<10, "bytes per upload message, as the agent sends them")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "how many times to measure each way, alternating, so neither gets a warm cache the other did not")
+	flag.BoolVar(&cfg.durable, "durable", true, "Postgres with fsync, synchronous_commit and full_page_writes on, as in production; false: the fast test settings (labelled in the report)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (coordinator and versitygw logs)")
 	flag.Parse()
 	n, err := parseSize(*size)
@@ -101,8 +104,9 @@ func run() int {
 }
 
 func bench(ctx context.Context, log *slog.Logger, cfg config, work string) error {
-	log.Info("starting Postgres and versitygw")
-	cluster, err := pgtest.StartCluster()
+	loadStart := benchkit.LoadAvg()
+	log.Info("starting Postgres and versitygw", "durable", cfg.durable)
+	cluster, err := pgtest.StartCluster(benchkit.PostgresSettings(cfg.durable)...)
 	if err != nil {
 		return err
 	}
@@ -152,6 +156,8 @@ func bench(ctx context.Context, log *slog.Logger, cfg config, work string) error
 	if n, sample := coord.Warnings(); n > 0 {
 		fmt.Printf("\nthe coordinator logged %d warnings, e.g.:\n  %s\n", n, strings.Join(sample, "\n  "))
 	}
+	fmt.Printf("\n%s\nmachine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
+		benchkit.PostgresLine(cfg.durable), runtime.NumCPU(), loadStart, benchkit.LoadAvg())
 	return nil
 }
 

@@ -170,11 +170,24 @@ func (s *Setup) FleetConfig(coord *Coordinator, creds []NodeCred, interval time.
 }
 
 // Postgres says which Postgres settings the figures were measured with.
-func (s *Setup) Postgres() string {
-	if s.flags.Durable {
+func (s *Setup) Postgres() string { return PostgresLine(s.flags.Durable) }
+
+// PostgresLine is the line a report prints to say which Postgres settings
+// its figures were measured with.
+func PostgresLine(durable bool) string {
+	if durable {
 		return "Postgres: durable (fsync, synchronous_commit, full_page_writes on: production's settings)"
 	}
 	return "Postgres: FAST test settings (fsync, synchronous_commit, full_page_writes off; -durable=false), not production's"
+}
+
+// PostgresSettings are the settings to start Postgres with: production's
+// durability (DurableSettings) when durable, pgtest's fast ones otherwise.
+func PostgresSettings(durable bool) []string {
+	if durable {
+		return DurableSettings
+	}
+	return nil
 }
 
 // Close stops Postgres and removes the work directory, unless asked to keep

@@ -82,11 +82,11 @@ type env struct {
 
 // startEnv starts everything, appending what undoes each step to cleanups as
 // soon as the step is done, so that a failure or ^C half-way still cleans up.
-func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string, networkPool int, cleanups *[]func()) (*env, error) {
+func startEnv(ctx context.Context, log *slog.Logger, bins binaries, work string, networkPool int, durable bool, cleanups *[]func()) (*env, error) {
 	e := &env{bins: bins, token: randomToken()}
 
-	log.Info("starting Postgres")
-	cluster, err := pgtest.StartCluster()
+	log.Info("starting Postgres", "durable", durable)
+	cluster, err := pgtest.StartCluster(benchkit.PostgresSettings(durable)...)
 	if err != nil {
 		return nil, err
 	}

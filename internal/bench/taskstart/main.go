@@ -56,6 +56,7 @@ type config struct {
 	keepLogs bool
 	// networkPool is the agent's --network-pool.
 	networkPool int
+	durable     bool
 }
 
 func main() { os.Exit(run()) }
@@ -68,6 +69,7 @@ func run() int {
 	flag.StringVar(&cfg.image, "image", "podium-bench/busybox:taskstart", "tag of the busybox image built for the runs")
 	flag.DurationVar(&cfg.target, "target", 60*time.Millisecond, "what Podium may add to docker run's median (issue 17's goal)")
 	flag.IntVar(&cfg.networkPool, "network-pool", executor.DefaultNetworkPool, "the agent's --network-pool: task networks it makes ahead of the tasks (0: each task creates its own as it starts)")
+	flag.BoolVar(&cfg.durable, "durable", true, "Postgres with fsync, synchronous_commit and full_page_writes on, as in production; false: the fast test settings (labelled in the report)")
 	flag.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the work directory (coordinator and agent logs) instead of removing it")
 	flag.Parse()
 	if cfg.runs < 1 || cfg.warmup < 0 || cfg.networkPool < 0 {
@@ -114,7 +116,7 @@ func run() int {
 	if err != nil {
 		return fail(err)
 	}
-	env, err := startEnv(ctx, log, bins, work, cfg.networkPool, &cleanups)
+	env, err := startEnv(ctx, log, bins, work, cfg.networkPool, cfg.durable, &cleanups)
 	if err != nil {
 		return fail(err)
 	}
@@ -143,7 +145,8 @@ func run() int {
 	}
 	watch.stop()
 	report(os.Stdout, cfg, res, watch)
-	fmt.Printf("\nmachine: %d CPUs, Docker %s, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
+	fmt.Printf("\n%s\n", benchkit.PostgresLine(cfg.durable))
+	fmt.Printf("machine: %d CPUs, Docker %s, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
 		runtime.NumCPU(), dockerVersion(), loadStart, benchkit.LoadAvg())
 	if w := env.warnings(); w != "" {
 		fmt.Print(w)
