@@ -47,7 +47,7 @@ import (
 type config struct {
 	benchkit.FleetFlags
 	counts         []int
-	durable        bool
+	poolMaxConns   int
 	tasks          int
 	logEach        time.Duration
 	before, after  time.Duration
@@ -66,7 +66,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	var cfg config
 	nodesFlag := flag.String("nodes", "1000,10000", "comma-separated fleet sizes; each gets a fresh database and replicas")
-	flag.BoolVar(&cfg.durable, "durable", true, "Postgres with its production settings (fsync, synchronous_commit, full_page_writes on); false: the fast test settings, labelled as such")
+	flag.IntVar(&cfg.poolMaxConns, "pool-max-conns", 0, "each replica's Postgres pool (pool_max_conns on its database URL); 0: the coordinator's default")
 	flag.IntVar(&cfg.tasks, "tasks", 200, "tasks running on the nodes across the switch")
 	flag.DurationVar(&cfg.logEach, "log-every", 100*time.Millisecond, "each running task writes one line this often")
 	flag.DurationVar(&cfg.before, "before", 3*time.Second, "how long the tasks write on replica A before it is killed")
@@ -77,7 +77,7 @@ func run() int {
 	flag.DurationVar(&cfg.snapshot, "goroutines-at", 2*time.Second, "when after the kill to list where replica B's goroutines wait")
 	cfg.Register(flag.CommandLine, benchkit.FleetFlags{
 		PerConn: 1, Inflight: 1, HelloTimeout: 15 * time.Second, ConnectTimeout: 5 * time.Minute,
-		PgbenchClients: 1,
+		PgbenchClients: 1, Durable: true, // -durable is benchkit's flag
 	})
 	flag.Parse()
 	cfg.connectTimeout = cfg.ConnectTimeout
@@ -101,7 +101,7 @@ func run() int {
 	defer stop()
 
 	settings := []string{"shared_preload_libraries=pg_stat_statements"}
-	if cfg.durable {
+	if cfg.Durable {
 		settings = append(settings, "fsync=on", "synchronous_commit=on", "full_page_writes=on")
 	}
 	setup, err := benchkit.StartWith(ctx, log, "failover", cfg.FleetFlags, settings...)

@@ -87,6 +87,13 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	}
 
 	coordURL := db.URL
+	if cfg.poolMaxConns > 0 {
+		sep := "?"
+		if strings.Contains(coordURL, "?") {
+			sep = "&"
+		}
+		coordURL += fmt.Sprintf("%spool_max_conns=%d", sep, cfg.poolMaxConns)
+	}
 	log.Info("starting replica A", "nodes", n)
 	a, err := benchkit.StartCoordinator(ctx, setup.Bin, coordURL, work("coordinator-a.log"), nil, "--replica-id", replicaA)
 	if err != nil {

@@ -67,10 +67,13 @@ func stored(r result) string {
 // against the goals.
 func printTable(w io.Writer, cfg config, rs []result) {
 	pg := "durable Postgres (fsync, synchronous_commit, full_page_writes on)"
-	if !cfg.durable {
+	if !cfg.Durable {
 		pg = "FAST Postgres (fsync, synchronous_commit, full_page_writes off: the test settings, not production's)"
 	}
 	pool := "the default Postgres pool (pgxpool: max(4, CPUs) connections per replica)"
+	if cfg.poolMaxConns > 0 {
+		pool = fmt.Sprintf("a Postgres pool of %d connections per replica (pool_max_conns)", cfg.poolMaxConns)
+	}
 	fmt.Fprintf(w, "\nFailover: replica A SIGKILLed, nodes re-home to replica B; %s; %s; one TCP connection per node; the agent's own session code\n\n", pg, pool)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "nodes\tcold connect (ref)\tfirst on B\tlast on B\tstored online\tleader\tfirst placement\tlogs exact\tlines not stored\trequeued\t")
