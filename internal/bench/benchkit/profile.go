@@ -41,19 +41,7 @@ type GoroutineGroup struct {
 // under name.
 func ReadMemProfile(ctx context.Context, debugAddr, dir, name string) (MemProfile, error) {
 	var p MemProfile
-	client := &http.Client{Timeout: time.Minute}
-	get := func(path string) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+path, nil)
-		if err != nil {
-			return nil, err
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("read the coordinator's profile %s: %w", path, err)
-		}
-		defer res.Body.Close()
-		return io.ReadAll(res.Body)
-	}
+	get := func(path string) ([]byte, error) { return DebugGet(ctx, debugAddr, path, time.Minute) }
 	// gc=1 collects first, so the profile counts what is live.
 	heap, err := get("/debug/pprof/heap?gc=1")
 	if err != nil {
@@ -102,6 +90,37 @@ func ReadMemProfile(ctx context.Context, debugAddr, dir, name string) (MemProfil
 		p.Top = lines
 	}
 	return p, nil
+}
+
+// DebugGet reads path (e.g. /debug/pprof/heap) from the profiler a
+// coordinator serves at debugAddr (its --debug-listen), within timeout.
+func DebugGet(ctx context.Context, debugAddr, path string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the coordinator's profile %s: %w", path, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read the coordinator's profile %s: %s", path, res.Status)
+	}
+	return io.ReadAll(res.Body)
+}
+
+// CPUProfile takes a CPU profile of d from the coordinator whose profiler
+// listens at debugAddr and writes it to file, for `go tool pprof`.
+func CPUProfile(ctx context.Context, debugAddr string, d time.Duration, file string) error {
+	secs := max(1, int(d.Seconds()))
+	b, err := DebugGet(ctx, debugAddr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), time.Duration(secs)*time.Second+time.Minute)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // goroutineGroups reads the debug=1 goroutine profile: a total, then one

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -277,7 +275,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 			go func() {
 				defer close(profiled)
 				path := cfg.coordProfile + "." + m.name
-				if err := fetchProfile(ctx, debugAddr, cfg.coordProfileTime, path); err != nil {
+				if err := benchkit.CPUProfile(ctx, debugAddr, cfg.coordProfileTime, path); err != nil {
 					log.Warn("coordinator CPU profile", "err", err)
 					return
 				}
@@ -548,31 +546,4 @@ func waitFor(ctx context.Context, coord *benchkit.Coordinator, timeout time.Dura
 		}
 	}
 	return nil
-}
-
-// fetchProfile takes a CPU profile of the coordinator for d from its
-// --debug-listen address and writes it to path.
-func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds()))), nil)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", req.URL, res.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -164,7 +163,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, setup *benchkit.
 	profileDone := make(chan error, 1)
 	if cfg.profile > 0 {
 		r.Profile = work("replica-b.pprof")
-		go func() { profileDone <- fetchProfile(ctx, debugAddr, cfg.profile, r.Profile) }()
+		go func() { profileDone <- benchkit.CPUProfile(ctx, debugAddr, cfg.profile, r.Profile) }()
 	}
 	log.Info("SIGKILL replica A", "pid", a.PID)
 	t0 := time.Now()
@@ -391,46 +390,11 @@ func waitLogLine(ctx context.Context, path, msg string, within time.Duration) (t
 	return at, nil
 }
 
-// fetchProfile takes a CPU profile of a replica from its --debug-listen.
-func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds())))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, res.Status)
-	}
-	out, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, res.Body); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 // goroutineSummary saves replica B's goroutines (pprof's grouped text) to
 // path and returns the groups of more than ten whose stack passes through
 // Podium's code, largest first, each as its count and the Podium frames in it.
 func goroutineSummary(ctx context.Context, addr, path string) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/goroutine?debug=1", nil)
-	if err != nil {
-		return err.Error()
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
+	b, err := benchkit.DebugGet(ctx, addr, "/debug/pprof/goroutine?debug=1", time.Minute)
 	if err != nil {
 		return err.Error()
 	}
