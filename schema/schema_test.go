@@ -133,10 +133,10 @@ func TestNodeLimitsMigrationFillsWaitingTasks(t *testing.T) {
 	}
 }
 
-// 0018 has the tables that churn vacuumed after 2 % of their rows are dead,
+// 0018 sets the tables that churn to be vacuumed after 2 % of their rows are dead,
 // not autovacuum's default 20 %, and without the cost delay: the storage
 // parameters are what Postgres reads for each table.
-func TestChurningTablesAreVacuumedEarly(t *testing.T) {
+func TestChurningTablesHaveEarlyVacuumSettings(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	ctx := context.Background()

@@ -40,3 +40,24 @@ func TestPoolSizeFromTheDatabaseURL(t *testing.T) {
 		t.Fatalf("the direct connection answers %d, %v; want 1", one, err)
 	}
 }
+
+// A pool size Postgres could never give is refused at start, naming the
+// setting, rather than opening a pool that cannot work.
+func TestPoolSizeRefusedWhenNotAPositiveNumber(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	sep := "?"
+	if strings.Contains(db.URL, "?") {
+		sep = "&"
+	}
+	for _, bad := range []string{"0", "-3", "many"} {
+		st, err := store.Open(context.Background(), db.URL+sep+"pool_max_conns="+bad)
+		if err == nil {
+			st.Close()
+			t.Fatalf("pool_max_conns=%s opened a store, want an error", bad)
+		}
+		if !strings.Contains(err.Error(), "pool_max_conns") {
+			t.Errorf("pool_max_conns=%s: the error %q does not name the setting", bad, err)
+		}
+	}
+}
