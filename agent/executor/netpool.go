@@ -34,6 +34,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,6 +44,7 @@ import (
 
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"golang.org/x/sys/unix"
 
 	"github.com/podiumhq/podium/agent/egress"
 )
@@ -389,8 +391,21 @@ func (r *run) recordNetwork(name string) error {
 
 // recordedNetwork is the pool network an earlier agent process recorded for
 // the attempt, or "" when it has a network of its own.
+//
+// The attempt's directory is the agent's, not the task's (only directories
+// inside it are mounted), but the name decides which network teardown
+// removes, so it is read as what it must be: a regular file, not through a
+// link, a name's length at most.
 func (r *run) recordedNetwork() string {
-	b, err := os.ReadFile(filepath.Join(r.dir, networkFile))
+	f, err := os.OpenFile(filepath.Join(r.dir, networkFile), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(len(poolPrefix)+12+1)))
 	if err != nil {
 		return ""
 	}
