@@ -403,8 +403,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // same way, and Run returns that error, because a replica missing one of its
 // loops would look alive while, say, storing no events.
 func (s *Server) Run(ctx context.Context) error {
-	if err := s.store.RegisterReplica(ctx, s.cfg.ReplicaID, s.cfg.Advertise); err != nil {
-		return err
+	// Registration is not cut short by ctx: a stop that landed between the
+	// row and the return would leave a replica that is gone listed to every
+	// node for the whole replicasWindow. Once registered, a stop goes the
+	// usual way below, which retires the row.
+	rctx, cancelRegister := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err := s.store.RegisterReplica(rctx, s.cfg.ReplicaID, s.cfg.Advertise)
+	cancelRegister()
+	if err != nil {
+		return fmt.Errorf("register this replica in podium.replicas: %w", err)
 	}
 	g, failed := errgroup.WithContext(context.Background())
 	// The lease has a context of its own: it must outlive the loops even when
@@ -437,7 +444,6 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- s.http.Serve(ln) }()
 	}
 	s.log.Info("coordinator serving", "transport", s.cfg.Transport, "addr", s.Addr(), "advertise", s.cfg.Advertise)
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

@@ -225,25 +225,26 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 }
 
 // RegisterReplica records a replica and the address nodes can reach it on,
-// then rings ChannelReplicas (after the commit) so every replica tells its
-// nodes.
+// and rings ChannelReplicas so every replica tells its nodes. Row and doorbell
+// are one statement, so one commit: a registration cut short has written
+// neither, and one that returned nil has written both.
 func (s *Store) RegisterReplica(ctx context.Context, id, address string) error {
-	if _, err := s.pool.Exec(ctx, `insert into podium.replicas (id, address) values ($1, $2)
-		on conflict (id) do update set address = excluded.address, seen_at = now()`, id, address); err != nil {
-		return err
-	}
-	return s.Notify(ctx, ChannelReplicas, "")
+	_, err := s.pool.Exec(ctx, `with r as (
+			insert into podium.replicas (id, address) values ($1, $2)
+			on conflict (id) do update set address = excluded.address, seen_at = now()
+			returning 1)
+		select pg_notify($3, '') from r`, id, address, ChannelReplicas)
+	return err
 }
 
 // RetireReplica takes a stopping replica out of the list nodes are given
-// and rings ChannelReplicas. A replica that dies without retiring drops out
-// once its row has not been touched for the window ReplicaAddresses is
-// asked about.
+// and rings ChannelReplicas, in one statement as RegisterReplica. A replica
+// that dies without retiring drops out once its row has not been touched for
+// the window ReplicaAddresses is asked about.
 func (s *Store) RetireReplica(ctx context.Context, id string) error {
-	if _, err := s.pool.Exec(ctx, "delete from podium.replicas where id = $1", id); err != nil {
-		return err
-	}
-	return s.Notify(ctx, ChannelReplicas, "")
+	_, err := s.pool.Exec(ctx, `with r as (delete from podium.replicas where id = $1 returning 1)
+		select pg_notify($2, '') from r`, id, ChannelReplicas)
+	return err
 }
 
 // TouchReplica tells the others this replica is still alive.
