@@ -72,6 +72,14 @@ func (f *FleetFlags) FleetConfig(url string, creds []NodeCred, interval time.Dur
 // change after a checkpoint writes the whole page.
 var DurableSettings = []string{"fsync=on", "synchronous_commit=on", "full_page_writes=on"}
 
+// fleetLocks sizes Postgres's lock table for a fleet, as docs/operations.md
+// tells operators to: every node a replica holds is one advisory lock (its
+// lease), and the table holds max_locks_per_transaction × (max_connections +
+// max_prepared_transactions) locks shared by every query. pgtest's 300
+// connections × the default 64 ran out near 34,000 nodes ("out of shared
+// memory"), failing every query on the server; 256 leaves room for 50,000.
+const fleetLocks = "max_locks_per_transaction=256"
+
 // Setup is what a fleet benchmark runs in: a work directory for logs and
 // scripts, the coordinator binary, a throwaway Postgres that loads
 // pg_stat_statements, and the TLS certificate when the coordinator serves
@@ -131,7 +139,7 @@ func StartWith(ctx context.Context, log *slog.Logger, name string, ff FleetFlags
 		return nil, fmt.Errorf("-coordinator %s: %v (run `make build` first, or leave -coordinator empty to build it)", s.Bin, err)
 	}
 	log.Info("starting Postgres")
-	if s.Cluster, err = pgtest.StartCluster(pgSettings...); err != nil {
+	if s.Cluster, err = pgtest.StartCluster(append([]string{fleetLocks}, pgSettings...)...); err != nil {
 		return nil, err
 	}
 	return s, nil
