@@ -197,6 +197,12 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.IntVar(&maxConns, "max-connections", maxConns, "connections served at once; more wait to be accepted (each node holds one) (PODIUM_MAX_CONNECTIONS)")
+	maxNodes, err := envInt("PODIUM_MAX_NODES", 0)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.IntVar(&maxNodes, "max-nodes", maxNodes, "the most nodes this replica holds at once, each an advisory lock in Postgres's lock table; 0: half that table (max_locks_per_transaction × (max_connections + max_prepared_transactions)); -1: no bound (PODIUM_MAX_NODES)")
 	bodyTimeout, err := envDuration("PODIUM_BODY_READ_TIMEOUT", server.DefaultBodyReadTimeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
@@ -375,6 +381,7 @@ func serve(args []string, stderr io.Writer) int {
 		Retention: ret,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
+	cfg.Nodes.MaxNodes = maxNodes
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)

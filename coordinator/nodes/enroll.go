@@ -106,7 +106,7 @@ func (s *Service) authenticate(ctx context.Context, nodeID, key string) (store.N
 			fmt.Errorf("node %q is not enrolled (or was removed): enroll it again with `podium-agent enroll`", nodeID))
 	}
 	if err != nil {
-		return n, connect.NewError(connect.CodeUnavailable, err)
+		return n, lockTableFull(err)
 	}
 	if subtle.ConstantTimeCompare(n.KeyHash, Hash(key)) != 1 {
 		return n, connect.NewError(connect.CodeUnauthenticated,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
@@ -47,6 +48,13 @@ type Config struct {
 	// burst (20); one more is allowed every EnrollRefill (30 s).
 	EnrollFailures int
 	EnrollRefill   time.Duration
+	// MaxNodes is the most nodes this replica holds at once; one more is
+	// refused (ResourceExhausted, naming the setting to raise) and its agent
+	// tries another replica. Every node held is an advisory lock in
+	// Postgres's lock table, which every query on the server shares: filling
+	// it fails them all with "out of shared memory". 0 means half that table
+	// (server.New reads it at start; see store.LockTableSize); below 0, no bound.
+	MaxNodes int
 }
 
 func (c *Config) defaults() {
@@ -97,6 +105,10 @@ type Service struct {
 
 	// artifacts is nil on a coordinator with no object store.
 	artifacts *artifacts.Service
+
+	// held counts the node locks this replica holds or is taking, against
+	// cfg.MaxNodes.
+	held atomic.Int64
 }
 
 // Deps are what the node service works with.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgconn"
 	"net/netip"
 	"slices"
 	"time"
@@ -97,6 +98,11 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
 		return nil, nil, nil, err
 	}
+	if err := s.reserveNode(); err != nil {
+		s.log.Warn("node stream refused", "node", node.ID, "peer", stream.Peer().Addr, "err", err)
+		return nil, nil, nil, err
+	}
+	undo = append(undo, func() { s.held.Add(-1) })
 	l, err := s.takeLease(ctx, node.ID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -111,7 +117,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
-		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("start session: %w", err))
+		return nil, nil, nil, lockTableFull(fmt.Errorf("start session: %w", err))
 	}
 	sess := newSession(node.ID, node.SessionEpoch)
 	sess.heartbeatAcks = hello.GetHeartbeatAcks()
@@ -127,7 +133,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 
 	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
 	if err != nil {
-		return nil, nil, nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reconcile: %w", err))
+		return nil, nil, nil, lockTableFull(fmt.Errorf("reconcile: %w", err))
 	}
 	replicas, err := s.store.ReplicaAddresses(ctx, replicasWindow)
 	if err != nil {
@@ -197,6 +203,35 @@ func (s *Service) receiveHello(ctx context.Context, stream *connect.BidiStream[p
 	}
 }
 
+// reserveNode counts one more node against Config.MaxNodes, or refuses it
+// with what to do. It is checked before the lock is taken, so a replica never
+// takes more locks than its bound, however many Hellos arrive at once.
+func (s *Service) reserveNode() error {
+	if s.held.Add(1) <= int64(s.cfg.MaxNodes) || s.cfg.MaxNodes < 0 {
+		return nil
+	}
+	s.held.Add(-1)
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"this coordinator replica holds %d nodes, its bound (PODIUM_MAX_NODES, by default half of Postgres's lock table, "+
+			"max_locks_per_transaction × (max_connections + max_prepared_transactions)): every node is one advisory lock in it; "+
+			"raise max_locks_per_transaction on the Postgres server or run another replica (docs/operations.md)", s.cfg.MaxNodes))
+}
+
+// lockTableFull is the error of opening a session when Postgres's lock table
+// is full: said so, with what to raise, rather than as Postgres's bare "out of
+// shared memory". Once the table is full any statement may be the one that
+// fails, the node's own lock or the next query, so every step of open passes
+// its error through here; other errors are Unavailable.
+func lockTableFull(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53200" {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"Postgres's lock table is full (%s): every node a replica holds is one advisory lock in it; "+
+				"raise max_locks_per_transaction on the Postgres server (docs/operations.md)", pgErr.Message))
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
 // takeLease takes the node's advisory lock on this replica's lease connection.
 // A session for the node on this replica is ended first; one on another replica
 // is asked, through the table and a doorbell, to end.
@@ -221,7 +256,7 @@ func (s *Service) takeLease(ctx context.Context, nodeID string) (*lease.Lease, e
 			return l, nil
 		}
 		if err != nil && !errors.Is(err, lease.ErrLost) {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
+			return nil, lockTableFull(err)
 		}
 		if !asked {
 			if err := s.store.RequestTakeover(ctx, nodeID); err != nil {

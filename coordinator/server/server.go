@@ -199,6 +199,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
 	cfg.Scheduler.AckDeadline, cfg.Scheduler.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
 	cfg.Scheduler.UnreachableAfter = th.UnreachableAfter
+	if cfg.Nodes.MaxNodes == 0 {
+		locks, err := st.LockTableSize(ctx)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("read the size of Postgres's lock table (max_locks_per_transaction): %w", err)
+		}
+		cfg.Nodes.MaxNodes = max(locks/2, 1)
+		log.Info("nodes: this replica holds at most half of Postgres's lock table in nodes (PODIUM_MAX_NODES to set it)",
+			"max_nodes", cfg.Nodes.MaxNodes, "lock_table", locks)
+	}
 	arts, err := artifacts.New(cfg.Artifacts, st, log)
 	if err != nil {
 		st.Close()

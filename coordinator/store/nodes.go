@@ -247,6 +247,17 @@ func (s *Store) RetireReplica(ctx context.Context, id string) error {
 	return err
 }
 
+// LockTableSize is how many locks Postgres's shared lock table holds:
+// max_locks_per_transaction × (max_connections + max_prepared_transactions),
+// as its documentation sizes it. Every query's relation locks and every
+// advisory lock (one per node a replica holds) share it.
+func (s *Store) LockTableSize(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `select current_setting('max_locks_per_transaction')::int *
+		(current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int)`).Scan(&n)
+	return n, err
+}
+
 // TouchReplica tells the others this replica is still alive.
 func (s *Store) TouchReplica(ctx context.Context, id string) error {
 	_, err := s.pool.Exec(ctx, "update podium.replicas set seen_at = now() where id = $1", id)

@@ -77,8 +77,9 @@ var DurableSettings = []string{"fsync=on", "synchronous_commit=on", "full_page_w
 // lease), and the table holds max_locks_per_transaction × (max_connections +
 // max_prepared_transactions) locks shared by every query. pgtest's 300
 // connections × the default 64 ran out near 34,000 nodes ("out of shared
-// memory"), failing every query on the server; 256 leaves room for 50,000.
-const fleetLocks = "max_locks_per_transaction=256"
+// memory"), failing every query on the server. A replica holds at most half
+// the table (nodes.Config.MaxNodes), so 50,000 nodes need 512.
+const fleetLocks = "max_locks_per_transaction=512"
 
 // Setup is what a fleet benchmark runs in: a work directory for logs and
 // scripts, the coordinator binary, a throwaway Postgres that loads
