@@ -226,7 +226,7 @@ func lockTableFull(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "53200" {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"Postgres's lock table is full (%s): every node a replica holds is one advisory lock in it; "+
+			"the lock table of Postgres is full (%s): every node a replica holds is one advisory lock in it; "+
 				"raise max_locks_per_transaction on the Postgres server (docs/operations.md)", pgErr.Message))
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
