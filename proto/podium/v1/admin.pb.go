@@ -271,8 +271,10 @@ type Node struct {
 	TailscaleDeviceId string `protobuf:"bytes,12,opt,name=tailscale_device_id,json=tailscaleDeviceId,proto3" json:"tailscale_device_id,omitempty"`
 	// tailscale_device is that device's name when it was bound.
 	TailscaleDevice string `protobuf:"bytes,13,opt,name=tailscale_device,json=tailscaleDevice,proto3" json:"tailscale_device,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// gpus are the node's GPUs as it last reported them.
+	Gpus          []*Gpu `protobuf:"bytes,15,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -394,6 +396,13 @@ func (x *Node) GetTailscaleDevice() string {
 		return x.TailscaleDevice
 	}
 	return ""
+}
+
+func (x *Node) GetGpus() []*Gpu {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
 }
 
 type ListNodesRequest struct {
@@ -2439,7 +2448,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\x84\x04\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xa8\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -2456,7 +2465,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\venrolled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"enrolledAt\x12.\n" +
 	"\x13tailscale_device_id\x18\f \x01(\tR\x11tailscaleDeviceId\x12)\n" +
-	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\"\x12\n" +
+	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\x12\"\n" +
+	"\x04gpus\x18\x0f \x03(\v2\x0e.podium.v1.GpuR\x04gpus\"\x12\n" +
 	"\x10ListNodesRequest\":\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +
@@ -2670,6 +2680,7 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*RemoveRegistryResponse)(nil),        // 44: podium.v1.RemoveRegistryResponse
 	(*timestamppb.Timestamp)(nil),         // 45: google.protobuf.Timestamp
 	(*Capacity)(nil),                      // 46: podium.v1.Capacity
+	(*Gpu)(nil),                           // 47: podium.v1.Gpu
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
 	45, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
@@ -2677,66 +2688,67 @@ var file_podium_v1_admin_proto_depIdxs = []int32{
 	46, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
 	45, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
 	45, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	4,  // 5: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
-	4,  // 6: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
-	4,  // 7: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
-	4,  // 8: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	45, // 9: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	45, // 11: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	19, // 12: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
-	19, // 13: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
-	19, // 14: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	45, // 15: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 16: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	28, // 17: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	45, // 18: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
-	33, // 19: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	45, // 20: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
-	40, // 21: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
-	2,  // 22: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 23: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 24: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 25: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 26: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 27: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 28: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 29: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 30: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 31: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 32: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 33: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	29, // 34: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	31, // 35: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	34, // 36: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	36, // 37: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	38, // 38: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
-	41, // 39: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
-	43, // 40: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
-	3,  // 41: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 42: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 43: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 44: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 45: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 46: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 47: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 48: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 49: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 50: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 51: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 52: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	30, // 53: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	32, // 54: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	35, // 55: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	37, // 56: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	39, // 57: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
-	42, // 58: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
-	44, // 59: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
-	41, // [41:60] is the sub-list for method output_type
-	22, // [22:41] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	47, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
+	4,  // 6: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
+	4,  // 7: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
+	4,  // 8: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
+	4,  // 9: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
+	45, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
+	45, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	19, // 13: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
+	19, // 14: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
+	19, // 15: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
+	45, // 16: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 17: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	28, // 18: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
+	45, // 19: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	33, // 20: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
+	45, // 21: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	40, // 22: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
+	2,  // 23: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 24: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 25: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 26: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 27: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 28: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 29: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 30: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 31: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 32: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 33: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 34: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	29, // 35: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	31, // 36: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	34, // 37: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	36, // 38: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	38, // 39: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	41, // 40: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	43, // 41: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	3,  // 42: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 43: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 44: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 45: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 46: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 47: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 48: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 49: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 50: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 51: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 52: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 53: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	30, // 54: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	32, // 55: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	35, // 56: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	37, // 57: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	39, // 58: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	42, // 59: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	44, // 60: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	42, // [42:61] is the sub-list for method output_type
+	23, // [23:42] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }

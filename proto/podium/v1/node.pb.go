@@ -32,7 +32,10 @@ type Capacity struct {
 	MaxTasks   int32                  `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
 	// limits are the node's own bounds on one task; the scheduler never places
 	// a task that asks for more on this node, and says why it waits instead.
-	Limits        *TaskLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *TaskLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	// gpus are the node's GPUs as it found them (agent/gpu), reported in every
+	// Hello and heartbeat so a rediscovery (SIGHUP) reaches the scheduler.
+	Gpus          []*Gpu `protobuf:"bytes,6,rep,name=gpus,proto3" json:"gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -102,6 +105,82 @@ func (x *Capacity) GetLimits() *TaskLimits {
 	return nil
 }
 
+func (x *Capacity) GetGpus() []*Gpu {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+// Gpu is one GPU of a node. uuid is what a task's container is given.
+type Gpu struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Uuid          string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	MemoryMb      int64                  `protobuf:"varint,4,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gpu) Reset() {
+	*x = Gpu{}
+	mi := &file_podium_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gpu) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gpu) ProtoMessage() {}
+
+func (x *Gpu) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
+func (*Gpu) Descriptor() ([]byte, []int) {
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Gpu) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Gpu) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *Gpu) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Gpu) GetMemoryMb() int64 {
+	if x != nil {
+		return x.MemoryMb
+	}
+	return 0
+}
+
 // TaskLimits are the most one task may ask of a node (podium-agent --max-*),
 // and the egress ranges a task's spec may ask the node to open. Zero means
 // no maximum.
@@ -120,7 +199,7 @@ type TaskLimits struct {
 
 func (x *TaskLimits) Reset() {
 	*x = TaskLimits{}
-	mi := &file_podium_v1_node_proto_msgTypes[1]
+	mi := &file_podium_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +211,7 @@ func (x *TaskLimits) String() string {
 func (*TaskLimits) ProtoMessage() {}
 
 func (x *TaskLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[1]
+	mi := &file_podium_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +224,7 @@ func (x *TaskLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLimits.ProtoReflect.Descriptor instead.
 func (*TaskLimits) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TaskLimits) GetMaxCpu() float64 {
@@ -204,7 +283,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[2]
+	mi := &file_podium_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +295,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[2]
+	mi := &file_podium_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +308,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EnrollRequest) GetToken() string {
@@ -272,7 +351,7 @@ type EnrollResponse struct {
 
 func (x *EnrollResponse) Reset() {
 	*x = EnrollResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[3]
+	mi := &file_podium_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +363,7 @@ func (x *EnrollResponse) String() string {
 func (*EnrollResponse) ProtoMessage() {}
 
 func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[3]
+	mi := &file_podium_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +376,7 @@ func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
 func (*EnrollResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnrollResponse) GetNodeId() string {
@@ -334,7 +413,7 @@ type RunningTask struct {
 
 func (x *RunningTask) Reset() {
 	*x = RunningTask{}
-	mi := &file_podium_v1_node_proto_msgTypes[4]
+	mi := &file_podium_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +425,7 @@ func (x *RunningTask) String() string {
 func (*RunningTask) ProtoMessage() {}
 
 func (x *RunningTask) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[4]
+	mi := &file_podium_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +438,7 @@ func (x *RunningTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningTask.ProtoReflect.Descriptor instead.
 func (*RunningTask) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunningTask) GetTaskId() string {
@@ -402,7 +481,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_podium_v1_node_proto_msgTypes[5]
+	mi := &file_podium_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +493,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[5]
+	mi := &file_podium_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +506,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -497,7 +576,7 @@ type Adopt struct {
 
 func (x *Adopt) Reset() {
 	*x = Adopt{}
-	mi := &file_podium_v1_node_proto_msgTypes[6]
+	mi := &file_podium_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +588,7 @@ func (x *Adopt) String() string {
 func (*Adopt) ProtoMessage() {}
 
 func (x *Adopt) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[6]
+	mi := &file_podium_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +601,7 @@ func (x *Adopt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Adopt.ProtoReflect.Descriptor instead.
 func (*Adopt) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Adopt) GetTaskId() string {
@@ -574,7 +653,7 @@ type SecretValue struct {
 
 func (x *SecretValue) Reset() {
 	*x = SecretValue{}
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +665,7 @@ func (x *SecretValue) String() string {
 func (*SecretValue) ProtoMessage() {}
 
 func (x *SecretValue) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[7]
+	mi := &file_podium_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +678,7 @@ func (x *SecretValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretValue.ProtoReflect.Descriptor instead.
 func (*SecretValue) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SecretValue) GetName() string {
@@ -655,7 +734,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +746,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[8]
+	mi := &file_podium_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +759,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HelloAck) GetNodeId() string {
@@ -764,7 +843,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +855,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[9]
+	mi := &file_podium_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +868,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetCapacity() *Capacity {
@@ -822,7 +901,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +913,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[10]
+	mi := &file_podium_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +926,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EventBatch) GetEvents() []*TaskEvent {
@@ -872,7 +951,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +963,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[11]
+	mi := &file_podium_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +976,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamRequest) GetMsg() isStreamRequest_Msg {
@@ -983,7 +1062,7 @@ type Assign struct {
 
 func (x *Assign) Reset() {
 	*x = Assign{}
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1074,7 @@ func (x *Assign) String() string {
 func (*Assign) ProtoMessage() {}
 
 func (x *Assign) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[12]
+	mi := &file_podium_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1087,7 @@ func (x *Assign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assign.ProtoReflect.Descriptor instead.
 func (*Assign) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Assign) GetTaskId() string {
@@ -1067,7 +1146,7 @@ type RegistryAuth struct {
 
 func (x *RegistryAuth) Reset() {
 	*x = RegistryAuth{}
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1158,7 @@ func (x *RegistryAuth) String() string {
 func (*RegistryAuth) ProtoMessage() {}
 
 func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[13]
+	mi := &file_podium_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1171,7 @@ func (x *RegistryAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryAuth.ProtoReflect.Descriptor instead.
 func (*RegistryAuth) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegistryAuth) GetHost() string {
@@ -1128,7 +1207,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1219,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[14]
+	mi := &file_podium_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1232,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Cancel) GetTaskId() string {
@@ -1197,7 +1276,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1288,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[15]
+	mi := &file_podium_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1301,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetTaskId() string {
@@ -1261,7 +1340,7 @@ type NodeConfig struct {
 
 func (x *NodeConfig) Reset() {
 	*x = NodeConfig{}
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1352,7 @@ func (x *NodeConfig) String() string {
 func (*NodeConfig) ProtoMessage() {}
 
 func (x *NodeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[16]
+	mi := &file_podium_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1365,7 @@ func (x *NodeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfig.ProtoReflect.Descriptor instead.
 func (*NodeConfig) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeConfig) GetDraining() bool {
@@ -1322,7 +1401,7 @@ type Replicas struct {
 
 func (x *Replicas) Reset() {
 	*x = Replicas{}
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1413,7 @@ func (x *Replicas) String() string {
 func (*Replicas) ProtoMessage() {}
 
 func (x *Replicas) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[17]
+	mi := &file_podium_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1426,7 @@ func (x *Replicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicas.ProtoReflect.Descriptor instead.
 func (*Replicas) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Replicas) GetAddresses() []string {
@@ -1371,7 +1450,7 @@ type Inject struct {
 
 func (x *Inject) Reset() {
 	*x = Inject{}
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1462,7 @@ func (x *Inject) String() string {
 func (*Inject) ProtoMessage() {}
 
 func (x *Inject) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[18]
+	mi := &file_podium_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1475,7 @@ func (x *Inject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inject.ProtoReflect.Descriptor instead.
 func (*Inject) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Inject) GetTaskId() string {
@@ -1446,7 +1525,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1537,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[19]
+	mi := &file_podium_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1550,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamResponse) GetMsg() isStreamResponse_Msg {
@@ -1618,7 +1697,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1709,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[20]
+	mi := &file_podium_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1722,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 // ArtifactMeta opens an upload. An upload is its own HTTP request and rides on
@@ -1669,7 +1748,7 @@ type ArtifactMeta struct {
 
 func (x *ArtifactMeta) Reset() {
 	*x = ArtifactMeta{}
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1760,7 @@ func (x *ArtifactMeta) String() string {
 func (*ArtifactMeta) ProtoMessage() {}
 
 func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[21]
+	mi := &file_podium_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1773,7 @@ func (x *ArtifactMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactMeta.ProtoReflect.Descriptor instead.
 func (*ArtifactMeta) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ArtifactMeta) GetNodeId() string {
@@ -1761,7 +1840,7 @@ type UploadArtifactRequest struct {
 
 func (x *UploadArtifactRequest) Reset() {
 	*x = UploadArtifactRequest{}
-	mi := &file_podium_v1_node_proto_msgTypes[22]
+	mi := &file_podium_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1852,7 @@ func (x *UploadArtifactRequest) String() string {
 func (*UploadArtifactRequest) ProtoMessage() {}
 
 func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[22]
+	mi := &file_podium_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1865,7 @@ func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UploadArtifactRequest) GetMsg() isUploadArtifactRequest_Msg {
@@ -1847,7 +1926,7 @@ type UploadArtifactResponse struct {
 
 func (x *UploadArtifactResponse) Reset() {
 	*x = UploadArtifactResponse{}
-	mi := &file_podium_v1_node_proto_msgTypes[23]
+	mi := &file_podium_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1938,7 @@ func (x *UploadArtifactResponse) String() string {
 func (*UploadArtifactResponse) ProtoMessage() {}
 
 func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_node_proto_msgTypes[23]
+	mi := &file_podium_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1951,7 @@ func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UploadArtifactResponse) GetArtifactId() string {
@@ -1914,14 +1993,20 @@ var File_podium_v1_node_proto protoreflect.FileDescriptor
 
 const file_podium_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xb2\x01\n" +
+	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xd6\x01\n" +
 	"\bCapacity\x12\x1b\n" +
 	"\tcpu_cores\x18\x01 \x01(\x01R\bcpuCores\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12 \n" +
 	"\fdisk_free_mb\x18\x03 \x01(\x03R\n" +
 	"diskFreeMb\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\x05R\bmaxTasks\x12-\n" +
-	"\x06limits\x18\x05 \x01(\v2\x15.podium.v1.TaskLimitsR\x06limits\"\xe3\x01\n" +
+	"\x06limits\x18\x05 \x01(\v2\x15.podium.v1.TaskLimitsR\x06limits\x12\"\n" +
+	"\x04gpus\x18\x06 \x03(\v2\x0e.podium.v1.GpuR\x04gpus\"b\n" +
+	"\x03Gpu\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1b\n" +
+	"\tmemory_mb\x18\x04 \x01(\x03R\bmemoryMb\"\xe3\x01\n" +
 	"\n" +
 	"TaskLimits\x12\x17\n" +
 	"\amax_cpu\x18\x01 \x01(\x01R\x06maxCpu\x12\"\n" +
@@ -2066,71 +2151,73 @@ func file_podium_v1_node_proto_rawDescGZIP() []byte {
 	return file_podium_v1_node_proto_rawDescData
 }
 
-var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_podium_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_podium_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),               // 0: podium.v1.Capacity
-	(*TaskLimits)(nil),             // 1: podium.v1.TaskLimits
-	(*EnrollRequest)(nil),          // 2: podium.v1.EnrollRequest
-	(*EnrollResponse)(nil),         // 3: podium.v1.EnrollResponse
-	(*RunningTask)(nil),            // 4: podium.v1.RunningTask
-	(*Hello)(nil),                  // 5: podium.v1.Hello
-	(*Adopt)(nil),                  // 6: podium.v1.Adopt
-	(*SecretValue)(nil),            // 7: podium.v1.SecretValue
-	(*HelloAck)(nil),               // 8: podium.v1.HelloAck
-	(*Heartbeat)(nil),              // 9: podium.v1.Heartbeat
-	(*EventBatch)(nil),             // 10: podium.v1.EventBatch
-	(*StreamRequest)(nil),          // 11: podium.v1.StreamRequest
-	(*Assign)(nil),                 // 12: podium.v1.Assign
-	(*RegistryAuth)(nil),           // 13: podium.v1.RegistryAuth
-	(*Cancel)(nil),                 // 14: podium.v1.Cancel
-	(*Ack)(nil),                    // 15: podium.v1.Ack
-	(*NodeConfig)(nil),             // 16: podium.v1.NodeConfig
-	(*Replicas)(nil),               // 17: podium.v1.Replicas
-	(*Inject)(nil),                 // 18: podium.v1.Inject
-	(*StreamResponse)(nil),         // 19: podium.v1.StreamResponse
-	(*HeartbeatAck)(nil),           // 20: podium.v1.HeartbeatAck
-	(*ArtifactMeta)(nil),           // 21: podium.v1.ArtifactMeta
-	(*UploadArtifactRequest)(nil),  // 22: podium.v1.UploadArtifactRequest
-	(*UploadArtifactResponse)(nil), // 23: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 24: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 25: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*Gpu)(nil),                    // 1: podium.v1.Gpu
+	(*TaskLimits)(nil),             // 2: podium.v1.TaskLimits
+	(*EnrollRequest)(nil),          // 3: podium.v1.EnrollRequest
+	(*EnrollResponse)(nil),         // 4: podium.v1.EnrollResponse
+	(*RunningTask)(nil),            // 5: podium.v1.RunningTask
+	(*Hello)(nil),                  // 6: podium.v1.Hello
+	(*Adopt)(nil),                  // 7: podium.v1.Adopt
+	(*SecretValue)(nil),            // 8: podium.v1.SecretValue
+	(*HelloAck)(nil),               // 9: podium.v1.HelloAck
+	(*Heartbeat)(nil),              // 10: podium.v1.Heartbeat
+	(*EventBatch)(nil),             // 11: podium.v1.EventBatch
+	(*StreamRequest)(nil),          // 12: podium.v1.StreamRequest
+	(*Assign)(nil),                 // 13: podium.v1.Assign
+	(*RegistryAuth)(nil),           // 14: podium.v1.RegistryAuth
+	(*Cancel)(nil),                 // 15: podium.v1.Cancel
+	(*Ack)(nil),                    // 16: podium.v1.Ack
+	(*NodeConfig)(nil),             // 17: podium.v1.NodeConfig
+	(*Replicas)(nil),               // 18: podium.v1.Replicas
+	(*Inject)(nil),                 // 19: podium.v1.Inject
+	(*StreamResponse)(nil),         // 20: podium.v1.StreamResponse
+	(*HeartbeatAck)(nil),           // 21: podium.v1.HeartbeatAck
+	(*ArtifactMeta)(nil),           // 22: podium.v1.ArtifactMeta
+	(*UploadArtifactRequest)(nil),  // 23: podium.v1.UploadArtifactRequest
+	(*UploadArtifactResponse)(nil), // 24: podium.v1.UploadArtifactResponse
+	(*TaskEvent)(nil),              // 25: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 26: podium.v1.TaskSpec
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
-	1,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
-	0,  // 1: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
-	4,  // 2: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
-	7,  // 3: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
-	6,  // 4: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
-	0,  // 5: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	24, // 6: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
-	5,  // 7: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
-	9,  // 8: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
-	10, // 9: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	25, // 10: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
-	7,  // 11: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
-	13, // 12: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
-	8,  // 13: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	12, // 14: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	14, // 15: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	15, // 16: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	16, // 17: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	18, // 18: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	17, // 19: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	20, // 20: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
-	21, // 21: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	26, // 22: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 23: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	11, // 24: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	22, // 25: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	3,  // 26: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	19, // 27: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	23, // 28: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	26, // [26:29] is the sub-list for method output_type
-	23, // [23:26] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	2,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
+	1,  // 1: podium.v1.Capacity.gpus:type_name -> podium.v1.Gpu
+	0,  // 2: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
+	5,  // 3: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
+	8,  // 4: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
+	7,  // 5: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
+	0,  // 6: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
+	25, // 7: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	6,  // 8: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
+	10, // 9: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
+	11, // 10: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
+	26, // 11: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	8,  // 12: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
+	14, // 13: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
+	9,  // 14: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	13, // 15: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	15, // 16: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	16, // 17: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	17, // 18: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	19, // 19: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	18, // 20: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	21, // 21: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	22, // 22: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	27, // 23: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 24: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	12, // 25: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	23, // 26: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	4,  // 27: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	20, // 28: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	24, // 29: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	27, // [27:30] is the sub-list for method output_type
+	24, // [24:27] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
@@ -2139,12 +2226,12 @@ func file_podium_v1_node_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_init()
-	file_podium_v1_node_proto_msgTypes[11].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Heartbeat)(nil),
 		(*StreamRequest_Events)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[19].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[20].OneofWrappers = []any{
 		(*StreamResponse_HelloAck)(nil),
 		(*StreamResponse_Assign)(nil),
 		(*StreamResponse_Cancel)(nil),
@@ -2154,7 +2241,7 @@ func file_podium_v1_node_proto_init() {
 		(*StreamResponse_Replicas)(nil),
 		(*StreamResponse_HeartbeatAck)(nil),
 	}
-	file_podium_v1_node_proto_msgTypes[22].OneofWrappers = []any{
+	file_podium_v1_node_proto_msgTypes[23].OneofWrappers = []any{
 		(*UploadArtifactRequest_Meta)(nil),
 		(*UploadArtifactRequest_Chunk)(nil),
 	}
@@ -2164,7 +2251,7 @@ func file_podium_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_node_proto_rawDesc), len(file_podium_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

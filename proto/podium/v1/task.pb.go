@@ -145,9 +145,15 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 type Resources struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// CPU in cores; fractions allowed (0.5 is half a core).
-	Cpu           float64 `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	MemoryMb      int64   `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	Pids          int64   `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	Cpu      float64 `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	MemoryMb int64   `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	Pids     int64   `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	// gpus is how many whole GPUs the task gets, each given to it alone.
+	Gpus int32 `protobuf:"varint,4,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// gpu_model, a glob ("NVIDIA H100*"), limits which GPUs count; empty: any.
+	GpuModel string `protobuf:"bytes,5,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	// gpu_memory_mb is the least memory each of its GPUs must have; 0: any.
+	GpuMemoryMb   int64 `protobuf:"varint,6,opt,name=gpu_memory_mb,json=gpuMemoryMb,proto3" json:"gpu_memory_mb,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +205,27 @@ func (x *Resources) GetMemoryMb() int64 {
 func (x *Resources) GetPids() int64 {
 	if x != nil {
 		return x.Pids
+	}
+	return 0
+}
+
+func (x *Resources) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *Resources) GetGpuModel() string {
+	if x != nil {
+		return x.GpuModel
+	}
+	return ""
+}
+
+func (x *Resources) GetGpuMemoryMb() int64 {
+	if x != nil {
+		return x.GpuMemoryMb
 	}
 	return 0
 }
@@ -2416,11 +2443,14 @@ var File_podium_v1_task_proto protoreflect.FileDescriptor
 
 const file_podium_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x14podium/v1/task.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"N\n" +
+	"\x14podium/v1/task.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"E\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x12\n" +
+	"\x04gpus\x18\x04 \x01(\x05R\x04gpus\x12\x1b\n" +
+	"\tgpu_model\x18\x05 \x01(\tR\bgpuModel\x12\"\n" +
+	"\rgpu_memory_mb\x18\x06 \x01(\x03R\vgpuMemoryMb\"E\n" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
