@@ -319,6 +319,10 @@ type Executor struct {
 	// while it stops and starts again, as it last said (learnEngine);
 	// engineKnown whether it has said.
 	liveRestore, engineKnown atomic.Bool
+	// engineCPUs and engineMemory are the engine's machine's CPUs and
+	// memory in bytes (learnEngine; 0 until it said): the bounds of a
+	// task's usage figures when its container has no limits (usage.go).
+	engineCPUs, engineMemory atomic.Int64
 
 	// pool is the warm pool of task networks; with Config.NetworkPool 0
 	// it hands out none, and still knows the pool networks of resumed

@@ -202,6 +202,10 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	if final.ExitCode != nil {
 		attrs = append(attrs, "exit_code", final.GetExitCode())
 	}
+	if u := final.GetUsage(); u != nil {
+		attrs = append(attrs, "cpu_seconds", known(u.CpuSeconds), "peak_memory_bytes", known(u.PeakMemoryBytes),
+			"wall_seconds", known(u.WallSeconds))
+	}
 	r.log.Info("task finished", attrs...)
 	job := r.uploadArtifacts(ctx)
 	if job != nil {
