@@ -123,6 +123,10 @@ type run struct {
 	// not copy, and why, noted in the task's log with the other artifacts.
 	workspaceSkipped []artifacts.Skipped
 
+	// seen is what the engine's stats showed the task's container use
+	// while it ran (watchUsage), set once it has ended.
+	seen usageSeen
+
 	// images are the ids of the images the run's task and sidecars use,
 	// told to Config.ImageUsed again as the run ends.
 	imageMu sync.Mutex
@@ -618,6 +622,8 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	disk := r.watchDisk(ctx, id)
 	defer disk.stop()
+	stopUsage := r.watchUsage(ctx, id)
+	defer stopUsage()
 	stopNodeWatch := r.watchNodeDisk(ctx)
 	defer stopNodeWatch()
 	var diskC <-chan string
@@ -738,6 +744,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	// status after the last byte. A note about the disk would come too late
 	// to help, and after the one that ends the task.
 	stopNodeWatch()
+	r.seen = stopUsage()
 	taskTail.finish()
 	exitRec, tailErr := taskTail.wait()
 	if ctx.Err() != nil {

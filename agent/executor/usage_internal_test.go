@@ -50,3 +50,25 @@ func TestBoundUsageCutsWhatTheTaskCouldNotHaveUsed(t *testing.T) {
 		t.Fatalf("no facts: usage %v; want cpu 10 µs, wall and peak unknown", u)
 	}
 }
+
+// What the engine's stats saw the running container use is a floor the task
+// cannot lower: an exit record that says less is raised to it (and says so),
+// and a record that says nothing takes it instead of unknown.
+func TestBoundUsageRaisesWhatTheEngineSaw(t *testing.T) {
+	facts := usageFacts{wall: 10 * time.Second, cpus: 2, memory: 1 << 30,
+		seen: usageSeen{cpu: 3 * time.Second, memory: 200 << 20}}
+
+	u, problems := boundUsage(&runlog.Exit{CPUMicros: i64(1), PeakMemory: i64(1)}, facts)
+	if u.GetCpuSeconds() != 3 || u.GetPeakMemoryBytes() != 200<<20 || len(problems) != 2 ||
+		!strings.Contains(problems[0], "less than the 3.000 s the engine measured while the task ran") {
+		t.Fatalf("understated figures: usage %v, problems %q; want the engine's 3 s and 200 MiB, each with a reason", u, problems)
+	}
+	u, problems = boundUsage(nil, facts)
+	if u.GetCpuSeconds() != 3 || u.GetPeakMemoryBytes() != 200<<20 || len(problems) != 0 {
+		t.Fatalf("no exit record: usage %v, problems %q; want the engine's figures", u, problems)
+	}
+	u, problems = boundUsage(&runlog.Exit{CPUMicros: i64(5_000_000), PeakMemory: i64(300 << 20)}, facts)
+	if u.GetCpuSeconds() != 5 || u.GetPeakMemoryBytes() != 300<<20 || len(problems) != 0 {
+		t.Fatalf("figures above what the engine saw: usage %v, problems %q; want them as they are", u, problems)
+	}
+}
