@@ -116,6 +116,8 @@ func (e *Executor) learnEngine(ctx context.Context) {
 		return
 	}
 	e.liveRestore.Store(info.LiveRestoreEnabled)
+	e.engineCPUs.Store(int64(info.NCPU))
+	e.engineMemory.Store(info.MemTotal)
 	e.engineKnown.Store(true)
 }
 

@@ -287,6 +287,10 @@ type Config struct {
 	// Ended, if set, is called after each attempt's terminal status: the
 	// images it used may be unneeded now (package imagegc looks).
 	Ended func()
+	// UsageSample is how often the engine's stats of a running task's
+	// container are read, as the floor of the usage it reports (usage.go);
+	// 0 means DefaultUsageSample.
+	UsageSample time.Duration
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -319,6 +323,12 @@ type Executor struct {
 	// while it stops and starts again, as it last said (learnEngine);
 	// engineKnown whether it has said.
 	liveRestore, engineKnown atomic.Bool
+	// engineCPUs and engineMemory are the engine's machine's CPUs and
+	// memory in bytes (learnEngine; 0 until it said): the bounds of a
+	// task's usage figures when its container has no limits (usage.go).
+	engineCPUs, engineMemory atomic.Int64
+	// usageSample is Config.UsageSample, its default applied.
+	usageSample time.Duration
 
 	// pool is the warm pool of task networks; with Config.NetworkPool 0
 	// it hands out none, and still knows the pool networks of resumed
@@ -404,6 +414,10 @@ func New(cfg Config) (*Executor, error) {
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {
 		e.diskFullAfter = DefaultDiskFullAfter
+	}
+	e.usageSample = cfg.UsageSample
+	if e.usageSample <= 0 {
+		e.usageSample = DefaultUsageSample
 	}
 	return e, nil
 }

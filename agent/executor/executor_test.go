@@ -182,6 +182,9 @@ type env struct {
 	limits executor.Limits
 	// networkPool is the warm pool of the executors made after it is set.
 	networkPool int
+	// usageSample is how often the executors made after it is set sample
+	// a running task's stats (0: the default).
+	usageSample time.Duration
 }
 
 func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
@@ -226,6 +229,7 @@ func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 		Egress:      e.egress,
 		Limits:      e.limits,
 		NetworkPool: e.networkPool,
+		UsageSample: e.usageSample,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -123,6 +123,10 @@ type run struct {
 	// not copy, and why, noted in the task's log with the other artifacts.
 	workspaceSkipped []artifacts.Skipped
 
+	// seen is what the engine's stats showed the task's container use
+	// while it ran (watchUsage), set once it has ended.
+	seen usageSeen
+
 	// images are the ids of the images the run's task and sidecars use,
 	// told to Config.ImageUsed again as the run ends.
 	imageMu sync.Mutex
@@ -201,6 +205,10 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	attrs := []any{"state", final.GetState().String(), "reason", reason}
 	if final.ExitCode != nil {
 		attrs = append(attrs, "exit_code", final.GetExitCode())
+	}
+	if u := final.GetUsage(); u != nil {
+		attrs = append(attrs, "cpu_seconds", known(u.CpuSeconds), "peak_memory_bytes", known(u.PeakMemoryBytes),
+			"wall_seconds", known(u.WallSeconds))
 	}
 	r.log.Info("task finished", attrs...)
 	job := r.uploadArtifacts(ctx)
@@ -614,6 +622,8 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	}
 	disk := r.watchDisk(ctx, id)
 	defer disk.stop()
+	stopUsage := r.watchUsage(ctx, id)
+	defer stopUsage()
 	stopNodeWatch := r.watchNodeDisk(ctx)
 	defer stopNodeWatch()
 	var diskC <-chan string
@@ -734,6 +744,7 @@ func (r *run) monitor(ctx context.Context, id string, startedAt time.Time, inten
 	// status after the last byte. A note about the disk would come too late
 	// to help, and after the one that ends the task.
 	stopNodeWatch()
+	r.seen = stopUsage()
 	taskTail.finish()
 	exitRec, tailErr := taskTail.wait()
 	if ctx.Err() != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/agent/runner"
@@ -69,7 +71,20 @@ func (r *run) reportTailError(err error) {
 // of the container's cgroup. The engine's record is the fallback for a runner
 // that was killed before it could write (SIGKILL after the grace period).
 // id is the container, nil when it is gone already.
+//
+// The status carries the attempt's usage (usage.go), read from the exit
+// record and the container as the engine last described it.
 func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id *string, waitMsg string) *podiumv1.StatusChange {
+	var info *container.InspectResponse
+	st := r.composeStatus(ctx, why, exitRec, id, waitMsg, &info)
+	st.Usage = r.usage(exitRec, info)
+	return st
+}
+
+// composeStatus is compose without the usage; it leaves in seen the
+// container as it last inspected it, nil if it could not.
+func (r *run) composeStatus(ctx context.Context, why outcome, exitRec *runlog.Exit, id *string, waitMsg string,
+	seen **container.InspectResponse) *podiumv1.StatusChange {
 	var code *int32
 	var sig int32
 	oom, pidsLimited := false, false
@@ -81,6 +96,9 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 	memLimited := memLimit > 0
 	if id != nil {
 		info, err := r.inspect(ctx, *id)
+		if err == nil {
+			*seen = &info
+		}
 		if err == nil && info.State != nil {
 			if code == nil && !info.State.Running {
 				c := int32(info.State.ExitCode)
@@ -96,6 +114,7 @@ func (r *run) compose(ctx context.Context, why outcome, exitRec *runlog.Exit, id
 				time.Sleep(100 * time.Millisecond)
 				if info, err := r.inspect(ctx, *id); err == nil && info.State != nil {
 					oom = info.State.OOMKilled
+					*seen = &info
 				}
 			}
 		}

@@ -96,6 +96,15 @@ type Exit struct {
 	// DiskFull reports that the runner stopped the command because the
 	// log had no room for its output for longer than it was told to wait.
 	DiskFull bool `json:"disk_full,omitempty"`
+	// CPUMicros is the CPU time of everything in the container's cgroup,
+	// in microseconds, and PeakMemory its highest memory use in bytes, as
+	// the runner read them just before writing this record (see
+	// runner.readUsage). Nil is unknown: not PID 1 of a container, no
+	// cgroup file to read (memory.peak needs Linux 5.19). The task can
+	// write this file too, so the agent bounds both before it reports them
+	// (executor's usage.go).
+	CPUMicros  *int64 `json:"cpu_usec,omitempty"`
+	PeakMemory *int64 `json:"peak_memory,omitempty"`
 	// Error is why the command could not be started, if it was not.
 	Error string `json:"error,omitempty"`
 	// Time is when the runner saw the process end.

@@ -275,6 +275,8 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 	if pid1 {
 		e.OOMKills = oomKills()
 		e.PidsRefused, e.PidsLimit = pidsEvents()
+		// Last: everything else in the container is dead and reaped.
+		e.CPUMicros, e.PeakMemory = ownUsage()
 	}
 	if s.diskFull.Load() {
 		// The exit code (ExitDiskFull) says it if the record cannot be

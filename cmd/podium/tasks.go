@@ -202,6 +202,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("created", timeText(t.GetCreatedAt(), now))
 	line("started", timeText(t.GetStartedAt(), now))
 	line("finished", timeText(t.GetFinishedAt(), now))
+	line("usage", usageText(t.GetUsage()))
 	line("log", logArchiveText(t.GetLogArchive()))
 	if r := s.GetRetainSeconds(); r > 0 {
 		line("retain", taskspec.FormatLong(time.Duration(r)*time.Second))

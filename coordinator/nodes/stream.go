@@ -444,6 +444,7 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 					"node", sess.NodeID, "epoch", sess.Epoch, "err", err)
 				return err
 			}
+			checkEventUsage(s.log, sess, body.Events.GetEvents())
 			if err := s.ingest(ctx, sess, body.Events.GetEvents()); err != nil {
 				return err
 			}
@@ -516,6 +517,9 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 		if res.Lost > 0 {
 			s.log.Warn("events of a task were lost with commits the database had acknowledged (a failover to a standby that had not received them?); the node no longer had them, so the task goes on without them and its log says so",
 				"node", sess.NodeID, "task", k.task, "attempt", k.attempt, "lost", res.Lost)
+		}
+		if res.UsageCut != "" {
+			s.log.Warn("nodes: a task's usage report was bounded: "+res.UsageCut, "node", sess.NodeID, "task", k.task, "attempt", k.attempt)
 		}
 		if err := sess.send(ackMsg(k, res.Acked)); err != nil {
 			return err

@@ -155,8 +155,8 @@ func TestTasksExpire(t *testing.T) {
 }
 
 // With --retain-logs shorter than the task's retention, the log goes (its
-// events, its archive row or object, its attempts) and the task stays,
-// saying when its log expired.
+// events, its archive row or object) and the task stays, saying when its log
+// expired, with its attempts and what they used.
 func TestLogsExpire(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -178,8 +178,8 @@ func TestLogsExpire(t *testing.T) {
 	if n := e.count("select count(*) from podium.task_events where task_id = 'task_a'"); n != 0 {
 		t.Errorf("task_a keeps %d events", n)
 	}
-	if n := e.count("select count(*) from podium.attempts where task_id = 'task_a'"); n != 0 {
-		t.Errorf("task_a keeps %d attempts", n)
+	if n := e.count("select count(*) from podium.attempts where task_id = 'task_a'"); n != 1 {
+		t.Errorf("task_a keeps %d attempts, want its 1: what it used (podium.usage) outlives its log", n)
 	}
 	if n := e.count("select count(*) from podium.tasks where id = 'task_a' and log_archive_key is null and log_archived_at is not null"); n != 1 {
 		t.Error("task_a still names its archive, or is back in the archive job's queue")

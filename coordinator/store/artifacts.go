@@ -89,8 +89,9 @@ func (s *Store) PutArtifact(ctx context.Context, a Artifact, note func(replaced 
 		replacedKey = ""
 		for range 3 {
 			var old string
-			err := tx.QueryRow(ctx, `select object_key from podium.artifacts
-				where task_id = $1 and attempt = $2 and name = $3 for update`, a.TaskID, a.Attempt, a.Name).Scan(&old)
+			var oldSize int64
+			err := tx.QueryRow(ctx, `select object_key, size from podium.artifacts
+				where task_id = $1 and attempt = $2 and name = $3 for update`, a.TaskID, a.Attempt, a.Name).Scan(&old, &oldSize)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				stored, err = scanArtifact(tx.QueryRow(ctx, `insert into podium.artifacts
@@ -113,6 +114,15 @@ func (s *Store) PutArtifact(ctx context.Context, a Artifact, note func(replaced 
 					a.ID, a.TaskID, a.Attempt, a.NodeID, a.Name, a.Size, a.SHA256, a.ObjectKey))
 			}
 			if err != nil {
+				return err
+			}
+			// The attempt's usage counts its artifacts' bytes as stored
+			// (a replaced one by its new size), by increment under the
+			// attempt row's lock, so uploads of several names at once
+			// all count; retention removing artifacts later leaves the
+			// count as it was.
+			if _, err := tx.Exec(ctx, `update podium.attempts set artifact_bytes = greatest(artifact_bytes + $3, 0)
+				where task_id = $1 and attempt = $2`, a.TaskID, a.Attempt, stored.Size-oldSize); err != nil {
 				return err
 			}
 			return appendNote(ctx, tx, a.TaskID, a.Attempt, note(replacedKey != ""))

@@ -29,6 +29,9 @@ type IngestResult struct {
 	Requeued bool
 	// Bytes is how much task output was stored.
 	Bytes int
+	// UsageCut says how the usage the node reported with the attempt's end
+	// was cut before it was stored, if it was (for the replica's log).
+	UsageCut string
 	// Lost is how many of the attempt's events the node no longer has and
 	// the database no longer has either: its batch started past the stored
 	// high-water mark (see IngestBatch). The task's log says so in a note.
@@ -234,8 +237,21 @@ func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan
 		it := items[te.item]
 		ev.add(it.TaskID, it.Attempt, p.tasks[it.TaskID].first+te.pos, te)
 	}
-	aTasks, aNums, aAcked, aFinished := p.attemptColumns()
+	aTasks, aNums, aAcked, aFinished, aOut := p.attemptColumns()
 	b := &pgx.Batch{}
+	uTasks, uNums, uCPU, uPeak, uWall := p.usageColumns()
+	if len(uTasks) > 0 {
+		// First in the batch, so its rows are read before the rest is
+		// closed. A wall time longer than the attempt has existed (since
+		// its assignment, by the database's clock) is cut to that; the
+		// outcome says so, for the replica's log.
+		b.Queue(`update podium.attempts a set cpu_seconds = u.cpu, peak_memory_bytes = u.peak,
+				wall_seconds = case when u.wall is not null
+					then least(u.wall, greatest(extract(epoch from now() - a.assigned_at)::float8, 0)) end
+			from unnest($1::text[], $2::int[], $3::float8[], $4::bigint[], $5::float8[]) as u(task_id, attempt, cpu, peak, wall)
+			where a.task_id = u.task_id and a.attempt = u.attempt
+			returning a.task_id, a.attempt, u.wall, a.wall_seconds`, uTasks, uNums, uCPU, uPeak, uWall)
+	}
 	if ev.bytes >= copyEventsMinBytes {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"podium", "task_events"}, eventColumnNames, ev); err != nil {
 			return fmt.Errorf("copy the batch's events: %w", err)
@@ -247,9 +263,10 @@ func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan
 			$7::bigint[], $8::bytea[], $9::text[], $10::text[], $11::int[], $12::int[], $13::text[])`, ev.args()...)
 	}
 	b.Queue(`update podium.attempts a set acked_seq = greatest(a.acked_seq, u.acked),
-			finished_at = case when u.finished then now() else a.finished_at end
-		from unnest($1::text[], $2::int[], $3::bigint[], $4::bool[]) as u(task_id, attempt, acked, finished)
-		where a.task_id = u.task_id and a.attempt = u.attempt`, aTasks, aNums, aAcked, aFinished)
+			finished_at = case when u.finished then now() else a.finished_at end,
+			output_bytes = a.output_bytes + u.out
+		from unnest($1::text[], $2::int[], $3::bigint[], $4::bool[], $5::bigint[]) as u(task_id, attempt, acked, finished, out)
+		where a.task_id = u.task_id and a.attempt = u.attempt`, aTasks, aNums, aAcked, aFinished, aOut)
 	if tasks, nodes := givenBack(items, p); len(tasks) > 0 {
 		// A node that gave an assignment back never ran it: the next
 		// placement offers the same attempt again (see nextAttempt). And the
@@ -264,7 +281,38 @@ func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan
 				   and t.state in ('scheduled', 'provisioning', 'running'))::int)
 			where n.id = any($1)`, nodes)
 	}
-	return tx.SendBatch(ctx, b).Close()
+	br := tx.SendBatch(ctx, b)
+	if len(uTasks) > 0 {
+		if err := readUsageCuts(br, items, p); err != nil {
+			br.Close()
+			return fmt.Errorf("store the attempts' usage: %w", err)
+		}
+	}
+	return br.Close()
+}
+
+// readUsageCuts reads what storing the attempts' usage returned and notes, in
+// the outcome of the item that ended each attempt, a wall time that was cut.
+func readUsageCuts(br pgx.BatchResults, items []IngestItem, p *ingestPlan) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var a attemptID
+	var asked, stored *float64
+	_, err = pgx.ForEachRow(rows, []any{&a.task, &a.attempt, &asked, &stored}, func() error {
+		if asked == nil || stored == nil || *stored >= *asked {
+			return nil
+		}
+		for i, it := range items {
+			if it.TaskID == a.task && it.Attempt == a.attempt && p.out[i].Err == nil {
+				p.out[i].Result.UsageCut = fmt.Sprintf("wall time %.3f s is longer than the attempt has existed; stored %.3f s", *asked, *stored)
+				break
+			}
+		}
+		return nil
+	})
+	return err
 }
 
 // givenBack are the tasks a batch's nodes gave back (a QUEUED status that

@@ -54,6 +54,10 @@ type attRow struct {
 	finished bool
 	// touched is set when the batch moved the high-water mark.
 	touched bool
+	// outBytes is the output the batch stores for the attempt; usage is
+	// what its terminal status, if this batch made it, says it used.
+	outBytes int64
+	usage    *podiumv1.Usage
 }
 
 // chooseNew decides, item by item in arrival order, which events are new:
@@ -134,6 +138,7 @@ func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
 			p.taken = append(p.taken, te)
 			res.Stored++
 			res.Bytes += len(ev.GetLog().GetData())
+			a.outBytes += int64(len(ev.GetLog().GetData()))
 			next++
 		}
 		res.Acked = next - 1
@@ -231,19 +236,38 @@ func (p *ingestPlan) applyRound(round []int, moved map[string]bool) {
 		if Terminal(te.tr.To) || te.tr.To == Queued {
 			p.atts[attemptID{te.tr.TaskID, te.tr.Attempt}].finished = true
 		}
+		if Terminal(te.tr.To) {
+			// Only the status that ended the attempt says what it used:
+			// a late or replayed one never reaches here.
+			p.atts[attemptID{te.tr.TaskID, te.tr.Attempt}].usage = te.ev.GetStatus().GetUsage()
+		}
 	}
 }
 
 // attemptColumns are the attempts whose high-water mark moved or that
-// finished, one array per column.
-func (p *ingestPlan) attemptColumns() (tasks []string, attempts []int32, acked []int64, finished []bool) {
+// finished, one array per column: outBytes is the output each stores.
+func (p *ingestPlan) attemptColumns() (tasks []string, attempts []int32, acked []int64, finished []bool, outBytes []int64) {
 	for k, a := range p.atts {
 		if a.touched || a.finished {
 			tasks, attempts = append(tasks, k.task), append(attempts, k.attempt)
 			acked, finished = append(acked, a.acked), append(finished, a.finished)
+			outBytes = append(outBytes, a.outBytes)
 		}
 	}
-	return tasks, attempts, acked, finished
+	return tasks, attempts, acked, finished, outBytes
+}
+
+// usageColumns are the attempts that ended in this batch with a usage
+// report, one array per column; nil in a column is unknown.
+func (p *ingestPlan) usageColumns() (tasks []string, attempts []int32, cpu []*float64, peak []*int64, wall []*float64) {
+	for k, a := range p.atts {
+		if a.usage == nil {
+			continue
+		}
+		tasks, attempts = append(tasks, k.task), append(attempts, k.attempt)
+		cpu, peak, wall = append(cpu, a.usage.CpuSeconds), append(peak, a.usage.PeakMemoryBytes), append(wall, a.usage.WallSeconds)
+	}
+	return tasks, attempts, cpu, peak, wall
 }
 
 // allowedFrom is the lifecycle: for each state a node may report, the states

@@ -254,7 +254,7 @@ func TestApplyRound(t *testing.T) {
 		t.Errorf("a node giving back its task: %+v, task %s; want requeued", r, p.tasks["task_2"].state)
 	}
 	// Both attempts' marks moved; the order of the rows does not matter.
-	tasks, attempts, acked, finished := p.attemptColumns()
+	tasks, attempts, acked, finished, _ := p.attemptColumns()
 	if sorted := slices.Sorted(slices.Values(tasks)); !slices.Equal(sorted, []string{"task_1", "task_2"}) {
 		t.Fatalf("attempt rows written for %v, want task_1 and task_2", tasks)
 	}

@@ -62,11 +62,13 @@ func (s *Store) ExpireTasks(ctx context.Context, keep time.Duration, limit int) 
 }
 
 // expireLogsSQL removes the logs of terminal tasks that ended more than $1
-// seconds ago: their event rows, their archive (the row, or the object,
-// queued), and their attempts' rows, which only the log's reader needed. The
-// task row stays, with log_expired_at set; the archive columns are cleared
-// and log_archived_at set if it was not, so the archive job (whose queue is
-// log_archived_at is null) has nothing left to do for it.
+// seconds ago: their event rows and their archive (the row, or the object,
+// queued). The task row stays, with log_expired_at set; the archive columns
+// are cleared and log_archived_at set if it was not, so the archive job
+// (whose queue is log_archived_at is null) has nothing left to do for it.
+// The attempts' rows stay too: they hold what each attempt used (podium.usage,
+// 0020_usage.sql), which is worth keeping as long as the task; they go with
+// it, a few dozen bytes each.
 const expireLogsSQL = `with
 	due as (
 		select id, log_archive_key from podium.tasks
@@ -80,7 +82,6 @@ const expireLogsSQL = `with
 		on conflict (key) do nothing),
 	events as (delete from podium.task_events e using due where e.task_id = due.id),
 	archives as (delete from podium.task_log_archives a using due where a.task_id = due.id),
-	attempts as (delete from podium.attempts a using due where a.task_id = due.id),
 	marked as (
 		update podium.tasks t set log_expired_at = now(),
 			log_archive_key = null, log_archive_size = null, log_archive_sha256 = null,

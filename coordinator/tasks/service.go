@@ -121,7 +121,17 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[podiumv1.GetRequ
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&podiumv1.GetResponse{Task: view(ctx, t)}), nil
+	p := view(ctx, t)
+	if t.Attempt > 0 {
+		// Get alone reads the usage: one more small query, which List and
+		// the follow loop of Events need not pay for every task.
+		u, err := s.store.AttemptUsage(ctx, t.ID, t.Attempt)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read the usage of task %s: %w (try again)", t.ID, err))
+		}
+		p.Usage = u
+	}
+	return connect.NewResponse(&podiumv1.GetResponse{Task: p}), nil
 }
 
 // view is t as the caller in ctx may see it: someone else's task, to anyone

@@ -88,6 +88,13 @@ cd $A && sha256sum reports/junit.xml logs/build.log >&2`
 			t.Errorf("podium run did not show that %s was stored:\n%s", a.GetName(), r.stderr)
 		}
 	}
+	var total int64
+	for _, a := range list {
+		total += a.GetSize()
+	}
+	if got := e.task(id).GetUsage().GetArtifactBytes(); got != total {
+		t.Errorf("the task's usage counts %d bytes of artifacts, want the %d its listed artifacts hold", got, total)
+	}
 	if !bytes.Contains(r.stderr, []byte("→ artifact passwd skipped: it is a symbolic link")) {
 		t.Errorf("podium run did not show the skipped link:\n%s", r.stderr)
 	}

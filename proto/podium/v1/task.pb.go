@@ -742,8 +742,11 @@ type Task struct {
 	// artifacts_expired_at is when retention removed the task's artifacts
 	// (--retain-artifacts). Unset while they are kept.
 	ArtifactsExpiredAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=artifacts_expired_at,json=artifactsExpiredAt,proto3" json:"artifacts_expired_at,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// usage is what the task's latest attempt used (see Usage); unset until it
+	// has one. Only TaskService.Get fills it.
+	Usage         *Usage `protobuf:"bytes,20,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -895,6 +898,104 @@ func (x *Task) GetArtifactsExpiredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// Usage is what one attempt of a task used, recorded when it ends
+// (podium.attempts and the podium.usage view; docs/operations.md, "Reading
+// the fleet in SQL"). A figure that is not set is unknown, never 0: the
+// container's cgroup could not be read (a kernel without memory.peak, a
+// runner killed before it wrote its exit record) or the node's report was
+// refused as impossible.
+type Usage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cpu_seconds is the CPU time of every process of the task's container
+	// (user and system), from its cgroup as the container ended.
+	CpuSeconds *float64 `protobuf:"fixed64,1,opt,name=cpu_seconds,json=cpuSeconds,proto3,oneof" json:"cpu_seconds,omitempty"`
+	// peak_memory_bytes is the container's highest memory use (cgroup v2
+	// memory.peak, v1 memory.max_usage_in_bytes), page cache included.
+	PeakMemoryBytes *int64 `protobuf:"varint,2,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3,oneof" json:"peak_memory_bytes,omitempty"`
+	// wall_seconds is how long the container ran, by the Docker engine's clock.
+	WallSeconds *float64 `protobuf:"fixed64,3,opt,name=wall_seconds,json=wallSeconds,proto3,oneof" json:"wall_seconds,omitempty"`
+	// output_bytes is the task's output the control plane stored (both
+	// streams), counted by the coordinator as it stored it.
+	OutputBytes int64 `protobuf:"varint,4,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// artifact_bytes is the size of the attempt's artifacts, counted by the
+	// coordinator as they were stored.
+	ArtifactBytes int64 `protobuf:"varint,5,opt,name=artifact_bytes,json=artifactBytes,proto3" json:"artifact_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_podium_v1_task_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Usage) GetCpuSeconds() float64 {
+	if x != nil && x.CpuSeconds != nil {
+		return *x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *Usage) GetPeakMemoryBytes() int64 {
+	if x != nil && x.PeakMemoryBytes != nil {
+		return *x.PeakMemoryBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetWallSeconds() float64 {
+	if x != nil && x.WallSeconds != nil {
+		return *x.WallSeconds
+	}
+	return 0
+}
+
+func (x *Usage) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetArtifactBytes() int64 {
+	if x != nil {
+		return x.ArtifactBytes
+	}
+	return 0
+}
+
 // LogArchive says where a task's archived log is (docs/operations.md, "Log
 // archive").
 type LogArchive struct {
@@ -918,7 +1019,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1031,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1044,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1004,7 +1105,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1117,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1130,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1059,7 +1160,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1172,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1185,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1110,18 +1211,23 @@ func (x *LogChunk) GetData() []byte {
 
 // StatusChange moves a task along its life.
 type StatusChange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         TaskState              `protobuf:"varint,1,opt,name=state,proto3,enum=podium.v1.TaskState" json:"state,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	ExitCode      *int32                 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	Signal        int32                  `protobuf:"varint,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	State    TaskState              `protobuf:"varint,1,opt,name=state,proto3,enum=podium.v1.TaskState" json:"state,omitempty"`
+	Reason   string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExitCode *int32                 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Signal   int32                  `protobuf:"varint,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// usage is what the attempt used, on the terminal status a node reports:
+	// the coordinator takes cpu_seconds, peak_memory_bytes and wall_seconds
+	// from it (bounded, see coordinator/nodes usage.go) and counts output and
+	// artifact bytes itself. Not kept in the task's log.
+	Usage         *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1239,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1252,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1177,6 +1283,13 @@ func (x *StatusChange) GetSignal() int32 {
 	return 0
 }
 
+func (x *StatusChange) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 // Note is a line of Podium's own about the task (image pulled, node lost),
 // shown to the user apart from the task's own output.
 type Note struct {
@@ -1188,7 +1301,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1313,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1326,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Note) GetText() string {
@@ -1245,7 +1358,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1370,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1383,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1366,7 +1479,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1491,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1504,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1410,7 +1523,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1535,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1548,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1454,7 +1567,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1579,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1592,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1498,7 +1611,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1623,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1636,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1549,7 +1662,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1674,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1687,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1614,7 +1727,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1739,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1752,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1659,7 +1772,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1784,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1797,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1710,7 +1823,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1835,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1848,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1758,7 +1871,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1883,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1896,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1820,7 +1933,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1945,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1958,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -1879,7 +1992,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2004,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2017,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SendRequest) GetId() string {
@@ -1930,7 +2043,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2055,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2068,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -1985,7 +2098,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2110,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2123,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Artifact) GetId() string {
@@ -2079,7 +2192,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2204,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2217,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2124,7 +2237,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2249,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2262,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2172,7 +2285,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2297,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2310,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2237,7 +2350,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2362,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2375,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2319,7 +2432,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2444,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2457,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2383,7 +2496,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2508,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2521,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -2497,7 +2610,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2521,9 +2634,20 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\vlog_archive\x18\x0f \x01(\v2\x15.podium.v1.LogArchiveR\n" +
 	"logArchive\x12@\n" +
 	"\x0elog_expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\flogExpiredAt\x12L\n" +
-	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAtB\f\n" +
+	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAt\x12&\n" +
+	"\x05usage\x18\x14 \x01(\v2\x10.podium.v1.UsageR\x05usageB\f\n" +
 	"\n" +
-	"_exit_code\"\xcb\x01\n" +
+	"_exit_code\"\x87\x02\n" +
+	"\x05Usage\x12$\n" +
+	"\vcpu_seconds\x18\x01 \x01(\x01H\x00R\n" +
+	"cpuSeconds\x88\x01\x01\x12/\n" +
+	"\x11peak_memory_bytes\x18\x02 \x01(\x03H\x01R\x0fpeakMemoryBytes\x88\x01\x01\x12&\n" +
+	"\fwall_seconds\x18\x03 \x01(\x01H\x02R\vwallSeconds\x88\x01\x01\x12!\n" +
+	"\foutput_bytes\x18\x04 \x01(\x03R\voutputBytes\x12%\n" +
+	"\x0eartifact_bytes\x18\x05 \x01(\x03R\rartifactBytesB\x0e\n" +
+	"\f_cpu_secondsB\x14\n" +
+	"\x12_peak_memory_bytesB\x0f\n" +
+	"\r_wall_seconds\"\xcb\x01\n" +
 	"\n" +
 	"LogArchive\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
@@ -2540,12 +2664,13 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\bLogChunk\x12,\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x14.podium.v1.LogStreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x9a\x01\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xc2\x01\n" +
 	"\fStatusChange\x12*\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x14.podium.v1.TaskStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12 \n" +
 	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
-	"\x06signal\x18\x04 \x01(\x05R\x06signalB\f\n" +
+	"\x06signal\x18\x04 \x01(\x05R\x06signal\x12&\n" +
+	"\x05usage\x18\x05 \x01(\v2\x10.podium.v1.UsageR\x05usageB\f\n" +
 	"\n" +
 	"_exit_code\"\x1a\n" +
 	"\x04Note\x12\x12\n" +
@@ -2665,7 +2790,7 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
@@ -2675,95 +2800,98 @@ var file_podium_v1_task_proto_goTypes = []any{
 	(*Readiness)(nil),                // 5: podium.v1.Readiness
 	(*Sidecar)(nil),                  // 6: podium.v1.Sidecar
 	(*Task)(nil),                     // 7: podium.v1.Task
-	(*LogArchive)(nil),               // 8: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 9: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 10: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 11: podium.v1.StatusChange
-	(*Note)(nil),                     // 12: podium.v1.Note
-	(*TaskEvent)(nil),                // 13: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 14: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 15: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 16: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 17: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 18: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 19: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 20: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 21: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 22: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 23: podium.v1.EventsResponse
-	(*SendRequest)(nil),              // 24: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 25: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 26: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 27: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 28: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 29: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 30: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 31: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 32: podium.v1.ArtifactURLResponse
-	nil,                              // 33: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 34: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*Usage)(nil),                    // 8: podium.v1.Usage
+	(*LogArchive)(nil),               // 9: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 10: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 11: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 12: podium.v1.StatusChange
+	(*Note)(nil),                     // 13: podium.v1.Note
+	(*TaskEvent)(nil),                // 14: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 15: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 16: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 17: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 18: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 19: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 20: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 21: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 22: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 23: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 24: podium.v1.EventsResponse
+	(*SendRequest)(nil),              // 25: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 26: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 27: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 28: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 29: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 30: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 31: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 32: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 33: podium.v1.ArtifactURLResponse
+	nil,                              // 34: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 35: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	33, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	34, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
 	6,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
-	34, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	35, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
 	2,  // 5: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
 	5,  // 6: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
 	4,  // 7: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
 	0,  // 8: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	35, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	35, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	35, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	8,  // 12: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	35, // 13: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	35, // 14: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	35, // 15: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	13, // 16: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 17: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 18: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	35, // 19: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 20: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	11, // 21: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	12, // 22: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 23: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	7,  // 24: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	7,  // 25: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 26: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	7,  // 27: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	7,  // 28: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	13, // 29: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	7,  // 30: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	35, // 31: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	26, // 32: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	26, // 33: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	35, // 34: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 35: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	14, // 36: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	16, // 37: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	18, // 38: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	20, // 39: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	22, // 40: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	24, // 41: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	27, // 42: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	29, // 43: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	31, // 44: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	15, // 45: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	17, // 46: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	19, // 47: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	21, // 48: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	23, // 49: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	25, // 50: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	28, // 51: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	30, // 52: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	32, // 53: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	45, // [45:54] is the sub-list for method output_type
-	36, // [36:45] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	36, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	36, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	36, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 12: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	36, // 13: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	36, // 14: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	8,  // 15: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	36, // 16: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	14, // 17: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 18: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 19: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	8,  // 20: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	36, // 21: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 22: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	12, // 23: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	13, // 24: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 25: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	7,  // 26: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	7,  // 27: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 28: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	7,  // 29: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	7,  // 30: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	14, // 31: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	7,  // 32: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	36, // 33: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	27, // 34: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	27, // 35: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	36, // 36: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 37: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	15, // 38: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	17, // 39: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	19, // 40: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	21, // 41: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	23, // 42: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	25, // 43: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	28, // 44: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	30, // 45: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	32, // 46: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	16, // 47: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	18, // 48: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	20, // 49: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	22, // 50: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	24, // 51: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	26, // 52: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	29, // 53: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	31, // 54: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	33, // 55: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	47, // [47:56] is the sub-list for method output_type
+	38, // [38:47] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -2772,13 +2900,14 @@ func file_podium_v1_task_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[12].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[28].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[29].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -2788,7 +2917,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
