@@ -287,12 +287,17 @@ func TestRetryBadSpecsRefused(t *testing.T) {
 // finished is refused, and a member may not rerun someone else's task.
 func TestRerun(t *testing.T) {
 	t.Parallel()
-	r, _ := coordtest.New(t)
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte("s3cret")})); err != nil {
+		t.Fatal(err)
+	}
 	alice, bob := as(r, addUser(t, r, "alice", "member")), as(r, addUser(t, r, "bob", "member"))
 	spec := &podiumv1.TaskSpec{Image: "busybox", Command: []string{"sh", "-c", "make test"}, Env: map[string]string{"CI": "1"},
-		Labels: []string{"linux"}, Retry: &podiumv1.RetryPolicy{Attempts: 2, OnExitCodes: []int32{75}}}
+		Labels: []string{"linux"}, Retry: &podiumv1.RetryPolicy{Attempts: 2, OnExitCodes: []int32{75}},
+		Secrets: []*podiumv1.SecretRef{{Name: "db-password", Env: "PGPASSWORD"}}}
 	sub, err := alice.tasks.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
 	if err != nil {
 		t.Fatal(err)
@@ -321,8 +326,11 @@ func TestRerun(t *testing.T) {
 	if nt.Id == old.Id || nt.RerunOf != old.Id || nt.RequestedBy != "alice" || nt.State != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Errorf("rerun: %v, want a new queued task of alice's with rerun_of %s", nt, old.Id)
 	}
-	if !proto.Equal(nt.Spec, was.Spec) {
-		t.Errorf("rerun's spec %v differs from the old task's %v", nt.Spec, was.Spec)
+	if !proto.Equal(nt.Spec, was.Spec) || len(nt.Spec.Secrets) != 1 || nt.Spec.Secrets[0].Name != "db-password" {
+		t.Errorf("rerun's spec %v differs from the old task's %v, or lost its secret", nt.Spec, was.Spec)
+	}
+	if strings.Contains(nt.String(), "s3cret") {
+		t.Errorf("the rerun carries a secret's value: %v", nt)
 	}
 	if was.RerunOf != "" {
 		t.Errorf("the old task says it is a rerun of %q", was.RerunOf)
@@ -335,6 +343,15 @@ func TestRerun(t *testing.T) {
 	}
 	if adm.Msg.Task.RerunOf != old.Id || adm.Msg.Task.RequestedBy == "alice" {
 		t.Errorf("admin's rerun: %v, want rerun_of %s and not alice's", adm.Msg.Task, old.Id)
+	}
+	// A secret deleted since is refused as at submit: the new task could
+	// not be given it.
+	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "db-password"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: old.Id}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no secret named db-password") {
+		t.Errorf("rerun naming a deleted secret: %v, want FailedPrecondition naming it", err)
 	}
 	_, err = alice.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: "task_nope"}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
