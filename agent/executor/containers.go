@@ -177,12 +177,23 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-// taskEnv is the task's environment: its spec's, and the values of the
-// secrets it takes as variables. Those are part of the container's
-// configuration, so anyone who may run `docker inspect` on the node sees
-// them (docs/operations.md says so); a file secret is not.
+// EnvTaskID and EnvAttempt name the variables that tell a task which task
+// and which attempt of it it is (1 for the first run, 2 for the first retry
+// or requeue): a job retried under spec.retry can tell a retry from a first
+// run (skip a step that already succeeded, name its output per attempt).
+// They are set by the node, replacing a spec's own values for them.
+const (
+	EnvTaskID  = "PODIUM_TASK_ID"
+	EnvAttempt = "PODIUM_ATTEMPT"
+)
+
+// taskEnv is the task's environment: its spec's, the values of the
+// secrets it takes as variables, and which task and attempt it is. The
+// secrets are part of the container's configuration, so anyone who may run
+// `docker inspect` on the node sees them (docs/operations.md says so); a
+// file secret is not.
 func (r *run) taskEnv() []string {
-	env := make(map[string]string, len(r.spec.GetEnv())+len(r.assign.GetSecrets()))
+	env := make(map[string]string, len(r.spec.GetEnv())+len(r.assign.GetSecrets())+2)
 	for k, v := range r.spec.GetEnv() {
 		env[k] = v
 	}
@@ -191,6 +202,7 @@ func (r *run) taskEnv() []string {
 			env[s.GetEnv()] = string(s.GetValue())
 		}
 	}
+	env[EnvTaskID], env[EnvAttempt] = r.assign.GetTaskId(), strconv.Itoa(int(r.assign.GetAttempt()))
 	return envList(env)
 }
 

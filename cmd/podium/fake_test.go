@@ -44,6 +44,10 @@ type fake struct {
 	slotReqs []*podiumv1.SetNodeSlotsRequest
 	labelReq []*podiumv1.SetNodeLabelsRequest
 	removes  []*podiumv1.RemoveNodeRequest
+	// reruns are the Rerun requests (retry_test.go); rerunErr, when set,
+	// is Rerun's answer.
+	reruns   []*podiumv1.RerunRequest
+	rerunErr error
 
 	// task is what Submit, Get and Cancel return (Submit fills in the spec).
 	task *podiumv1.Task

@@ -152,6 +152,7 @@ func init() {
 		tasksCommand,
 		taskGetCommand,
 		taskCancelCommand,
+		taskRerunCommand,
 		taskSendCommand,
 		artifactsCommand,
 		artifactGetCommand,

@@ -137,6 +137,7 @@ func TestEveryCommandReportsAnUnreachableCoordinator(t *testing.T) {
 		{"tasks"},
 		{"task", "get", "task_01X"},
 		{"task", "cancel", "task_01X"},
+		{"task", "rerun", "task_01X"},
 		{"nodes"},
 		{"token", "create"},
 		{"task", "send", "task_01X", "hello"},

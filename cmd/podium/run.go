@@ -35,7 +35,12 @@ Flags override the fields of --spec: --image, --timeout, --priority, --user,
 file's value for that key), --label adds to the file's labels, --cap-add to
 its capabilities, --allow-egress to its allow_egress, --secret to its
 secrets (replacing the file's entry for that secret), and CMD replaces its
-command. Sidecars and artifacts (globs) are given in the spec file only.
+command. Sidecars, artifacts (globs) and retry are given in the spec file only.
+
+With retry in the spec, a failed attempt may be followed by another after a
+backoff: podium run follows them all, each retry announced by a line such as
+"→ queued: attempt 2 of 3 after exit code 1, in 10 s", and exits with the
+last attempt's exit code.
 
 The task runs with every Linux capability dropped; --cap-add CAP gives one
 back, from Docker's default set only (CHOWN, KILL, NET_BIND_SERVICE, ...;

@@ -167,9 +167,18 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		line("signal", signalName(t.GetSignal()))
 	}
 	line("node", t.GetNodeId())
-	if t.GetAttempt() != 0 {
-		line("attempt", fmt.Sprint(t.GetAttempt()))
+	if a := t.GetAttempt(); a != 0 {
+		if m := s.GetMaxAttempts(); m > 1 {
+			line("attempt", fmt.Sprintf("%d of %d", a, m))
+		} else {
+			line("attempt", fmt.Sprint(a))
+		}
 	}
+	if at := t.GetNextAttemptAt(); at != nil {
+		line("next attempt", fmt.Sprintf("%s (in %s, after the retry's backoff)", at.AsTime().Local().Format(time.RFC3339),
+			max(at.AsTime().Sub(now), 0).Round(time.Second)))
+	}
+	line("rerun of", t.GetRerunOf())
 	line("image", s.GetImage())
 	line("command", shellJoin(s.GetCommand()))
 	if len(s.GetEnv()) > 0 {
@@ -197,6 +206,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	if s.GetRetryOnNodeLoss() {
 		line("retry on node loss", "yes")
 	}
+	line("retry", retryText(s.GetRetry()))
 	line("cancel grace", secondsText(s.GetCancelGraceSeconds()))
 	line("requested by", t.GetRequestedBy())
 	line("created", timeText(t.GetCreatedAt(), now))
@@ -255,6 +265,30 @@ func secondsText(s int64) string {
 	return (time.Duration(s) * time.Second).String()
 }
 
+// retryText words a retry policy for podium task get: "after exit code 1 or
+// 137, or an out-of-memory kill; backoff 10s doubling to 5m0s".
+func retryText(r *podiumv1.RetryPolicy) string {
+	if r == nil {
+		return ""
+	}
+	var when []string
+	if codes := r.GetOnExitCodes(); len(codes) > 0 {
+		words := make([]string, len(codes))
+		for i, c := range codes {
+			words[i] = fmt.Sprint(c)
+		}
+		when = append(when, "exit code "+strings.Join(words, " or "))
+	}
+	if r.GetOnOom() {
+		when = append(when, "an out-of-memory kill")
+	}
+	if len(when) == 0 {
+		when = append(when, "any non-zero exit code")
+	}
+	b, mb := taskspec.RetryBackoffs(r)
+	return fmt.Sprintf("after %s; backoff %s doubling to %s", strings.Join(when, ", or "), b, mb)
+}
+
 var taskCancelCommand = &command{
 	name:      "task cancel",
 	synopsis:  "[--reason TEXT] ID",
@@ -291,6 +325,39 @@ func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int
 	default:
 		fmt.Fprintf(c.stdout, "task %s is being cancelled (follow it with: podium logs -f %s)\n", id, id)
 	}
+	return exitOK
+}
+
+var taskRerunCommand = &command{
+	name:     "task rerun",
+	synopsis: "ID",
+	summary:  "Run a finished task again, as a new task.",
+	detail: `
+Submits a copy of a finished task (succeeded, failed, cancelled or lost): the
+same spec, with the same secrets by name (their values as stored now), as a
+new task of yours whose "rerun of" (podium task get) names the old one. Prints
+the new task's id on stdout; follow it with podium logs -f ID. A task that has
+not finished is refused: wait for it, or cancel it first. Members rerun their
+own tasks; admins anyone's.`,
+	usageExit: exitUsage,
+	run:       runTaskRerun,
+}
+
+func runTaskRerun(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	id, cl, code, ok := c.taskCommand(cmd, fs, args)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.RerunResponse], error) {
+		return e.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: id}))
+	})
+	if err != nil {
+		return c.failed(cl, err, fmt.Sprintf("no task %s", id))
+	}
+	nid := resp.Msg.GetTask().GetId()
+	fmt.Fprintln(c.stdout, nid)
+	fmt.Fprintf(c.stderr, "→ task %s submitted as a rerun of %s (follow it with: podium logs -f %s)\n", nid, id, nid)
 	return exitOK
 }
 

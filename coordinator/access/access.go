@@ -71,6 +71,10 @@ var Needs = map[string]Role{
 	podiumv1connect.TaskServiceSubmitProcedure: Member,
 	podiumv1connect.TaskServiceCancelProcedure: Member,
 	podiumv1connect.TaskServiceSendProcedure:   Member,
+	// A member reruns only their own tasks, as they cancel them: a rerun
+	// runs the old task's spec (env values a non-owner may not even read)
+	// under the caller's name.
+	podiumv1connect.TaskServiceRerunProcedure: Member,
 
 	podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: Admin,
 	podiumv1connect.AdminServiceListNodesProcedure:             Admin,

@@ -157,7 +157,7 @@ func (in *ingester) ring(ctx context.Context, msgs [][]store.IngestItem, res [][
 				grew[id] = true
 				chans, payloads = append(chans, store.ChannelTaskEvents), append(payloads, id)
 			}
-			if o.Result.Terminal != "" || o.Result.Requeued {
+			if o.Result.Terminal != "" || o.Result.Requeued || o.Result.Retried {
 				freed = true
 			}
 		}

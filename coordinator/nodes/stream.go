@@ -524,7 +524,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 		if err := sess.send(ackMsg(k, res.Acked)); err != nil {
 			return err
 		}
-		if res.Terminal != "" || res.Requeued {
+		if res.Terminal != "" || res.Requeued || res.Retried {
 			sess.release(k.task)
 		}
 	}

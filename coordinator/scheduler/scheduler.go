@@ -181,8 +181,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 }
 
 // Sweep enforces the lifecycle's deadlines: assignments not accepted in time
-// are taken back, tasks past their timeout are stopped, and cancelled tasks
-// whose node is gone are written off.
+// are taken back, tasks past their timeout are stopped, cancelled tasks
+// whose node is gone are written off, and tasks whose retry backoff has
+// passed are handed to the next pass.
 func (s *Scheduler) Sweep(ctx context.Context) {
 	s.storedThresholds(ctx)
 	steps := []struct {
@@ -209,6 +210,16 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 		if len(touched) > 0 {
 			_ = s.store.Notify(ctx, store.ChannelSubmit, "")
 		}
+	}
+	// A retry's backoff ending rings nothing by itself: the task waits in
+	// its row (not_before), and this is what wakes the pass that places it.
+	ended, err := s.store.EndBackoffs(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("scheduler: sweep failed", "step", "retry backoff", "err", err)
+	case ended > 0:
+		s.log.Info("retry backoffs ended", "tasks", ended)
+		_ = s.store.Notify(ctx, store.ChannelSubmit, "")
 	}
 }
 

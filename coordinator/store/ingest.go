@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -27,6 +28,10 @@ type IngestResult struct {
 	Terminal string
 	// Requeued is set when the node gave the task back.
 	Requeued bool
+	// Retried is set when the attempt failed and its retry policy put the
+	// task back in the queue, to wait out a backoff before the next attempt:
+	// the node's slot is free, as after a terminal state.
+	Retried bool
 	// Bytes is how much task output was stored.
 	Bytes int
 	// UsageCut says how the usage the node reported with the attempt's end
@@ -145,6 +150,9 @@ type ingestKeys struct {
 	// attTasks and attNums name each item's attempt, one pair per item.
 	attTasks []string
 	attNums  []int32
+	// failing are the tasks the batch reports failed: only theirs is a
+	// retry policy worth reading (lockForIngest).
+	failing []string
 }
 
 func ingestKeysOf(items []IngestItem) ingestKeys {
@@ -153,6 +161,11 @@ func ingestKeysOf(items []IngestItem) ingestKeys {
 		k.nodeIDs = append(k.nodeIDs, it.NodeID)
 		k.taskIDs = append(k.taskIDs, it.TaskID)
 		k.attTasks, k.attNums = append(k.attTasks, it.TaskID), append(k.attNums, it.Attempt)
+		if slices.ContainsFunc(it.Events, func(ev *podiumv1.TaskEvent) bool {
+			return ev.GetStatus().GetState() == podiumv1.TaskState_TASK_STATE_FAILED
+		}) {
+			k.failing = append(k.failing, it.TaskID)
+		}
 	}
 	slices.Sort(k.nodeIDs)
 	k.nodeIDs = slices.Compact(k.nodeIDs)
@@ -348,23 +361,30 @@ type lockedRows struct {
 	// cancelReasons say why the control plane asked to stop a task, for the
 	// tasks it did.
 	cancelReasons map[string]string
+	// retries are the retry policies of the tasks that have one.
+	retries map[string]*retryRule
 }
 
 // lockForIngest reads, in one round trip and locking in key order, the
 // epochs of the batch's nodes (FOR KEY SHARE) and its attempts (FOR UPDATE),
-// and why the control plane asked to stop any of its tasks. That last read
-// takes no lock: a node only reports a task cancelled after it was told to
-// stop it, which is after the reason was committed.
+// and why the control plane asked to stop any of its tasks and the retry
+// policy of any it reports failed that has one. That last read takes no
+// lock: a node only reports a task cancelled after it was told to stop it,
+// which is after the reason was committed, and a spec never changes. The
+// spec is read only for the failing tasks: detoasting every task's spec for
+// every batch of log output would cost the ingest path for nothing.
 func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, error) {
 	b := &pgx.Batch{}
 	b.Queue("select id, session_epoch from podium.nodes where id = any($1) order by id for key share", k.nodeIDs)
 	b.Queue(`select a.task_id, a.attempt, a.node_id, a.acked_seq from podium.attempts a
 		join unnest($1::text[], $2::int[]) as u(task_id, attempt) on a.task_id = u.task_id and a.attempt = u.attempt
 		order by a.task_id, a.attempt for update of a`, k.attTasks, k.attNums)
-	b.Queue(`select id, cancel_reason from podium.tasks where id = any($1) and cancel_reason is not null`, k.taskIDs)
+	b.Queue(`select id, cancel_reason, case when id = any($2) then spec->'retry' end, max_attempts from podium.tasks
+		where id = any($1) and (cancel_reason is not null or (id = any($2) and spec ? 'retry'))`, k.taskIDs, k.failing)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	l := lockedRows{epochs: map[string]int64{}, attempts: map[attemptID]lockedAttempt{}, cancelReasons: map[string]string{}}
+	l := lockedRows{epochs: map[string]int64{}, attempts: map[attemptID]lockedAttempt{}, cancelReasons: map[string]string{},
+		retries: map[string]*retryRule{}}
 	rows, err := br.Query()
 	if err != nil {
 		return l, err
@@ -390,8 +410,23 @@ func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, er
 	if err != nil {
 		return l, err
 	}
-	var reason string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error { l.cancelReasons[id] = reason; return nil }); err != nil {
+	var reason *string
+	var retry []byte
+	var maxAttempts int32
+	if _, err := pgx.ForEachRow(rows, []any{&id, &reason, &retry, &maxAttempts}, func() error {
+		if reason != nil {
+			l.cancelReasons[id] = *reason
+		}
+		if len(retry) > 0 {
+			p := &podiumv1.RetryPolicy{}
+			// A policy that no longer parses (it cannot: the spec was
+			// stored by this program's encoder) retries nothing.
+			if err := protojson.Unmarshal(retry, p); err == nil {
+				l.retries[id] = &retryRule{policy: p, maxAttempts: maxAttempts}
+			}
+		}
+		return nil
+	}); err != nil {
 		return l, err
 	}
 	return l, br.Close()

@@ -2,7 +2,10 @@ package store
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"time"
 
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -26,6 +29,8 @@ type ingestPlan struct {
 type ingestTask struct {
 	state        string
 	cancelReason string
+	// retry is the task's retry policy, nil if it has none.
+	retry *retryRule
 	// count is how many new events the task has in this batch; the batch's
 	// n-th new event of the task gets seq first+n.
 	count, first int64
@@ -99,7 +104,7 @@ func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
 		// The attempt's row exists, so the task's does (it cascades).
 		t := p.tasks[it.TaskID]
 		if t == nil {
-			t = &ingestTask{cancelReason: locked.cancelReasons[it.TaskID]}
+			t = &ingestTask{cancelReason: locked.cancelReasons[it.TaskID], retry: locked.retries[it.TaskID]}
 			p.tasks[it.TaskID] = t
 		}
 		res := &p.out[i].Result
@@ -130,7 +135,7 @@ func chooseNew(items []IngestItem, locked lockedRows) *ingestPlan {
 			te := takenEvent{item: i, ev: ev, pos: t.count}
 			t.count++
 			if st := ev.GetStatus(); st != nil {
-				te.tr, te.note = statusTransition(it.TaskID, it.Attempt, st, t.cancelReason)
+				te.tr, te.note = statusTransition(it.TaskID, it.Attempt, st, t.cancelReason, t.retry)
 				if te.tr != nil {
 					t.statuses = append(t.statuses, len(p.taken))
 				}
@@ -230,7 +235,10 @@ func (p *ingestPlan) applyRound(round []int, moved map[string]bool) {
 		if Terminal(te.tr.To) {
 			res.Terminal = te.tr.To
 		}
-		if te.tr.To == Queued {
+		switch {
+		case te.tr.To == Queued && te.tr.RetryAfter > 0:
+			res.Retried = true
+		case te.tr.To == Queued:
 			res.Requeued = true
 		}
 		if Terminal(te.tr.To) || te.tr.To == Queued {
@@ -282,9 +290,52 @@ var allowedFrom = map[string][]string{
 	Queued: {Scheduled, Provisioning},
 }
 
+// retryRule is a task's retry policy and its budget of attempts.
+type retryRule struct {
+	policy      *podiumv1.RetryPolicy
+	maxAttempts int32
+}
+
+// retryJitter is the wait before a retry: its backoff plus up to a tenth
+// more, never less, so that tasks that failed together (a database they all
+// use went down) do not all come back in the same second, and the backoff a
+// spec gives stays a floor.
+func retryJitter(d time.Duration) time.Duration { return d + rand.N(d/10+1) }
+
+// retryTransition is the move that puts a task whose attempt failed back in
+// the queue to wait out its backoff, when its retry policy asks for another
+// attempt and one is left; nil otherwise. A task the control plane asked to
+// stop (a cancel, a timeout) is never retried. Its reason is the line the
+// user reads in the log: "attempt 2 of 3 after exit code 1, in 10 s".
+func retryTransition(taskID string, attempt int32, st *podiumv1.StatusChange, cancelReason string, r *retryRule) *Transition {
+	if r == nil || cancelReason != "" || attempt >= r.maxAttempts {
+		return nil
+	}
+	cause, ok := taskspec.RetryCause(r.policy, st.ExitCode, st.GetReason())
+	if !ok {
+		return nil
+	}
+	next := attempt + 1
+	wait := retryJitter(taskspec.RetryBackoff(r.policy, next))
+	reason := fmt.Sprintf("attempt %d of %d after %s, in %s", next, r.maxAttempts, cause, waitText(wait))
+	return &Transition{TaskID: taskID, From: Active, To: Queued, Attempt: attempt, Reason: &reason, RetryAfter: wait}
+}
+
+// waitText says a wait as the retry line does: whole seconds under a
+// minute ("10 s"), else Go's form ("2m30s"); rounded down, since the wait is
+// at least that.
+func waitText(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%d s", int(d/time.Second))
+	}
+	return d.Truncate(time.Second).String()
+}
+
 // statusTransition is the transition a node's status change asks for, or the
-// note that replaces it when a node may not report that state at all.
-func statusTransition(taskID string, attempt int32, st *podiumv1.StatusChange, cancelReason string) (*Transition, string) {
+// note that replaces it when a node may not report that state at all. A
+// failure its task's retry policy retries (r) becomes a move back to the
+// queue (retryTransition).
+func statusTransition(taskID string, attempt int32, st *podiumv1.StatusChange, cancelReason string, r *retryRule) (*Transition, string) {
 	to := StateName(st.GetState())
 	from, ok := allowedFrom[to]
 	if !ok {
@@ -295,6 +346,11 @@ func statusTransition(taskID string, attempt int32, st *podiumv1.StatusChange, c
 	// the node only knows it was told to stop.
 	if to == Cancelled && cancelReason == "timeout" {
 		to, reason, from = Failed, "timeout", allowedFrom[Failed]
+	}
+	if to == Failed {
+		if tr := retryTransition(taskID, attempt, st, cancelReason, r); tr != nil {
+			return tr, ""
+		}
 	}
 	return &Transition{TaskID: taskID, From: from, To: to, Attempt: attempt,
 		Reason: &reason, ExitCode: st.ExitCode, Signal: st.GetSignal()}, ""

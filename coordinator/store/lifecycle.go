@@ -146,3 +146,19 @@ func (s *Store) WriteOffCancelled(ctx context.Context, after time.Duration) ([]T
 	})
 	return out, err
 }
+
+// EndBackoffs ends the wait of every queued task whose retry backoff
+// (not_before) has passed, and says how many there were. The scheduler
+// places such a task as soon as a pass runs, but nothing else rings for one
+// whose time has come: the leader's sweep calls this and rings the scheduler
+// when it is not 0, so a backoff ends within a sweep interval of its time.
+// Clearing the column also keeps its index (tasks_backoff) to the tasks
+// waiting now.
+func (s *Store) EndBackoffs(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `update podium.tasks set not_before = null
+		where not_before is not null and not_before <= now() and state = 'queued'`)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

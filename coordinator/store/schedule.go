@@ -22,6 +22,9 @@ type Placement struct {
 	// Reoffered is set when the attempt was given back by a node before and
 	// is placed again under the same number.
 	Reoffered bool
+	// MaxAttempts is the task's budget of attempts, for its log's "attempt
+	// 2 of 3".
+	MaxAttempts int32
 }
 
 // Candidates reads the connected nodes with what they are already committed
@@ -77,7 +80,8 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // LOCKED with a LIMIT takes the rows the statement reaches first.
 const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
 		allow_egress, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
-	where state = 'queued' order by priority desc, created_at, id
+	where state = 'queued' and (not_before is null or not_before <= now())
+	order by priority desc, created_at, id
 	for update skip locked limit $1`
 
 type queued struct {
@@ -163,7 +167,8 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 			}
 			continue
 		}
-		placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt})
+		placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt,
+			MaxAttempts: q.maxAttempts})
 	}
 	b = &pgx.Batch{}
 	if len(why.ids) > 0 {
@@ -252,9 +257,13 @@ func queuePlacements(b *pgx.Batch, placed []Placement) {
 	attempts := make([]int32, n)
 	for i, p := range placed {
 		ids[i], nodes[i], attempts[i], reasons[i] = p.TaskID, p.NodeID, p.Attempt, "assigned to "+p.NodeID
+		if p.Attempt > 1 {
+			// A later attempt's section of the log starts here; say which.
+			reasons[i] += fmt.Sprintf(", attempt %d of %d", p.Attempt, p.MaxAttempts)
+		}
 	}
 	b.Queue(`update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
-			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1
+			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1, not_before = null
 		from unnest($1::text[], $2::text[], $3::int[]) as u(id, node, attempt)
 		where t.id = u.id`, ids, nodes, attempts)
 	// An attempt given back is offered again under its number: its row is
@@ -297,6 +306,11 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 		switch {
 		case t.State == Queued:
 			r := "cancelled before it ran: " + reason
+			if t.NotBefore != nil {
+				// It ran, failed, and waits out its retry's backoff: the
+				// wait ends here, and the next attempt never starts.
+				r = fmt.Sprintf("cancelled during the backoff before attempt %d of %d: %s", t.Attempt+1, t.MaxAttempts, reason)
+			}
 			if _, err := transitionTask(ctx, tx, Transition{TaskID: id, From: []string{Queued}, To: Cancelled, Reason: &r}); err != nil {
 				return err
 			}

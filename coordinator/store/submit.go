@@ -18,6 +18,8 @@ type NewTask struct {
 	// Audit, when set, is the submit's audit row, written in the statement
 	// that stores the task (Target is the task's id).
 	Audit *Audit
+	// RerunOf is the task this one reruns (TaskService.Rerun), "" for none.
+	RerunOf string
 }
 
 // insertTasks stores one row per element of its arrays. The labels,
@@ -27,22 +29,22 @@ type NewTask struct {
 // '{}', and a zero out, which coalesce turns into 0).
 const insertTasks = `insert into podium.tasks
 	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
-	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds)
+	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds, rerun_of)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress')),
-		coalesce((spec->>'retainSeconds')::bigint, 0)
+		coalesce((spec->>'retainSeconds')::bigint, 0), nullif(rerun_of, '')
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
-		$10::int8[], $11::int8[], $12::int8[])
+		$10::int8[], $11::int8[], $12::int8[], $17::text[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
-		     pids, timeout_seconds, output_limit_bytes)
+		     pids, timeout_seconds, output_limit_bytes, rerun_of)
 	returning ` + insertedColumns
 
 // insertedColumns are taskColumns without the spec: the caller has it already,
 // and sending it back and parsing it again (protojson) costs CPU for nothing.
 const insertedColumns = `id, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq`
+	finished_at, cancel_requested_at, last_seq, rerun_of`
 
 // insertTasksAndRing is insertTasks with the scheduler's doorbell in the same
 // statement, so a batch is one round trip and one commit. This departs from
@@ -80,6 +82,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		maxAttempts = make([]int32, n)
 		retries     = make([]bool, n)
 		who         = make([]string, n)
+		rerunOf     = make([]string, n)
 		pids        = make([]int64, n)
 		timeouts    = make([]int64, n)
 		outputs     = make([]int64, n)
@@ -96,7 +99,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 			return nil, fmt.Errorf("task %s appears twice in one insert", t.ID)
 		}
 		at[t.ID] = i
-		ids[i], specs[i], who[i] = t.ID, string(js), t.RequestedBy
+		ids[i], specs[i], who[i], rerunOf[i] = t.ID, string(js), t.RequestedBy, t.RerunOf
 		priorities[i], retries[i] = t.Spec.GetPriority(), t.Spec.GetRetryOnNodeLoss()
 		cpus[i], mems[i] = placement.Cost(t.Spec)
 		pids[i], timeouts[i], outputs[i] = placement.PidsCost(t.Spec), t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
@@ -106,7 +109,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		}
 	}
 	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
-		pids, timeouts, outputs, aWho, aRole, aTransport, aAction)
+		pids, timeouts, outputs, aWho, aRole, aTransport, aAction, rerunOf)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +120,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 		var t Task
 		err := rows.Scan(&t.ID, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 			&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
-			&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq)
+			&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.RerunOf)
 		if err != nil {
 			return nil, err
 		}

@@ -85,6 +85,11 @@ type Task struct {
 	// task's log and its artifacts; nil while they are kept.
 	LogExpiredAt       *time.Time
 	ArtifactsExpiredAt *time.Time
+	// RerunOf is the task this one is a rerun of (RerunTask); nil if none.
+	RerunOf *string
+	// NotBefore is set while the task waits out a retry's backoff: it is
+	// queued and not placed before then (0019_retries.sql).
+	NotBefore *time.Time
 }
 
 // Proto renders the row for the API.
@@ -110,12 +115,18 @@ func (t Task) Proto() *podiumv1.Task {
 	if t.ArtifactsExpiredAt != nil {
 		p.ArtifactsExpiredAt = timestamppb.New(*t.ArtifactsExpiredAt)
 	}
+	if t.RerunOf != nil {
+		p.RerunOf = *t.RerunOf
+	}
+	if t.NotBefore != nil && t.State == Queued {
+		p.NextAttemptAt = timestamppb.New(*t.NotBefore)
+	}
 	return p
 }
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, ` + archiveColumns
+	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, rerun_of, not_before, ` + archiveColumns
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -123,7 +134,7 @@ func scanTask(row pgx.Row) (Task, error) {
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
 		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.LogExpiredAt, &t.ArtifactsExpiredAt,
-		&t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
+		&t.RerunOf, &t.NotBefore, &t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
 	if err != nil {
 		return t, err
 	}
@@ -187,6 +198,10 @@ type Transition struct {
 	Reason   *string
 	ExitCode *int32
 	Signal   int32
+	// RetryAfter, on a move to queued, is a retry's backoff: the task is not
+	// placed again before now (the database's clock) plus it. Every other
+	// move clears the wait.
+	RetryAfter time.Duration
 }
 
 // transitionTask is the one function through which a task changes state. It
@@ -202,18 +217,24 @@ func transitionTask(ctx context.Context, q querier, tr Transition) (bool, error)
 // transitionSQL moves each task named in the unnest whose state is in that
 // row's from set (a comma-separated list) and, when the row names an attempt,
 // whose attempt is that one. It is the whole of the lifecycle's bookkeeping:
-// started_at on the first running, finished_at on a terminal state, node_id
-// cleared on a requeue.
+// started_at on the first running of an attempt (cleared on a requeue, so
+// the timeout backstop, TimeOutTasks, counts from the start of the attempt
+// running now, not the first one), finished_at on a terminal state, node_id
+// cleared on a requeue, not_before set by a retry's requeue and cleared by
+// every other move (null over null leaves the update HOT).
 const transitionSQL = `update podium.tasks t set
 		state = u.to_state,
 		reason = coalesce(u.reason, t.reason),
 		exit_code = coalesce(u.exit_code, t.exit_code),
 		signal = case when u.signal <> 0 then u.signal else t.signal end,
-		started_at = case when u.to_state = 'running' then coalesce(t.started_at, now()) else t.started_at end,
+		started_at = case when u.to_state = 'running' then coalesce(t.started_at, now())
+			when u.to_state = 'queued' then null else t.started_at end,
 		finished_at = case when u.to_state in ('succeeded', 'failed', 'cancelled', 'lost') then now() else t.finished_at end,
-		node_id = case when u.to_state = 'queued' then null else t.node_id end
-	from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[])
-		as u(id, from_states, to_state, attempt, reason, exit_code, signal)
+		node_id = case when u.to_state = 'queued' then null else t.node_id end,
+		not_before = case when u.to_state = 'queued' and u.retry_ms > 0
+			then now() + u.retry_ms * interval '1 millisecond' end
+	from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[], $8::int8[])
+		as u(id, from_states, to_state, attempt, reason, exit_code, signal, retry_ms)
 	where t.id = u.id and t.state = any(string_to_array(u.from_states, ','))
 		and (u.attempt = 0 or t.attempt = u.attempt)
 	returning t.id`
@@ -224,7 +245,7 @@ func transitionArgs(trs []Transition) ([]any, error) {
 	n := len(trs)
 	ids, froms, tos := make([]string, n), make([]string, n), make([]string, n)
 	attempts, signals := make([]int32, n), make([]int32, n)
-	reasons, exits := make([]*string, n), make([]*int32, n)
+	reasons, exits, retryMS := make([]*string, n), make([]*int32, n), make([]int64, n)
 	seen := make(map[string]bool, n)
 	for i, tr := range trs {
 		if len(tr.From) == 0 {
@@ -236,8 +257,9 @@ func transitionArgs(trs []Transition) ([]any, error) {
 		seen[tr.TaskID] = true
 		ids[i], froms[i], tos[i] = tr.TaskID, strings.Join(tr.From, ","), tr.To
 		attempts[i], signals[i], reasons[i], exits[i] = tr.Attempt, tr.Signal, tr.Reason, tr.ExitCode
+		retryMS[i] = tr.RetryAfter.Milliseconds()
 	}
-	return []any{ids, froms, tos, attempts, reasons, exits, signals}, nil
+	return []any{ids, froms, tos, attempts, reasons, exits, signals, retryMS}, nil
 }
 
 // transitionTasks applies several transitions, of distinct tasks, in one

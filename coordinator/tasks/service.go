@@ -85,19 +85,8 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	if err := taskspec.Validate(spec); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if refs := spec.GetSecrets(); len(refs) > 0 {
-		names := make([]string, len(refs))
-		for i, r := range refs {
-			names[i] = r.GetName()
-		}
-		missing, err := s.store.MissingSecrets(ctx, names)
-		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
-		}
-		if len(missing) > 0 {
-			return nil, connect.NewError(connect.CodeFailedPrecondition,
-				fmt.Errorf("spec.secrets: no secret named %s: an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
-		}
+	if err := s.checkSecrets(ctx, spec); err != nil {
+		return nil, err
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
 	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx)}
@@ -113,6 +102,27 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	// is stored with the task; `podium task get` shows it.
 	s.log.Info("task submitted", "task", t.ID, "image", spec.GetImage(), "by", who)
 	return connect.NewResponse(&podiumv1.SubmitResponse{Task: view(ctx, t)}), nil
+}
+
+// checkSecrets refuses a spec naming a secret that is not stored.
+func (s *Service) checkSecrets(ctx context.Context, spec *podiumv1.TaskSpec) error {
+	refs := spec.GetSecrets()
+	if len(refs) == 0 {
+		return nil
+	}
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.GetName()
+	}
+	missing, err := s.store.MissingSecrets(ctx, names)
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	if len(missing) > 0 {
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("spec.secrets: no secret named %s: an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
+	}
+	return nil
 }
 
 // Get returns one task.
@@ -403,6 +413,49 @@ func (s *Service) readLog(ctx context.Context, t store.Task, after *int64, send 
 
 func sameArchive(a, b store.LogArchive) bool {
 	return (a.Key == nil) == (b.Key == nil) && (a.Key == nil || *a.Key == *b.Key)
+}
+
+// Rerun submits a copy of a finished task as a new task, owned by the
+// caller, with rerun_of naming the old one: the same spec, the same secrets
+// by name (their values are read when the new task is assigned, so a secret
+// set again since gives the new value). Only the task's owner or an admin may
+// rerun it, as with cancel. A task not finished yet is refused: rerunning
+// it would run the same work twice at once; cancel it first or wait.
+//
+// The spec is checked again as a submit's is: the bounds may have tightened
+// since it was stored, and a secret it names may have been deleted.
+func (s *Service) Rerun(ctx context.Context, req *connect.Request[podiumv1.RerunRequest]) (*connect.Response[podiumv1.RerunResponse], error) {
+	old, err := s.get(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := owned(ctx, old, "rerun"); err != nil {
+		return nil, err
+	}
+	if !store.Terminal(old.State) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"task %s is %s, not finished: only a finished task can be rerun; wait for it (podium logs -f %s) or cancel it first (podium task cancel %s)",
+			old.ID, old.State, old.ID, old.ID))
+	}
+	spec := proto.CloneOf(old.Spec)
+	if err := taskspec.Validate(spec); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"task %s's spec is no longer accepted (%w): submit a corrected spec with podium run --spec", old.ID, err))
+	}
+	if err := s.checkSecrets(ctx, spec); err != nil {
+		return nil, err
+	}
+	who, _ := ctx.Value(CallerKey{}).(string)
+	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx), RerunOf: old.ID}
+	if nt.Audit != nil {
+		nt.Audit.Target = nt.ID
+	}
+	t, err := s.submit(ctx, nt)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("task rerun", "task", t.ID, "rerun_of", old.ID, "by", who)
+	return connect.NewResponse(&podiumv1.RerunResponse{Task: view(ctx, t)}), nil
 }
 
 // MaxMessageBytes bounds one message sent to a task's inbox.

@@ -30,8 +30,14 @@
 //	timeout: 10m                     # from container start; 0 or absent: the node's default
 //	user: "1000:1000"                # UID, UID:GID or a name; absent: the node's default
 //	priority: 10                     # any 32-bit integer, may be negative; higher runs first
-//	max_attempts: 3                  # how often the task may be requeued; 0 means 1
+//	max_attempts: 3                  # the most attempts in all, the first included; 0 means 1 (see Retries)
 //	retry_on_node_loss: true         # requeue when the task's node is lost
+//	retry:                           # run the task again when an attempt fails (see Retries)
+//	  attempts: 3                    # the most attempts in all: the same number as max_attempts
+//	  on_exit_codes: [1, 137]        # retried exit codes, 1 to 255; absent (and no on_oom): any non-zero code
+//	  on_oom: true                   # retry an out-of-memory kill
+//	  backoff: 10s                   # wait before the second attempt, 1s to 1h; absent: 10s
+//	  max_backoff: 5m                # the wait doubles each attempt up to this, at most 1h; absent: 5m
 //	cancel_grace: 30s                # SIGTERM to SIGKILL on cancel; 0 means 30 s
 //	output_limit: 100MiB             # bytes of output kept per attempt (see below); 0 means the node's default
 //	capabilities: [NET_BIND_SERVICE] # Linux capabilities added back (see below)
@@ -109,6 +115,9 @@
 //	                                       kernel's PID_MAX_LIMIT)
 //	working_dir                            4095 bytes (PATH_MAX)
 //	a cancel's reason                      1 KiB (MaxCancelReasonBytes)
+//	max_attempts, retry.attempts           100 (MaxAttempts)
+//	retry.on_exit_codes                    64 codes, each 1 to 255
+//	retry.backoff, retry.max_backoff       1s to 1h
 //
 // Every string must be valid UTF-8, and the image must be a Docker image
 // reference as "docker pull" takes it (lower-case repository, optional
@@ -240,6 +249,36 @@
 // DB_PASSWORD. Only the names are stored with the task; the coordinator
 // resolves the values into the node's assignment, and refuses a task naming
 // a secret that does not exist.
+//
+// # Retries
+//
+// Every run of a task is an attempt, numbered from 1 in the task's log and in
+// `podium task get`, whatever started it. max_attempts is the most attempts
+// a task gets in all, the first included, whatever starts the next one: its
+// node lost under retry_on_node_loss, an assignment its node never took, or
+// a failure under retry. retry.attempts is the same number, written where
+// the retry rule is: give either, or both when they agree (a spec giving two
+// different numbers is refused). Validate writes it into both, so the stored
+// spec holds it twice and the two can never be read to mean different things.
+// With retry: {attempts: 3} a task runs at most three times, and a node lost
+// during the second attempt uses up the third.
+//
+// retry says which failed attempts are followed by another: on_exit_codes
+// lists exit codes (1 to 255, each once, at most 64) and on_oom an
+// out-of-memory kill; with neither, every non-zero exit code. An exit code
+// matches whatever caused it (137 is also what an out-of-memory kill exits
+// with). Never retried: a success, a cancel, a timeout, and a failure
+// without an exit code (the image could not be pulled, the node's engine
+// went away: the node's trouble, not the task's; retry_on_node_loss covers a
+// lost node). The next attempt waits backoff (1s to 1h, absent 10s) after
+// the failed one ended, twice that before the attempt after, and so on up to
+// max_backoff (at most 1h, absent 5m or the backoff if longer), plus a
+// jitter of up to a tenth more so that tasks failing together do not come
+// back together. The task waits queued, its log saying "attempt 2 of 3
+// after exit code 1, in 10 s", and a cancel then ends it at once. The API
+// carries the backoffs as backoff_seconds and max_backoff_seconds. The task
+// reads which attempt it is from $PODIUM_ATTEMPT ($PODIUM_TASK_ID is its
+// id), which the node sets over any value env gives them.
 //
 // # Errors
 //

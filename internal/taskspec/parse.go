@@ -45,6 +45,16 @@ type specFile struct {
 	Pull            string             `yaml:"pull"`
 	Secrets         []specSecret       `yaml:"secrets"`
 	Retain          specRetain         `yaml:"retain"`
+	Retry           *specRetry         `yaml:"retry"`
+}
+
+// specRetry is spec.retry: backoffs are durations, as timeout is.
+type specRetry struct {
+	Attempts    wholeNumber[int32]   `yaml:"attempts"`
+	OnExitCodes []wholeNumber[int32] `yaml:"on_exit_codes"`
+	OnOOM       bool                 `yaml:"on_oom"`
+	Backoff     specDuration         `yaml:"backoff"`
+	MaxBackoff  specDuration         `yaml:"max_backoff"`
 }
 
 // specSecret names a stored secret and where the task receives it.
@@ -251,6 +261,13 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		RetainSeconds:      f.Retain.seconds,
 	}
 	spec.Resources = f.Resources.proto()
+	if rt := f.Retry; rt != nil {
+		spec.Retry = &podiumv1.RetryPolicy{Attempts: rt.Attempts.v, OnOom: rt.OnOOM,
+			BackoffSeconds: rt.Backoff.seconds, MaxBackoffSeconds: rt.MaxBackoff.seconds}
+		for _, c := range rt.OnExitCodes {
+			spec.Retry.OnExitCodes = append(spec.Retry.OnExitCodes, c.v)
+		}
+	}
 	for _, sc := range f.Sidecars {
 		p := &podiumv1.Sidecar{
 			Name:      sc.Name,
@@ -532,6 +549,7 @@ var sections = []section{
 	{"", "a sidecar", reflect.TypeFor[specSidecar]()},
 	{"", "readiness", reflect.TypeFor[specReadiness]()},
 	{"", "a secret", reflect.TypeFor[specSecret]()},
+	{"retry", "retry", reflect.TypeFor[specRetry]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.
@@ -590,6 +608,8 @@ func wantWord(goType string) string {
 		return "a whole number"
 	case "bool":
 		return "true or false"
+	case "[]" + reflect.TypeFor[wholeNumber[int32]]().String():
+		return "a list of whole numbers"
 	}
 	for _, s := range sections {
 		keys := strings.Join(yamlKeys(s.t), ", ")

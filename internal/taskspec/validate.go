@@ -38,7 +38,10 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // what the coordinator stores, and what the agent reads, is exactly one of
 // AllowedCapabilities, once. A spec that is already canonical is not written
 // to at all. A secret reference naming neither env nor file gets its
-// default variable (DefaultSecretEnv). Nothing else is changed.
+// default variable (DefaultSecretEnv). A retry policy gets its attempts
+// written into both retry.attempts and max_attempts (they are one budget)
+// and its backoffs with their defaults filled in (normalizeRetry). Nothing
+// else is changed.
 func Validate(spec *podiumv1.TaskSpec) error {
 	if spec == nil {
 		return fieldErr("spec", "required: send a task spec with at least an image")
@@ -86,8 +89,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkDuration("spec.timeout_seconds", spec.GetTimeoutSeconds(), "no timeout"); err != nil {
 		return err
 	}
-	if spec.GetMaxAttempts() < 0 {
-		return fieldErr("spec.max_attempts", "%d is negative: give 0 or 1 (one attempt) or more", spec.GetMaxAttempts())
+	attempts, err := checkAttempts(spec)
+	if err != nil {
+		return err
 	}
 	if err := checkDuration("spec.cancel_grace_seconds", spec.GetCancelGraceSeconds(), "the default of 30 s"); err != nil {
 		return err
@@ -129,6 +133,7 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err != nil {
 		return err
 	}
+	normalizeRetry(spec, attempts)
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}

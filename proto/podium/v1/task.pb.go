@@ -306,7 +306,11 @@ type TaskSpec struct {
 	// timeout_seconds counts from the start of the container; 0 means none.
 	TimeoutSeconds int64 `protobuf:"varint,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Priority       int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
-	// max_attempts bounds how often the task may be requeued; 0 means 1.
+	// max_attempts is the most attempts the task gets in all, the first
+	// included, whatever starts the next one (its node lost under
+	// retry_on_node_loss, an assignment its node never took, a failure under
+	// retry); 0 means 1. retry.attempts is the same number: a spec may give
+	// either, or both when they agree, and the coordinator stores it here.
 	MaxAttempts     int32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	RetryOnNodeLoss bool  `protobuf:"varint,10,opt,name=retry_on_node_loss,json=retryOnNodeLoss,proto3" json:"retry_on_node_loss,omitempty"`
 	// cancel_grace_seconds is how long a cancelled task gets between SIGTERM and
@@ -358,6 +362,10 @@ type TaskSpec struct {
 	// coordinator's --retain-logs and --retain-artifacts still apply when
 	// shorter. 0 means the coordinator's setting. In a YAML spec: retain: 7d.
 	RetainSeconds int64 `protobuf:"varint,20,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
+	// retry runs the task again when an attempt fails the way it names (an
+	// exit code, an out-of-memory kill), after a backoff; unset, a failed
+	// attempt ends the task. Node loss keeps its own rule (retry_on_node_loss).
+	Retry         *RetryPolicy `protobuf:"bytes,21,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +540,101 @@ func (x *TaskSpec) GetRetainSeconds() int64 {
 	return 0
 }
 
+func (x *TaskSpec) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryPolicy says when a failed attempt is followed by another, and how long
+// the task waits, queued, before it. In a YAML spec:
+// retry: {attempts: 3, on_exit_codes: [1, 137], on_oom: true, backoff: 10s, max_backoff: 5m}.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// attempts is the most attempts in all, the first included (2 to 100); 0
+	// takes TaskSpec.max_attempts. It is the same budget as max_attempts.
+	Attempts int32 `protobuf:"varint,1,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// on_exit_codes are the exit codes (1 to 255) after which the task is run
+	// again. With neither on_exit_codes nor on_oom, any non-zero exit code is.
+	OnExitCodes []int32 `protobuf:"varint,2,rep,packed,name=on_exit_codes,json=onExitCodes,proto3" json:"on_exit_codes,omitempty"`
+	// on_oom runs the task again when the kernel killed it for memory.
+	OnOom bool `protobuf:"varint,3,opt,name=on_oom,json=onOom,proto3" json:"on_oom,omitempty"`
+	// backoff_seconds is the wait before the second attempt (1 s to 1 h; 0
+	// means 10 s); each later one waits twice the one before, up to
+	// max_backoff_seconds (0 means 5 min, or backoff if longer; at most 1 h),
+	// plus up to a tenth more of jitter.
+	BackoffSeconds    int64 `protobuf:"varint,4,opt,name=backoff_seconds,json=backoffSeconds,proto3" json:"backoff_seconds,omitempty"`
+	MaxBackoffSeconds int64 `protobuf:"varint,5,opt,name=max_backoff_seconds,json=maxBackoffSeconds,proto3" json:"max_backoff_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetryPolicy) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetOnExitCodes() []int32 {
+	if x != nil {
+		return x.OnExitCodes
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetOnOom() bool {
+	if x != nil {
+		return x.OnOom
+	}
+	return false
+}
+
+func (x *RetryPolicy) GetBackoffSeconds() int64 {
+	if x != nil {
+		return x.BackoffSeconds
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxBackoffSeconds() int64 {
+	if x != nil {
+		return x.MaxBackoffSeconds
+	}
+	return 0
+}
+
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
 // that accepts connections, an HTTP path that answers 2xx, or a command that
 // exits 0 inside the sidecar.
@@ -549,7 +652,7 @@ type Readiness struct {
 
 func (x *Readiness) Reset() {
 	*x = Readiness{}
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +664,7 @@ func (x *Readiness) String() string {
 func (*Readiness) ProtoMessage() {}
 
 func (x *Readiness) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +677,7 @@ func (x *Readiness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
 func (*Readiness) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Readiness) GetTcpPort() int32 {
@@ -631,7 +734,7 @@ type Sidecar struct {
 
 func (x *Sidecar) Reset() {
 	*x = Sidecar{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +746,7 @@ func (x *Sidecar) String() string {
 func (*Sidecar) ProtoMessage() {}
 
 func (x *Sidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +759,7 @@ func (x *Sidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
 func (*Sidecar) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Sidecar) GetName() string {
@@ -717,11 +820,13 @@ type Task struct {
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// exit_code is the container's exit status once it has exited; signal is the
 	// signal that killed it, 0 if none.
-	ExitCode    *int32                 `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	Signal      int32                  `protobuf:"varint,6,opt,name=signal,proto3" json:"signal,omitempty"`
-	NodeId      string                 `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Attempt     int32                  `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ExitCode  *int32                 `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Signal    int32                  `protobuf:"varint,6,opt,name=signal,proto3" json:"signal,omitempty"`
+	NodeId    string                 `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Attempt   int32                  `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// started_at is when the current attempt started running (a retry or a
+	// requeue clears it until the next one does).
 	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	RequestedBy string                 `protobuf:"bytes,12,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
@@ -742,6 +847,12 @@ type Task struct {
 	// artifacts_expired_at is when retention removed the task's artifacts
 	// (--retain-artifacts). Unset while they are kept.
 	ArtifactsExpiredAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=artifacts_expired_at,json=artifactsExpiredAt,proto3" json:"artifacts_expired_at,omitempty"`
+	// rerun_of is the task this one is a rerun of (TaskService.Rerun): the
+	// same spec, submitted again. The old task may since have expired.
+	RerunOf string `protobuf:"bytes,18,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	// next_attempt_at is set while the task waits out a retry's backoff
+	// (spec.retry): it is queued, and not placed before this time.
+	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	// usage is what the task's latest attempt used (see Usage); unset until it
 	// has one. Only TaskService.Get fills it.
 	Usage         *Usage `protobuf:"bytes,20,opt,name=usage,proto3" json:"usage,omitempty"`
@@ -751,7 +862,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +874,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +887,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Task) GetId() string {
@@ -898,6 +1009,20 @@ func (x *Task) GetArtifactsExpiredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
+}
+
+func (x *Task) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
 func (x *Task) GetUsage() *Usage {
 	if x != nil {
 		return x.Usage
@@ -933,7 +1058,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1070,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1083,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1019,7 +1144,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1156,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1169,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1105,7 +1230,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1242,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1255,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1160,7 +1285,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1297,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1310,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1227,7 +1352,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1364,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1377,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1301,7 +1426,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1438,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1451,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Note) GetText() string {
@@ -1358,7 +1483,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1495,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1508,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1479,7 +1604,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1616,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1629,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1523,7 +1648,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1660,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1673,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1567,7 +1692,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1704,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1717,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1611,7 +1736,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1748,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1761,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1662,7 +1787,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1799,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1812,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1727,7 +1852,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1864,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1877,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1772,7 +1897,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1909,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1922,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1823,7 +1948,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1960,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1973,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1871,7 +1996,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2008,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2021,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1933,7 +2058,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2070,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2083,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -1982,6 +2107,96 @@ func (x *EventsResponse) GetTask() *Task {
 	return nil
 }
 
+type RerunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the finished task to run again.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunRequest) Reset() {
+	*x = RerunRequest{}
+	mi := &file_podium_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunRequest) ProtoMessage() {}
+
+func (x *RerunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunRequest.ProtoReflect.Descriptor instead.
+func (*RerunRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RerunRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RerunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// task is the new task, queued, with rerun_of set to the old one's id.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunResponse) Reset() {
+	*x = RerunResponse{}
+	mi := &file_podium_v1_task_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunResponse) ProtoMessage() {}
+
+func (x *RerunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunResponse.ProtoReflect.Descriptor instead.
+func (*RerunResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RerunResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type SendRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1992,7 +2207,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2219,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2232,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SendRequest) GetId() string {
@@ -2043,7 +2258,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2270,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2283,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -2098,7 +2313,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2325,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2338,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Artifact) GetId() string {
@@ -2192,7 +2407,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2419,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2432,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2237,7 +2452,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2464,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2477,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2285,7 +2500,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2512,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2525,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2350,7 +2565,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2577,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2590,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2432,7 +2647,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2659,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2672,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2496,7 +2711,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2723,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2736,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -2567,7 +2782,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\x98\x06\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xc6\x06\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2590,10 +2805,17 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\fallow_egress\x18\x11 \x03(\tR\vallowEgress\x12.\n" +
 	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x12\x12\n" +
 	"\x04pull\x18\x13 \x01(\tR\x04pull\x12%\n" +
-	"\x0eretain_seconds\x18\x14 \x01(\x03R\rretainSeconds\x1a6\n" +
+	"\x0eretain_seconds\x18\x14 \x01(\x03R\rretainSeconds\x12,\n" +
+	"\x05retry\x18\x15 \x01(\v2\x16.podium.v1.RetryPolicyR\x05retry\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
+	"\vRetryPolicy\x12\x1a\n" +
+	"\battempts\x18\x01 \x01(\x05R\battempts\x12\"\n" +
+	"\ron_exit_codes\x18\x02 \x03(\x05R\vonExitCodes\x12\x15\n" +
+	"\x06on_oom\x18\x03 \x01(\bR\x05onOom\x12'\n" +
+	"\x0fbackoff_seconds\x18\x04 \x01(\x03R\x0ebackoffSeconds\x12.\n" +
+	"\x13max_backoff_seconds\x18\x05 \x01(\x03R\x11maxBackoffSeconds\"\xa3\x01\n" +
 	"\tReadiness\x12\x19\n" +
 	"\btcp_port\x18\x01 \x01(\x05R\atcpPort\x12\x1b\n" +
 	"\thttp_path\x18\x02 \x01(\tR\bhttpPath\x12\x1b\n" +
@@ -2610,7 +2832,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -2634,7 +2856,9 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\vlog_archive\x18\x0f \x01(\v2\x15.podium.v1.LogArchiveR\n" +
 	"logArchive\x12@\n" +
 	"\x0elog_expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\flogExpiredAt\x12L\n" +
-	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAt\x12&\n" +
+	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAt\x12\x19\n" +
+	"\brerun_of\x18\x12 \x01(\tR\arerunOf\x12B\n" +
+	"\x0fnext_attempt_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12&\n" +
 	"\x05usage\x18\x14 \x01(\v2\x10.podium.v1.UsageR\x05usageB\f\n" +
 	"\n" +
 	"_exit_code\"\x87\x02\n" +
@@ -2713,7 +2937,11 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0eEventsResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12*\n" +
 	"\x05event\x18\x02 \x01(\v2\x14.podium.v1.TaskEventR\x05event\x12#\n" +
-	"\x04task\x18\x03 \x01(\v2\x0f.podium.v1.TaskR\x04task\"1\n" +
+	"\x04task\x18\x03 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\x1e\n" +
+	"\fRerunRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"4\n" +
+	"\rRerunResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"1\n" +
 	"\vSendRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"-\n" +
@@ -2765,7 +2993,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x022\x87\x05\n" +
+	"\x11LOG_STREAM_STDERR\x10\x022\xc5\x05\n" +
 	"\vTaskService\x12?\n" +
 	"\x06Submit\x12\x18.podium.v1.SubmitRequest\x1a\x19.podium.v1.SubmitResponse\"\x00\x126\n" +
 	"\x03Get\x12\x15.podium.v1.GetRequest\x1a\x16.podium.v1.GetResponse\"\x00\x129\n" +
@@ -2775,7 +3003,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x04Send\x12\x16.podium.v1.SendRequest\x1a\x17.podium.v1.SendResponse\"\x00\x12T\n" +
 	"\rListArtifacts\x12\x1f.podium.v1.ListArtifactsRequest\x1a .podium.v1.ListArtifactsResponse\"\x00\x12_\n" +
 	"\x10DownloadArtifact\x12\".podium.v1.DownloadArtifactRequest\x1a#.podium.v1.DownloadArtifactResponse\"\x000\x01\x12N\n" +
-	"\vArtifactURL\x12\x1d.podium.v1.ArtifactURLRequest\x1a\x1e.podium.v1.ArtifactURLResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\vArtifactURL\x12\x1d.podium.v1.ArtifactURLRequest\x1a\x1e.podium.v1.ArtifactURLResponse\"\x00\x12<\n" +
+	"\x05Rerun\x12\x17.podium.v1.RerunRequest\x1a\x18.podium.v1.RerunResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_task_proto_rawDescOnce sync.Once
@@ -2790,108 +3019,116 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
 	(*Resources)(nil),                // 2: podium.v1.Resources
 	(*SecretRef)(nil),                // 3: podium.v1.SecretRef
 	(*TaskSpec)(nil),                 // 4: podium.v1.TaskSpec
-	(*Readiness)(nil),                // 5: podium.v1.Readiness
-	(*Sidecar)(nil),                  // 6: podium.v1.Sidecar
-	(*Task)(nil),                     // 7: podium.v1.Task
-	(*Usage)(nil),                    // 8: podium.v1.Usage
-	(*LogArchive)(nil),               // 9: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 10: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 11: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 12: podium.v1.StatusChange
-	(*Note)(nil),                     // 13: podium.v1.Note
-	(*TaskEvent)(nil),                // 14: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 15: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 16: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 17: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 18: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 19: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 20: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 21: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 22: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 23: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 24: podium.v1.EventsResponse
-	(*SendRequest)(nil),              // 25: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 26: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 27: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 28: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 29: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 30: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 31: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 32: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 33: podium.v1.ArtifactURLResponse
-	nil,                              // 34: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 35: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),              // 5: podium.v1.RetryPolicy
+	(*Readiness)(nil),                // 6: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 7: podium.v1.Sidecar
+	(*Task)(nil),                     // 8: podium.v1.Task
+	(*Usage)(nil),                    // 9: podium.v1.Usage
+	(*LogArchive)(nil),               // 10: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 11: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 12: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 13: podium.v1.StatusChange
+	(*Note)(nil),                     // 14: podium.v1.Note
+	(*TaskEvent)(nil),                // 15: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 16: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 17: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 18: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 19: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 20: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 21: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 22: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 23: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 24: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 25: podium.v1.EventsResponse
+	(*RerunRequest)(nil),             // 26: podium.v1.RerunRequest
+	(*RerunResponse)(nil),            // 27: podium.v1.RerunResponse
+	(*SendRequest)(nil),              // 28: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 29: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 30: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 31: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 32: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 33: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 34: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 35: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 36: podium.v1.ArtifactURLResponse
+	nil,                              // 37: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 38: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	34, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	37, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	6,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	7,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
-	35, // 4: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
-	2,  // 5: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
-	5,  // 6: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
-	4,  // 7: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 8: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	36, // 9: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	36, // 10: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	36, // 11: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	9,  // 12: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	36, // 13: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	36, // 14: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	8,  // 15: podium.v1.Task.usage:type_name -> podium.v1.Usage
-	36, // 16: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	14, // 17: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 18: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 19: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	8,  // 20: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	36, // 21: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	11, // 22: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	12, // 23: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	13, // 24: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 25: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	7,  // 26: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	7,  // 27: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 28: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	7,  // 29: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	7,  // 30: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	14, // 31: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	7,  // 32: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	36, // 33: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	27, // 34: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	27, // 35: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	36, // 36: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 37: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	15, // 38: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	17, // 39: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	19, // 40: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	21, // 41: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	23, // 42: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	25, // 43: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	28, // 44: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	30, // 45: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	32, // 46: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	16, // 47: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	18, // 48: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	20, // 49: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	22, // 50: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	24, // 51: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	26, // 52: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	29, // 53: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	31, // 54: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	33, // 55: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	47, // [47:56] is the sub-list for method output_type
-	38, // [38:47] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	5,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
+	38, // 5: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 6: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	6,  // 7: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	4,  // 8: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 9: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	39, // 10: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	39, // 11: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	39, // 12: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 13: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	39, // 14: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	39, // 15: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	39, // 16: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
+	9,  // 17: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	39, // 18: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	15, // 19: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 20: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 21: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	9,  // 22: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	39, // 23: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	12, // 24: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	13, // 25: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	14, // 26: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 27: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	8,  // 28: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	8,  // 29: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 30: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	8,  // 31: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	8,  // 32: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	15, // 33: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	8,  // 34: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	8,  // 35: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	39, // 36: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	30, // 37: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	30, // 38: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	39, // 39: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 40: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	16, // 41: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	18, // 42: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	20, // 43: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	22, // 44: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	24, // 45: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	28, // 46: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	31, // 47: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	33, // 48: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	35, // 49: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	26, // 50: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	17, // 51: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	19, // 52: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	21, // 53: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	23, // 54: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	25, // 55: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	29, // 56: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	32, // 57: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	34, // 58: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	36, // 59: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	27, // 60: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	51, // [51:61] is the sub-list for method output_type
+	41, // [41:51] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -2899,15 +3136,15 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
 	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[12].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[7].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[13].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[29].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[32].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -2917,7 +3154,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

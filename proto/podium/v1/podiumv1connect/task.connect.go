@@ -53,6 +53,8 @@ const (
 	TaskServiceDownloadArtifactProcedure = "/podium.v1.TaskService/DownloadArtifact"
 	// TaskServiceArtifactURLProcedure is the fully-qualified name of the TaskService's ArtifactURL RPC.
 	TaskServiceArtifactURLProcedure = "/podium.v1.TaskService/ArtifactURL"
+	// TaskServiceRerunProcedure is the fully-qualified name of the TaskService's Rerun RPC.
+	TaskServiceRerunProcedure = "/podium.v1.TaskService/Rerun"
 )
 
 // TaskServiceClient is a client for the podium.v1.TaskService service.
@@ -73,6 +75,9 @@ type TaskServiceClient interface {
 	// ArtifactURL presigns a GET of one artifact, for callers that can reach the
 	// object store directly.
 	ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error)
+	// Rerun submits a copy of a finished task (its spec, secrets by name) as a
+	// new task owned by the caller, linked to the old one by rerun_of.
+	Rerun(context.Context, *connect.Request[v1.RerunRequest]) (*connect.Response[v1.RerunResponse], error)
 }
 
 // NewTaskServiceClient constructs a client for the podium.v1.TaskService service. By default, it
@@ -140,6 +145,12 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("ArtifactURL")),
 			connect.WithClientOptions(opts...),
 		),
+		rerun: connect.NewClient[v1.RerunRequest, v1.RerunResponse](
+			httpClient,
+			baseURL+TaskServiceRerunProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("Rerun")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -154,6 +165,7 @@ type taskServiceClient struct {
 	listArtifacts    *connect.Client[v1.ListArtifactsRequest, v1.ListArtifactsResponse]
 	downloadArtifact *connect.Client[v1.DownloadArtifactRequest, v1.DownloadArtifactResponse]
 	artifactURL      *connect.Client[v1.ArtifactURLRequest, v1.ArtifactURLResponse]
+	rerun            *connect.Client[v1.RerunRequest, v1.RerunResponse]
 }
 
 // Submit calls podium.v1.TaskService.Submit.
@@ -201,6 +213,11 @@ func (c *taskServiceClient) ArtifactURL(ctx context.Context, req *connect.Reques
 	return c.artifactURL.CallUnary(ctx, req)
 }
 
+// Rerun calls podium.v1.TaskService.Rerun.
+func (c *taskServiceClient) Rerun(ctx context.Context, req *connect.Request[v1.RerunRequest]) (*connect.Response[v1.RerunResponse], error) {
+	return c.rerun.CallUnary(ctx, req)
+}
+
 // TaskServiceHandler is an implementation of the podium.v1.TaskService service.
 type TaskServiceHandler interface {
 	Submit(context.Context, *connect.Request[v1.SubmitRequest]) (*connect.Response[v1.SubmitResponse], error)
@@ -219,6 +236,9 @@ type TaskServiceHandler interface {
 	// ArtifactURL presigns a GET of one artifact, for callers that can reach the
 	// object store directly.
 	ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error)
+	// Rerun submits a copy of a finished task (its spec, secrets by name) as a
+	// new task owned by the caller, linked to the old one by rerun_of.
+	Rerun(context.Context, *connect.Request[v1.RerunRequest]) (*connect.Response[v1.RerunResponse], error)
 }
 
 // NewTaskServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -282,6 +302,12 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("ArtifactURL")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceRerunHandler := connect.NewUnaryHandler(
+		TaskServiceRerunProcedure,
+		svc.Rerun,
+		connect.WithSchema(taskServiceMethods.ByName("Rerun")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.TaskService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskServiceSubmitProcedure:
@@ -302,6 +328,8 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceDownloadArtifactHandler.ServeHTTP(w, r)
 		case TaskServiceArtifactURLProcedure:
 			taskServiceArtifactURLHandler.ServeHTTP(w, r)
+		case TaskServiceRerunProcedure:
+			taskServiceRerunHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -345,4 +373,8 @@ func (UnimplementedTaskServiceHandler) DownloadArtifact(context.Context, *connec
 
 func (UnimplementedTaskServiceHandler) ArtifactURL(context.Context, *connect.Request[v1.ArtifactURLRequest]) (*connect.Response[v1.ArtifactURLResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.ArtifactURL is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) Rerun(context.Context, *connect.Request[v1.RerunRequest]) (*connect.Response[v1.RerunResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.TaskService.Rerun is not implemented"))
 }
