@@ -242,11 +242,10 @@ func (p *ingestPlan) applyRound(round []int, moved map[string]bool) {
 			res.Requeued = true
 		}
 		if Terminal(te.tr.To) || te.tr.To == Queued {
+			// Only the status that ended the attempt says what it used (a
+			// late or replayed one never reaches here), whether it ended the
+			// task or sent it back to wait for a retry.
 			p.atts[attemptID{te.tr.TaskID, te.tr.Attempt}].finished = true
-		}
-		if Terminal(te.tr.To) {
-			// Only the status that ended the attempt says what it used:
-			// a late or replayed one never reaches here.
 			p.atts[attemptID{te.tr.TaskID, te.tr.Attempt}].usage = te.ev.GetStatus().GetUsage()
 		}
 	}

@@ -10,8 +10,10 @@ import (
 )
 
 func failedAt(seq uint64, exit int32) *podiumv1.TaskEvent {
+	cpu := 1.5
 	return &podiumv1.TaskEvent{Seq: seq, Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
-		State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: "exit code", ExitCode: &exit}}}
+		State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: "exit code", ExitCode: &exit,
+		Usage: &podiumv1.Usage{CpuSeconds: &cpu}}}}
 }
 
 // A failed attempt its task's retry policy retries becomes a move back to
@@ -75,6 +77,11 @@ func TestChooseNewRetriesAFailureTheTasksPolicyNames(t *testing.T) {
 			if !r.Retried || r.Requeued || r.Terminal != "" || !p.atts[attemptID{"task_1", tc.attempt}].finished {
 				t.Errorf("result %+v, attempt finished %v; want retried (not given back, not terminal) and the attempt ended",
 					r, p.atts[attemptID{"task_1", tc.attempt}].finished)
+			}
+			// The retried attempt ended with the node's report: what it used
+			// is kept with it, as for an attempt that ends its task.
+			if u := p.atts[attemptID{"task_1", tc.attempt}].usage; u.GetCpuSeconds() != 1.5 {
+				t.Errorf("the retried attempt's usage is %v, want the 1.5 CPU seconds its status reported", u)
 			}
 		})
 	}
