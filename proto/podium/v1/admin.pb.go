@@ -271,8 +271,11 @@ type Node struct {
 	TailscaleDeviceId string `protobuf:"bytes,12,opt,name=tailscale_device_id,json=tailscaleDeviceId,proto3" json:"tailscale_device_id,omitempty"`
 	// tailscale_device is that device's name when it was bound.
 	TailscaleDevice string `protobuf:"bytes,13,opt,name=tailscale_device,json=tailscaleDevice,proto3" json:"tailscale_device,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// allow_privileged_sidecars is what the node's agent last said in Hello
+	// (podium-agent --allow-privileged-sidecars).
+	AllowPrivilegedSidecars bool `protobuf:"varint,14,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -394,6 +397,13 @@ func (x *Node) GetTailscaleDevice() string {
 		return x.TailscaleDevice
 	}
 	return ""
+}
+
+func (x *Node) GetAllowPrivilegedSidecars() bool {
+	if x != nil {
+		return x.AllowPrivilegedSidecars
+	}
+	return false
 }
 
 type ListNodesRequest struct {
@@ -2439,7 +2449,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\x84\x04\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xc0\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -2456,7 +2466,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\venrolled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"enrolledAt\x12.\n" +
 	"\x13tailscale_device_id\x18\f \x01(\tR\x11tailscaleDeviceId\x12)\n" +
-	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\"\x12\n" +
+	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\x12:\n" +
+	"\x19allow_privileged_sidecars\x18\x0e \x01(\bR\x17allowPrivilegedSidecars\"\x12\n" +
 	"\x10ListNodesRequest\":\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +
