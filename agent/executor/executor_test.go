@@ -182,6 +182,9 @@ type env struct {
 	limits executor.Limits
 	// networkPool is the warm pool of the executors made after it is set.
 	networkPool int
+	// allowPrivileged is the executors' AllowPrivilegedSidecars, for
+	// those made after it is set.
+	allowPrivileged bool
 }
 
 func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
@@ -226,6 +229,8 @@ func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 		Egress:      e.egress,
 		Limits:      e.limits,
 		NetworkPool: e.networkPool,
+
+		AllowPrivilegedSidecars: e.allowPrivileged,
 	})
 	if err != nil {
 		e.t.Fatal(err)
