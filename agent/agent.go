@@ -312,6 +312,10 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.log.Warn("the task egress filter is off: tasks can reach link-local (cloud metadata), this host's and tailnet addresses")
 	}
+	if cfg.AllowPrivilegedSidecars {
+		a.log.Warn("privileged sidecars are allowed (--allow-privileged-sidecars): a task's sidecar may run as root on this machine")
+		warnIfPrivilegedCannotRun(a.log)
+	}
 	a.exec, err = executor.New(executor.Config{
 		Docker:     a.docker,
 		NodeID:     id.NodeID,
