@@ -212,6 +212,11 @@ type Config struct {
 	// NetworkPool is how many task networks the executor keeps made ahead
 	// of the tasks (executor.Config.NetworkPool); 0 keeps none.
 	NetworkPool int
+	// AllowPrivilegedSidecars runs sidecars whose spec asks to be
+	// privileged (Docker-in-Docker), and says so in Hello so that the
+	// scheduler sends such tasks here; off, the node gets none and refuses
+	// one that comes anyway (executor.Config.AllowPrivilegedSidecars).
+	AllowPrivilegedSidecars bool
 }
 
 // Agent is one node agent process.
@@ -307,6 +312,10 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.log.Warn("the task egress filter is off: tasks can reach link-local (cloud metadata), this host's and tailnet addresses")
 	}
+	if cfg.AllowPrivilegedSidecars {
+		a.log.Warn("privileged sidecars are allowed (--allow-privileged-sidecars): a task's sidecar may run as root on this machine")
+		warnIfPrivilegedCannotRun(a.log)
+	}
 	a.exec, err = executor.New(executor.Config{
 		Docker:     a.docker,
 		NodeID:     id.NodeID,
@@ -328,6 +337,9 @@ func New(cfg Config) (*Agent, error) {
 		Ended:           a.gc.Kick,
 		KeepAttemptData: cfg.KeepAttemptData,
 		NetworkPool:     cfg.NetworkPool,
+
+		AllowPrivilegedSidecars: cfg.AllowPrivilegedSidecars,
+
 		// The session is made after the executor, which it runs tasks
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
@@ -368,6 +380,8 @@ func New(cfg Config) (*Agent, error) {
 
 		MaxPendingBytes: cfg.PendingMemory,
 		MaxSpoolBytes:   cfg.PendingDisk,
+
+		AllowPrivilegedSidecars: cfg.AllowPrivilegedSidecars,
 	})
 	if err != nil {
 		return nil, err

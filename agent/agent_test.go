@@ -208,7 +208,7 @@ func TestRestartResumesTheTask(t *testing.T) {
 	cancel, done := runAgent(func(*agent.Config) {})
 	defer cancel()
 	if h := hello(); h.GetNodeId() != nodeID || h.GetCapacity().GetMaxTasks() != 2 || h.GetCapacity().GetCpuCores() < 1 ||
-		strings.Join(h.GetCapacity().GetLimits().GetPermitEgress(), " ") != "0.0.0.0/0 ::/0" {
+		strings.Join(h.GetCapacity().GetLimits().GetPermitEgress(), " ") != "0.0.0.0/0 ::/0" || h.GetAllowPrivilegedSidecars() {
 		t.Fatalf("hello %v", h)
 	} else if l := h.GetCapacity().GetLimits(); l.GetMaxCpu() != 2 || l.GetMaxMemoryMb() != 4096 || l.GetMaxPids() != 1000 || l.GetMaxTimeoutSeconds() != 3600 {
 		// The scheduler places by what the node says it allows.
@@ -240,9 +240,13 @@ func TestRestartResumesTheTask(t *testing.T) {
 		if !withFilter {
 			c.PermitEgress, c.AllowEgress = nil, nil
 		}
+		c.AllowPrivilegedSidecars = true
 	})
 	defer cancel()
 	h := hello()
+	if !h.GetAllowPrivilegedSidecars() {
+		t.Errorf("the agent started with --allow-privileged-sidecars does not say so in Hello: %v", h)
+	}
 	if len(h.GetRunning()) != 1 || h.GetRunning()[0].GetTaskId() != coord.assign.GetTaskId() {
 		t.Fatalf("the restarted agent reports %v, want the task", h.GetRunning())
 	}

@@ -218,7 +218,8 @@ func (r *run) fileSecrets() []runner.SecretFile {
 }
 
 // hardened is the host configuration every container of a task shares:
-// nothing privileged, no way to gain privileges, no log kept by the engine
+// nothing privileged (but a sidecar the node lets be, sidecarContainer), no
+// way to gain privileges, no log kept by the engine
 // (the runner log is the log), the runner mounted read-only, and the limits:
 // res's, and the node's default for each res leaves unset.
 func (r *run) hardened(res *podiumv1.Resources, capAdd []string, logPath string, mounts ...mount.Mount) *container.HostConfig {
@@ -284,6 +285,7 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		host.Tmpfs = map[string]string{runner.SecretsDir: "mode=1777,nosuid,nodev,noexec,size=16m"}
 		stdin = true
 	}
+	applyOptions(host, spec)
 	return containerSpec{
 		name: ContainerName(r.key),
 		cfg: &container.Config{
@@ -305,13 +307,73 @@ func (r *run) taskContainer(argv []string) containerSpec {
 	}
 }
 
+// applyOptions puts the spec's container options (taskspec's container.go)
+// on the task container's host configuration. With read_only the root
+// filesystem is read-only and /tmp a tmpfs, unless the spec mounts one there
+// itself; every mount the agent makes stays writable as it was. Each tmpfs
+// is nosuid and nodev, noexec unless the spec says exec, and always sized: a
+// tmpfs without a size is bounded only by half the node's memory.
+func applyOptions(host *container.HostConfig, spec *podiumv1.TaskSpec) {
+	host.ReadonlyRootfs = spec.GetReadOnly()
+	host.ShmSize = spec.GetShmSizeBytes()
+	for _, u := range spec.GetUlimits() {
+		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: u.GetName(), Soft: u.GetSoft(), Hard: u.GetHard()})
+	}
+	tmpfs := func(path string, size int64, exec bool) {
+		if host.Tmpfs == nil {
+			host.Tmpfs = map[string]string{}
+		}
+		if size <= 0 {
+			size = taskspec.DefaultTmpfsBytes
+		}
+		opts := "mode=1777,nosuid,nodev,noexec"
+		if exec {
+			opts = "mode=1777,nosuid,nodev,exec"
+		}
+		host.Tmpfs[path] = opts + ",size=" + strconv.FormatInt(size, 10)
+	}
+	if spec.GetReadOnly() {
+		// Programs assume a writable /tmp; the spec's own /tmp, if it
+		// has one, replaces this below. exec, as /tmp on a host is:
+		// tools unpack helpers there and run them.
+		tmpfs("/tmp", taskspec.DefaultTmpfsBytes, true)
+	}
+	for _, m := range spec.GetTmpfs() {
+		tmpfs(m.GetPath(), m.GetSizeBytes(), m.GetExec())
+	}
+}
+
 // sidecarContainer is one sidecar: reachable by its name on the task's
 // network. A sidecar gets the capabilities of an ordinary `docker run`
 // (taskspec.AllowedCapabilities): the stock images people run as sidecars
 // (databases, brokers) change user and chown their data directories as they
 // start, and the task's own capability list is the task's, not theirs.
+//
+// A sidecar with share_workspace sees the task's workspace at /workspace,
+// its artifacts directory included, exactly as the task does. One with
+// privileged (which validate lets through only on a node started with
+// --allow-privileged-sidecars) runs privileged: every capability and
+// device, no seccomp or AppArmor profile, and without no-new-privileges,
+// which its own children inherit and which would break setuid programs in
+// the containers a Docker-in-Docker sidecar runs. The limits stay.
 func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpec {
 	name := sc.GetName()
+	var mounts []mount.Mount
+	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: r.sidecarProgress(name), Target: runner.ProgressPath, ReadOnly: true})
+	if sc.GetShareWorkspace() {
+		mounts = append(mounts,
+			mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
+			mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, artifactsDir), Target: artifacts.ContainerDir})
+	}
+	host := r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name), mounts...)
+	if sc.GetPrivileged() && r.e.allowPrivileged {
+		host.Privileged = true
+		host.CapDrop, host.CapAdd, host.SecurityOpt = nil, nil, nil
+		// An engine with userns-remap refuses a privileged container
+		// in the remapped namespace; a privileged one is root on the
+		// host whichever namespace it is in.
+		host.UsernsMode = "host"
+	}
 	return containerSpec{
 		name: SidecarName(r.key, name),
 		cfg: &container.Config{
@@ -322,8 +384,7 @@ func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpe
 			Env:        envList(sc.GetEnv()),
 			Labels:     r.labels(LabelRole, roleSidecar, LabelSidecar, name),
 		},
-		host: r.hardened(sc.GetResources(), append([]string(nil), taskspec.AllowedCapabilities...), r.sidecarLog(name),
-			mount.Mount{Type: mount.TypeBind, Source: r.sidecarProgress(name), Target: runner.ProgressPath, ReadOnly: true}),
+		host: host,
 		net: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 			r.networkName(): {Aliases: []string{name}},
 		}},

@@ -76,7 +76,11 @@
 // instead of removing them with the directory. The task's container runs with every capability
 // dropped except those its spec adds back from taskspec.AllowedCapabilities,
 // with no-new-privileges, never privileged, and with no mounts but the ones
-// above: never the Docker socket.
+// above: never the Docker socket. Its spec's container options (read_only,
+// shm_size, ulimits, tmpfs) go on its host configuration (applyOptions). A
+// sidecar is privileged only when its spec asks and the node allows it
+// (Config.AllowPrivilegedSidecars); a node that does not fails such a task
+// before making anything of it.
 //
 // # Limits and user
 //
@@ -291,6 +295,14 @@ type Config struct {
 	// container are read, as the floor of the usage it reports (usage.go);
 	// 0 means DefaultUsageSample.
 	UsageSample time.Duration
+	// AllowPrivilegedSidecars lets a task's sidecars run privileged when
+	// their spec asks (podium-agent --allow-privileged-sidecars), for
+	// Docker-in-Docker. A privileged container is root on this machine.
+	// Without it a task with such a sidecar fails before anything of it
+	// starts, whatever the coordinator sent: the scheduler places these
+	// tasks only on nodes that report the flag, and this is the check
+	// that holds if it did not.
+	AllowPrivilegedSidecars bool
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -305,6 +317,8 @@ type Executor struct {
 	artifactWait time.Duration
 	egress       *egress.Filter
 	limits       Limits
+	// allowPrivileged is Config.AllowPrivilegedSidecars.
+	allowPrivileged bool
 	// outputLimit, maxOutputLimit, backlog and diskFullAfter are Config's,
 	// defaults applied.
 	outputLimit, maxOutputLimit, backlog int64
@@ -366,18 +380,19 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		docker:       cfg.Docker,
-		nodeID:       cfg.NodeID,
-		runnerPath:   cfg.RunnerPath,
-		tasksDir:     tasksDir,
-		log:          cfg.Logger,
-		defaultGrace: cfg.DefaultGrace,
-		uploader:     cfg.Artifacts,
-		artifactWait: cfg.ArtifactWait,
-		egress:       cfg.Egress,
-		limits:       cfg.Limits,
-		runs:         make(map[Key]*run),
-		uploading:    make(map[Key]bool),
+		docker:          cfg.Docker,
+		nodeID:          cfg.NodeID,
+		runnerPath:      cfg.RunnerPath,
+		tasksDir:        tasksDir,
+		log:             cfg.Logger,
+		defaultGrace:    cfg.DefaultGrace,
+		uploader:        cfg.Artifacts,
+		artifactWait:    cfg.ArtifactWait,
+		egress:          cfg.Egress,
+		limits:          cfg.Limits,
+		allowPrivileged: cfg.AllowPrivilegedSidecars,
+		runs:            make(map[Key]*run),
+		uploading:       make(map[Key]bool),
 	}
 	if e.artifactWait <= 0 {
 		e.artifactWait = DefaultArtifactWait

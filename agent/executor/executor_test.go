@@ -185,6 +185,9 @@ type env struct {
 	// usageSample is how often the executors made after it is set sample
 	// a running task's stats (0: the default).
 	usageSample time.Duration
+	// allowPrivileged is the executors' AllowPrivilegedSidecars, for
+	// those made after it is set.
+	allowPrivileged bool
 }
 
 func setup(t *testing.T) *env { return setupWith(t, executor.Limits{}) }
@@ -220,16 +223,17 @@ func (e *env) newExecutor() *executor.Executor { return e.newExecutorWith(nil) }
 // newExecutorWith is newExecutor with an artifact uploader.
 func (e *env) newExecutorWith(up artifacts.Uploader) *executor.Executor {
 	ex, err := executor.New(executor.Config{
-		Docker:      e.docker,
-		NodeID:      e.nodeID,
-		RunnerPath:  agenttest.Runner(e.t),
-		TasksDir:    e.tasksDir,
-		Logger:      slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Artifacts:   up,
-		Egress:      e.egress,
-		Limits:      e.limits,
-		NetworkPool: e.networkPool,
-		UsageSample: e.usageSample,
+		Docker:                  e.docker,
+		NodeID:                  e.nodeID,
+		RunnerPath:              agenttest.Runner(e.t),
+		TasksDir:                e.tasksDir,
+		Logger:                  slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Artifacts:               up,
+		Egress:                  e.egress,
+		Limits:                  e.limits,
+		NetworkPool:             e.networkPool,
+		UsageSample:             e.usageSample,
+		AllowPrivilegedSidecars: e.allowPrivileged,
 	})
 	if err != nil {
 		e.t.Fatal(err)

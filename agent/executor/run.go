@@ -351,7 +351,9 @@ func (r *run) unprepared(st *podiumv1.StatusChange) *podiumv1.StatusChange {
 // validate refuses what the node will not run, whatever the coordinator
 // let through: capabilities beyond the allowed list, artifacts globs it
 // cannot match, a user that is not one, limits above the node's maxima,
-// and sidecar names that cannot be host names on the task's network.
+// container options out of their bounds, sidecar names that cannot be host
+// names on the task's network, and a privileged sidecar on a node that does
+// not allow one.
 func (r *run) validate() *podiumv1.StatusChange {
 	spec := r.spec
 	if spec.GetImage() == "" {
@@ -385,6 +387,9 @@ func (r *run) validate() *podiumv1.StatusChange {
 	if why := r.e.limits.refusal(spec); why != "" {
 		return failed("%s", why)
 	}
+	if err := taskspec.CheckContainerOptions(spec); err != nil {
+		return failed("container options refused: %v", err)
+	}
 	seen := map[string]bool{}
 	for _, sc := range spec.GetSidecars() {
 		n := sc.GetName()
@@ -396,8 +401,19 @@ func (r *run) validate() *podiumv1.StatusChange {
 		if sc.GetImage() == "" {
 			return failed("sidecar %q names no image", n)
 		}
+		if sc.GetPrivileged() && !r.e.allowPrivileged {
+			return failed("%s", privilegedRefusal(n))
+		}
 	}
 	return nil
+}
+
+// privilegedRefusal is the reason a node that does not allow privileged
+// sidecars gives for a task that has one.
+func privilegedRefusal(sidecar string) string {
+	return fmt.Sprintf("sidecar %q asks to run privileged, and this node does not allow privileged sidecars "+
+		"(its agent runs without --allow-privileged-sidecars); the scheduler should have placed the task on a node "+
+		"that allows them: submit it again, or ask the operator to start an agent with the flag", sidecar)
 }
 
 // prepareDir makes the attempt's host directory: the empty runner logs the

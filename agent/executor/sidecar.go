@@ -65,6 +65,9 @@ func (r *run) startSidecars(ctx context.Context, sidecars []*sidecar) (st *podiu
 			if st, stop := r.interrupted(ctx); stop {
 				return st, false
 			}
+			if sc.spec.GetPrivileged() && strings.Contains(err.Error(), privilegedCapsError) {
+				return failed("%s", privilegedUnsupported(name, err)), false
+			}
 			return failed("sidecar %q could not be started: %v (check that image %q runs on this machine)", name, err, sc.spec.GetImage()), false
 		}
 		sc.id = id
@@ -113,6 +116,21 @@ func (r *run) startSidecars(ctx context.Context, sidecars []*sidecar) (st *podiu
 	}
 	r.log.Warn("sidecar not ready; failing the task", "sidecar", name, "err", first.err)
 	return failed("sidecar %q %v; its last output:\n%s", name, first.err, out), false
+}
+
+// privilegedCapsError is what runc says when it cannot give a container
+// the capabilities it asks for: for a privileged one, every capability the
+// kernel has, which an engine whose own bounding set is short (one run
+// inside a restricted container) does not hold.
+const privilegedCapsError = "unable to apply caps"
+
+// privilegedUnsupported is the reason a privileged sidecar fails with on a
+// node whose engine cannot start privileged containers at all: nothing in
+// the task can fix that, so it says what the operator must.
+func privilegedUnsupported(sidecar string, err error) string {
+	return fmt.Sprintf("sidecar %q could not be started: this node's Docker engine cannot start privileged containers (%v): "+
+		"the engine lacks capabilities in its own bounding set, as one run inside a restricted container does. "+
+		"Start agents with --allow-privileged-sidecars only where `docker run --privileged` works", sidecar, err)
 }
 
 // waitReady probes a sidecar until its readiness check passes, it exits, or

@@ -197,6 +197,10 @@ type Config struct {
 	// InjectTimeout overrides DefaultInjectTimeout, the longest one
 	// delivery into a task's inbox is waited for.
 	InjectTimeout time.Duration
+	// AllowPrivilegedSidecars is said in every Hello, so that the
+	// scheduler sends this node tasks with privileged sidecars only when
+	// it runs them (podium-agent --allow-privileged-sidecars).
+	AllowPrivilegedSidecars bool
 }
 
 // Session is the node's side of NodeService.Stream.

@@ -60,7 +60,8 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 		Running:      s.out.running(),
 		// Answered heartbeats are how this node knows it still reaches
 		// the control plane (fence.go).
-		HeartbeatAcks: true,
+		HeartbeatAcks:           true,
+		AllowPrivilegedSidecars: s.cfg.AllowPrivilegedSidecars,
 	}
 	if err := s.send(stream, cancel, &podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		return false, s.streamErr(sctx, stream, err)

@@ -239,7 +239,7 @@ const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coord
                         [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                         [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
-                        [--disk-full-after DURATION] [--network-pool N]
+                        [--disk-full-after DURATION] [--network-pool N] [--allow-privileged-sidecars]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -276,6 +276,14 @@ write, for --disk-full-after (5m); if the disk is still full then, the task
 is stopped and fails with a reason starting "node disk full", keeping the
 output written before.
 
+A sidecar whose spec says privileged: true (a docker:dind sidecar a task
+builds images against) runs only on a node started with
+--allow-privileged-sidecars. A privileged container can do anything root can
+on this machine, so allow it only on nodes whose every user you trust with
+that. The node reports the flag; the scheduler sends such tasks only to nodes
+that set it, and a node without it refuses one. The task's own container is
+never privileged.
+
 Creating a task's private network is the slowest step of starting it, so the
 agent keeps --network-pool networks (2) made ahead of the tasks; each is
 still one task's alone and removed after it. Each holds one of the engine's
@@ -303,6 +311,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
 	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
 	networkPool := fs.Int("network-pool", executor.DefaultNetworkPool, "task networks to keep made ahead of the tasks, so they start sooner (0: none)")
+	allowPrivileged := fs.Bool("allow-privileged-sidecars", false,
+		"run sidecars whose spec asks privileged: true (Docker-in-Docker); a privileged container is root on this machine")
 	outputLimit := sizeFlag(executor.DefaultOutputLimit)
 	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
 	var maxOutputLimit sizeFlag
@@ -426,6 +436,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		ImageKeep:       disk.keep,
 		KeepAttemptData: disk.keepData,
 		NetworkPool:     *networkPool,
+
+		AllowPrivilegedSidecars: *allowPrivileged,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

@@ -184,6 +184,9 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
 	}
 	line("task limits", limitsText(capa.GetLimits()))
+	if n.GetAllowPrivilegedSidecars() {
+		line("privileged sidecars", "allowed (podium-agent --allow-privileged-sidecars)")
+	}
 	line("replica", n.GetReplica())
 	if n.GetTailscaleDeviceId() != "" {
 		line("tailscale device", n.GetTailscaleDevice()+" ("+n.GetTailscaleDeviceId()+")")

@@ -20,7 +20,7 @@ func fleet(now time.Time) []*podiumv1.Node {
 		{Id: "node_A", Hostname: "box1", Status: podiumv1.NodeStatus_NODE_STATUS_ONLINE, Labels: []string{"linux", "gpu=a100"},
 			Capacity: &podiumv1.Capacity{CpuCores: 16, MemoryMb: 65536, DiskFreeMb: 1024, MaxTasks: 8,
 				Limits: &podiumv1.TaskLimits{MaxMemoryMb: 4096, MaxPids: 1000, MaxTimeoutSeconds: 3600, PermitEgress: []string{"10.0.0.0/8"}}},
-			RunningTasks: 2, FreeSlots: 6, Replica: "coord-1",
+			RunningTasks: 2, FreeSlots: 6, Replica: "coord-1", AllowPrivilegedSidecars: true,
 			LastHeartbeatAt: timestamppb.New(now.Add(-5 * time.Second)), EnrolledAt: timestamppb.New(now.Add(-72 * time.Hour))},
 		{Id: "node_B", Hostname: "box2", Status: podiumv1.NodeStatus_NODE_STATUS_OFFLINE, Capacity: &podiumv1.Capacity{MaxTasks: 8}},
 	}
@@ -40,6 +40,7 @@ func TestNodeGet(t *testing.T) {
 		"labels:", "linux, gpu=a100", "running:", "2", "free slots:", "max tasks:", "8",
 		"cpu cores:", "16", "memory:", "65536 MiB", "disk free:", "1024 MiB", "replica:", "coord-1",
 		"task limits:", "at most memory 4096 MiB, pids 1000, timeout 1h0m0s, egress to 10.0.0.0/8",
+		"privileged sidecars:", "allowed (podium-agent --allow-privileged-sidecars)",
 		"last heartbeat:", "(5s ago)", "enrolled:", "(3d ago)",
 	} {
 		if !strings.Contains(out, want) {
@@ -52,7 +53,7 @@ func TestNodeGet(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
 	}
 	if out := cli.out.String(); !strings.Contains(out, "last heartbeat: never") || strings.Contains(out, "draining") || strings.Contains(out, "labels") ||
-		strings.Contains(out, "task limits") {
+		strings.Contains(out, "task limits") || strings.Contains(out, "privileged") {
 		t.Errorf("node get node_B:\n%s", out)
 	}
 

@@ -21,8 +21,10 @@ var nodesCommand = &command{
 	detail: `
 STATUS is what the coordinator's watchdog decided from the node's last
 heartbeat (online, unreachable, offline). DRAINING is "yes" for a node that
-takes no new work (podium node drain). FREE SLOTS is how many more tasks it
-would accept now.`,
+takes no new work (podium node drain). PRIVILEGED is "yes" for a node whose
+agent runs privileged sidecars (podium-agent --allow-privileged-sidecars): only
+such nodes are given tasks with a sidecar that has privileged: true. FREE
+SLOTS is how many more tasks it would accept now.`,
 	usageExit: exitUsage,
 	run:       runNodes,
 }
@@ -56,7 +58,7 @@ func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
 
 func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tPRIVILEGED\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
 	for _, n := range nodes {
 		draining := "no"
 		if n.GetDraining() {
@@ -66,9 +68,13 @@ func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 		if n.GetLastHeartbeatAt() != nil {
 			heartbeat = age(n.GetLastHeartbeatAt(), now) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+		privileged := "no"
+		if n.GetAllowPrivilegedSidecars() {
+			privileged = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
 			n.GetId(), dash(n.GetHostname()), nodeStatusName(n.GetStatus()), draining,
-			dash(strings.Join(n.GetLabels(), ",")), n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
+			dash(strings.Join(n.GetLabels(), ",")), privileged, n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
 	}
 	tw.Flush()
 }

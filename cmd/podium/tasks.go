@@ -208,6 +208,8 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	}
 	line("retry", retryText(s.GetRetry()))
 	line("cancel grace", secondsText(s.GetCancelGraceSeconds()))
+	line("container", containerOptionsText(s))
+	line("privileged sidecars", strings.Join(privilegedSidecars(s), ", "))
 	line("requested by", t.GetRequestedBy())
 	line("created", timeText(t.GetCreatedAt(), now))
 	line("started", timeText(t.GetStartedAt(), now))
@@ -479,4 +481,59 @@ func secretsText(refs []*podiumv1.SecretRef) string {
 		parts = append(parts, r.GetName()+" "+strings.Join(where, " and "))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// containerOptionsText is the spec's container options in a line
+// ("read-only root, shm 1 GiB, ulimits nofile=65536, core=0:unlimited, tmpfs
+// /cache 512 MiB exec"), "" when it sets none.
+func containerOptionsText(s *podiumv1.TaskSpec) string {
+	var parts []string
+	if s.GetReadOnly() {
+		parts = append(parts, "read-only root")
+	}
+	if n := s.GetShmSizeBytes(); n > 0 {
+		parts = append(parts, "shm "+taskspec.FormatSize(n))
+	}
+	if uls := s.GetUlimits(); len(uls) > 0 {
+		var us []string
+		for _, u := range uls {
+			v := ulimitText(u.GetSoft())
+			if u.GetHard() != u.GetSoft() {
+				v += ":" + ulimitText(u.GetHard())
+			}
+			us = append(us, u.GetName()+"="+v)
+		}
+		parts = append(parts, "ulimits "+strings.Join(us, ", "))
+	}
+	for _, m := range s.GetTmpfs() {
+		size := m.GetSizeBytes()
+		if size <= 0 {
+			size = taskspec.DefaultTmpfsBytes
+		}
+		p := "tmpfs " + m.GetPath() + " " + taskspec.FormatSize(size)
+		if m.GetExec() {
+			p += " exec"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ulimitText(n int64) string {
+	if n == taskspec.Unlimited {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
+
+// privilegedSidecars names the spec's sidecars that run privileged: what
+// keeps the task off nodes without --allow-privileged-sidecars.
+func privilegedSidecars(s *podiumv1.TaskSpec) []string {
+	var names []string
+	for _, sc := range s.GetSidecars() {
+		if sc.GetPrivileged() {
+			names = append(names, sc.GetName())
+		}
+	}
+	return names
 }

@@ -246,6 +246,7 @@ func nodeProto(n store.Node) *podiumv1.Node {
 			Limits: &podiumv1.TaskLimits{MaxCpu: n.Limits.MaxCPU, MaxMemoryMb: n.Limits.MaxMemoryMB, MaxPids: n.Limits.MaxPids,
 				MaxTimeoutSeconds: n.Limits.MaxTimeoutSeconds, MaxOutputBytes: n.Limits.MaxOutputBytes, PermitEgress: n.Limits.PermitEgress}},
 		RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
+		AllowPrivilegedSidecars: n.Limits.AllowPrivilegedSidecars,
 	}
 	switch n.Status {
 	case "online":

@@ -111,10 +111,12 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 	undo = append(undo, func() { _ = l.Unlock(context.WithoutCancel(ctx), key) })
 
 	capa := hello.GetCapacity()
+	limits := nodeLimits(capa.GetLimits())
+	limits.AllowPrivilegedSidecars = hello.GetAllowPrivilegedSidecars()
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: nodeLimits(capa.GetLimits()), Lock: key, Reported: int32(len(hello.GetRunning())),
+		Limits: limits, Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
 		return nil, nil, nil, lockTableFull(fmt.Errorf("start session: %w", err))

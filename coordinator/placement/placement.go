@@ -58,6 +58,11 @@ type Limits struct {
 	// PermitEgress are the ranges a task's allow_egress may name: each of
 	// its ranges must lie within one of these.
 	PermitEgress []netip.Prefix
+	// AllowPrivilegedSidecars: the node runs sidecars that ask to be
+	// privileged (podium-agent --allow-privileged-sidecars). A privileged
+	// container is root on its machine, so this is the operator's choice
+	// per node, never the task's.
+	AllowPrivilegedSidecars bool
 }
 
 // Need is what a task asks of a node: every label, its Cost, and what the
@@ -76,6 +81,9 @@ type Need struct {
 	OutputLimitBytes int64
 	// AllowEgress are the spec's allow_egress ranges, parsed and masked.
 	AllowEgress []netip.Prefix
+	// PrivilegedSidecars: a sidecar of the spec asks to be privileged
+	// (taskspec.HasPrivilegedSidecar).
+	PrivilegedSidecars bool
 }
 
 // Cost is what a task takes out of a node's budget: its own limits plus every
@@ -165,14 +173,19 @@ func (c *Candidate) fits(n Need) bool {
 // The limits a task can ask more of than a node allows, in the order a
 // refusal names them: the first is the one a user is likeliest to have set
 // on purpose.
+//
+// Privileged sidecars come first: nothing the task's owner changes in the
+// spec short of dropping them makes a node allow them, and an operator
+// reading the reason learns which flag to set.
 const (
-	limMemory = 1 << iota
+	limPrivileged = 1 << iota
+	limMemory
 	limCPU
 	limPids
 	limTimeout
 	limOutput
 	limEgress
-	limAll = limMemory | limCPU | limPids | limTimeout | limOutput | limEgress
+	limAll = limPrivileged | limMemory | limCPU | limPids | limTimeout | limOutput | limEgress
 )
 
 // refuses returns the limits of n that the node does not allow, as a set of
@@ -180,6 +193,9 @@ const (
 func (c *Candidate) refuses(n Need) int {
 	l := &c.Limits
 	bad := 0
+	if n.PrivilegedSidecars && !l.AllowPrivilegedSidecars {
+		bad |= limPrivileged
+	}
 	if l.MaxMemoryMB > 0 && n.MemoryMB > l.MaxMemoryMB {
 		bad |= limMemory
 	}
@@ -318,6 +334,8 @@ func limitsReason(n Need, cands []*Candidate) string {
 		which = "no connected node with the labels the task needs"
 	}
 	switch none := limAll &^ someAllow; {
+	case none&limPrivileged != 0:
+		return which + " allows privileged sidecars (start the agent with --allow-privileged-sidecars)"
 	case none&limMemory != 0:
 		return fmt.Sprintf("%s allows %s of memory for one task (largest: %s)", which, mib(n.MemoryMB), mib(most.MaxMemoryMB))
 	case none&limCPU != 0:
@@ -336,6 +354,9 @@ func limitsReason(n Need, cands []*Candidate) string {
 	}
 	// Every limit is allowed somewhere, but never all on one node.
 	var asks []string
+	if n.PrivilegedSidecars {
+		asks = append(asks, "privileged sidecars")
+	}
 	if n.MemoryMB > 0 {
 		asks = append(asks, mib(n.MemoryMB)+" of memory")
 	}

@@ -64,6 +64,9 @@ func permit(cidrs ...string) func(*placement.Candidate) {
 
 func egress(cidrs ...string) []netip.Prefix { return placement.ParseEgress(cidrs) }
 
+// privileged is a node whose agent runs with --allow-privileged-sidecars.
+func privileged(c *placement.Candidate) { c.Limits.AllowPrivilegedSidecars = true }
+
 const gib = 1024 // MiB
 
 func TestPlace(t *testing.T) {
@@ -201,6 +204,29 @@ func TestPlace(t *testing.T) {
 			need:  placement.Need{Pids: 500},
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 100})), node("b", slots(1, 1))},
 			why:   "busy"},
+
+		// Privileged sidecars (podium-agent --allow-privileged-sidecars).
+		{name: "a task with a privileged sidecar goes only to a node that allows them",
+			need:  placement.Need{PrivilegedSidecars: true},
+			cands: []*placement.Candidate{node("a", slots(8, 0)), node("b", privileged), node("c", slots(8, 0))}, want: "b"},
+		{name: "no node allows privileged sidecars, and the reason says which flag would",
+			need:  placement.Need{PrivilegedSidecars: true},
+			cands: []*placement.Candidate{node("a"), node("b", limits(placement.Limits{MaxMemoryMB: 64 * gib}))},
+			why:   "no connected node allows privileged sidecars (start the agent with --allow-privileged-sidecars)"},
+		{name: "privileged sidecars are named before memory",
+			need:  placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			why:   "no connected node allows privileged sidecars"},
+		{name: "with labels, the privileged reason says which nodes it means",
+			need:  placement.Need{Labels: []string{"docker"}, PrivilegedSidecars: true},
+			cands: []*placement.Candidate{node("a", labels("docker")), node("b", privileged)},
+			why:   "no connected node with the labels the task needs allows privileged sidecars"},
+		{name: "a node that allows privileged sidecars but too little memory, and another the reverse",
+			need:  placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
+			cands: []*placement.Candidate{node("a", privileged, limits(placement.Limits{MaxMemoryMB: 4 * gib, AllowPrivilegedSidecars: true})), node("b")},
+			why:   "no connected node allows all the task asks for at once (privileged sidecars, 8 GiB of memory)"},
+		{name: "a node that allows privileged sidecars still takes ordinary tasks",
+			cands: []*placement.Candidate{node("a", privileged)}, want: "a"},
 
 		// Slots, drain, and the order of the reasons.
 		{name: "no node connected", why: "no node is connected"},

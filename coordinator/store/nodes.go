@@ -47,6 +47,9 @@ type NodeLimits struct {
 	MaxTimeoutSeconds int64
 	MaxOutputBytes    int64
 	PermitEgress      []string
+	// AllowPrivilegedSidecars: the node runs sidecars that ask to be
+	// privileged (podium-agent --allow-privileged-sidecars).
+	AllowPrivilegedSidecars bool
 }
 
 // SlotLimit is how many tasks the node may run at once: the operator's override
@@ -72,7 +75,8 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	n.last_heartbeat_at, n.session_replica, n.session_epoch, n.last_assigned_at, n.enrolled_at,
 	(select count(*) from podium.tasks t where t.node_id = n.id
 	   and t.state in ('scheduled', 'provisioning', 'running'))::int + n.busy_slots,
-	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress`
+	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
+	n.allow_privileged_sidecars`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
@@ -80,7 +84,7 @@ func scanNode(row pgx.Row) (Node, error) {
 		&n.MaxTasksOverride, &n.CPUCores, &n.MemoryMB, &n.DiskFreeMB, &n.MaxTasks, &n.Status,
 		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
 		&n.RunningTasks, &n.Limits.MaxCPU, &n.Limits.MaxMemoryMB, &n.Limits.MaxPids, &n.Limits.MaxTimeoutSeconds,
-		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress)
+		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars)
 	return n, err
 }
 
@@ -140,11 +144,13 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			last_heartbeat_at = now(), hostname = $3, agent_version = $4,
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
 			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
-			max_output_bytes = $13, permit_egress = $14, session_lock = $15, busy_slots = $16
+			max_output_bytes = $13, permit_egress = $14, session_lock = $15, busy_slots = $16,
+			allow_privileged_sidecars = $17
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
 		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock, max(in.Reported, 0),
+		in.Limits.AllowPrivilegedSidecars,
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -138,13 +139,13 @@ func TestCandidatesCarryTheNodesLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	limits := store.NodeLimits{MaxCPU: 2.5, MaxMemoryMB: 4096, MaxPids: 4096, MaxTimeoutSeconds: 3600,
-		MaxOutputBytes: 1 << 30, PermitEgress: []string{"10.0.0.0/8"}}
+		MaxOutputBytes: 1 << 30, PermitEgress: []string{"10.0.0.0/8"}, AllowPrivilegedSidecars: true}
 	n, err := st.StartSession(ctx, store.SessionStart{NodeID: "node_a", Replica: "r1", MaxTasks: 2, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n.Limits.MaxCPU != 2.5 || n.Limits.MaxMemoryMB != 4096 || n.Limits.MaxPids != 4096 || n.Limits.MaxTimeoutSeconds != 3600 ||
-		n.Limits.MaxOutputBytes != 1<<30 || !slices.Equal(n.Limits.PermitEgress, limits.PermitEgress) {
+		n.Limits.MaxOutputBytes != 1<<30 || !slices.Equal(n.Limits.PermitEgress, limits.PermitEgress) || !n.Limits.AllowPrivilegedSidecars {
 		t.Fatalf("the node row has limits %+v, want %+v", n.Limits, limits)
 	}
 	fleet, err := st.Candidates(ctx, time.Minute)
@@ -152,7 +153,7 @@ func TestCandidatesCarryTheNodesLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := placement.Limits{MaxCPU: 2.5, MaxMemoryMB: 4096, MaxPids: 4096, MaxTimeoutSeconds: 3600, MaxOutputBytes: 1 << 30,
-		PermitEgress: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+		PermitEgress: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, AllowPrivilegedSidecars: true}
 	if len(fleet) != 1 || !sameLimits(fleet[0].Limits, want) {
 		t.Fatalf("candidates %+v, want node_a with limits %+v", fleet, want)
 	}
@@ -212,7 +213,43 @@ func TestCandidatesLeaveOutANodeSilentPastUnreachable(t *testing.T) {
 
 func sameLimits(a, b placement.Limits) bool {
 	return a.MaxCPU == b.MaxCPU && a.MaxMemoryMB == b.MaxMemoryMB && a.MaxPids == b.MaxPids &&
-		a.MaxTimeoutSeconds == b.MaxTimeoutSeconds && a.MaxOutputBytes == b.MaxOutputBytes && slices.Equal(a.PermitEgress, b.PermitEgress)
+		a.MaxTimeoutSeconds == b.MaxTimeoutSeconds && a.MaxOutputBytes == b.MaxOutputBytes && slices.Equal(a.PermitEgress, b.PermitEgress) &&
+		a.AllowPrivilegedSidecars == b.AllowPrivilegedSidecars
+}
+
+// A task with a privileged sidecar is offered as needing a node that allows
+// them, from the column stored beside its spec; a sidecar that only shares
+// the workspace, or says privileged: false, asks nothing of the node.
+func TestDispatchPassOffersPrivilegedSidecarsAsStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, db := openStore(t)
+	specs := map[string]*podiumv1.TaskSpec{
+		"task_dind": {Image: "busybox", Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "postgres"},
+			{Name: "docker", Image: "docker:dind", Privileged: true, ShareWorkspace: true}}},
+		"task_shared": {Image: "busybox", Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "postgres", ShareWorkspace: true}}},
+		"task_plain":  {Image: "busybox"},
+	}
+	for id, spec := range specs {
+		if _, err := st.InsertTask(ctx, id, spec, "me"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]bool{}
+	if _, _, err := st.DispatchPass(ctx, 10, func(id string, n placement.Need) (string, string) {
+		got[id] = n.PrivilegedSidecars
+		return "", "test"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"task_dind": true, "task_shared": false, "task_plain": false}
+	if !maps.Equal(got, want) {
+		t.Fatalf("offered privileged_sidecars %v, want %v", got, want)
+	}
+	var stored bool
+	if err := rawSQL(t, db).QueryRow(ctx, "select privileged_sidecars from podium.tasks where id = 'task_dind'").Scan(&stored); err != nil || !stored {
+		t.Fatalf("task_dind's privileged_sidecars column is %v (%v), want true", stored, err)
+	}
 }
 
 // A node that comes back reports what it runs. What it reported at the same

@@ -70,6 +70,18 @@
 //	      # http_port: 8080          #     (http_path and http_port go together)
 //	      # command: [pg_isready]    # or: ready when this exits 0 inside the sidecar
 //	      timeout: 60s               # how long to wait for it; 0 or absent means 60 s
+//	    # privileged: true           # a privileged container, for Docker-in-Docker (see below)
+//	    # share_workspace: true      # the task's /workspace mounted in the sidecar too
+//	read_only: true                  # the root filesystem is read-only (see below)
+//	shm_size: 1GiB                   # size of /dev/shm; absent: the engine's 64 MiB
+//	ulimits:                         # resource limits of the task's processes (see below)
+//	  nofile: 65536                  # soft and hard alike
+//	  memlock: unlimited
+//	  core: {soft: 0, hard: unlimited}
+//	tmpfs:                           # memory-backed directories (see below)
+//	  - path: /cache                 # required: absolute, not over /workspace
+//	    size: 512MiB                 # absent: 64 MiB
+//	    exec: true                   # programs may run from it; absent: noexec
 //
 // Durations (timeout, cancel_grace, a readiness timeout) are Go duration
 // strings such as "90s", "10m" or "1h30m", must be a whole number of
@@ -118,6 +130,11 @@
 //	max_attempts, retry.attempts           100 (MaxAttempts)
 //	retry.on_exit_codes                    64 codes, each 1 to 255
 //	retry.backoff, retry.max_backoff       1s to 1h
+//	shm_size, each tmpfs size              4 KiB to 1 TiB (MinMountBytes,
+//	                                       MaxMountBytes)
+//	tmpfs                                  16 mounts (MaxTmpfs)
+//	ulimits                                one per name, each within its
+//	                                       name's bound (AllowedUlimits)
 //
 // Every string must be valid UTF-8, and the image must be a Docker image
 // reference as "docker pull" takes it (lower-case repository, optional
@@ -177,6 +194,48 @@
 // node's --default-user applies, or the image's own user if the node sets
 // none. The task's workspace, artifacts directory and inbox are writable
 // whatever the user. Sidecars run as their images say.
+//
+// # Container options
+//
+// read_only: true mounts the task container's root filesystem read-only, so
+// the task cannot change its image's files (or leave anything behind in
+// them). /workspace, Podium's own mounts and every tmpfs stay writable, and
+// /tmp becomes a tmpfs of DefaultTmpfsBytes (64 MiB), unless tmpfs names /tmp
+// itself with the size the task needs.
+//
+// shm_size is the size of /dev/shm, which PyTorch's data loaders and
+// browsers fill: a size as output_limit takes it ("1GiB"), or bytes. The API
+// carries it as shm_size_bytes; 0 or absent is the engine's 64 MiB.
+//
+// ulimits maps a limit's name to one value for both its soft and hard limit
+// ("nofile: 65536"), to "unlimited", or to {soft: N, hard: N} (hard at
+// least soft). The names are those of AllowedUlimits: core, cpu, data,
+// fsize, locks, memlock, msgqueue, nofile, nproc, sigpending and stack; the
+// ones that raise scheduling priority (rtprio, nice, rttime) are refused.
+// A hard limit above the Docker engine's own is granted only by an engine
+// that holds CAP_SYS_RESOURCE (an ordinary one does; one run inside a
+// restricted container may not, and the task then fails to start, saying
+// so). The API carries them as a list of {name, soft, hard}, -1 meaning
+// unlimited. nproc counts the processes of the task's user on the whole
+// node; resources.pids is the task's own bound.
+//
+// tmpfs lists memory-backed directories: path (absolute and clean; not /,
+// not at, under or over /workspace, /podium, /run/podium or /run/secrets,
+// which Podium mounts itself, nor under /proc, /sys or /dev; /dev/shm is
+// shm_size's), size (as shm_size; absent: 64 MiB) and exec (absent: mounted
+// noexec). Their pages, like /dev/shm's, count against the task's memory
+// limit. At most MaxTmpfs, no path at or within another's.
+//
+// These options apply to the task's container only. A sidecar may ask for
+// two things an ordinary container does not get: share_workspace mounts the
+// task's workspace volume at /workspace in the sidecar as well, and
+// privileged: true runs the sidecar privileged: every capability, every
+// device, no seccomp or AppArmor profile, which is root on the node. It is
+// for Docker-in-Docker (a docker:dind sidecar the task builds images
+// against over its private network). Such a task is placed only on a node
+// whose agent runs with --allow-privileged-sidecars, and waits, saying so,
+// while none is connected; a node without the flag refuses it whatever the
+// coordinator says. The task's own container is never privileged.
 //
 // # Capabilities
 //

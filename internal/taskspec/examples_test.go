@@ -54,7 +54,7 @@ func TestExamples(t *testing.T) {
 		})
 	}
 	// Renaming or losing a file must not quietly shrink what is checked.
-	for _, want := range []string{"artifacts.yaml", "build.yaml", "hello.yaml", "interactive.yaml", "with-postgres.yaml"} {
+	for _, want := range []string{"artifacts.yaml", "build.yaml", "dind-build.yaml", "hello.yaml", "interactive.yaml", "with-postgres.yaml"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("examples/%s is missing (found %q)", want, names)
 		}

@@ -46,6 +46,11 @@ type specFile struct {
 	Secrets         []specSecret       `yaml:"secrets"`
 	Retain          specRetain         `yaml:"retain"`
 	Retry           *specRetry         `yaml:"retry"`
+	// Container options (container.go).
+	ReadOnly bool        `yaml:"read_only"`
+	ShmSize  specSize    `yaml:"shm_size"`
+	Ulimits  specUlimits `yaml:"ulimits"`
+	Tmpfs    []specTmpfs `yaml:"tmpfs"`
 }
 
 // specRetry is spec.retry: backoffs are durations, as timeout is.
@@ -55,6 +60,13 @@ type specRetry struct {
 	OnOOM       bool                 `yaml:"on_oom"`
 	Backoff     specDuration         `yaml:"backoff"`
 	MaxBackoff  specDuration         `yaml:"max_backoff"`
+}
+
+// specTmpfs is one tmpfs mount of the task's container.
+type specTmpfs struct {
+	Path string   `yaml:"path"`
+	Size specSize `yaml:"size"`
+	Exec bool     `yaml:"exec"`
 }
 
 // specSecret names a stored secret and where the task receives it.
@@ -72,6 +84,9 @@ type specSidecar struct {
 	Resources *specResources    `yaml:"resources"`
 	Readiness *specReadiness    `yaml:"readiness"`
 	Pull      string            `yaml:"pull"`
+	// Privileged and ShareWorkspace: see container.go.
+	Privileged     bool `yaml:"privileged"`
+	ShareWorkspace bool `yaml:"share_workspace"`
 }
 
 type specReadiness struct {
@@ -152,6 +167,91 @@ func (z *specSize) UnmarshalYAML(n *yaml.Node) error {
 	}
 	z.bytes = b
 	return nil
+}
+
+// specUlimits reads ulimits: a mapping from a limit's name to one value for
+// both soft and hard limits ("nofile: 65536", "memlock: unlimited") or to a
+// mapping of soft and hard ("core: {soft: 0, hard: unlimited}"). The order
+// of the file is kept, so the same file always makes the same spec.
+type specUlimits struct{ list []*podiumv1.Ulimit }
+
+func (u *specUlimits) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		u.list = nil
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nodeErr(n, "want a mapping of limit names to values, e.g. {nofile: 65536, core: 0}, got %s", kindWord(n))
+	}
+	var errs []string
+	// yaml.v3 checks a mapping's keys for repeats only when it decodes
+	// the mapping itself; this one is read here, so it is checked here,
+	// in the words explain knows.
+	firstAt := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if line, dup := firstAt[k.Value]; dup {
+			errs = append(errs, fmt.Sprintf("line %d: mapping key %q already defined at line %d", k.Line, k.Value, line))
+			continue
+		}
+		firstAt[k.Value] = k.Line
+		ul := &podiumv1.Ulimit{Name: k.Value}
+		switch v.Kind {
+		case yaml.ScalarNode:
+			x, err := ulimitValue(v)
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			ul.Soft, ul.Hard = x, x
+		case yaml.MappingNode:
+			var gotSoft, gotHard bool
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				kk, vv := v.Content[j], v.Content[j+1]
+				x, err := ulimitValue(vv)
+				switch {
+				case kk.Value != "soft" && kk.Value != "hard":
+					errs = append(errs, fmt.Sprintf("line %d: column %d: unknown key %q: a ulimit takes soft and hard", kk.Line, kk.Column, kk.Value))
+				case err != nil:
+					errs = append(errs, err.Error())
+				case kk.Value == "soft":
+					ul.Soft, gotSoft = x, true
+				default:
+					ul.Hard, gotHard = x, true
+				}
+			}
+			if !gotSoft || !gotHard {
+				errs = append(errs, fmt.Sprintf("line %d: column %d: give both soft and hard, or one value for both (%s: 1024)", v.Line, v.Column, k.Value))
+			}
+		default:
+			errs = append(errs, fmt.Sprintf("line %d: column %d: want a number, unlimited, or {soft: N, hard: N}, got %s", v.Line, v.Column, kindWord(v)))
+		}
+		u.list = append(u.list, ul)
+	}
+	if len(errs) > 0 {
+		return &yaml.TypeError{Errors: errs}
+	}
+	return nil
+}
+
+// ulimitValue reads one ulimit value: a whole number or "unlimited".
+func ulimitValue(n *yaml.Node) (int64, error) {
+	if n.Kind == yaml.ScalarNode {
+		switch {
+		case n.Tag == "!!int":
+			var x int64
+			if err := n.Decode(&x); err == nil {
+				return x, nil
+			}
+		case n.Value == "unlimited":
+			return Unlimited, nil
+		}
+	}
+	got := kindWord(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		got = "nothing"
+	}
+	return 0, fmt.Errorf("line %d: column %d: want a whole number or unlimited, got %s", n.Line, n.Column, got)
 }
 
 // nodeErr reports a value that cannot be decoded the way yaml.v3 reports its
@@ -259,6 +359,12 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		CancelGraceSeconds: f.CancelGrace.seconds,
 		OutputLimitBytes:   f.OutputLimit.bytes,
 		RetainSeconds:      f.Retain.seconds,
+		ReadOnly:           f.ReadOnly,
+		ShmSizeBytes:       f.ShmSize.bytes,
+		Ulimits:            f.Ulimits.list,
+	}
+	for _, m := range f.Tmpfs {
+		spec.Tmpfs = append(spec.Tmpfs, &podiumv1.TmpfsMount{Path: m.Path, SizeBytes: m.Size.bytes, Exec: m.Exec})
 	}
 	spec.Resources = f.Resources.proto()
 	if rt := f.Retry; rt != nil {
@@ -276,6 +382,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 			Env:       sc.Env,
 			Resources: sc.Resources.proto(),
 			Pull:      sc.Pull,
+
+			Privileged:     sc.Privileged,
+			ShareWorkspace: sc.ShareWorkspace,
 		}
 		if r := sc.Readiness; r != nil {
 			p.Readiness = &podiumv1.Readiness{
@@ -550,6 +659,7 @@ var sections = []section{
 	{"", "readiness", reflect.TypeFor[specReadiness]()},
 	{"", "a secret", reflect.TypeFor[specSecret]()},
 	{"retry", "retry", reflect.TypeFor[specRetry]()},
+	{"", "a tmpfs", reflect.TypeFor[specTmpfs]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.

@@ -133,6 +133,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err != nil {
 		return err
 	}
+	if err := CheckContainerOptions(spec); err != nil {
+		return err
+	}
 	normalizeRetry(spec, attempts)
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps

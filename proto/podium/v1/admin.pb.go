@@ -272,9 +272,12 @@ type Node struct {
 	// tailscale_device is that device's name when it was bound.
 	TailscaleDevice string `protobuf:"bytes,13,opt,name=tailscale_device,json=tailscaleDevice,proto3" json:"tailscale_device,omitempty"`
 	// gpus are the node's GPUs as it last reported them.
-	Gpus          []*Gpu `protobuf:"bytes,15,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gpus []*Gpu `protobuf:"bytes,15,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// allow_privileged_sidecars is what the node's agent last said in Hello
+	// (podium-agent --allow-privileged-sidecars).
+	AllowPrivilegedSidecars bool `protobuf:"varint,14,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -403,6 +406,13 @@ func (x *Node) GetGpus() []*Gpu {
 		return x.Gpus
 	}
 	return nil
+}
+
+func (x *Node) GetAllowPrivilegedSidecars() bool {
+	if x != nil {
+		return x.AllowPrivilegedSidecars
+	}
+	return false
 }
 
 type ListNodesRequest struct {
@@ -2448,7 +2458,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xa8\x04\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xe4\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -2466,7 +2476,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"enrolledAt\x12.\n" +
 	"\x13tailscale_device_id\x18\f \x01(\tR\x11tailscaleDeviceId\x12)\n" +
 	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\x12\"\n" +
-	"\x04gpus\x18\x0f \x03(\v2\x0e.podium.v1.GpuR\x04gpus\"\x12\n" +
+	"\x04gpus\x18\x0f \x03(\v2\x0e.podium.v1.GpuR\x04gpus\x12:\n" +
+	"\x19allow_privileged_sidecars\x18\x0e \x01(\bR\x17allowPrivilegedSidecars\"\x12\n" +
 	"\x10ListNodesRequest\":\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +

@@ -475,8 +475,12 @@ type Hello struct {
 	// (HeartbeatAck): the node fences itself when no answer comes. An older
 	// node does not ask, and is sent none it would not know.
 	HeartbeatAcks bool `protobuf:"varint,7,opt,name=heartbeat_acks,json=heartbeatAcks,proto3" json:"heartbeat_acks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// allow_privileged_sidecars says the node runs sidecars that ask to be
+	// privileged (podium-agent --allow-privileged-sidecars); the scheduler
+	// places tasks with such sidecars only on nodes that say so.
+	AllowPrivilegedSidecars bool `protobuf:"varint,8,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -554,6 +558,13 @@ func (x *Hello) GetRunning() []*RunningTask {
 func (x *Hello) GetHeartbeatAcks() bool {
 	if x != nil {
 		return x.HeartbeatAcks
+	}
+	return false
+}
+
+func (x *Hello) GetAllowPrivilegedSidecars() bool {
+	if x != nil {
+		return x.AllowPrivilegedSidecars
 	}
 	return false
 }
@@ -2027,7 +2038,7 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\vRunningTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\x86\x02\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xc2\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bnode_key\x18\x02 \x01(\tR\anodeKey\x12#\n" +
@@ -2035,7 +2046,8 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12/\n" +
 	"\bcapacity\x18\x05 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x120\n" +
 	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\x12%\n" +
-	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\"\x9d\x01\n" +
+	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\x12:\n" +
+	"\x19allow_privileged_sidecars\x18\b \x01(\bR\x17allowPrivilegedSidecars\"\x9d\x01\n" +
 	"\x05Adopt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +

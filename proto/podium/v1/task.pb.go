@@ -365,7 +365,19 @@ type TaskSpec struct {
 	// retry runs the task again when an attempt fails the way it names (an
 	// exit code, an out-of-memory kill), after a backoff; unset, a failed
 	// attempt ends the task. Node loss keeps its own rule (retry_on_node_loss).
-	Retry         *RetryPolicy `protobuf:"bytes,21,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,21,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Container options (issue 18). read_only makes the task container's root
+	// filesystem read-only; /tmp (a tmpfs), /workspace and Podium's own
+	// mounts stay writable.
+	ReadOnly bool `protobuf:"varint,22,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// shm_size_bytes is the size of the task's /dev/shm; 0 means the
+	// engine's default (64 MiB). In a YAML spec: shm_size: 1GiB.
+	ShmSizeBytes int64 `protobuf:"varint,23,opt,name=shm_size_bytes,json=shmSizeBytes,proto3" json:"shm_size_bytes,omitempty"`
+	// ulimits set the task container's resource limits (setrlimit), at most
+	// one per name; names from a short allow-list (taskspec.AllowedUlimits).
+	Ulimits []*Ulimit `protobuf:"bytes,24,rep,name=ulimits,proto3" json:"ulimits,omitempty"`
+	// tmpfs are memory-backed directories mounted into the task container.
+	Tmpfs         []*TmpfsMount `protobuf:"bytes,25,rep,name=tmpfs,proto3" json:"tmpfs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +559,34 @@ func (x *TaskSpec) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *TaskSpec) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *TaskSpec) GetShmSizeBytes() int64 {
+	if x != nil {
+		return x.ShmSizeBytes
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetUlimits() []*Ulimit {
+	if x != nil {
+		return x.Ulimits
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetTmpfs() []*TmpfsMount {
+	if x != nil {
+		return x.Tmpfs
+	}
+	return nil
+}
+
 // RetryPolicy says when a failed attempt is followed by another, and how long
 // the task waits, queued, before it. In a YAML spec:
 // retry: {attempts: 3, on_exit_codes: [1, 137], on_oom: true, backoff: 10s, max_backoff: 5m}.
@@ -635,6 +675,135 @@ func (x *RetryPolicy) GetMaxBackoffSeconds() int64 {
 	return 0
 }
 
+// Ulimit is one resource limit of the task's container, as setrlimit takes
+// it: soft is what the process gets, hard the most it may raise soft to.
+// -1 means unlimited (RLIM_INFINITY), where the name allows it.
+type Ulimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Soft          int64                  `protobuf:"varint,2,opt,name=soft,proto3" json:"soft,omitempty"`
+	Hard          int64                  `protobuf:"varint,3,opt,name=hard,proto3" json:"hard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ulimit) Reset() {
+	*x = Ulimit{}
+	mi := &file_podium_v1_task_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ulimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ulimit) ProtoMessage() {}
+
+func (x *Ulimit) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ulimit.ProtoReflect.Descriptor instead.
+func (*Ulimit) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Ulimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Ulimit) GetSoft() int64 {
+	if x != nil {
+		return x.Soft
+	}
+	return 0
+}
+
+func (x *Ulimit) GetHard() int64 {
+	if x != nil {
+		return x.Hard
+	}
+	return 0
+}
+
+// TmpfsMount is a memory-backed directory in the task's container. Its pages
+// count against the task's memory limit.
+type TmpfsMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is where it is mounted: absolute, clean, not / and not over
+	// /workspace or Podium's own mounts.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// size_bytes bounds it; 0 means 64 MiB (taskspec.DefaultTmpfsBytes).
+	SizeBytes int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// exec allows running programs from it (mounted noexec otherwise).
+	Exec          bool `protobuf:"varint,3,opt,name=exec,proto3" json:"exec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TmpfsMount) Reset() {
+	*x = TmpfsMount{}
+	mi := &file_podium_v1_task_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TmpfsMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TmpfsMount) ProtoMessage() {}
+
+func (x *TmpfsMount) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TmpfsMount.ProtoReflect.Descriptor instead.
+func (*TmpfsMount) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TmpfsMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *TmpfsMount) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TmpfsMount) GetExec() bool {
+	if x != nil {
+		return x.Exec
+	}
+	return false
+}
+
 // Readiness says how to tell a sidecar is ready: exactly one of a TCP port
 // that accepts connections, an HTTP path that answers 2xx, or a command that
 // exits 0 inside the sidecar.
@@ -652,7 +821,7 @@ type Readiness struct {
 
 func (x *Readiness) Reset() {
 	*x = Readiness{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +833,7 @@ func (x *Readiness) String() string {
 func (*Readiness) ProtoMessage() {}
 
 func (x *Readiness) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +846,7 @@ func (x *Readiness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
 func (*Readiness) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Readiness) GetTcpPort() int32 {
@@ -727,14 +896,23 @@ type Sidecar struct {
 	Resources *Resources        `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
 	Readiness *Readiness        `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
 	// pull is the sidecar's image pull policy, as TaskSpec.pull.
-	Pull          string `protobuf:"bytes,7,opt,name=pull,proto3" json:"pull,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pull string `protobuf:"bytes,7,opt,name=pull,proto3" json:"pull,omitempty"`
+	// privileged runs the sidecar as a privileged container (every
+	// capability, every device: root on the node), for Docker-in-Docker.
+	// Such a task is placed only on nodes whose agent runs with
+	// --allow-privileged-sidecars, and any other node refuses it. The task's
+	// own container is never privileged.
+	Privileged bool `protobuf:"varint,8,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	// share_workspace mounts the task's workspace volume at /workspace in the
+	// sidecar too.
+	ShareWorkspace bool `protobuf:"varint,9,opt,name=share_workspace,json=shareWorkspace,proto3" json:"share_workspace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Sidecar) Reset() {
 	*x = Sidecar{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +924,7 @@ func (x *Sidecar) String() string {
 func (*Sidecar) ProtoMessage() {}
 
 func (x *Sidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +937,7 @@ func (x *Sidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
 func (*Sidecar) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Sidecar) GetName() string {
@@ -809,6 +987,20 @@ func (x *Sidecar) GetPull() string {
 		return x.Pull
 	}
 	return ""
+}
+
+func (x *Sidecar) GetPrivileged() bool {
+	if x != nil {
+		return x.Privileged
+	}
+	return false
+}
+
+func (x *Sidecar) GetShareWorkspace() bool {
+	if x != nil {
+		return x.ShareWorkspace
+	}
+	return false
 }
 
 type Task struct {
@@ -862,7 +1054,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1066,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1079,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Task) GetId() string {
@@ -1058,7 +1250,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1262,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1275,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1144,7 +1336,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1348,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1361,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1230,7 +1422,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1434,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1447,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1285,7 +1477,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1489,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1502,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1352,7 +1544,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1556,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1569,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1426,7 +1618,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1630,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1643,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Note) GetText() string {
@@ -1483,7 +1675,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1687,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1700,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1604,7 +1796,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1808,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1821,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1648,7 +1840,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1852,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1865,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1692,7 +1884,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1896,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1909,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1736,7 +1928,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1940,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1953,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1787,7 +1979,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1991,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2004,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -1852,7 +2044,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2056,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2069,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1897,7 +2089,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2101,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2114,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1948,7 +2140,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2152,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2165,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -1996,7 +2188,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2200,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2213,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -2058,7 +2250,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2262,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2275,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -2117,7 +2309,7 @@ type RerunRequest struct {
 
 func (x *RerunRequest) Reset() {
 	*x = RerunRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2321,7 @@ func (x *RerunRequest) String() string {
 func (*RerunRequest) ProtoMessage() {}
 
 func (x *RerunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2334,7 @@ func (x *RerunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunRequest.ProtoReflect.Descriptor instead.
 func (*RerunRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RerunRequest) GetId() string {
@@ -2162,7 +2354,7 @@ type RerunResponse struct {
 
 func (x *RerunResponse) Reset() {
 	*x = RerunResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2366,7 @@ func (x *RerunResponse) String() string {
 func (*RerunResponse) ProtoMessage() {}
 
 func (x *RerunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2379,7 @@ func (x *RerunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunResponse.ProtoReflect.Descriptor instead.
 func (*RerunResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RerunResponse) GetTask() *Task {
@@ -2207,7 +2399,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2411,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2424,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SendRequest) GetId() string {
@@ -2258,7 +2450,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2462,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2475,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -2313,7 +2505,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2517,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2530,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Artifact) GetId() string {
@@ -2407,7 +2599,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2611,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2624,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2452,7 +2644,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2656,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2669,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2500,7 +2692,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2704,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2717,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2565,7 +2757,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2769,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2782,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2647,7 +2839,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2851,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2864,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2711,7 +2903,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2915,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2928,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -2782,7 +2974,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xc6\x06\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xe3\a\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -2806,7 +2998,11 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\asecrets\x18\x12 \x03(\v2\x14.podium.v1.SecretRefR\asecrets\x12\x12\n" +
 	"\x04pull\x18\x13 \x01(\tR\x04pull\x12%\n" +
 	"\x0eretain_seconds\x18\x14 \x01(\x03R\rretainSeconds\x12,\n" +
-	"\x05retry\x18\x15 \x01(\v2\x16.podium.v1.RetryPolicyR\x05retry\x1a6\n" +
+	"\x05retry\x18\x15 \x01(\v2\x16.podium.v1.RetryPolicyR\x05retry\x12\x1b\n" +
+	"\tread_only\x18\x16 \x01(\bR\breadOnly\x12$\n" +
+	"\x0eshm_size_bytes\x18\x17 \x01(\x03R\fshmSizeBytes\x12+\n" +
+	"\aulimits\x18\x18 \x03(\v2\x11.podium.v1.UlimitR\aulimits\x12+\n" +
+	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
@@ -2815,13 +3011,23 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\ron_exit_codes\x18\x02 \x03(\x05R\vonExitCodes\x12\x15\n" +
 	"\x06on_oom\x18\x03 \x01(\bR\x05onOom\x12'\n" +
 	"\x0fbackoff_seconds\x18\x04 \x01(\x03R\x0ebackoffSeconds\x12.\n" +
-	"\x13max_backoff_seconds\x18\x05 \x01(\x03R\x11maxBackoffSeconds\"\xa3\x01\n" +
+	"\x13max_backoff_seconds\x18\x05 \x01(\x03R\x11maxBackoffSeconds\"D\n" +
+	"\x06Ulimit\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04soft\x18\x02 \x01(\x03R\x04soft\x12\x12\n" +
+	"\x04hard\x18\x03 \x01(\x03R\x04hard\"S\n" +
+	"\n" +
+	"TmpfsMount\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x12\n" +
+	"\x04exec\x18\x03 \x01(\bR\x04exec\"\xa3\x01\n" +
 	"\tReadiness\x12\x19\n" +
 	"\btcp_port\x18\x01 \x01(\x05R\atcpPort\x12\x1b\n" +
 	"\thttp_path\x18\x02 \x01(\tR\bhttpPath\x12\x1b\n" +
 	"\thttp_port\x18\x03 \x01(\x05R\bhttpPort\x12\x18\n" +
 	"\acommand\x18\x04 \x03(\tR\acommand\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"\xb0\x02\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"\xf9\x02\n" +
 	"\aSidecar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -2829,7 +3035,11 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x03env\x18\x04 \x03(\v2\x1b.podium.v1.Sidecar.EnvEntryR\x03env\x122\n" +
 	"\tresources\x18\x05 \x01(\v2\x14.podium.v1.ResourcesR\tresources\x122\n" +
 	"\treadiness\x18\x06 \x01(\v2\x14.podium.v1.ReadinessR\treadiness\x12\x12\n" +
-	"\x04pull\x18\a \x01(\tR\x04pull\x1a6\n" +
+	"\x04pull\x18\a \x01(\tR\x04pull\x12\x1e\n" +
+	"\n" +
+	"privileged\x18\b \x01(\bR\n" +
+	"privileged\x12'\n" +
+	"\x0fshare_workspace\x18\t \x01(\bR\x0eshareWorkspace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x06\n" +
@@ -3019,7 +3229,7 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
@@ -3027,108 +3237,112 @@ var file_podium_v1_task_proto_goTypes = []any{
 	(*SecretRef)(nil),                // 3: podium.v1.SecretRef
 	(*TaskSpec)(nil),                 // 4: podium.v1.TaskSpec
 	(*RetryPolicy)(nil),              // 5: podium.v1.RetryPolicy
-	(*Readiness)(nil),                // 6: podium.v1.Readiness
-	(*Sidecar)(nil),                  // 7: podium.v1.Sidecar
-	(*Task)(nil),                     // 8: podium.v1.Task
-	(*Usage)(nil),                    // 9: podium.v1.Usage
-	(*LogArchive)(nil),               // 10: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 11: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 12: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 13: podium.v1.StatusChange
-	(*Note)(nil),                     // 14: podium.v1.Note
-	(*TaskEvent)(nil),                // 15: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 16: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 17: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 18: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 19: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 20: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 21: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 22: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 23: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 24: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 25: podium.v1.EventsResponse
-	(*RerunRequest)(nil),             // 26: podium.v1.RerunRequest
-	(*RerunResponse)(nil),            // 27: podium.v1.RerunResponse
-	(*SendRequest)(nil),              // 28: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 29: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 30: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 31: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 32: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 33: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 34: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 35: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 36: podium.v1.ArtifactURLResponse
-	nil,                              // 37: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 38: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*Ulimit)(nil),                   // 6: podium.v1.Ulimit
+	(*TmpfsMount)(nil),               // 7: podium.v1.TmpfsMount
+	(*Readiness)(nil),                // 8: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 9: podium.v1.Sidecar
+	(*Task)(nil),                     // 10: podium.v1.Task
+	(*Usage)(nil),                    // 11: podium.v1.Usage
+	(*LogArchive)(nil),               // 12: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 13: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 14: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 15: podium.v1.StatusChange
+	(*Note)(nil),                     // 16: podium.v1.Note
+	(*TaskEvent)(nil),                // 17: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 18: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 19: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 20: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 21: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 22: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 23: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 24: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 25: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 26: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 27: podium.v1.EventsResponse
+	(*RerunRequest)(nil),             // 28: podium.v1.RerunRequest
+	(*RerunResponse)(nil),            // 29: podium.v1.RerunResponse
+	(*SendRequest)(nil),              // 30: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 31: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 32: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 33: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 34: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 35: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 36: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 37: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 38: podium.v1.ArtifactURLResponse
+	nil,                              // 39: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 40: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	37, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	39, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	7,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	9,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
 	5,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
-	38, // 5: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
-	2,  // 6: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
-	6,  // 7: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
-	4,  // 8: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 9: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	39, // 10: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	39, // 11: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	39, // 12: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 13: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	39, // 14: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	39, // 15: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	39, // 16: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
-	9,  // 17: podium.v1.Task.usage:type_name -> podium.v1.Usage
-	39, // 18: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	15, // 19: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 20: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 21: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	9,  // 22: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	39, // 23: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 24: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	13, // 25: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	14, // 26: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 27: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	8,  // 28: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	8,  // 29: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 30: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	8,  // 31: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	8,  // 32: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	15, // 33: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	8,  // 34: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	8,  // 35: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	39, // 36: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	30, // 37: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	30, // 38: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	39, // 39: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 40: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	16, // 41: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	18, // 42: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	20, // 43: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	22, // 44: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	24, // 45: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	28, // 46: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	31, // 47: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	33, // 48: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	35, // 49: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	26, // 50: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	17, // 51: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	19, // 52: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	21, // 53: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	23, // 54: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	25, // 55: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	29, // 56: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	32, // 57: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	34, // 58: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	36, // 59: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	27, // 60: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	51, // [51:61] is the sub-list for method output_type
-	41, // [41:51] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	6,  // 5: podium.v1.TaskSpec.ulimits:type_name -> podium.v1.Ulimit
+	7,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
+	40, // 7: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 8: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	8,  // 9: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	4,  // 10: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 11: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	41, // 12: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	41, // 13: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	41, // 14: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	12, // 15: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	41, // 16: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	41, // 17: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	41, // 18: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
+	11, // 19: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	41, // 20: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	17, // 21: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 22: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 23: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	11, // 24: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	41, // 25: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	14, // 26: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	15, // 27: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	16, // 28: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 29: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	10, // 30: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	10, // 31: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 32: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	10, // 33: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	10, // 34: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	17, // 35: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	10, // 36: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	10, // 37: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	41, // 38: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	32, // 39: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	32, // 40: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	41, // 41: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 42: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	18, // 43: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	20, // 44: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	22, // 45: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	24, // 46: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	26, // 47: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	30, // 48: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	33, // 49: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	35, // 50: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	37, // 51: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	28, // 52: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	19, // 53: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	21, // 54: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	23, // 55: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	25, // 56: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	27, // 57: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	31, // 58: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	34, // 59: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	36, // 60: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	38, // 61: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	29, // 62: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	53, // [53:63] is the sub-list for method output_type
+	43, // [43:53] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -3136,15 +3350,15 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[7].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[13].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[8].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[13].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[15].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[32].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[34].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -3154,7 +3368,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
