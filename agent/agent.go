@@ -99,10 +99,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -114,6 +116,7 @@ import (
 	"github.com/podiumhq/podium/agent/capacity"
 	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/gpu"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/imagegc"
 	"github.com/podiumhq/podium/agent/session"
@@ -212,6 +215,10 @@ type Config struct {
 	// NetworkPool is how many task networks the executor keeps made ahead
 	// of the tasks (executor.Config.NetworkPool); 0 keeps none.
 	NetworkPool int
+	// NvidiaSMI is the nvidia-smi the node's GPUs are discovered with (at
+	// start and on SIGHUP, see gpus.go); empty looks for it on PATH, and a
+	// machine without it has no GPUs.
+	NvidiaSMI string
 }
 
 // Agent is one node agent process.
@@ -225,6 +232,8 @@ type Agent struct {
 	exec      *executor.Executor
 	sess      *session.Session
 	gc        *imagegc.Collector
+	// gpus are the node's GPUs and which attempt holds each (gpus.go).
+	gpus *gpu.Allocator
 }
 
 // New loads the node's identity and prepares the agent. It fails, with the
@@ -257,7 +266,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker}
+	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker, gpus: gpu.NewAllocator()}
 	uploader, err := upload.New(upload.Config{
 		NodeID: id.NodeID, NodeKey: id.NodeKey,
 		// The session exists by the time a task has ended.
@@ -328,6 +337,7 @@ func New(cfg Config) (*Agent, error) {
 		Ended:           a.gc.Kick,
 		KeepAttemptData: cfg.KeepAttemptData,
 		NetworkPool:     cfg.NetworkPool,
+		GPUs:            a.gpus,
 		// The session is made after the executor, which it runs tasks
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
@@ -355,10 +365,12 @@ func New(cfg Config) (*Agent, error) {
 		MaxTasks:      cfg.MaxTasks,
 		MinFreeDiskMB: cfg.MinFreeDiskMB,
 		Runner:        a.exec,
+		Refuse:        a.exec.GPURefusal,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
 			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
+			c.Gpus = a.reportedGPUs()
 			return withMaxOutput(c, a.exec.MaxOutputLimit())
 		},
 		Logger:      a.log.With("component", "session"),
@@ -411,6 +423,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("the Docker engine does not answer (%v): start it (systemctl start docker) "+
 			"and make sure this user may use it (the docker group, or DOCKER_HOST)", err)
 	}
+	a.discoverGPUs(ctx)
 	a.resume(ctx)
 	a.exec.ResumeUploads(ctx, a.sess.Emit, a.sess.ContinueAfter)
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
@@ -430,10 +443,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		"workspace_limit_bytes", l.WorkspaceBytes)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		a.watchdog(wctx)
+	}()
+	// Registered before the session says Hello: from then on SIGHUP is
+	// the agent's to handle, never the default that ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		defer wg.Done()
+		a.rediscoverOnHangup(wctx, hup)
 	}()
 	go func() {
 		defer wg.Done()
