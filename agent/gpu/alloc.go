@@ -76,9 +76,14 @@ func (r Request) String() string {
 
 // freeLocked lists the free GPUs that satisfy r, in index order.
 func (a *Allocator) freeLocked(r Request) ([]GPU, error) {
+	// The same rule as placement's (taskspec.GPUModelMatches on the
+	// coordinator's side): a glob on the name, which holds no "/".
 	var pat *glob.Pattern
 	if r.Model != "" {
 		p, err := glob.Parse(r.Model)
+		if err == nil && strings.Contains(r.Model, "/") {
+			err = fmt.Errorf(`it holds a "/", which no GPU's name does`)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gpu_model %q cannot be used: %v", r.Model, err)
 		}

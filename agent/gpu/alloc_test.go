@@ -136,8 +136,10 @@ func TestAllocatorModelAndMemoryFilters(t *testing.T) {
 	if err := a.Check(gpu.Request{N: 2, MemoryMiB: 24564}); err != nil {
 		t.Fatalf("two 24564 MiB GPUs free, asking 24564 MiB: %v", err)
 	}
-	if err := a.Check(gpu.Request{N: 1, Model: "["}); err == nil || !strings.Contains(err.Error(), "gpu_model") {
-		t.Fatalf("a broken glob: %v, want an error naming gpu_model", err)
+	for _, bad := range []string{"[", "NVIDIA H100*/**"} {
+		if err := a.Check(gpu.Request{N: 1, Model: bad}); err == nil || !strings.Contains(err.Error(), "gpu_model") {
+			t.Fatalf("gpu_model %q: %v, want an error naming gpu_model", bad, err)
+		}
 	}
 	if err := a.Check(gpu.Request{N: 65}); err == nil || !strings.Contains(err.Error(), "more than any node has") {
 		t.Fatalf("65 GPUs: %v", err)
