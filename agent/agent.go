@@ -29,6 +29,8 @@
 //	                               artifacts), mounted at
 //	                               /workspace/.podium/artifacts
 //	  stop.json                    why the agent is stopping the task, while it is
+//	  gpus.json                    the UUIDs of the GPUs the attempt holds, so a
+//	                               restarted agent keeps them its (gpus.go)
 //	  done                         the attempt is over and its directory is kept
 //	                               for debugging (--keep-attempt-data) from then
 //
