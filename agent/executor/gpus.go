@@ -197,6 +197,7 @@ func (r *run) restoreGPUs(found *container.InspectResponse) {
 	}
 	if err := r.e.gpus.Restore(r.gpuHolder(), uuids); err != nil {
 		r.log.Error("a resumed task's GPUs are held by another task on this node", "err", err)
+		return
 	}
 	r.log.Info("the resumed task keeps its GPUs", "gpus", uuids)
 }
