@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm
+.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -103,6 +103,13 @@ demo: build
 
 demo-stop:
 	scripts/demo.sh stop
+
+# On a GPU node, with the CLI pointed at the coordinator: a task asking GPUS
+# GPUs sees exactly those its attempt was given (scripts/gpu-check.sh; CI has
+# no GPU, README "GPUs").
+GPUS ?= 1
+gpu-check:
+	scripts/gpu-check.sh $(GPUS)
 
 clean:
 	rm -rf $(BIN) dist

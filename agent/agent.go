@@ -29,6 +29,8 @@
 //	                               artifacts), mounted at
 //	                               /workspace/.podium/artifacts
 //	  stop.json                    why the agent is stopping the task, while it is
+//	  gpus.json                    the UUIDs of the GPUs the attempt holds, so a
+//	                               restarted agent keeps them its (gpus.go)
 //	  done                         the attempt is over and its directory is kept
 //	                               for debugging (--keep-attempt-data) from then
 //
@@ -99,10 +101,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -114,6 +118,7 @@ import (
 	"github.com/podiumhq/podium/agent/capacity"
 	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
+	"github.com/podiumhq/podium/agent/gpu"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/imagegc"
 	"github.com/podiumhq/podium/agent/session"
@@ -217,6 +222,10 @@ type Config struct {
 	// scheduler sends such tasks here; off, the node gets none and refuses
 	// one that comes anyway (executor.Config.AllowPrivilegedSidecars).
 	AllowPrivilegedSidecars bool
+	// NvidiaSMI is the nvidia-smi the node's GPUs are discovered with (at
+	// start and on SIGHUP, see gpus.go); empty looks for it on PATH, and a
+	// machine without it has no GPUs.
+	NvidiaSMI string
 }
 
 // Agent is one node agent process.
@@ -230,6 +239,8 @@ type Agent struct {
 	exec      *executor.Executor
 	sess      *session.Session
 	gc        *imagegc.Collector
+	// gpus are the node's GPUs and which attempt holds each (gpus.go).
+	gpus *gpu.Allocator
 }
 
 // New loads the node's identity and prepares the agent. It fails, with the
@@ -262,7 +273,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker}
+	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker, gpus: gpu.NewAllocator()}
 	uploader, err := upload.New(upload.Config{
 		NodeID: id.NodeID, NodeKey: id.NodeKey,
 		// The session exists by the time a task has ended.
@@ -337,9 +348,9 @@ func New(cfg Config) (*Agent, error) {
 		Ended:           a.gc.Kick,
 		KeepAttemptData: cfg.KeepAttemptData,
 		NetworkPool:     cfg.NetworkPool,
+		GPUs:            a.gpus,
 
 		AllowPrivilegedSidecars: cfg.AllowPrivilegedSidecars,
-
 		// The session is made after the executor, which it runs tasks
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
@@ -367,10 +378,12 @@ func New(cfg Config) (*Agent, error) {
 		MaxTasks:      cfg.MaxTasks,
 		MinFreeDiskMB: cfg.MinFreeDiskMB,
 		Runner:        a.exec,
+		Refuse:        a.exec.GPURefusal,
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
 			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
+			c.Gpus = a.reportedGPUs()
 			return withMaxOutput(c, a.exec.MaxOutputLimit())
 		},
 		Logger:      a.log.With("component", "session"),
@@ -425,6 +438,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("the Docker engine does not answer (%v): start it (systemctl start docker) "+
 			"and make sure this user may use it (the docker group, or DOCKER_HOST)", err)
 	}
+	a.discoverGPUs(ctx)
 	a.resume(ctx)
 	a.exec.ResumeUploads(ctx, a.sess.Emit, a.sess.ContinueAfter)
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
@@ -444,10 +458,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		"workspace_limit_bytes", l.WorkspaceBytes)
 	var wg sync.WaitGroup
 	wctx, stopWatchdog := context.WithCancel(ctx)
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		a.watchdog(wctx)
+	}()
+	// Registered before the session says Hello: from then on SIGHUP is
+	// the agent's to handle, never the default that ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		defer wg.Done()
+		a.rediscoverOnHangup(wctx, hup)
 	}()
 	go func() {
 		defer wg.Done()

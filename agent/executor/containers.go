@@ -395,6 +395,7 @@ func (r *run) sidecarContainer(sc *podiumv1.Sidecar, argv []string) containerSpe
 // leftover of this very attempt (an earlier agent process stopped before it
 // started), so it is removed and the create retried once.
 func (r *run) createContainer(ctx context.Context, cs containerSpec) (string, error) {
+	r.withGPUs(&cs)
 	for try := 0; ; try++ {
 		cctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
 		resp, err := r.e.docker.ContainerCreate(cctx, cs.cfg, cs.host, cs.net, nil, cs.name)

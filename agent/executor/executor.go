@@ -146,6 +146,7 @@ import (
 	"github.com/podiumhq/podium/agent/artifacts"
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/egress"
+	"github.com/podiumhq/podium/agent/gpu"
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -303,6 +304,9 @@ type Config struct {
 	// tasks only on nodes that report the flag, and this is the check
 	// that holds if it did not.
 	AllowPrivilegedSidecars bool
+	// GPUs hands the node's GPUs to the attempts that ask for them
+	// (gpus.go); nil: the node has none, and refuses such attempts.
+	GPUs *gpu.Allocator
 }
 
 // Executor runs task attempts in Docker. It is safe for concurrent use.
@@ -327,6 +331,7 @@ type Executor struct {
 	keepData                             time.Duration
 	imageUsed                            func(string)
 	ended                                func()
+	gpus                                 *gpu.Allocator
 
 	// imageMu is held by HoldImages while a collector decides on and
 	// removes an image, and by register as it enters a run: no attempt
@@ -426,6 +431,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: a warm pool of %d networks; give 0 or more", cfg.NetworkPool)
 	}
 	e.pool = newPool(e, cfg.NetworkPool)
+	e.gpus = cfg.GPUs
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {
 		e.diskFullAfter = DefaultDiskFullAfter
@@ -513,11 +519,16 @@ func (e *Executor) Start(ctx context.Context, a *podiumv1.Assign, emit attempt.E
 		return nil, err
 	}
 	r.log.Info("task accepted", "assign", attempt.RedactAssign(a))
+	// Its GPUs before the next assignment is looked at (gpus.go).
+	r.takeGPUs()
 	// The directory is made before the task counts as accepted, so that a
 	// message sent while its image is still being pulled has an inbox to
 	// go to. validate first: sidecar names become file names.
 	if r.validate() == nil {
 		r.prepErr = r.prepareDir()
+		if r.prepErr == nil {
+			r.prepErr = r.recordGPUs()
+		}
 	}
 	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_PROVISIONING}, false)
 	go r.main(ctx, r.execute)
@@ -562,6 +573,7 @@ func (e *Executor) Resume(ctx context.Context, a *podiumv1.Assign, cur attempt.C
 		r.network = name
 		e.pool.adopt(name)
 	}
+	r.restoreGPUs(found)
 	r.log.Info("resuming a task a previous agent process started", "container_found", found != nil,
 		"stdout_offset", cur.Task.Stdout, "stderr_offset", cur.Task.Stderr)
 	go r.main(ctx, func(ctx context.Context) *podiumv1.StatusChange { return r.resume(ctx, found) })

@@ -69,6 +69,8 @@ type run struct {
 	network string
 	// prepErr is why the host directory could not be made, if it could not.
 	prepErr error
+	// gpuErr is why the attempt could not be given its GPUs (gpus.go).
+	gpuErr error
 
 	// prepCtx covers everything before the container starts (pull, create,
 	// sidecars, start). Cancel ends it, so a cancel during a long image
@@ -198,6 +200,10 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	if final == nil {
 		return
 	}
+	// The container has ended: its GPUs are free for the next task. (A
+	// run without a status leaves its container running for the next
+	// agent process, which holds them again.)
+	r.releaseGPUs()
 	// The reason can quote a sidecar's output, so it is logged redacted.
 	r.emitMu.Lock()
 	reason := r.redactor.String(final.GetReason())
@@ -358,6 +364,9 @@ func (r *run) validate() *podiumv1.StatusChange {
 	spec := r.spec
 	if spec.GetImage() == "" {
 		return failed("the task spec names no image: submit it again with an image")
+	}
+	if st := r.gpuStatus(); st != nil {
+		return st
 	}
 	if r.selErr != nil {
 		return failed("the spec's artifacts globs cannot be used: %v", r.selErr)

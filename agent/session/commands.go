@@ -66,16 +66,15 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 		draining := s.draining
 		s.mu.Unlock()
 		log.Info("rejecting assignment: no free slot", "draining", draining, "running", s.cfg.Runner.Running(), "max_tasks", s.maxTasks())
-		s.Emit(&podiumv1.TaskEvent{
-			TaskId:  key.TaskID,
-			Attempt: key.Attempt,
-			Time:    timestamppb.Now(),
-			Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
-				State:  podiumv1.TaskState_TASK_STATE_QUEUED,
-				Reason: RejectReasonNoSlot,
-			}},
-		}, nil)
+		s.giveBack(key, RejectReasonNoSlot)
 		return
+	}
+	if s.cfg.Refuse != nil {
+		if why := s.cfg.Refuse(a); why != "" {
+			log.Info("rejecting assignment", "reason", why)
+			s.giveBack(key, why)
+			return
+		}
 	}
 	if !s.out.begin(a) {
 		log.Warn("ignoring a repeated assignment of a running task attempt")
@@ -92,6 +91,20 @@ func (s *Session) handleAssign(a *podiumv1.Assign) {
 	}
 	s.track(a)
 	s.Track(done)
+}
+
+// giveBack sends an assignment the node cannot take back to the coordinator
+// with why: a QUEUED status, which requeues the task.
+func (s *Session) giveBack(key attempt.Key, why string) {
+	s.Emit(&podiumv1.TaskEvent{
+		TaskId:  key.TaskID,
+		Attempt: key.Attempt,
+		Time:    timestamppb.Now(),
+		Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{
+			State:  podiumv1.TaskState_TASK_STATE_QUEUED,
+			Reason: why,
+		}},
+	}, nil)
 }
 
 // handleInject queues a person's message for a running task's inbox. It

@@ -171,6 +171,11 @@ type Config struct {
 	MinFreeDiskMB int64
 	// Runner runs the tasks.
 	Runner Runner
+	// Refuse, if set, says why the node cannot take an assignment now
+	// beyond its slots ("" takes it): the agent's GPU check. A refused
+	// assignment goes back to the coordinator as one for want of a slot
+	// does, and the task is placed again.
+	Refuse func(*podiumv1.Assign) string
 	// Capacity measures the machine; it is called for Hello and every
 	// heartbeat. max_tasks is filled in by the session.
 	Capacity func(context.Context) *podiumv1.Capacity

@@ -882,3 +882,34 @@ func TestAdoptHandsTheRunnerItsSecrets(t *testing.T) {
 		return len(s) == 1 && s[0].GetName() == "db-password" && string(s[0].GetValue()) == "hunter2-xyz"
 	})
 }
+
+// An assignment Config.Refuse turns down (the agent's GPU check) goes back to
+// the coordinator as one without a free slot does, saying why, and is not
+// run; the next one is.
+func TestRefusedAssignmentIsGivenBack(t *testing.T) {
+	t.Parallel()
+	r := newRunner()
+	const why = "node has 0 free of the 1 GPU the task asks"
+	f := startWith(t, r, session.Config{MaxTasks: 2, Refuse: func(a *podiumv1.Assign) string {
+		if a.GetTaskId() == "t1" {
+			return why
+		}
+		return ""
+	}}, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	cn.push(helloAck())
+	cn.push(assign("t1"))
+	cn.push(assign("t2"))
+	evs := cn.events(t, 2)
+	if evs[0].GetTaskId() != "t1" || evs[0].GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_QUEUED ||
+		evs[0].GetStatus().GetReason() != why {
+		t.Fatalf("t1: %v, want QUEUED %q", evs[0], why)
+	}
+	if evs[1].GetTaskId() != "t2" || evs[1].GetStatus().GetState() != podiumv1.TaskState_TASK_STATE_PROVISIONING {
+		t.Fatalf("t2: %v, want PROVISIONING", evs[1])
+	}
+	if r.Running() != 1 {
+		t.Fatalf("runner runs %d tasks, want only t2", r.Running())
+	}
+}

@@ -110,3 +110,13 @@ func (s *Session) heartbeat(ctx context.Context) *podiumv1.Heartbeat {
 		FreeSlots:    s.freeSlots(),
 	}
 }
+
+// HeartbeatNow makes the writer send a heartbeat, with the capacity measured
+// afresh, without waiting for the next tick: the agent calls it after a
+// rediscovery of its GPUs (SIGHUP), so the scheduler sees them at once.
+func (s *Session) HeartbeatNow() {
+	select {
+	case s.settingsC <- struct{}{}:
+	default:
+	}
+}

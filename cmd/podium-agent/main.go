@@ -240,6 +240,7 @@ const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coord
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                         [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
                         [--disk-full-after DURATION] [--network-pool N] [--allow-privileged-sidecars]
+                        [--nvidia-smi PATH]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
 given in the local Docker engine, until SIGTERM or SIGINT. Tasks keep running
@@ -289,6 +290,11 @@ agent keeps --network-pool networks (2) made ahead of the tasks; each is
 still one task's alone and removed after it. Each holds one of the engine's
 address pools while it waits; 0 creates every task's network as it starts.
 
+The node's NVIDIA GPUs are found with nvidia-smi (on PATH, or --nvidia-smi)
+at start and again on SIGHUP (systemctl reload podium-agent), and offered to
+tasks one by one: a task asking N GPUs gets N of them, by UUID, alone.
+Without nvidia-smi the node has no GPUs.
+
 Flags:
 `
 
@@ -313,6 +319,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	networkPool := fs.Int("network-pool", executor.DefaultNetworkPool, "task networks to keep made ahead of the tasks, so they start sooner (0: none)")
 	allowPrivileged := fs.Bool("allow-privileged-sidecars", false,
 		"run sidecars whose spec asks privileged: true (Docker-in-Docker); a privileged container is root on this machine")
+	nvidiaSMI := fs.String("nvidia-smi", "", "the nvidia-smi that finds the node's GPUs, at start and on SIGHUP (default: nvidia-smi on PATH; none: no GPUs)")
 	outputLimit := sizeFlag(executor.DefaultOutputLimit)
 	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
 	var maxOutputLimit sizeFlag
@@ -334,6 +341,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	for name, v := range map[string]sizeFlag{"output-limit": outputLimit, "pending-memory": pendingMemory, "pending-disk": pendingDisk} {
 		if v <= 0 {
 			return usageErr("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
+		}
+	}
+	if *nvidiaSMI != "" {
+		if st, err := os.Stat(*nvidiaSMI); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return usageErr("--nvidia-smi %s: not an executable file; give the path of nvidia-smi, or leave the flag out to use the one on PATH", *nvidiaSMI)
 		}
 	}
 	if *diskFullAfter < time.Second || *diskFullAfter > 24*time.Hour {
@@ -438,6 +450,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		NetworkPool:     *networkPool,
 
 		AllowPrivilegedSidecars: *allowPrivileged,
+		NvidiaSMI:               *nvidiaSMI,
 	})
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)

@@ -52,6 +52,8 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"run", "--disk-full-after", "48h"}, code: exitUsage, stderr: "--disk-full-after 48h0m0s: give a duration between 1s and 24h"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "-network-pool"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "-allow-privileged-sidecars"},
+		{args: []string{"run", "-h"}, code: exitOK, stdout: "-nvidia-smi"},
+		{args: []string{"run", "--nvidia-smi", "/nonexistent/nvidia-smi"}, code: exitUsage, stderr: "--nvidia-smi /nonexistent/nvidia-smi: not an executable file"},
 		{args: []string{"run", "--network-pool", "-1"}, code: exitUsage, stderr: "--network-pool -1: give the number of networks to keep ready, or 0 for none"},
 		{args: []string{"run", "--data-dir", dir}, code: exitFail, stderr: "podium-agent enroll --coordinator URL --token T"},
 		// Plain http:// goes only to loopback or the tailnet, unless the
