@@ -42,7 +42,7 @@ type Candidate struct {
 	CommittedMemMB int64
 	LastAssignedAt time.Time // zero when never
 	// Limits are the most the node lets one task ask for, as its agent
-	// reported them (podium-agent --max-*, --allow-egress).
+	// reported them (podium-agent --max-*, --permit-egress).
 	Limits Limits
 }
 
@@ -349,7 +349,7 @@ func limitsReason(n Need, cands []*Candidate) string {
 		return fmt.Sprintf("%s allows %s of output for one task (largest: %s)", which,
 			bytesOf(n.OutputLimitBytes), bytesOf(most.MaxOutputBytes))
 	case none&limEgress != 0:
-		return fmt.Sprintf("%s permits egress to %s (allow_egress; a node permits ranges with podium-agent --allow-egress)",
+		return fmt.Sprintf("%s permits egress to %s (allow_egress; a node permits ranges with podium-agent --permit-egress)",
 			which, unpermitted(n, cands))
 	}
 	// Every limit is allowed somewhere, but never all on one node.

@@ -169,7 +169,7 @@ func TestPlace(t *testing.T) {
 		{name: "egress to a range wider than the permitted one waits, naming it",
 			need:  placement.Need{AllowEgress: egress("10.0.0.0/8")},
 			cands: []*placement.Candidate{node("a", permit("10.1.0.0/16")), node("b")},
-			why:   "no connected node permits egress to 10.0.0.0/8"},
+			why:   "no connected node permits egress to 10.0.0.0/8 (allow_egress; a node permits ranges with podium-agent --permit-egress)"},
 		{name: "egress in another address family is not permitted",
 			need:  placement.Need{AllowEgress: egress("fd00::/64")},
 			cands: []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
