@@ -184,6 +184,9 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
 	}
 	line("task limits", limitsText(capa.GetLimits()))
+	for _, g := range n.GetGpus() {
+		line(fmt.Sprintf("gpu %d", g.GetIndex()), fmt.Sprintf("%s, %d MiB, %s", dash(g.GetModel()), g.GetMemoryMb(), g.GetUuid()))
+	}
 	line("replica", n.GetReplica())
 	if n.GetTailscaleDeviceId() != "" {
 		line("tailscale device", n.GetTailscaleDevice()+" ("+n.GetTailscaleDeviceId()+")")
