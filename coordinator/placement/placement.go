@@ -182,12 +182,21 @@ func (c *Candidate) fits(n Need) bool {
 	return true
 }
 
-// matchingGPUs counts the node's GPUs a task with n's gpu_model and
-// gpu_memory_mb may be given.
-func (c *Candidate) matchingGPUs(n Need) int32 {
+// gpuMatch says whether a GPU is one a task may be given: its memory is at
+// least the task's gpu_memory_mb and its name matches the task's gpu_model.
+// The pattern is parsed once per task, not once per GPU of every node.
+type gpuMatch func(GPU) bool
+
+func matcher(n Need) gpuMatch {
+	model := taskspec.GPUModelMatcher(n.GPUModel)
+	return func(g GPU) bool { return g.MemoryMB >= n.GPUMemoryMB && model(g.Model) }
+}
+
+// matchingGPUs counts the node's GPUs that match.
+func (c *Candidate) matchingGPUs(match gpuMatch) int32 {
 	var m int32
 	for _, g := range c.GPUs {
-		if g.MemoryMB >= n.GPUMemoryMB && taskspec.GPUModelMatches(n.GPUModel, g.Model) {
+		if match(g) {
 			m++
 		}
 	}
@@ -203,7 +212,11 @@ func (c *Candidate) matchingGPUs(n Need) int32 {
 // which ones are held, and a count that can only be too low never sends a
 // node a task it would refuse.
 func (c *Candidate) FreeGPUs(n Need) int32 {
-	return max(c.matchingGPUs(n)-c.CommittedGPUs, 0)
+	return c.freeGPUs(matcher(n))
+}
+
+func (c *Candidate) freeGPUs(match gpuMatch) int32 {
+	return max(c.matchingGPUs(match)-c.CommittedGPUs, 0)
 }
 
 // The limits a task can ask more of than a node allows, in the order a
@@ -285,6 +298,10 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	}
 	labelled, undrained, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false
 	var mostFreeGPUs int32 // among the nodes with matching GPUs and room, for the reason
+	var match gpuMatch
+	if n.GPUs > 0 {
+		match = matcher(n)
+	}
 	best := -1
 	var bestFree int32
 	for i, c := range cands {
@@ -300,7 +317,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		allowed = true
-		if n.GPUs > 0 && c.matchingGPUs(n) == 0 {
+		if n.GPUs > 0 && c.matchingGPUs(match) == 0 {
 			continue
 		}
 		gpuMatched = true
@@ -309,7 +326,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		}
 		roomy = true
 		if n.GPUs > 0 {
-			f := c.FreeGPUs(n)
+			f := c.freeGPUs(match)
 			mostFreeGPUs = max(mostFreeGPUs, f)
 			if f < n.GPUs {
 				continue

@@ -95,15 +95,22 @@ func CheckGPUModel(field, model string) error {
 // GPUModelMatches says whether a GPU's name matches a task's gpu_model
 // pattern; an empty pattern matches every GPU, and a pattern that does not
 // parse (a row stored before the rule) matches none, so such a task waits
-// rather than getting a GPU it did not ask for. Placement and the agent use
-// it both, so the two cannot disagree about which GPUs count.
+// rather than getting a GPU it did not ask for.
 func GPUModelMatches(model, name string) bool {
+	return GPUModelMatcher(model)(name)
+}
+
+// GPUModelMatcher is GPUModelMatches with the pattern parsed once, for a
+// caller matching one task's pattern against many GPUs. Placement (which
+// nodes have such GPUs) and the agent (which of its GPUs to give) both use
+// it, so the two cannot disagree about which GPUs count.
+func GPUModelMatcher(model string) func(name string) bool {
 	if model == "" {
-		return true
+		return func(string) bool { return true }
 	}
 	p, err := glob.Parse(model)
 	if err != nil || strings.Contains(model, "/") {
-		return false
+		return func(string) bool { return false }
 	}
-	return p.Match(name)
+	return p.Match
 }
