@@ -88,3 +88,18 @@ func TestNodeGetShowsGPUs(t *testing.T) {
 		}
 	}
 }
+
+// podium task get shows what the task asks of its GPUs.
+func TestTaskGetShowsGPURequest(t *testing.T) {
+	f := newFake(t)
+	f.task = sampleTasks(time.Now())[0]
+	f.task.Id = "task_01GPU"
+	f.task.Spec.Resources = &podiumv1.Resources{Cpu: 4, Gpus: 2, GpuModel: "NVIDIA H100*", GpuMemoryMb: 80000}
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "task", "get", "task_01GPU"); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if want := `cpu 4, gpus 2 matching "NVIDIA H100*" with at least 80000 MiB each`; !strings.Contains(cli.out.String(), want) {
+		t.Errorf("task get should show %q:\n%s", want, cli.out)
+	}
+}
