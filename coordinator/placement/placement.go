@@ -279,19 +279,20 @@ func (l *Limits) permits(p netip.Prefix) bool {
 // label the task needs, allow what it asks for (Limits), have GPUs of the
 // model and memory it asks for, the CPU and memory for it, as many free
 // matching GPUs as it needs and a free slot, the one with the most free
-// slots, which spreads work instead of filling one
-// node first; ties go to the node assigned longest ago, then the lowest id,
-// so equal nodes take turns and the choice is the same on every run. It
-// returns the index into cands, or -1 and the reason when none fits, checked
-// in an order that names the first thing a user has to fix (labels before
-// draining before a node's limits before GPU model and memory before size
-// before GPUs all taken before a full fleet). A task
-// that asks for more than every node allows waits with a reason naming the
-// limit and the most any node allows, rather than being sent to a node that
-// would refuse it: the node's refusal is only its last line of defence.
+// slots, which spreads work instead of filling one node first; ties go to
+// the node assigned longest ago, then the lowest id, so equal nodes take
+// turns and the choice is the same on every run. It returns the index into
+// cands, or -1 and the reason when none fits, checked in an order that names
+// the first thing a user has to fix (labels before draining before a node's
+// limits before GPU model and memory before size before GPUs all taken
+// before a full fleet). A task that asks for more than every node allows
+// waits with a reason naming the limit and the most any node allows, rather
+// than being sent to a node that would refuse it: the node's refusal is only
+// its last line of defence.
 //
-// It looks at each node once and allocates nothing: one pass places hundreds
-// of tasks among thousands of nodes.
+// It looks at each node once and allocates nothing (but, for a task asking
+// for GPUs, its parsed model pattern, once): one pass places hundreds of
+// tasks among thousands of nodes.
 func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
