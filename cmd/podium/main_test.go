@@ -361,7 +361,12 @@ func TestNodes(t *testing.T) {
 	now := time.Now()
 	f.nodes = []*podiumv1.Node{
 		{Id: "node_A", Hostname: "box1", Status: podiumv1.NodeStatus_NODE_STATUS_ONLINE, Labels: []string{"linux", "gpu=a100"},
-			RunningTasks: 2, FreeSlots: 6, LastHeartbeatAt: timestamppb.New(now.Add(-5 * time.Second)), AllowPrivilegedSidecars: true},
+			RunningTasks: 2, FreeSlots: 6, LastHeartbeatAt: timestamppb.New(now.Add(-5 * time.Second)), AllowPrivilegedSidecars: true,
+			Gpus: []*podiumv1.Gpu{
+				{Index: 0, Uuid: "GPU-a", Model: "NVIDIA A100-SXM4-40GB", MemoryMb: 40960},
+				{Index: 1, Uuid: "GPU-b", Model: "NVIDIA A100-SXM4-40GB", MemoryMb: 40960},
+				{Index: 2, Uuid: "GPU-c", Model: "Tesla T4", MemoryMb: 15360},
+			}},
 		{Id: "node_B", Hostname: "box2", Status: podiumv1.NodeStatus_NODE_STATUS_OFFLINE, Draining: true},
 	}
 	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
@@ -373,9 +378,9 @@ func TestNodes(t *testing.T) {
 		t.Fatalf("want a header and two rows:\n%s", cli.out)
 	}
 	for i, want := range []string{
-		"ID HOSTNAME STATUS DRAINING LABELS PRIVILEGED RUNNING FREE SLOTS LAST HEARTBEAT",
-		"node_A box1 online no linux,gpu=a100 yes 2 6 5s ago",
-		"node_B box2 offline yes - no 0 0 never",
+		"ID HOSTNAME STATUS DRAINING LABELS PRIVILEGED RUNNING FREE SLOTS GPUS LAST HEARTBEAT",
+		"node_A box1 online no linux,gpu=a100 yes 2 6 2× NVIDIA A100-SXM4-40GB (40960 MiB), 1× Tesla T4 (15360 MiB) 5s ago",
+		"node_B box2 offline yes - no 0 0 - never",
 	} {
 		if got := strings.Join(strings.Fields(lines[i]), " "); got != want {
 			t.Errorf("line %d = %q, want %q", i, got, want)

@@ -187,6 +187,9 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 	if n.GetAllowPrivilegedSidecars() {
 		line("privileged sidecars", "allowed (podium-agent --allow-privileged-sidecars)")
 	}
+	for _, g := range n.GetGpus() {
+		line(fmt.Sprintf("gpu %d", g.GetIndex()), fmt.Sprintf("%s, %d MiB, %s", dash(g.GetModel()), g.GetMemoryMb(), g.GetUuid()))
+	}
 	line("replica", n.GetReplica())
 	if n.GetTailscaleDeviceId() != "" {
 		line("tailscale device", n.GetTailscaleDevice()+" ("+n.GetTailscaleDeviceId()+")")

@@ -58,7 +58,7 @@ func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
 
 func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tPRIVILEGED\tRUNNING\tFREE SLOTS\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tPRIVILEGED\tRUNNING\tFREE SLOTS\tGPUS\tLAST HEARTBEAT")
 	for _, n := range nodes {
 		draining := "no"
 		if n.GetDraining() {
@@ -72,11 +72,37 @@ func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 		if n.GetAllowPrivilegedSidecars() {
 			privileged = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
 			n.GetId(), dash(n.GetHostname()), nodeStatusName(n.GetStatus()), draining,
-			dash(strings.Join(n.GetLabels(), ",")), privileged, n.GetRunningTasks(), n.GetFreeSlots(), heartbeat)
+			dash(strings.Join(n.GetLabels(), ",")), privileged, n.GetRunningTasks(), n.GetFreeSlots(),
+			dash(gpusBrief(n.GetGpus())), heartbeat)
 	}
 	tw.Flush()
+}
+
+// gpusBrief is a node's GPUs in a table cell: the count and each model
+// with its memory, "2× NVIDIA H100 80GB HBM3 (81559 MiB)", or "" for none.
+// GPUs of one model and memory are counted together, in the order the node
+// lists them.
+func gpusBrief(gpus []*podiumv1.Gpu) string {
+	type kind struct {
+		model string
+		mem   int64
+	}
+	var order []kind
+	count := map[kind]int{}
+	for _, g := range gpus {
+		k := kind{g.GetModel(), g.GetMemoryMb()}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%d× %s (%d MiB)", count[k], dash(k.model), k.mem)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func nodeStatusName(s podiumv1.NodeStatus) string {

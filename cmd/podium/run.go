@@ -100,6 +100,11 @@ type runOptions struct {
 
 	// outputLimit is --output-limit, a size such as 100MiB.
 	outputLimit string
+	// gpus, gpuModel and gpuMemory are --gpus, --gpu-model and --gpu-memory
+	// (a size such as 80GiB).
+	gpus      int
+	gpuModel  string
+	gpuMemory string
 	// set holds the names of the flags given on the command line: only those
 	// override the spec file (an absent --priority must not reset the file's
 	// priority to 0).
@@ -121,6 +126,9 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
 	fs.StringVar(&o.pull, "pull", "", "when the node pulls the image, `POLICY`: if-not-present, always or never (default: always for :latest or no tag, else if-not-present)")
 	fs.StringVar(&o.outputLimit, "output-limit", "", "keep at most `SIZE` of the task's output, e.g. 100MiB; the rest is dropped with a note (default: the node's, 1 GiB unless set)")
+	fs.IntVar(&o.gpus, "gpus", 0, "give the task `N` whole GPUs, each its own (only nodes with N free GPUs run it)")
+	fs.StringVar(&o.gpuModel, "gpu-model", "", "count only GPUs whose name matches `GLOB`, e.g. \"NVIDIA H100*\" (with --gpus)")
+	fs.StringVar(&o.gpuMemory, "gpu-memory", "", "count only GPUs with at least `SIZE` of memory each, e.g. 80GiB (with --gpus)")
 	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
 	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
 	return o
@@ -243,6 +251,9 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 		}
 		spec.OutputLimitBytes = n
 	}
+	if err := o.applyGPUs(spec); err != nil {
+		return nil, err
+	}
 	if len(o.command) > 0 {
 		spec.Command = o.command
 	}
@@ -254,6 +265,43 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// applyGPUs sets the spec's GPU request from --gpus, --gpu-model and
+// --gpu-memory, each over what the spec file says. --gpu-memory is a size,
+// as a person reads a GPU's memory ("80GiB"); the spec keeps MiB, rounded up
+// so that "at least" stays at least.
+func (o *runOptions) applyGPUs(spec *podiumv1.TaskSpec) error {
+	if !o.set["gpus"] && !o.set["gpu-model"] && !o.set["gpu-memory"] {
+		return nil
+	}
+	if spec.Resources == nil {
+		spec.Resources = &podiumv1.Resources{}
+	}
+	r := spec.Resources
+	if o.set["gpus"] {
+		if o.gpus < 0 || o.gpus > taskspec.MaxGPUs {
+			return fmt.Errorf("--gpus %d is out of range: give how many whole GPUs the task needs, 1 to %d (0 for none)", o.gpus, taskspec.MaxGPUs)
+		}
+		r.Gpus = int32(o.gpus)
+	}
+	if o.set["gpu-model"] {
+		if err := taskspec.CheckGPUModel("--gpu-model", o.gpuModel); err != nil {
+			return err
+		}
+		r.GpuModel = o.gpuModel
+	}
+	if o.set["gpu-memory"] {
+		n, err := taskspec.ParseSize(o.gpuMemory)
+		if err != nil {
+			return fmt.Errorf("--gpu-memory %v", err)
+		}
+		r.GpuMemoryMb = n>>20 + min(n&(1<<20-1), 1)
+	}
+	if r.GetGpus() == 0 && (r.GetGpuModel() != "" || r.GetGpuMemoryMb() != 0) {
+		return errors.New("--gpu-model and --gpu-memory say which GPUs count: give --gpus N too")
+	}
+	return nil
 }
 
 func readSpec(name string, stdin io.Reader) (*podiumv1.TaskSpec, error) {

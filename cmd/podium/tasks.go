@@ -257,6 +257,16 @@ func resourcesText(r *podiumv1.Resources) string {
 	if r.GetPids() != 0 {
 		parts = append(parts, fmt.Sprintf("pids %d", r.GetPids()))
 	}
+	if r.GetGpus() != 0 {
+		g := fmt.Sprintf("gpus %d", r.GetGpus())
+		if m := r.GetGpuModel(); m != "" {
+			g += fmt.Sprintf(" matching %q", m)
+		}
+		if m := r.GetGpuMemoryMb(); m != 0 {
+			g += fmt.Sprintf(" with at least %d MiB each", m)
+		}
+		parts = append(parts, g)
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -262,5 +262,8 @@ func nodeProto(n store.Node) *podiumv1.Node {
 	if n.SessionReplica != nil {
 		p.Replica = *n.SessionReplica
 	}
+	for _, g := range n.GPUs {
+		p.Gpus = append(p.Gpus, &podiumv1.Gpu{Index: g.Index, Uuid: g.UUID, Model: g.Model, MemoryMb: g.MemoryMB})
+	}
 	return p
 }

@@ -347,12 +347,22 @@ func (s *Service) flush(ctx context.Context) {
 	written, err := s.store.FlushHeartbeats(ctx, batch)
 	if err == nil {
 		s.metrics.Flushed(time.Since(start), written)
+		// The scheduler's copy of the fleet has a node's old GPUs: ring
+		// once they are written, so its next read sees the new ones.
+		for _, b := range batch {
+			if b.GPUsChanged {
+				s.fleetChanged()
+				break
+			}
+		}
 	}
 	if err != nil {
 		s.log.Warn("nodes: heartbeat flush failed; they will be written with the next one", "err", err, "nodes", len(batch))
 		s.hbMu.Lock()
 		for _, b := range batch {
-			if _, newer := s.beats[b.NodeID]; !newer {
+			if newer, ok := s.beats[b.NodeID]; ok {
+				s.beats[b.NodeID] = mergeBeat(b, newer)
+			} else {
 				s.beats[b.NodeID] = b
 			}
 		}
@@ -362,6 +372,9 @@ func (s *Service) flush(ctx context.Context) {
 
 func (s *Service) recordHeartbeat(b store.Heartbeat) {
 	s.hbMu.Lock()
+	if older, ok := s.beats[b.NodeID]; ok {
+		b = mergeBeat(older, b)
+	}
 	s.beats[b.NodeID] = b
 	s.hbMu.Unlock()
 }

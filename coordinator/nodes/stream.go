@@ -116,7 +116,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: limits, Lock: key, Reported: int32(len(hello.GetRunning())),
+		Limits: limits, GPUs: nodeGPUs(capa.GetGpus()), Lock: key, Reported: int32(len(hello.GetRunning())),
 	})
 	if err != nil {
 		return nil, nil, nil, lockTableFull(fmt.Errorf("start session: %w", err))
@@ -429,11 +429,19 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 		switch body := m.GetMsg().(type) {
 		case *podiumv1.StreamRequest_Heartbeat:
 			c := body.Heartbeat.GetCapacity()
+			// The GPUs are written only when they change (an operator
+			// added or removed one and sent the agent SIGHUP), not with
+			// every heartbeat.
+			gpusChanged := sess.gpusChanged(c)
 			sess.seen(c)
 			sess.running(body.Heartbeat.GetRunningTasks())
-			s.recordHeartbeat(store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
+			hb := store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
 				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks(),
-				RunningTasks: body.Heartbeat.GetRunningTasks()})
+				RunningTasks: body.Heartbeat.GetRunningTasks()}
+			if gpusChanged {
+				hb.GPUsChanged, hb.GPUs = true, nodeGPUs(c.GetGpus())
+			}
+			s.recordHeartbeat(hb)
 			// The node's proof that it reaches the control plane: without
 			// it, past the offline threshold, it fences itself. A full queue
 			// skips one; the next heartbeat gets its answer.

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -44,6 +45,18 @@ type Candidate struct {
 	// Limits are the most the node lets one task ask for, as its agent
 	// reported them (podium-agent --max-*, --permit-egress).
 	Limits Limits
+	// GPUs are the node's GPUs as its agent last reported them, and
+	// CommittedGPUs the sum of gpus over the tasks active on it.
+	GPUs          []GPU
+	CommittedGPUs int32
+}
+
+// GPU is one of a node's GPUs as placement needs it: what a task's
+// gpu_model and gpu_memory_mb are matched against. Which GPU a task gets is
+// the node's choice, so no UUID is needed here.
+type GPU struct {
+	Model    string
+	MemoryMB int64
 }
 
 // Limits are a node's bounds on one task. A zero bound is no bound, as in
@@ -84,6 +97,12 @@ type Need struct {
 	// PrivilegedSidecars: a sidecar of the spec asks to be privileged
 	// (taskspec.HasPrivilegedSidecar).
 	PrivilegedSidecars bool
+	// GPUs is how many whole GPUs the task needs; GPUModel (a glob, ""
+	// for any) and GPUMemoryMB (0 for any) say which of a node's GPUs
+	// count toward them.
+	GPUs        int32
+	GPUModel    string
+	GPUMemoryMB int64
 }
 
 // Cost is what a task takes out of a node's budget: its own limits plus every
@@ -144,6 +163,7 @@ func (c *Candidate) Charge(n Need, at time.Time) {
 	c.Running++
 	c.CommittedCPU += n.CPU
 	c.CommittedMemMB += n.MemoryMB
+	c.CommittedGPUs += n.GPUs
 	c.LastAssignedAt = at
 }
 
@@ -168,6 +188,43 @@ func (c *Candidate) fits(n Need) bool {
 		return false
 	}
 	return true
+}
+
+// gpuMatch says whether a GPU is one a task may be given: its memory is at
+// least the task's gpu_memory_mb and its name matches the task's gpu_model.
+// The pattern is parsed once per task, not once per GPU of every node.
+type gpuMatch func(GPU) bool
+
+func matcher(n Need) gpuMatch {
+	model := taskspec.GPUModelMatcher(n.GPUModel)
+	return func(g GPU) bool { return g.MemoryMB >= n.GPUMemoryMB && model(g.Model) }
+}
+
+// matchingGPUs counts the node's GPUs that match.
+func (c *Candidate) matchingGPUs(match gpuMatch) int32 {
+	var m int32
+	for _, g := range c.GPUs {
+		if match(g) {
+			m++
+		}
+	}
+	return m
+}
+
+// FreeGPUs is how many of the node's GPUs matching n no active task holds:
+// its matching GPUs less every GPU its tasks were given, whatever model
+// those asked for. That is pessimistic when tasks asking for different
+// models share a node (a task holding the node's one A100 leaves its H100s
+// free, yet is subtracted from them too), and it is what lets placement
+// stay a count: the node picks the GPUs, so the coordinator does not know
+// which ones are held, and a count that can only be too low never sends a
+// node a task it would refuse.
+func (c *Candidate) FreeGPUs(n Need) int32 {
+	return c.freeGPUs(matcher(n))
+}
+
+func (c *Candidate) freeGPUs(match gpuMatch) int32 {
+	return max(c.matchingGPUs(match)-c.CommittedGPUs, 0)
 }
 
 // The limits a task can ask more of than a node allows, in the order a
@@ -235,25 +292,33 @@ func (l *Limits) permits(p netip.Prefix) bool {
 }
 
 // Place picks a node for a task: among the undrained nodes that carry every
-// label the task needs, allow what it asks for (Limits), have the CPU and
-// memory for it and a free slot, the
-// one with the most free slots, which spreads work instead of filling one
-// node first; ties go to the node assigned longest ago, then the lowest id,
-// so equal nodes take turns and the choice is the same on every run. It
-// returns the index into cands, or -1 and the reason when none fits, checked
-// in an order that names the first thing a user has to fix (labels before
-// draining before a node's limits before size before a full fleet). A task
-// that asks for more than every node allows waits with a reason naming the
-// limit and the most any node allows, rather than being sent to a node that
-// would refuse it: the node's refusal is only its last line of defence.
+// label the task needs, allow what it asks for (Limits), have GPUs of the
+// model and memory it asks for, the CPU and memory for it, as many free
+// matching GPUs as it needs and a free slot, the one with the most free
+// slots, which spreads work instead of filling one node first; ties go to
+// the node assigned longest ago, then the lowest id, so equal nodes take
+// turns and the choice is the same on every run. It returns the index into
+// cands, or -1 and the reason when none fits, checked in an order that names
+// the first thing a user has to fix (labels before draining before a node's
+// limits before GPU model and memory before size before GPUs all taken
+// before a full fleet). A task that asks for more than every node allows
+// waits with a reason naming the limit and the most any node allows, rather
+// than being sent to a node that would refuse it: the node's refusal is only
+// its last line of defence.
 //
-// It looks at each node once and allocates nothing: one pass places hundreds
-// of tasks among thousands of nodes.
+// It looks at each node once and allocates nothing (but, for a task asking
+// for GPUs, its parsed model pattern, once): one pass places hundreds of
+// tasks among thousands of nodes.
 func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
 	}
-	labelled, undrained, allowed, roomy := false, false, false, false
+	labelled, undrained, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false
+	var mostFreeGPUs int32 // among the nodes with matching GPUs and room, for the reason
+	var match gpuMatch
+	if n.GPUs > 0 {
+		match = matcher(n)
+	}
 	best := -1
 	var bestFree int32
 	for i, c := range cands {
@@ -269,10 +334,22 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		allowed = true
+		if n.GPUs > 0 && c.matchingGPUs(match) == 0 {
+			continue
+		}
+		gpuMatched = true
 		if !c.fits(n) {
 			continue
 		}
 		roomy = true
+		if n.GPUs > 0 {
+			f := c.freeGPUs(match)
+			mostFreeGPUs = max(mostFreeGPUs, f)
+			if f < n.GPUs {
+				continue
+			}
+		}
+		gpuFree = true
 		free := c.FreeSlots()
 		if free == 0 {
 			continue
@@ -301,12 +378,33 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		return -1, "every node with the labels the task needs is draining"
 	case !allowed:
 		return -1, limitsReason(n, cands)
+	case !gpuMatched:
+		return -1, "no connected node has a GPU" + gpuFilter(n)
 	case !roomy:
 		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
+	case !gpuFree:
+		what := "GPUs"
+		if n.GPUs == 1 {
+			what = "GPU"
+		}
+		return -1, fmt.Sprintf("no connected node has %d free %s%s (largest: %d)", n.GPUs, what, gpuFilter(n), mostFreeGPUs)
 	case best < 0:
 		return -1, "every node that could run the task is busy: it waits for a free slot"
 	}
 	return best, ""
+}
+
+// gpuFilter names what a task asks of each GPU, for a reason: ` matching
+// "NVIDIA H100*" with at least 81920 MiB`, or "" when it asks nothing of them.
+func gpuFilter(n Need) string {
+	s := ""
+	if n.GPUModel != "" {
+		s += fmt.Sprintf(" matching %q", n.GPUModel)
+	}
+	if n.GPUMemoryMB > 0 {
+		s += fmt.Sprintf(" with at least %d MiB", n.GPUMemoryMB)
+	}
+	return s
 }
 
 // limitsReason says why no undrained node with the task's labels allows what

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -34,6 +35,28 @@ type Node struct {
 	RunningTasks int32
 	// Limits are the node's bounds on one task, as its agent last said Hello.
 	Limits NodeLimits
+	// GPUs are the node's GPUs as its agent last reported them, and
+	// GPUsInUse the sum of gpus over the tasks the control plane holds there.
+	GPUs      []NodeGPU
+	GPUsInUse int32
+}
+
+// NodeGPU is one GPU of a node as its agent found it, stored as an element
+// of podium.nodes.gpus (JSON: the field names below).
+type NodeGPU struct {
+	Index    int32  `json:"index"`
+	UUID     string `json:"uuid"`
+	Model    string `json:"model"`
+	MemoryMB int64  `json:"memory_mb"`
+}
+
+// nonNilGPUs is gpus, or an empty list for nil: the column is a JSON array,
+// never null.
+func nonNilGPUs(gpus []NodeGPU) []NodeGPU {
+	if gpus == nil {
+		return []NodeGPU{}
+	}
+	return gpus
 }
 
 // NodeLimits are a node's bounds on one task (podium-agent --max-*,
@@ -76,7 +99,9 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	(select count(*) from podium.tasks t where t.node_id = n.id
 	   and t.state in ('scheduled', 'provisioning', 'running'))::int + n.busy_slots,
 	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
-	n.allow_privileged_sidecars`
+	n.allow_privileged_sidecars,
+	n.gpus, (select coalesce(sum(t.gpus), 0) from podium.tasks t where t.node_id = n.id
+	   and t.state in ('scheduled', 'provisioning', 'running'))::int`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
@@ -84,7 +109,7 @@ func scanNode(row pgx.Row) (Node, error) {
 		&n.MaxTasksOverride, &n.CPUCores, &n.MemoryMB, &n.DiskFreeMB, &n.MaxTasks, &n.Status,
 		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
 		&n.RunningTasks, &n.Limits.MaxCPU, &n.Limits.MaxMemoryMB, &n.Limits.MaxPids, &n.Limits.MaxTimeoutSeconds,
-		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars)
+		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars, &n.GPUs, &n.GPUsInUse)
 	return n, err
 }
 
@@ -117,6 +142,8 @@ type SessionStart struct {
 	DiskFreeMB   int64
 	MaxTasks     int32
 	Limits       NodeLimits
+	// GPUs are the GPUs the Hello reports; they replace the stored ones.
+	GPUs []NodeGPU
 	// Reported is how many attempts the node's Hello says it still has. Until
 	// reconciliation has settled which of them the control plane holds, all
 	// of them count as busy slots: the scheduler must not fill a slot the node
@@ -145,12 +172,12 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
 			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
 			max_output_bytes = $13, permit_egress = $14, session_lock = $15, busy_slots = $16,
-			allow_privileged_sidecars = $17
+			allow_privileged_sidecars = $17, gpus = $18
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
 		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock, max(in.Reported, 0),
-		in.Limits.AllowPrivilegedSidecars,
+		in.Limits.AllowPrivilegedSidecars, nonNilGPUs(in.GPUs),
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound
@@ -182,6 +209,12 @@ type Heartbeat struct {
 	MaxTasks   int32
 	// RunningTasks is how many attempts the node says hold a slot.
 	RunningTasks int32
+	// GPUsChanged says the node's GPUs differ from what its session last
+	// recorded, and GPUs are the new list. GPUs change only when an operator
+	// adds or removes one (and the agent is sent SIGHUP), so the flush
+	// writes them only then, not on every heartbeat of every node.
+	GPUsChanged bool
+	GPUs        []NodeGPU
 }
 
 // FlushHeartbeats writes a whole flush of heartbeats in one statement. Only rows
@@ -225,9 +258,37 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 			where n.id = h.id and n.session_epoch = h.epoch`,
 			ids, epochs, ats, cpus, mems, disks, maxes, running)
 		written = tag.RowsAffected()
-		return err
+		if err != nil {
+			return err
+		}
+		return flushGPUs(ctx, tx, beats)
 	})
 	return written, err
+}
+
+// flushGPUs writes the GPU lists of the heartbeats that changed them, in the
+// flush's transaction and under the same epoch check. It costs a statement
+// only in a flush where some node's GPUs changed.
+func flushGPUs(ctx context.Context, tx pgx.Tx, beats []Heartbeat) error {
+	var ids []string
+	var epochs []int64
+	var lists []string
+	for _, b := range beats {
+		if b.GPUsChanged {
+			js, err := json.Marshal(nonNilGPUs(b.GPUs))
+			if err != nil {
+				return fmt.Errorf("node %s: encode its GPUs: %w", b.NodeID, err)
+			}
+			ids, epochs, lists = append(ids, b.NodeID), append(epochs, b.Epoch), append(lists, string(js))
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `update podium.nodes n set gpus = h.gpus::jsonb
+		from unnest($1::text[], $2::bigint[], $3::text[]) as h(id, epoch, gpus)
+		where n.id = h.id and n.session_epoch = h.epoch`, ids, epochs, lists)
+	return err
 }
 
 // RegisterReplica records a replica and the address nodes can reach it on,

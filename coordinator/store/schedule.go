@@ -43,9 +43,10 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
 			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
-			n.allow_privileged_sidecars
+			n.allow_privileged_sidecars, n.gpus, coalesce(t.gpus, 0)
 		from podium.nodes n
-		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem
+		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem,
+		                  sum(gpus)::int as gpus
 		           from podium.tasks where state in ('scheduled', 'provisioning', 'running')
 		           group by node_id) t on t.node_id = n.id
 		where n.session_replica is not null and n.status = 'online'
@@ -57,12 +58,19 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*placement.Candidate, error) {
 		c := &placement.Candidate{}
 		var permit []string
+		var gpus []NodeGPU
 		l := &c.Limits
 		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
 			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt,
 			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &permit,
-			&l.AllowPrivilegedSidecars)
+			&l.AllowPrivilegedSidecars, &gpus, &c.CommittedGPUs)
 		l.PermitEgress = placement.ParseEgress(permit)
+		if len(gpus) > 0 {
+			c.GPUs = make([]placement.GPU, len(gpus))
+			for i, g := range gpus {
+				c.GPUs[i] = placement.GPU{Model: g.Model, MemoryMB: g.MemoryMB}
+			}
+		}
 		return c, err
 	})
 }
@@ -81,7 +89,7 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // claimQueued is the pass's claim: the order is decided here, because SKIP
 // LOCKED with a LIMIT takes the rows the statement reaches first.
 const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-		allow_egress, privileged_sidecars, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
+		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
 	where state = 'queued' and (not_before is null or not_before <= now())
 	order by priority desc, created_at, id
 	for update skip locked limit $1`
@@ -100,7 +108,8 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var q queued
 	var egress []string
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
-		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
+		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
+		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
 	q.need.AllowEgress = placement.ParseEgress(egress)
 	return q, err
 }

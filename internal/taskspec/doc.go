@@ -27,6 +27,9 @@
 //	  cpu: 0.5                       # cores, fractions allowed
 //	  memory_mb: 512                 # MiB
 //	  pids: 256                      # processes and threads
+//	  gpus: 1                        # whole GPUs, each the task's alone; 0 or absent: none
+//	  gpu_model: "NVIDIA H100*"      # glob on the GPU's name (nvidia-smi's); absent: any
+//	  gpu_memory_mb: 81920           # least MiB each GPU must have; absent: any
 //	timeout: 10m                     # from container start; 0 or absent: the node's default
 //	user: "1000:1000"                # UID, UID:GID or a name; absent: the node's default
 //	priority: 10                     # any 32-bit integer, may be negative; higher runs first
@@ -125,6 +128,10 @@
 //	resources                              cpu 65536 cores, memory_mb 2^30
 //	                                       (a PiB), pids 4194304 (the
 //	                                       kernel's PID_MAX_LIMIT)
+//	resources.gpus, gpu_model,             64 GPUs; a glob of 128 bytes
+//	gpu_memory_mb                          without "/"; 16 TiB in MiB; the
+//	                                       last two only with gpus, and
+//	                                       none of them on a sidecar
 //	working_dir                            4095 bytes (PATH_MAX)
 //	a cancel's reason                      1 KiB (MaxCancelReasonBytes)
 //	max_attempts, retry.attempts           100 (MaxAttempts)

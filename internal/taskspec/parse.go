@@ -77,13 +77,13 @@ type specSecret struct {
 }
 
 type specSidecar struct {
-	Name      string            `yaml:"name"`
-	Image     string            `yaml:"image"`
-	Command   []string          `yaml:"command"`
-	Env       map[string]string `yaml:"env"`
-	Resources *specResources    `yaml:"resources"`
-	Readiness *specReadiness    `yaml:"readiness"`
-	Pull      string            `yaml:"pull"`
+	Name      string                `yaml:"name"`
+	Image     string                `yaml:"image"`
+	Command   []string              `yaml:"command"`
+	Env       map[string]string     `yaml:"env"`
+	Resources *specSidecarResources `yaml:"resources"`
+	Readiness *specReadiness        `yaml:"readiness"`
+	Pull      string                `yaml:"pull"`
 	// Privileged and ShareWorkspace: see container.go.
 	Privileged     bool `yaml:"privileged"`
 	ShareWorkspace bool `yaml:"share_workspace"`
@@ -101,6 +101,27 @@ type specResources struct {
 	CPU      float64            `yaml:"cpu"`
 	MemoryMB wholeNumber[int64] `yaml:"memory_mb"`
 	Pids     wholeNumber[int64] `yaml:"pids"`
+	// GPUs, GPUModel and GPUMemoryMB are the task's own GPU request
+	// (checkGPUs); a sidecar that sets them is refused.
+	GPUs        wholeNumber[int32] `yaml:"gpus"`
+	GPUModel    string             `yaml:"gpu_model"`
+	GPUMemoryMB wholeNumber[int64] `yaml:"gpu_memory_mb"`
+}
+
+// specSidecarResources is a sidecar's resources: the task's without the GPU
+// fields, since a sidecar gets no GPU, so a file that asks for one there is
+// told it is not a key of a sidecar's resources.
+type specSidecarResources struct {
+	CPU      float64            `yaml:"cpu"`
+	MemoryMB wholeNumber[int64] `yaml:"memory_mb"`
+	Pids     wholeNumber[int64] `yaml:"pids"`
+}
+
+func (r *specSidecarResources) proto() *podiumv1.Resources {
+	if r == nil {
+		return nil
+	}
+	return &podiumv1.Resources{Cpu: r.CPU, MemoryMb: r.MemoryMB.v, Pids: r.Pids.v}
 }
 
 // specDuration reads a Go duration string into whole seconds.
@@ -412,7 +433,8 @@ func (r *specResources) proto() *podiumv1.Resources {
 	if r == nil {
 		return nil
 	}
-	return &podiumv1.Resources{Cpu: r.CPU, MemoryMb: r.MemoryMB.v, Pids: r.Pids.v}
+	return &podiumv1.Resources{Cpu: r.CPU, MemoryMb: r.MemoryMB.v, Pids: r.Pids.v,
+		Gpus: r.GPUs.v, GpuModel: r.GPUModel, GpuMemoryMb: r.GPUMemoryMB.v}
 }
 
 // maxMappingKeys bounds every mapping of a spec file. The largest a valid
@@ -655,6 +677,7 @@ type section struct {
 var sections = []section{
 	{"", "a task spec", reflect.TypeFor[specFile]()},
 	{"resources", "resources", reflect.TypeFor[specResources]()},
+	{"resources", "a sidecar's resources", reflect.TypeFor[specSidecarResources]()},
 	{"", "a sidecar", reflect.TypeFor[specSidecar]()},
 	{"", "readiness", reflect.TypeFor[specReadiness]()},
 	{"", "a secret", reflect.TypeFor[specSecret]()},

@@ -133,7 +133,8 @@ func TestParseRejects(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level key", "image: a\nimgae: b\n", []string{"line 2", `unknown key "imgae"`, `did you mean "image"`}},
-		{"unknown nested key", "image: a\nresources:\n  cpu: 1\n  gpus: 1\n", []string{"line 4", `unknown key "resources.gpus"`, "cpu, memory_mb, pids"}},
+		{"unknown nested key", "image: a\nresources:\n  cpu: 1\n  disk_mb: 1\n", []string{"line 4", `unknown key "resources.disk_mb"`,
+			"cpu, memory_mb, pids, gpus, gpu_model, gpu_memory_mb"}},
 		{"unknown key, nothing close", "image: a\nzzzzzzzz: 1\n", []string{"line 2", `unknown key "zzzzzzzz"`, "a task spec takes image"}},
 		{"several problems at once", "imag: a\nfoo: b\n", []string{"2 problems", "line 1", "line 2", `"imag"`, `"foo"`}},
 		{"command as a string", "image: a\ncommand: echo hi\n", []string{"line 2", "command: want a list of strings", `"echo hi"`, "[sh, -c,"}},

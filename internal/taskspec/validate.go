@@ -86,6 +86,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkResources("spec.resources", spec.GetResources()); err != nil {
 		return err
 	}
+	if err := checkGPUs("spec.resources", spec.GetResources()); err != nil {
+		return err
+	}
 	if err := checkDuration("spec.timeout_seconds", spec.GetTimeoutSeconds(), "no timeout"); err != nil {
 		return err
 	}
@@ -266,6 +269,9 @@ func checkSidecar(field string, sc *podiumv1.Sidecar, i int, names map[string]in
 		return err
 	}
 	if err := checkResources(field+".resources", sc.GetResources()); err != nil {
+		return err
+	}
+	if err := checkNoGPUs(field+".resources", sc.GetResources()); err != nil {
 		return err
 	}
 	if err := checkPull(field+".pull", sc.GetPull()); err != nil {
