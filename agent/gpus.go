@@ -6,7 +6,7 @@ package agent
 //
 // SIGHUP means "look at the GPUs again" and nothing else: an operator sends it
 // after installing or fixing the driver, or after a GPU was added or taken
-// out (`systemctl reload podium-agent`). Before this, SIGHUP's default action
+// out (`systemctl kill --signal=HUP podium-agent`). Before this, SIGHUP's default action
 // ended the agent; the tasks survived that, but nobody meant it.
 
 import (

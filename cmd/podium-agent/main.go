@@ -291,7 +291,7 @@ still one task's alone and removed after it. Each holds one of the engine's
 address pools while it waits; 0 creates every task's network as it starts.
 
 The node's NVIDIA GPUs are found with nvidia-smi (on PATH, or --nvidia-smi)
-at start and again on SIGHUP (systemctl reload podium-agent), and offered to
+at start and again on SIGHUP (systemctl kill --signal=HUP podium-agent), and offered to
 tasks one by one: a task asking N GPUs gets N of them, by UUID, alone.
 Without nvidia-smi the node has no GPUs.
 
