@@ -217,24 +217,22 @@ func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRe
 		}
 		states = append(states, name)
 	}
-	limit := int(req.Msg.GetLimit())
-	if limit < 0 || limit > 10000 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("limit: want 0 (default 100) to 10000"))
+	f, err := listFilter(req.Msg, time.Now())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	by := req.Msg.GetRequestedBy()
-	if by != "" {
-		if err := access.CheckName(by); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("requested_by: %w", err))
-		}
-	}
+	f.States = states
 	if req.Msg.GetMine() {
 		c, _ := access.Caller(ctx)
-		if by != "" && by != c.Name() {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mine and requested_by %q ask for different people; give one", by))
+		if f.RequestedBy != "" && f.RequestedBy != c.Name() {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mine and requested_by %q ask for different people; give one", f.RequestedBy))
 		}
-		by = c.Name()
+		f.RequestedBy = c.Name()
 	}
-	ts, err := s.store.ListTasks(ctx, states, by, limit)
+	ts, err := s.store.ListTasks(ctx, f)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("after: no task %s (it may have expired by retention): start the list again without it", f.After))
+	}
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -243,6 +241,59 @@ func (s *Service) List(ctx context.Context, req *connect.Request[podiumv1.ListRe
 		out.Tasks = append(out.Tasks, view(ctx, t))
 	}
 	return connect.NewResponse(out), nil
+}
+
+// MaxListLimit bounds one page of List: a longer list is read a page at a
+// time with the after cursor, so no request holds a replica's memory or the
+// database for long.
+const MaxListLimit = 1000
+
+// listFilter checks a List request's filters, naming the field at fault and
+// what to give instead, and turns them into the store's filter. now is the
+// coordinator's clock, against which since may not be in the future (a
+// future since lists nothing, which is always a mistake: a time zone or a
+// sign).
+func listFilter(m *podiumv1.ListRequest, now time.Time) (store.TaskFilter, error) {
+	f := store.TaskFilter{RequestedBy: m.GetRequestedBy(), Label: m.GetLabel(), Node: m.GetNode(), After: m.GetAfter()}
+	if l := m.GetLimit(); l < 0 || l > MaxListLimit {
+		return f, fmt.Errorf("limit: %d is out of range: give 1 to %d (0 means 100), and page with after", l, MaxListLimit)
+	}
+	f.Limit = int(m.GetLimit())
+	if f.RequestedBy != "" {
+		if err := access.CheckName(f.RequestedBy); err != nil {
+			return f, fmt.Errorf("requested_by: %w", err)
+		}
+	}
+	if f.Label != "" {
+		if p := taskspec.LabelProblem(f.Label); p != "" {
+			return f, fmt.Errorf("label: %s", p)
+		}
+	}
+	if f.Node != "" && !ids.Valid("node", f.Node) {
+		return f, fmt.Errorf("node: %q is not a node id (node_ and 26 letters and digits, as podium nodes shows)", clip(f.Node))
+	}
+	if f.After != "" && !ids.Valid("task", f.After) {
+		return f, fmt.Errorf("after: %q is not a task id (task_ and 26 letters and digits): give the last ID of the previous page", clip(f.After))
+	}
+	if ts := m.GetSince(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return f, fmt.Errorf("since: %w", err)
+		}
+		// A minute of slack for a client whose clock runs ahead.
+		if since := ts.AsTime(); since.After(now.Add(time.Minute)) {
+			return f, fmt.Errorf("since: %s is in the future: give a time in the past", since.UTC().Format(time.RFC3339))
+		}
+		f.Since = ts.AsTime()
+	}
+	return f, nil
+}
+
+// clip shortens a refused value for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // Cancel cancels a task. It does not wait for the node: a running task ends

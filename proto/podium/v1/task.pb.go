@@ -1972,7 +1972,18 @@ type ListRequest struct {
 	// mine narrows the list to the caller's own tasks.
 	Mine bool `protobuf:"varint,3,opt,name=mine,proto3" json:"mine,omitempty"`
 	// requested_by narrows the list to the tasks one person submitted.
-	RequestedBy   string `protobuf:"bytes,4,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestedBy string `protobuf:"bytes,4,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// label narrows the list to tasks whose spec carries this label (exactly,
+	// "key" or "key=value"); at most 128 bytes.
+	Label string `protobuf:"bytes,5,opt,name=label,proto3" json:"label,omitempty"`
+	// node narrows the list to tasks placed on this node (their latest attempt).
+	Node string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	// since narrows the list to tasks created at or after this time, which may
+	// not be in the future.
+	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	// after is a cursor: only tasks older than this task id in the list's order
+	// (newest first), so passing the last id of one page gets the next.
+	After         string `protobuf:"bytes,8,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2031,6 +2042,34 @@ func (x *ListRequest) GetMine() bool {
 func (x *ListRequest) GetRequestedBy() string {
 	if x != nil {
 		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ListRequest) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *ListRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ListRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListRequest) GetAfter() string {
+	if x != nil {
+		return x.After
 	}
 	return ""
 }
@@ -3127,12 +3166,16 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"GetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
 	"\vGetResponse\x12#\n" +
-	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\x88\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\xfa\x01\n" +
 	"\vListRequest\x12,\n" +
 	"\x06states\x18\x01 \x03(\x0e2\x14.podium.v1.TaskStateR\x06states\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x12\n" +
 	"\x04mine\x18\x03 \x01(\bR\x04mine\x12!\n" +
-	"\frequested_by\x18\x04 \x01(\tR\vrequestedBy\"5\n" +
+	"\frequested_by\x18\x04 \x01(\tR\vrequestedBy\x12\x14\n" +
+	"\x05label\x18\x05 \x01(\tR\x05label\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x120\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05after\x18\b \x01(\tR\x05after\"5\n" +
 	"\fListResponse\x12%\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0f.podium.v1.TaskR\x05tasks\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +
@@ -3308,41 +3351,42 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	10, // 30: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
 	10, // 31: podium.v1.GetResponse.task:type_name -> podium.v1.Task
 	0,  // 32: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	10, // 33: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	10, // 34: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	17, // 35: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	10, // 36: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	10, // 37: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	41, // 38: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	32, // 39: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	32, // 40: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	41, // 41: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 42: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	18, // 43: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	20, // 44: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	22, // 45: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	24, // 46: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	26, // 47: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	30, // 48: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	33, // 49: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	35, // 50: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	37, // 51: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	28, // 52: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	19, // 53: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	21, // 54: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	23, // 55: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	25, // 56: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	27, // 57: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	31, // 58: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	34, // 59: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	36, // 60: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	38, // 61: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	29, // 62: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	53, // [53:63] is the sub-list for method output_type
-	43, // [43:53] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	41, // 33: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
+	10, // 34: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	10, // 35: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	17, // 36: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	10, // 37: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	10, // 38: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	41, // 39: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	32, // 40: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	32, // 41: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	41, // 42: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 43: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	18, // 44: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	20, // 45: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	22, // 46: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	24, // 47: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	26, // 48: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	30, // 49: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	33, // 50: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	35, // 51: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	37, // 52: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	28, // 53: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	19, // 54: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	21, // 55: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	23, // 56: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	25, // 57: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	27, // 58: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	31, // 59: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	34, // 60: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	36, // 61: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	38, // 62: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	29, // 63: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	54, // [54:64] is the sub-list for method output_type
+	44, // [44:54] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
