@@ -154,6 +154,7 @@ func init() {
 		taskCancelCommand,
 		taskRerunCommand,
 		taskSendCommand,
+		waitCommand,
 		artifactsCommand,
 		artifactGetCommand,
 		nodesCommand,

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,17 +18,27 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 var tasksCommand = &command{
 	name:     "tasks",
-	synopsis: "[--json] [--state STATE]... [--limit N] [--mine | --user NAME]",
+	synopsis: "[--json] [--state STATE]... [--mine | --user NAME] [--label L] [--node NODE] [--since WHEN] [--limit N] [--after ID]",
 	summary:  "List tasks, newest first.",
 	detail: `
 --mine lists only the tasks you submitted, --user NAME those NAME submitted
 (a user name or a Tailscale login, as the REQUESTED BY of "podium task get").
+--label L those whose spec has the label L exactly ("gpu", "team=ml"), --node
+NODE those placed on NODE (their latest attempt), --since WHEN those created
+since WHEN: a duration back from now ("2h", "3d") or a time (2026-12-01T09:00:00Z,
+or a local date 2026-12-01). The filters combine: a task must match all of them.
+
+The order is stable (created, then ID, newest first), so a long list is read
+a page at a time: --limit N (1 to 1000, default 100) tasks, then --after the
+last ID printed for the next page; a page shorter than N is the last.
+
 Someone else's tasks are listed without their env values unless you are an
 admin. Prints a table of ID, STATE, IMAGE, NODE, AGE and REASON, or with --json one
 JSON array of the tasks as the API returns them (field names as in the .proto
@@ -38,14 +47,27 @@ files, e.g. "exit_code", so jq filters match the API docs).`,
 	run:       runTasks,
 }
 
+// maxListLimit is the coordinator's bound on one page of tasks
+// (coordinator/tasks.MaxListLimit), checked here so a bad --limit sends
+// nothing.
+const maxListLimit = 1000
+
+// maxUserBytes is the coordinator's bound on a user name or login
+// (coordinator/access.MaxNameBytes).
+const maxUserBytes = 128
+
 func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	var stateFlags stringList
 	fs.Var(&stateFlags, "state", "only tasks in this `STATE`: "+strings.Join(stateNames(), ", ")+" (repeatable, or comma-separated)")
-	limit := fs.Int("limit", 0, "list at most `N` tasks (0: the coordinator's default, 100)")
+	limit := fs.Int("limit", 100, fmt.Sprintf("list at most `N` tasks, 1 to %d", maxListLimit))
 	mine := fs.Bool("mine", false, "only the tasks you submitted")
 	user := fs.String("user", "", "only the tasks `NAME` submitted")
+	label := fs.String("label", "", "only tasks whose spec has the label `L` (key or key=value)")
+	node := fs.String("node", "", "only tasks placed on `NODE` (an ID from podium nodes)")
+	since := fs.String("since", "", "only tasks created since `WHEN`: a duration back from now (2h, 3d) or a time (RFC 3339, or a local date)")
+	after := fs.String("after", "", "the next page: only tasks after task `ID` in the list's order (the last ID of the previous page)")
 	rest, done, code := c.parseFlags(cmd, fs, args)
 	if done {
 		return code
@@ -53,23 +75,16 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if len(rest) > 0 {
 		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
 	}
-	states, err := parseStates(stateFlags)
+	req, err := listRequest(stateFlags, *limit, *mine, *user, *label, *node, *since, *after, time.Now())
 	if err != nil {
 		return c.usageFailure(cmd, fs, err)
-	}
-	if *limit < 0 || *limit > math.MaxInt32 {
-		return c.usageFailure(cmd, fs, fmt.Errorf("--limit %d: give 0 (the default) or a positive number", *limit))
-	}
-	if *mine && *user != "" {
-		return c.usageFailure(cmd, fs, errors.New("--mine and --user ask for different people: give one"))
 	}
 	cl, code, ok := c.dial(cmd)
 	if !ok {
 		return code
 	}
 	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.ListResponse], error) {
-		return e.tasks.List(ctx, connect.NewRequest(&podiumv1.ListRequest{States: states, Limit: int32(*limit),
-			Mine: *mine, RequestedBy: *user}))
+		return e.tasks.List(ctx, connect.NewRequest(req))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -80,6 +95,72 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	writeTaskTable(c.stdout, tasks, time.Now())
 	return exitOK
+}
+
+// listRequest checks podium tasks' filters as the coordinator will, naming
+// the flag at fault, so that a bad one sends nothing.
+func listRequest(stateFlags []string, limit int, mine bool, user, label, node, since, after string, now time.Time) (*podiumv1.ListRequest, error) {
+	states, err := parseStates(stateFlags)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > maxListLimit {
+		return nil, fmt.Errorf("--limit %d: give 1 to %d, and read further pages with --after", limit, maxListLimit)
+	}
+	if mine && user != "" {
+		return nil, errors.New("--mine and --user ask for different people: give one")
+	}
+	if len(user) > maxUserBytes {
+		return nil, fmt.Errorf("--user: %d bytes is more than %d: give a user name or a login", len(user), maxUserBytes)
+	}
+	if label != "" {
+		if p := taskspec.LabelProblem(label); p != "" {
+			return nil, fmt.Errorf("--label: %s", p)
+		}
+	}
+	if node != "" && !ids.Valid("node", node) {
+		return nil, fmt.Errorf("--node %q is not a node ID: give one as podium nodes shows it (node_…)", clip(node))
+	}
+	if after != "" && !ids.Valid("task", after) {
+		return nil, fmt.Errorf("--after %q is not a task ID: give the last ID of the previous page (task_…)", clip(after))
+	}
+	req := &podiumv1.ListRequest{States: states, Limit: int32(limit), Mine: mine, RequestedBy: user,
+		Label: label, Node: node, After: after}
+	if since != "" {
+		t, err := parseListSince(since, now)
+		if err != nil {
+			return nil, err
+		}
+		req.Since = timestamppb.New(t)
+	}
+	return req, nil
+}
+
+// parseListSince reads podium tasks' --since: a duration back from now
+// ("2h", "3d", as retain takes them) or a time as podium audit takes it (RFC
+// 3339, or a local date or date and time). A time in the future is refused:
+// it would list nothing, and is a mistake of zone or sign.
+func parseListSince(s string, now time.Time) (time.Time, error) {
+	t, err := parseSince(s, now)
+	if err != nil {
+		d, derr := taskspec.ParseLongDuration(s)
+		if derr != nil {
+			return time.Time{}, fmt.Errorf("--since %q: give a duration back from now (2h, 3d) or a time (2026-12-01T09:00:00Z, or 2026-12-01)", clip(s))
+		}
+		t = now.Add(-d)
+	}
+	if t.After(now) {
+		return time.Time{}, fmt.Errorf("--since %s is in the future: give a time in the past, or a duration back from now (2h)", t.Format(time.RFC3339))
+	}
+	return t, nil
+}
+
+// clip shortens a refused value for an error message.
+func clip(s string) string {
+	if r := []rune(s); len(r) > 64 {
+		return string(r[:64]) + "…"
+	}
+	return s
 }
 
 func writeTaskTable(w io.Writer, tasks []*podiumv1.Task, now time.Time) {
