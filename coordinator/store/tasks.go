@@ -254,7 +254,10 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 		}
 	}
 	q, args := listTasksSQL(f)
-	rows, err := s.pool.Query(ctx, q, args...)
+	// An unnamed statement is planned for its values each time, as the
+	// plans TestListTasksPlansUseIndexes explains; a cached one would go
+	// generic after a few runs, with guesses where the values were.
+	rows, err := s.pool.Query(ctx, q, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, err
 	}
