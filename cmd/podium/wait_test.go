@@ -31,6 +31,9 @@ type waitFake struct {
 	changed chan struct{} // closed, and replaced, when a task changes
 	gets    int
 	follows []*podiumv1.EventsRequest
+	// broken, when set, is the first follow's answer, as a coordinator
+	// that goes away mid-stream gives.
+	broken error
 }
 
 func newWaitFake(t *testing.T, tasks ...*podiumv1.Task) *waitFake {
@@ -64,7 +67,12 @@ func (f *waitFake) Get(_ context.Context, req *connect.Request[podiumv1.GetReque
 func (f *waitFake) Events(ctx context.Context, req *connect.Request[podiumv1.EventsRequest], s *connect.ServerStream[podiumv1.EventsResponse]) error {
 	f.mu.Lock()
 	f.follows = append(f.follows, req.Msg)
+	broken := f.broken
+	f.broken = nil
 	f.mu.Unlock()
+	if broken != nil {
+		return broken
+	}
 	for {
 		f.mu.Lock()
 		t, ok := f.tasks[req.Msg.GetId()]
@@ -257,5 +265,41 @@ func TestWaitRefusesBadInput(t *testing.T) {
 	}
 	if _, follows := f.calls(); follows != 0 {
 		t.Errorf("waited (%d Events calls) although a task was unknown", follows)
+	}
+}
+
+// A coordinator that cannot be reached is reported as for every command, 125.
+func TestWaitReportsAnUnreachableCoordinator(t *testing.T) {
+	t.Parallel()
+	url := closedURL(t)
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": url})
+	if code := cli.run(t, "wait", ids.New("task")); code != exitPodium {
+		t.Errorf("exit %d, want %d", code, exitPodium)
+	}
+	if want := "podium: cannot reach the coordinator at " + url + ": "; !strings.HasPrefix(cli.errOut.String(), want) {
+		t.Errorf("stderr:\n%s\nwant it to start with %q", cli.errOut, want)
+	}
+}
+
+// A stream that breaks (a coordinator restarting) is followed again, and the
+// task's end still decides the code.
+func TestWaitRidesOutABrokenStream(t *testing.T) {
+	t.Parallel()
+	r := waitTask(stRunning)
+	f := newWaitFake(t, r)
+	f.broken = connect.NewError(connect.CodeUnavailable, errors.New("coordinator shutting down"))
+	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.srv.URL})
+	result := make(chan int, 1)
+	go func() { result <- cli.run(t, "wait", r.GetId()) }()
+	wait.For(t, 30*time.Second, "podium wait to follow the task again after the stream broke", func() bool {
+		_, follows := f.calls()
+		return follows >= 2
+	})
+	f.end(r.GetId(), func(t *podiumv1.Task) { t.State, t.Signal = stFailed, 9 })
+	if code := wait.Recv(t, 30*time.Second, "podium wait to return", result); code != 137 {
+		t.Errorf("exit %d, want 137 (killed by signal 9); stderr:\n%s", code, cli.errOut)
+	}
+	if want := r.GetId() + " failed: killed by signal 9 (SIGKILL)\n"; cli.out.String() != want {
+		t.Errorf("stdout %q, want %q", cli.out, want)
 	}
 }
