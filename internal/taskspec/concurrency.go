@@ -2,6 +2,7 @@ package taskspec
 
 import (
 	"fmt"
+	"strings"
 
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -72,17 +73,15 @@ func normalizeConcurrency(spec *podiumv1.TaskSpec) {
 // "concurrency key deploy-prod is at its limit (1 running: task_…)". active
 // are the key's active tasks, oldest first; at most three are named.
 func ConcurrencyReason(key string, active []string) string {
-	names := active
-	more := ""
-	if len(names) > 3 {
-		names, more = names[:3], fmt.Sprintf(" and %d more", len(active)-3)
+	return fmt.Sprintf("concurrency key %s is at its limit (%d running: %s)", key, len(active), NameTasks(active))
+}
+
+// NameTasks lists task ids for a reason: the first three, and how many more.
+func NameTasks(ids []string) string {
+	n := min(len(ids), 3)
+	list := strings.Join(ids[:n], ", ")
+	if len(ids) > n {
+		list += fmt.Sprintf(" and %d more", len(ids)-n)
 	}
-	list := ""
-	for i, n := range names {
-		if i > 0 {
-			list += ", "
-		}
-		list += n
-	}
-	return fmt.Sprintf("concurrency key %s is at its limit (%d running: %s%s)", key, len(active), list, more)
+	return list
 }
