@@ -218,3 +218,21 @@ func TestConcurrencyLimitHoldsAcrossLeaderChanges(t *testing.T) {
 		t.Fatalf("assigned %s once %s ended, want %s", a.TaskId, first, second)
 	}
 }
+
+// A bad concurrency block is refused naming the field, and nothing is stored.
+func TestConcurrencyBadKeyIsRefusedAndNothingStored(t *testing.T) {
+	t.Parallel()
+	r, _ := coordtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := keyed("cancel_older")
+	spec.Concurrency.Key = "deploy prod"
+	_, err := r.Tasks().Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !contains(err.Error(), "spec.concurrency.key") {
+		t.Fatalf("submit with key %q: %v, want invalid argument naming spec.concurrency.key", spec.Concurrency.Key, err)
+	}
+	list, err := r.Tasks().List(ctx, connect.NewRequest(&podiumv1.ListRequest{}))
+	if err != nil || len(list.Msg.Tasks) != 0 {
+		t.Fatalf("tasks after a refused submit: %v, %v; want none", list, err)
+	}
+}
