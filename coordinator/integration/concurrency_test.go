@@ -117,9 +117,17 @@ func TestConcurrencyKeyCancelOlderCancelsTheRunningTask(t *testing.T) {
 	}
 	waitReason(t, ctx, r, newer, "concurrency key deploy-prod is at its limit (1 running: "+first+")")
 
+	// A third while the first is still stopping cancels the second, queued,
+	// at once; the first, already being cancelled, is left to stop.
+	newest := submit(t, ctx, r, keyed("cancel_older"))
+	tk := getTask(t, ctx, r, newer)
+	if want := "superseded by " + newest; tk.State != podiumv1.TaskState_TASK_STATE_CANCELLED || !contains(tk.Reason, want) {
+		t.Fatalf("the queued older task is %s, %q; want cancelled, saying %q", tk.State, tk.Reason, want)
+	}
+
 	node.send(t, status(first, 1, 2, podiumv1.TaskState_TASK_STATE_CANCELLED, nil))
-	if a := assignOf(t, node); a.TaskId != newer {
-		t.Fatalf("assigned %s once %s stopped, want %s", a.TaskId, first, newer)
+	if a := assignOf(t, node); a.TaskId != newest {
+		t.Fatalf("assigned %s once %s stopped, want %s", a.TaskId, first, newest)
 	}
 	if tk := getTask(t, ctx, r, first); tk.State != podiumv1.TaskState_TASK_STATE_CANCELLED {
 		t.Fatalf("the older task is %s, want cancelled", tk.State)

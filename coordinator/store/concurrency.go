@@ -67,7 +67,7 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 	key, limit := c.GetKey(), int(max(c.GetLimit(), 1))
 	// The key's rows first, then its lock: a pass takes its rows before the
 	// lock too, so neither waits on the other for both.
-	const others = `select id from podium.tasks
+	const others = `select id, cancel_requested_at is not null from podium.tasks
 		where concurrency_key = $1 and state in ('queued', 'scheduled', 'provisioning', 'running')
 		order by created_at, id`
 	if _, err := tx.Exec(ctx, others+" for update", key); err != nil {
@@ -76,12 +76,21 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 	if _, err := tx.Exec(ctx, lockKey, key); err != nil {
 		return out, err
 	}
+	var held []string
+	// stopping are those already being cancelled: they still hold the key
+	// until their nodes say they stopped, but are not cancelled twice.
+	stopping := map[string]bool{}
 	rows, err := tx.Query(ctx, others, key)
 	if err != nil {
 		return out, err
 	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	var id string
+	var cancelling bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &cancelling}, func() error {
+		held = append(held, id)
+		stopping[id] = cancelling
+		return nil
+	}); err != nil {
 		return out, err
 	}
 	stored, err := insertTaskRows(ctx, tx, []NewTask{t})
@@ -105,6 +114,9 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 	case taskspec.OnConflictCancelOlder:
 		// Room for the new task: limit-1 of the others may stay.
 		for _, id := range held[:max(len(held)-limit+1, 0)] {
+			if stopping[id] {
+				continue
+			}
 			reason := fmt.Sprintf("superseded by %s (concurrency key %s, on_conflict cancel_older)", out.Task.ID, key)
 			res, err := cancelInTx(ctx, tx, id, reason)
 			if err != nil {
