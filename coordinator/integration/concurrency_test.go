@@ -204,15 +204,20 @@ func TestConcurrencyLimitHoldsAcrossLeaderChanges(t *testing.T) {
 		replicas = []*coordtest.Replica{s, coordtest.Start(t, db.URL, coordtest.Options{})}
 		l = leading()
 		s = standby(l)
-		// A task without a key placed by the new leader shows its passes
-		// run; they claimed the older keyed task too and left it waiting.
+		// The new leader's passes, which know nothing of the old one's,
+		// leave a keyed task submitted now waiting, naming the task the old
+		// leader placed, while they place a task without a key.
+		waiter := submit(t, ctx, l, keyed("queue"))
 		probe := submit(t, ctx, l, &podiumv1.TaskSpec{Image: "busybox"})
 		if a := assignOf(t, node); a.TaskId != probe {
 			t.Fatalf("leader change %d: assigned %s, want the task without a key, %s", change, a.TaskId, probe)
 		}
 		running = append(running, probe)
-		if tk := getTask(t, ctx, l, second); tk.State != podiumv1.TaskState_TASK_STATE_QUEUED || tk.Reason != reason {
-			t.Fatalf("leader change %d: %s is %s, %q; want queued, %q", change, second, tk.State, tk.Reason, reason)
+		waitReason(t, ctx, l, waiter, reason)
+		for _, id := range []string{second, waiter} {
+			if tk := getTask(t, ctx, l, id); tk.State != podiumv1.TaskState_TASK_STATE_QUEUED || tk.Reason != reason {
+				t.Fatalf("leader change %d: %s is %s, %q; want queued, %q", change, id, tk.State, tk.Reason, reason)
+			}
 		}
 		// The node stays on the standby, so that stopping the leader next
 		// does not take its stream, as an agent moves when its replica goes.

@@ -93,8 +93,19 @@ const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, o
 		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at,
 		concurrency_key, concurrency_limit from podium.tasks
 	where state = 'queued' and (not_before is null or not_before <= now())
+	  and (concurrency_key = '' or reason not like 'concurrency key %' or ` + keyHasRoom + `)
 	order by priority desc, created_at, id
 	for update skip locked limit $1`
+
+// keyHasRoom is the claim's test that a task's concurrency key is below its
+// limit. A task already told its key is at its limit is not claimed again
+// until the key has room, so that a long line of one key's tasks never fills
+// the pass's batch ahead of other work; when a slot of the key frees, every
+// one of them is claimed again and the ones still waiting are told who holds
+// it now. This only spares the pass work: the limit itself is kept by
+// lockKeys, under the key's lock.
+const keyHasRoom = `(select count(*) from podium.tasks a where a.concurrency_key = tasks.concurrency_key
+		and a.state in ('scheduled', 'provisioning', 'running')) < greatest(concurrency_limit, 1)`
 
 type queued struct {
 	id          string
