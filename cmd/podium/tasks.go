@@ -288,6 +288,10 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		line("retry on node loss", "yes")
 	}
 	line("retry", retryText(s.GetRetry()))
+	if c := s.GetConcurrency(); c != nil {
+		// The stored spec carries the defaults (taskspec fills them in).
+		line("concurrency", fmt.Sprintf("key %s, limit %d, on conflict %s", c.GetKey(), c.GetLimit(), c.GetOnConflict()))
+	}
 	line("cancel grace", secondsText(s.GetCancelGraceSeconds()))
 	line("container", containerOptionsText(s))
 	line("privileged sidecars", strings.Join(privilegedSidecars(s), ", "))

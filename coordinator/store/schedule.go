@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/internal/taskspec"
 )
 
 // Placement is one task given to one node.
@@ -89,10 +90,22 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // claimQueued is the pass's claim: the order is decided here, because SKIP
 // LOCKED with a LIMIT takes the rows the statement reaches first.
 const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
+		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at,
+		concurrency_key, concurrency_limit from podium.tasks
 	where state = 'queued' and (not_before is null or not_before <= now())
+	  and (concurrency_key = '' or reason not like 'concurrency key %' or ` + keyHasRoom + `)
 	order by priority desc, created_at, id
 	for update skip locked limit $1`
+
+// keyHasRoom is the claim's test that a task's concurrency key is below its
+// limit. A task already told its key is at its limit is not claimed again
+// until the key has room, so that a long line of one key's tasks never fills
+// the pass's batch ahead of other work; when a slot of the key frees, every
+// one of them is claimed again and the ones still waiting are told who holds
+// it now. This only spares the pass work: the limit itself is kept by
+// lockKeys, under the key's lock.
+const keyHasRoom = `(select count(*) from podium.tasks a where a.concurrency_key = tasks.concurrency_key
+		and a.state in ('scheduled', 'provisioning', 'running')) < greatest(concurrency_limit, 1)`
 
 type queued struct {
 	id          string
@@ -102,6 +115,10 @@ type queued struct {
 	maxAttempts int32
 	reason      string
 	created     time.Time
+	// key and limit are the task's concurrency key ("" for none) and its
+	// limit.
+	key   string
+	limit int32
 }
 
 func scanQueued(r pgx.CollectableRow) (queued, error) {
@@ -109,7 +126,7 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var egress []string
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
 		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
-		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
+		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.key, &q.limit)
 	q.need.AllowEgress = placement.ParseEgress(egress)
 	return q, err
 }
@@ -158,6 +175,10 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, 0, err
 	}
+	active, err := lockKeys(ctx, conn, qs)
+	if err != nil {
+		return nil, 0, err
+	}
 	var why struct{ ids, reasons []string }
 	for _, q := range qs {
 		next := nextAttempt(q.attempt, q.givenBack)
@@ -170,7 +191,17 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 			}
 			continue
 		}
+		if q.key != "" && int32(len(active[q.key])) >= max(q.limit, 1) {
+			waiting++
+			if reason := taskspec.ConcurrencyReason(q.key, active[q.key]); reason != q.reason {
+				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
+			}
+			continue
+		}
 		node, reason := place(q.id, q.need)
+		if q.key != "" && node != "" {
+			active[q.key] = append(active[q.key], q.id)
+		}
 		if node == "" {
 			waiting++
 			if reason != q.reason {
@@ -211,6 +242,50 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	open = false
 	return placed, waiting, nil
 }
+
+// lockKeys takes, for the concurrency keys of the claimed tasks, each key's
+// transaction-scoped advisory lock, in key order so that two passes never
+// wait on each other, and then reads each key's active tasks, oldest first.
+// The read is a statement after the locks, so it sees every placement a
+// pass that held a lock before committed: however replicas alternate as
+// leader, and even while an old leader finishes its last pass, no two
+// passes both fill a key's last slot. The limit lives here, in the database,
+// not in a leader's memory. A pass that claimed no keyed task pays nothing.
+func lockKeys(ctx context.Context, conn *pgx.Conn, qs []queued) (map[string][]string, error) {
+	var keys []string
+	for _, q := range qs {
+		if q.key != "" && !slices.Contains(keys, q.key) {
+			keys = append(keys, q.key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	slices.Sort(keys)
+	active := make(map[string][]string, len(keys))
+	b := &pgx.Batch{}
+	for _, k := range keys {
+		b.Queue(lockKey, k)
+	}
+	b.Queue(`select concurrency_key, id from podium.tasks
+		where concurrency_key = any($1) and state in ('scheduled', 'provisioning', 'running')
+		order by scheduled_at, id`, keys).Query(func(rows pgx.Rows) error {
+		var k, id string
+		_, err := pgx.ForEachRow(rows, []any{&k, &id}, func() error {
+			active[k] = append(active[k], id)
+			return nil
+		})
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("lock the concurrency keys: %w", err)
+	}
+	return active, nil
+}
+
+// lockKey is a concurrency key's advisory lock, held to the transaction's
+// end. The prefix keeps it apart from any other advisory lock's numbers.
+const lockKey = "select pg_advisory_xact_lock(hashtextextended('podium.concurrency:' || $1::text, 0))"
 
 // doorbells are a pass's notifications: each placed task's followers, and
 // each node given work once.
@@ -306,7 +381,17 @@ type CancelOutcome struct {
 func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcome, error) {
 	var out CancelOutcome
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		out = CancelOutcome{}
+		var err error
+		out, err = cancelInTx(ctx, tx, id, reason)
+		return err
+	})
+	return out, err
+}
+
+// cancelInTx is CancelTask in the caller's transaction.
+func cancelInTx(ctx context.Context, tx pgx.Tx, id, reason string) (CancelOutcome, error) {
+	out := CancelOutcome{}
+	err := func() error {
 		t, err := scanTask(tx.QueryRow(ctx, "select "+taskColumns+" from podium.tasks where id = $1 for update", id))
 		if err != nil {
 			if err == pgx.ErrNoRows {
@@ -344,7 +429,7 @@ func (s *Store) CancelTask(ctx context.Context, id, reason string) (CancelOutcom
 		}
 		out.Task, err = getTask(ctx, tx, id)
 		return err
-	})
+	}()
 	return out, err
 }
 

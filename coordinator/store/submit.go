@@ -31,14 +31,15 @@ type NewTask struct {
 const insertTasks = `insert into podium.tasks
 	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds, rerun_of, privileged_sidecars,
-	 gpus, gpu_model, gpu_memory_mb)
+	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress')),
 		coalesce((spec->>'retainSeconds')::bigint, 0), nullif(rerun_of, ''),
 		jsonb_path_exists(spec, '$.sidecars[*] ? (@.privileged == true)'),
 		coalesce((spec->'resources'->>'gpus')::int, 0), coalesce(spec->'resources'->>'gpuModel', ''),
-		coalesce((spec->'resources'->>'gpuMemoryMb')::bigint, 0)
+		coalesce((spec->'resources'->>'gpuMemoryMb')::bigint, 0),
+		coalesce(spec->'concurrency'->>'key', ''), coalesce((spec->'concurrency'->>'limit')::int, 0)
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
 		$10::int8[], $11::int8[], $12::int8[], $17::text[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
@@ -74,6 +75,11 @@ const insertTasksAndRing = `with ins as (` + insertTasks + `),
 // of 2N. The tasks come back in the order given. Either every task is stored
 // or none is.
 func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
+	return insertTaskRows(ctx, s.pool, ts)
+}
+
+// insertTaskRows is InsertTasks on q, which may be a transaction.
+func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
@@ -113,7 +119,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 			aWho[i], aRole[i], aTransport[i], aAction[i] = a.Who, a.Role, a.Transport, a.Action
 		}
 	}
-	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
+	rows, err := q.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
 		pids, timeouts, outputs, aWho, aRole, aTransport, aAction, rerunOf)
 	if err != nil {
 		return nil, err

@@ -93,7 +93,13 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	if nt.Audit != nil {
 		nt.Audit.Target = nt.ID
 	}
-	t, err := s.submit(ctx, nt)
+	var t store.Task
+	var err error
+	if oc := spec.GetConcurrency().GetOnConflict(); oc == taskspec.OnConflictCancelOlder || oc == taskspec.OnConflictCancelNewer {
+		t, err = s.submitKeyed(ctx, nt)
+	} else {
+		t, err = s.submit(ctx, nt)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +108,22 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	// is stored with the task; `podium task get` shows it.
 	s.log.Info("task submitted", "task", t.ID, "image", spec.GetImage(), "by", who)
 	return connect.NewResponse(&podiumv1.SubmitResponse{Task: view(ctx, t)}), nil
+}
+
+// submitKeyed stores a task whose concurrency key cancels on conflict
+// (store.SubmitKeyed), then rings what it cancelled.
+func (s *Service) submitKeyed(ctx context.Context, nt store.NewTask) (store.Task, error) {
+	out, err := s.store.SubmitKeyed(ctx, nt)
+	if err != nil {
+		return store.Task{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the task: %w; submit it again", err))
+	}
+	for _, n := range out.NotifyNodes {
+		_ = s.store.Notify(ctx, store.ChannelNodeCommands, n)
+	}
+	for _, id := range out.Cancelled {
+		_ = s.store.Notify(ctx, store.ChannelTaskEvents, id)
+	}
+	return out.Task, nil
 }
 
 // checkSecrets refuses a spec naming a secret that is not stored.

@@ -51,6 +51,10 @@
 //	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
 //	pull: if-not-present             # or always, never; absent: always for :latest or no tag, else if-not-present
 //	retain: 7d                       # how long the task is kept after it ends (see below); absent: the coordinator's --retain-tasks
+//	concurrency:                     # at most limit tasks of the key active at once, fleet-wide
+//	  key: deploy-prod               # required: letters, digits and . _ - / : ; 128 bytes
+//	  limit: 1                       # 1 to 1000; 0 or absent: 1
+//	  on_conflict: queue             # or cancel_older, cancel_newer; absent: queue
 //	secrets:                         # stored secrets (podium secret set) the task receives (see below)
 //	  - {name: db-password, env: PGPASSWORD}   # as a variable
 //	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
@@ -140,6 +144,8 @@
 //	shm_size, each tmpfs size              4 KiB to 1 TiB (MinMountBytes,
 //	                                       MaxMountBytes)
 //	tmpfs                                  16 mounts (MaxTmpfs)
+//	concurrency.key, concurrency.limit     128 bytes of letters, digits and
+//	                                       . _ - / : ; 1 to 1000
 //	ulimits                                one per name, each within its
 //	                                       name's bound (AllowedUlimits)
 //

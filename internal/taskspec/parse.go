@@ -46,6 +46,7 @@ type specFile struct {
 	Secrets         []specSecret       `yaml:"secrets"`
 	Retain          specRetain         `yaml:"retain"`
 	Retry           *specRetry         `yaml:"retry"`
+	Concurrency     *specConcurrency   `yaml:"concurrency"`
 	// Container options (container.go).
 	ReadOnly bool        `yaml:"read_only"`
 	ShmSize  specSize    `yaml:"shm_size"`
@@ -60,6 +61,13 @@ type specRetry struct {
 	OnOOM       bool                 `yaml:"on_oom"`
 	Backoff     specDuration         `yaml:"backoff"`
 	MaxBackoff  specDuration         `yaml:"max_backoff"`
+}
+
+// specConcurrency is spec.concurrency (concurrency.go).
+type specConcurrency struct {
+	Key        string             `yaml:"key"`
+	Limit      wholeNumber[int32] `yaml:"limit"`
+	OnConflict string             `yaml:"on_conflict"`
 }
 
 // specTmpfs is one tmpfs mount of the task's container.
@@ -395,6 +403,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 			spec.Retry.OnExitCodes = append(spec.Retry.OnExitCodes, c.v)
 		}
 	}
+	if c := f.Concurrency; c != nil {
+		spec.Concurrency = &podiumv1.Concurrency{Key: c.Key, Limit: c.Limit.v, OnConflict: c.OnConflict}
+	}
 	for _, sc := range f.Sidecars {
 		p := &podiumv1.Sidecar{
 			Name:      sc.Name,
@@ -683,6 +694,7 @@ var sections = []section{
 	{"", "a secret", reflect.TypeFor[specSecret]()},
 	{"retry", "retry", reflect.TypeFor[specRetry]()},
 	{"", "a tmpfs", reflect.TypeFor[specTmpfs]()},
+	{"concurrency", "concurrency", reflect.TypeFor[specConcurrency]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.

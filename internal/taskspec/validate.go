@@ -139,7 +139,11 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := CheckContainerOptions(spec); err != nil {
 		return err
 	}
+	if err := checkConcurrency("spec.concurrency", spec.GetConcurrency()); err != nil {
+		return err
+	}
 	normalizeRetry(spec, attempts)
+	normalizeConcurrency(spec)
 	if !slices.Equal(caps, spec.GetCapabilities()) {
 		spec.Capabilities = caps
 	}

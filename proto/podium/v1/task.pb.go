@@ -377,7 +377,10 @@ type TaskSpec struct {
 	// one per name; names from a short allow-list (taskspec.AllowedUlimits).
 	Ulimits []*Ulimit `protobuf:"bytes,24,rep,name=ulimits,proto3" json:"ulimits,omitempty"`
 	// tmpfs are memory-backed directories mounted into the task container.
-	Tmpfs         []*TmpfsMount `protobuf:"bytes,25,rep,name=tmpfs,proto3" json:"tmpfs,omitempty"`
+	Tmpfs []*TmpfsMount `protobuf:"bytes,25,rep,name=tmpfs,proto3" json:"tmpfs,omitempty"`
+	// concurrency caps how many tasks sharing a key are active (scheduled,
+	// provisioning or running) at once across the fleet.
+	Concurrency   *Concurrency `protobuf:"bytes,27,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +590,80 @@ func (x *TaskSpec) GetTmpfs() []*TmpfsMount {
 	return nil
 }
 
+func (x *TaskSpec) GetConcurrency() *Concurrency {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
+// Concurrency is a spec's concurrency key. In a YAML spec:
+// concurrency: {key: deploy-prod, limit: 1, on_conflict: queue}.
+type Concurrency struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key names the group: 1 to 128 characters of letters, digits and . _ - / :
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// limit is the most tasks of the key active at once (1 to 1000; 0 means 1).
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// on_conflict says what a submit does when the key is at its limit:
+	// "queue" (the default) waits; "cancel_older" cancels the oldest tasks of
+	// the key to make room; "cancel_newer" cancels the new task at once.
+	OnConflict    string `protobuf:"bytes,3,opt,name=on_conflict,json=onConflict,proto3" json:"on_conflict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Concurrency) Reset() {
+	*x = Concurrency{}
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Concurrency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Concurrency) ProtoMessage() {}
+
+func (x *Concurrency) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Concurrency.ProtoReflect.Descriptor instead.
+func (*Concurrency) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Concurrency) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Concurrency) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Concurrency) GetOnConflict() string {
+	if x != nil {
+		return x.OnConflict
+	}
+	return ""
+}
+
 // RetryPolicy says when a failed attempt is followed by another, and how long
 // the task waits, queued, before it. In a YAML spec:
 // retry: {attempts: 3, on_exit_codes: [1, 137], on_oom: true, backoff: 10s, max_backoff: 5m}.
@@ -612,7 +689,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +701,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +714,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RetryPolicy) GetAttempts() int32 {
@@ -689,7 +766,7 @@ type Ulimit struct {
 
 func (x *Ulimit) Reset() {
 	*x = Ulimit{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +778,7 @@ func (x *Ulimit) String() string {
 func (*Ulimit) ProtoMessage() {}
 
 func (x *Ulimit) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +791,7 @@ func (x *Ulimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ulimit.ProtoReflect.Descriptor instead.
 func (*Ulimit) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ulimit) GetName() string {
@@ -755,7 +832,7 @@ type TmpfsMount struct {
 
 func (x *TmpfsMount) Reset() {
 	*x = TmpfsMount{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +844,7 @@ func (x *TmpfsMount) String() string {
 func (*TmpfsMount) ProtoMessage() {}
 
 func (x *TmpfsMount) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +857,7 @@ func (x *TmpfsMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TmpfsMount.ProtoReflect.Descriptor instead.
 func (*TmpfsMount) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TmpfsMount) GetPath() string {
@@ -821,7 +898,7 @@ type Readiness struct {
 
 func (x *Readiness) Reset() {
 	*x = Readiness{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +910,7 @@ func (x *Readiness) String() string {
 func (*Readiness) ProtoMessage() {}
 
 func (x *Readiness) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +923,7 @@ func (x *Readiness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
 func (*Readiness) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Readiness) GetTcpPort() int32 {
@@ -912,7 +989,7 @@ type Sidecar struct {
 
 func (x *Sidecar) Reset() {
 	*x = Sidecar{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1001,7 @@ func (x *Sidecar) String() string {
 func (*Sidecar) ProtoMessage() {}
 
 func (x *Sidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1014,7 @@ func (x *Sidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
 func (*Sidecar) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Sidecar) GetName() string {
@@ -1054,7 +1131,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1143,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1156,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Task) GetId() string {
@@ -1250,7 +1327,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1339,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1352,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1336,7 +1413,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1425,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1438,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1422,7 +1499,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1511,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1524,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1477,7 +1554,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1566,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1579,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1544,7 +1621,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1633,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1646,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1618,7 +1695,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1707,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1720,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Note) GetText() string {
@@ -1675,7 +1752,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1764,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1777,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1796,7 +1873,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1885,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1898,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1840,7 +1917,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1929,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1942,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1884,7 +1961,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1973,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1986,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1928,7 +2005,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2017,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2030,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1990,7 +2067,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2079,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2092,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -2083,7 +2160,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2172,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2185,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -2128,7 +2205,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2217,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2230,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -2179,7 +2256,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2268,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2281,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -2227,7 +2304,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2316,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2329,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -2289,7 +2366,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2378,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2391,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -2348,7 +2425,7 @@ type RerunRequest struct {
 
 func (x *RerunRequest) Reset() {
 	*x = RerunRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2437,7 @@ func (x *RerunRequest) String() string {
 func (*RerunRequest) ProtoMessage() {}
 
 func (x *RerunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2450,7 @@ func (x *RerunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunRequest.ProtoReflect.Descriptor instead.
 func (*RerunRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RerunRequest) GetId() string {
@@ -2393,7 +2470,7 @@ type RerunResponse struct {
 
 func (x *RerunResponse) Reset() {
 	*x = RerunResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2482,7 @@ func (x *RerunResponse) String() string {
 func (*RerunResponse) ProtoMessage() {}
 
 func (x *RerunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2495,7 @@ func (x *RerunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunResponse.ProtoReflect.Descriptor instead.
 func (*RerunResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RerunResponse) GetTask() *Task {
@@ -2438,7 +2515,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2527,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2540,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SendRequest) GetId() string {
@@ -2489,7 +2566,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2578,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2591,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -2544,7 +2621,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2633,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2646,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Artifact) GetId() string {
@@ -2638,7 +2715,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2727,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2740,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2683,7 +2760,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2772,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2785,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2731,7 +2808,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2820,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2833,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2796,7 +2873,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2885,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +2898,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2878,7 +2955,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +2967,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +2980,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -2942,7 +3019,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3031,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3044,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -3013,7 +3090,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xe3\a\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\x9d\b\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -3041,10 +3118,16 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tread_only\x18\x16 \x01(\bR\breadOnly\x12$\n" +
 	"\x0eshm_size_bytes\x18\x17 \x01(\x03R\fshmSizeBytes\x12+\n" +
 	"\aulimits\x18\x18 \x03(\v2\x11.podium.v1.UlimitR\aulimits\x12+\n" +
-	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x1a6\n" +
+	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x128\n" +
+	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\vConcurrency\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1f\n" +
+	"\von_conflict\x18\x03 \x01(\tR\n" +
+	"onConflict\"\xbd\x01\n" +
 	"\vRetryPolicy\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\x05R\battempts\x12\"\n" +
 	"\ron_exit_codes\x18\x02 \x03(\x05R\vonExitCodes\x12\x15\n" +
@@ -3272,121 +3355,123 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
 	(*Resources)(nil),                // 2: podium.v1.Resources
 	(*SecretRef)(nil),                // 3: podium.v1.SecretRef
 	(*TaskSpec)(nil),                 // 4: podium.v1.TaskSpec
-	(*RetryPolicy)(nil),              // 5: podium.v1.RetryPolicy
-	(*Ulimit)(nil),                   // 6: podium.v1.Ulimit
-	(*TmpfsMount)(nil),               // 7: podium.v1.TmpfsMount
-	(*Readiness)(nil),                // 8: podium.v1.Readiness
-	(*Sidecar)(nil),                  // 9: podium.v1.Sidecar
-	(*Task)(nil),                     // 10: podium.v1.Task
-	(*Usage)(nil),                    // 11: podium.v1.Usage
-	(*LogArchive)(nil),               // 12: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 13: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 14: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 15: podium.v1.StatusChange
-	(*Note)(nil),                     // 16: podium.v1.Note
-	(*TaskEvent)(nil),                // 17: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 18: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 19: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 20: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 21: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 22: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 23: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 24: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 25: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 26: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 27: podium.v1.EventsResponse
-	(*RerunRequest)(nil),             // 28: podium.v1.RerunRequest
-	(*RerunResponse)(nil),            // 29: podium.v1.RerunResponse
-	(*SendRequest)(nil),              // 30: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 31: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 32: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 33: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 34: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 35: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 36: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 37: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 38: podium.v1.ArtifactURLResponse
-	nil,                              // 39: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 40: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
+	(*Concurrency)(nil),              // 5: podium.v1.Concurrency
+	(*RetryPolicy)(nil),              // 6: podium.v1.RetryPolicy
+	(*Ulimit)(nil),                   // 7: podium.v1.Ulimit
+	(*TmpfsMount)(nil),               // 8: podium.v1.TmpfsMount
+	(*Readiness)(nil),                // 9: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 10: podium.v1.Sidecar
+	(*Task)(nil),                     // 11: podium.v1.Task
+	(*Usage)(nil),                    // 12: podium.v1.Usage
+	(*LogArchive)(nil),               // 13: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 14: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 15: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 16: podium.v1.StatusChange
+	(*Note)(nil),                     // 17: podium.v1.Note
+	(*TaskEvent)(nil),                // 18: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 19: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 20: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 21: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 22: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 23: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 24: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 25: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 26: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 27: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 28: podium.v1.EventsResponse
+	(*RerunRequest)(nil),             // 29: podium.v1.RerunRequest
+	(*RerunResponse)(nil),            // 30: podium.v1.RerunResponse
+	(*SendRequest)(nil),              // 31: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 32: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 33: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 34: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 35: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 36: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 37: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 38: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 39: podium.v1.ArtifactURLResponse
+	nil,                              // 40: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 41: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	39, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	40, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	9,  // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	10, // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
-	5,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
-	6,  // 5: podium.v1.TaskSpec.ulimits:type_name -> podium.v1.Ulimit
-	7,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
-	40, // 7: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
-	2,  // 8: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
-	8,  // 9: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
-	4,  // 10: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 11: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	41, // 12: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	41, // 13: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	41, // 14: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	12, // 15: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	41, // 16: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	41, // 17: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	41, // 18: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
-	11, // 19: podium.v1.Task.usage:type_name -> podium.v1.Usage
-	41, // 20: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	17, // 21: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 22: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 23: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	11, // 24: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	41, // 25: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	14, // 26: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	15, // 27: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	16, // 28: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 29: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	10, // 30: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	10, // 31: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 32: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	41, // 33: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
-	10, // 34: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	10, // 35: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	17, // 36: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	10, // 37: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	10, // 38: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	41, // 39: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	32, // 40: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	32, // 41: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	41, // 42: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 43: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	18, // 44: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	20, // 45: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	22, // 46: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	24, // 47: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	26, // 48: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	30, // 49: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	33, // 50: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	35, // 51: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	37, // 52: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	28, // 53: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	19, // 54: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	21, // 55: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	23, // 56: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	25, // 57: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	27, // 58: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	31, // 59: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	34, // 60: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	36, // 61: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	38, // 62: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	29, // 63: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	54, // [54:64] is the sub-list for method output_type
-	44, // [44:54] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	6,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
+	7,  // 5: podium.v1.TaskSpec.ulimits:type_name -> podium.v1.Ulimit
+	8,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
+	5,  // 7: podium.v1.TaskSpec.concurrency:type_name -> podium.v1.Concurrency
+	41, // 8: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 9: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	9,  // 10: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	4,  // 11: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 12: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	42, // 13: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	42, // 14: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	42, // 15: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	13, // 16: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	42, // 17: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	42, // 18: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	42, // 19: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
+	12, // 20: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	42, // 21: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	18, // 22: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 23: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 24: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	12, // 25: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	42, // 26: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 27: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	16, // 28: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	17, // 29: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 30: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	11, // 31: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	11, // 32: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 33: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	42, // 34: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
+	11, // 35: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	11, // 36: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	18, // 37: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	11, // 38: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	11, // 39: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	42, // 40: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	33, // 41: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	33, // 42: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	42, // 43: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 44: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	19, // 45: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	21, // 46: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	23, // 47: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	25, // 48: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	27, // 49: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	31, // 50: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	34, // 51: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	36, // 52: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	38, // 53: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	29, // 54: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	20, // 55: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	22, // 56: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	24, // 57: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	26, // 58: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	28, // 59: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	32, // 60: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	35, // 61: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	37, // 62: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	39, // 63: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	30, // 64: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	55, // [55:65] is the sub-list for method output_type
+	45, // [45:55] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -3394,15 +3479,15 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[8].OneofWrappers = []any{}
 	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[13].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[15].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[14].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[16].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[34].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[35].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -3412,7 +3497,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
