@@ -74,6 +74,12 @@ const insertTasksAndRing = `with ins as (` + insertTasks + `),
 // of 2N. The tasks come back in the order given. Either every task is stored
 // or none is.
 func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
+	return insertTasksWith(ctx, s.pool, ts)
+}
+
+// insertTasksWith is InsertTasks on q: the pool, or a transaction that
+// stores more with the tasks (a schedule's tick row).
+func insertTasksWith(ctx context.Context, q querier, ts []NewTask) ([]Task, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
@@ -113,7 +119,7 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 			aWho[i], aRole[i], aTransport[i], aAction[i] = a.Who, a.Role, a.Transport, a.Action
 		}
 	}
-	rows, err := s.pool.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
+	rows, err := q.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
 		pids, timeouts, outputs, aWho, aRole, aTransport, aAction, rerunOf)
 	if err != nil {
 		return nil, err
