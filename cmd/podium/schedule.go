@@ -1,11 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -150,18 +150,11 @@ func runScheduleGet(ctx context.Context, c *cli, cmd *command, args []string) in
 		fmt.Fprintln(tw, "TICK\tTASK\tNOTE")
 		for _, t := range resp.Msg.GetTicks() {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.GetTick().AsTime().Local().Format(time.RFC3339),
-				cmpOr(t.GetTaskId(), "-"), t.GetNote())
+				cmp.Or(t.GetTaskId(), "-"), t.GetNote())
 		}
 		_ = tw.Flush()
 	}
 	return exitOK
-}
-
-func cmpOr(s, def string) string {
-	if strings.TrimSpace(s) == "" {
-		return def
-	}
-	return s
 }
 
 // scheduleAction is pause, resume, rm or run-now: one NAME, one call.

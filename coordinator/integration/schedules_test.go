@@ -325,10 +325,22 @@ func TestScheduleRoles(t *testing.T) {
 	wantDenied(t, "a viewer creating a schedule", err, "needs the member role")
 
 	for what, call := range map[string]func() error{
-		"get":     func() error { _, err := bob.Get(ctx, connect.NewRequest(&podiumv1.ScheduleServiceGetRequest{Name: "alices"})); return err },
-		"pause":   func() error { _, err := bob.Pause(ctx, connect.NewRequest(&podiumv1.ScheduleServicePauseRequest{Name: "alices"})); return err },
-		"rm":      func() error { _, err := bob.Remove(ctx, connect.NewRequest(&podiumv1.ScheduleServiceRemoveRequest{Name: "alices"})); return err },
-		"run-now": func() error { _, err := bob.RunNow(ctx, connect.NewRequest(&podiumv1.ScheduleServiceRunNowRequest{Name: "alices"})); return err },
+		"get": func() error {
+			_, err := bob.Get(ctx, connect.NewRequest(&podiumv1.ScheduleServiceGetRequest{Name: "alices"}))
+			return err
+		},
+		"pause": func() error {
+			_, err := bob.Pause(ctx, connect.NewRequest(&podiumv1.ScheduleServicePauseRequest{Name: "alices"}))
+			return err
+		},
+		"rm": func() error {
+			_, err := bob.Remove(ctx, connect.NewRequest(&podiumv1.ScheduleServiceRemoveRequest{Name: "alices"}))
+			return err
+		},
+		"run-now": func() error {
+			_, err := bob.RunNow(ctx, connect.NewRequest(&podiumv1.ScheduleServiceRunNowRequest{Name: "alices"}))
+			return err
+		},
 	} {
 		if err := call(); connect.CodeOf(err) != connect.CodeNotFound {
 			t.Errorf("bob's %s of alice's schedule: %v, want NotFound", what, err)
