@@ -1,6 +1,7 @@
 package schedules
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -82,17 +83,22 @@ func (t *Ticker) Tick(ctx context.Context) ([]store.Task, error) {
 		if err != nil {
 			return created, err
 		}
+		// One schedule that cannot fire must not hold up the others: its
+		// error is kept, the rest of the batch fires, and the pass ends
+		// there (it stays due, so the next pass tries it again).
+		var first error
 		for _, sc := range due {
 			task, err := t.fire(ctx, sc, now)
 			if err != nil {
-				return created, err
+				first = cmp.Or(first, err)
+				continue
 			}
 			if task != nil {
 				created = append(created, *task)
 			}
 		}
-		if len(due) < t.cfg.Batch {
-			return created, nil
+		if first != nil || len(due) < t.cfg.Batch {
+			return created, first
 		}
 	}
 }
