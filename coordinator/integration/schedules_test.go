@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
@@ -136,6 +137,16 @@ func TestScheduleTicksOnceAcrossLeaderKill(t *testing.T) {
 	if n := len(listTasks(t, ctx, standby)); n != 2 {
 		t.Errorf("%d tasks stored, want one per tick (2)", n)
 	}
+	// Each task links back to its schedule.
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var linked int
+	if err := conn.QueryRow(ctx, "select count(*) from podium.tasks where schedule_id = $1", sc.Id).Scan(&linked); err != nil || linked != 2 {
+		t.Errorf("%d tasks link back to schedule %s (%v), want 2", linked, sc.Id, err)
+	}
 }
 
 // Overlap modes, with the previous tick's task still queued (no node takes
@@ -206,7 +217,7 @@ func TestScheduleBadInputRefused(t *testing.T) {
 		{&podiumv1.ScheduleServiceCreateRequest{Name: "x", Cron: "* * * * *", Overlap: "queue", Spec: spec}, "overlap: \"queue\" is not one of skip, allow, cancel_previous"},
 		{&podiumv1.ScheduleServiceCreateRequest{Name: "Bad Name", Cron: "* * * * *", Spec: spec}, "name:"},
 		{&podiumv1.ScheduleServiceCreateRequest{Name: "x", Cron: "* * * * *"}, "spec: required"},
-		{&podiumv1.ScheduleServiceCreateRequest{Name: "x", Cron: "* * * * *", Spec: &podiumv1.TaskSpec{}}, "spec:"},
+		{&podiumv1.ScheduleServiceCreateRequest{Name: "x", Cron: "* * * * *", Spec: &podiumv1.TaskSpec{}}, "spec.image: required"},
 	} {
 		_, err := r.Schedules().Create(ctx, connect.NewRequest(c.req))
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), c.says) {

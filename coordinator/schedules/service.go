@@ -79,7 +79,7 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("spec: required"))
 	}
 	if err := taskspec.Validate(m.GetSpec()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec: %w", err))
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if err := s.checkSecrets(ctx, m.GetSpec()); err != nil {
 		return nil, err
