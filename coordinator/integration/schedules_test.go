@@ -175,6 +175,10 @@ func TestScheduleOverlapModes(t *testing.T) {
 	if st := taskState(t, ctx, r, skip[1].TaskId).State; st != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Errorf("skip's first task is %v, want still queued", st)
 	}
+	// Once that task has ended, skip's next tick runs again.
+	if _, err := r.Tasks().Cancel(ctx, connect.NewRequest(&podiumv1.CancelRequest{Id: skip[1].TaskId})); err != nil {
+		t.Fatal(err)
+	}
 
 	allow := waitTicks(t, ctx, r.Schedules(), "overlap-allow", 2)
 	for _, tk := range allow {
@@ -192,6 +196,10 @@ func TestScheduleOverlapModes(t *testing.T) {
 	})
 	if st := taskState(t, ctx, r, cp[0].TaskId).State; st != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Errorf("cancel_previous's new task is %v, want queued", st)
+	}
+	clk.set(t0.Add(160 * time.Second))
+	if skip := waitTicks(t, ctx, r.Schedules(), "overlap-skip", 3); skip[0].TaskId == "" {
+		t.Errorf("skip's third tick, after the first task ended: %v, want a task", skip[0])
 	}
 }
 

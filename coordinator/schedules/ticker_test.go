@@ -108,3 +108,38 @@ func TestParseRefusesWithTheFieldNamed(t *testing.T) {
 		t.Errorf("@hourly next %v", got)
 	}
 }
+
+// A schedule keeps only its latest store.KeptTicks ticks: the table does
+// not grow with a schedule's age.
+func TestTicksAreTrimmed(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	start := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
+	next := start.Add(30 * time.Second)
+	sc, err := st.CreateSchedule(ctx, store.Schedule{ID: "sched_trim", Name: "trim", Cron: "* * * * *", Timezone: "UTC",
+		Spec: &podiumv1.TaskSpec{Image: "busybox"}, Overlap: schedules.OverlapAllow, CreatedBy: "alice", NextRunAt: &next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fired = store.KeptTicks + 5
+	for minute := 1; minute <= fired; minute++ {
+		now := start.Add(time.Duration(minute) * time.Minute)
+		tasks, err := schedules.NewTicker(schedules.Config{Now: func() time.Time { return now }}, st, nil).Tick(ctx)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("minute %d: %d tasks, %v", minute, len(tasks), err)
+		}
+	}
+	ticks, err := st.ScheduleTicks(ctx, sc.ID, 2*store.KeptTicks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ticks) != store.KeptTicks || !ticks[0].Tick.Equal(start.Add(fired*time.Minute-30*time.Second)) {
+		t.Errorf("%d ticks kept, newest %v; want the latest %d", len(ticks), ticks[0].Tick, store.KeptTicks)
+	}
+}
