@@ -14,6 +14,7 @@ require (
 	github.com/klauspost/compress v1.20.1
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/shirou/gopsutil/v4 v4.26.10
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0

@@ -44,6 +44,8 @@ type endpoint struct {
 	server string
 	tasks  podiumv1connect.TaskServiceClient
 	admin  podiumv1connect.AdminServiceClient
+	// schedules is ScheduleService (podium schedule …).
+	schedules podiumv1connect.ScheduleServiceClient
 }
 
 // newClient builds the clients for servers (comma-separated URLs), sending
@@ -82,9 +84,10 @@ func newClient(servers, token, caFile string) (*client, error) {
 		hc := &http.Client{Transport: &bearer{token: token, next: t}}
 		base := u.String()
 		cl.endpoints = append(cl.endpoints, &endpoint{
-			server: base,
-			tasks:  podiumv1connect.NewTaskServiceClient(hc, base),
-			admin:  podiumv1connect.NewAdminServiceClient(hc, base),
+			server:    base,
+			tasks:     podiumv1connect.NewTaskServiceClient(hc, base),
+			admin:     podiumv1connect.NewAdminServiceClient(hc, base),
+			schedules: podiumv1connect.NewScheduleServiceClient(hc, base),
 		})
 	}
 	return cl, nil

@@ -76,6 +76,16 @@ var Needs = map[string]Role{
 	// under the caller's name.
 	podiumv1connect.TaskServiceRerunProcedure: Member,
 
+	// Schedules submit tasks, so making and changing them needs what
+	// submitting does; the service checks that members touch only their own.
+	podiumv1connect.ScheduleServiceCreateProcedure: Member,
+	podiumv1connect.ScheduleServiceListProcedure:   Member,
+	podiumv1connect.ScheduleServiceGetProcedure:    Member,
+	podiumv1connect.ScheduleServicePauseProcedure:  Member,
+	podiumv1connect.ScheduleServiceResumeProcedure: Member,
+	podiumv1connect.ScheduleServiceRemoveProcedure: Member,
+	podiumv1connect.ScheduleServiceRunNowProcedure: Member,
+
 	podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: Admin,
 	podiumv1connect.AdminServiceListNodesProcedure:             Admin,
 	podiumv1connect.AdminServiceDrainNodeProcedure:             Admin,
@@ -111,6 +121,8 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListAuditProcedure:       true,
 	podiumv1connect.AdminServiceListSecretsProcedure:     true,
 	podiumv1connect.AdminServiceListRegistriesProcedure:  true,
+	podiumv1connect.ScheduleServiceListProcedure:         true,
+	podiumv1connect.ScheduleServiceGetProcedure:          true,
 }
 
 // Mutating reports whether procedure changes something, and so is audited.

@@ -167,10 +167,12 @@ func (b *firstMessageBody) clear() {
 	}
 }
 
-// isPeopleAPI reports whether path is a call of the task or admin API.
+// isPeopleAPI reports whether path is a call of the task, admin or
+// schedule API.
 func isPeopleAPI(path string) bool {
 	return strings.HasPrefix(path, "/"+podiumv1connect.TaskServiceName+"/") ||
-		strings.HasPrefix(path, "/"+podiumv1connect.AdminServiceName+"/")
+		strings.HasPrefix(path, "/"+podiumv1connect.AdminServiceName+"/") ||
+		strings.HasPrefix(path, "/"+podiumv1connect.ScheduleServiceName+"/")
 }
 
 // connLimit bounds the connections a replica serves at once, across all its

@@ -27,6 +27,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
@@ -97,6 +98,8 @@ type Config struct {
 	// Retention is how long tasks, logs, artifacts and audit rows are kept
 	// (package coordinator/retention); the leader applies its own.
 	Retention retention.Config
+	// Schedules is the leader's job that fires periodic tasks' ticks.
+	Schedules schedules.Config
 	Logger    *slog.Logger
 }
 
@@ -246,7 +249,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The retention job and its object sweeper always run: they are what
 	// keeps the database and the bucket from growing forever.
 	workers := []leader.Worker{sched, watchdog,
-		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log)}
+		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log),
+		schedules.NewTicker(cfg.Schedules, st, log)}
 	if !cfg.Archive.Disabled {
 		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
 	}
@@ -260,6 +264,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
+	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules.Now, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet

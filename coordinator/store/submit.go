@@ -78,7 +78,8 @@ func (s *Store) InsertTasks(ctx context.Context, ts []NewTask) ([]Task, error) {
 	return insertTaskRows(ctx, s.pool, ts)
 }
 
-// insertTaskRows is InsertTasks on q, which may be a transaction.
+// insertTaskRows is InsertTasks on q: the pool, or a transaction that stores
+// more with the tasks (a keyed submit's conflict, a schedule's tick row).
 func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error) {
 	if len(ts) == 0 {
 		return nil, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
 	"github.com/podiumhq/podium/internal/testenv/tlstest"
@@ -78,6 +79,9 @@ type Options struct {
 	SecretsKeyFile string
 	// Retention is the replica's retention (see server.Config).
 	Retention retention.Config
+	// Schedules is the replica's schedule job (see server.Config); tests
+	// give it a clock they move.
+	Schedules schedules.Config
 }
 
 // Start runs a replica on the database until the test ends.
@@ -107,7 +111,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
-		Retention: opts.Retention,
+		Retention: opts.Retention, Schedules: opts.Schedules,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {
@@ -184,6 +188,11 @@ func TaskClient(c *http.Client, url string) podiumv1connect.TaskServiceClient {
 // at url, which may be one running as its own process.
 func AdminClient(c *http.Client, url string) podiumv1connect.AdminServiceClient {
 	return podiumv1connect.NewAdminServiceClient(c, url, connect.WithInterceptors(bearer(Token)))
+}
+
+// Schedules is a ScheduleService client with the test token.
+func (r *Replica) Schedules() podiumv1connect.ScheduleServiceClient {
+	return podiumv1connect.NewScheduleServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
 }
 
 // NodeClient is a NodeService client.
