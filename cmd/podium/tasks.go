@@ -260,6 +260,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 			max(at.AsTime().Sub(now), 0).Round(time.Second)))
 	}
 	line("rerun of", t.GetRerunOf())
+	line("schedule", t.GetScheduleId())
 	line("image", s.GetImage())
 	line("command", shellJoin(s.GetCommand()))
 	if len(s.GetEnv()) > 0 {

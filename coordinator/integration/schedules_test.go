@@ -130,8 +130,12 @@ func TestScheduleTicksOnceAcrossLeaderKill(t *testing.T) {
 		if !tk.Tick.AsTime().Equal(want[i]) || tk.TaskId == "" {
 			t.Errorf("tick %d: %v at %v, want a task at %v", i, tk.TaskId, tk.Tick.AsTime(), want[i])
 		}
-		if task := taskState(t, ctx, standby, tk.TaskId); task.RequestedBy != "token" {
+		task := taskState(t, ctx, standby, tk.TaskId)
+		if task.RequestedBy != "token" {
 			t.Errorf("task %s is requested by %q, want the schedule's creator (token)", task.Id, task.RequestedBy)
+		}
+		if task.ScheduleId != sc.Id {
+			t.Errorf("task %s says it comes from schedule %q, want %s", task.Id, task.ScheduleId, sc.Id)
 		}
 	}
 	if n := len(listTasks(t, ctx, standby)); n != 2 {

@@ -90,6 +90,9 @@ type Task struct {
 	// NotBefore is set while the task waits out a retry's backoff: it is
 	// queued and not placed before then (0019_retries.sql).
 	NotBefore *time.Time
+	// ScheduleID is the schedule that created the task (schedules.go); nil
+	// for a task submitted.
+	ScheduleID *string
 }
 
 // Proto renders the row for the API.
@@ -118,6 +121,9 @@ func (t Task) Proto() *podiumv1.Task {
 	if t.RerunOf != nil {
 		p.RerunOf = *t.RerunOf
 	}
+	if t.ScheduleID != nil {
+		p.ScheduleId = *t.ScheduleID
+	}
 	if t.NotBefore != nil && t.State == Queued {
 		p.NextAttemptAt = timestamppb.New(*t.NotBefore)
 	}
@@ -126,7 +132,7 @@ func (t Task) Proto() *podiumv1.Task {
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, rerun_of, not_before, ` + archiveColumns
+	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, rerun_of, not_before, schedule_id, ` + archiveColumns
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -134,7 +140,7 @@ func scanTask(row pgx.Row) (Task, error) {
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
 		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.LogExpiredAt, &t.ArtifactsExpiredAt,
-		&t.RerunOf, &t.NotBefore, &t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
+		&t.RerunOf, &t.NotBefore, &t.ScheduleID, &t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
 	if err != nil {
 		return t, err
 	}

@@ -1124,7 +1124,10 @@ type Task struct {
 	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	// usage is what the task's latest attempt used (see Usage); unset until it
 	// has one. Only TaskService.Get fills it.
-	Usage         *Usage `protobuf:"bytes,20,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,20,opt,name=usage,proto3" json:"usage,omitempty"`
+	// schedule_id is the periodic schedule (ScheduleService) that created the
+	// task at one of its ticks, or with run-now; empty for a task submitted.
+	ScheduleId    string `protobuf:"bytes,21,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1300,13 @@ func (x *Task) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *Task) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
 }
 
 // Usage is what one attempt of a task used, recorded when it ends
@@ -3164,7 +3174,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0fshare_workspace\x18\t \x01(\bR\x0eshareWorkspace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -3191,7 +3201,9 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x14artifacts_expired_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x12artifactsExpiredAt\x12\x19\n" +
 	"\brerun_of\x18\x12 \x01(\tR\arerunOf\x12B\n" +
 	"\x0fnext_attempt_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12&\n" +
-	"\x05usage\x18\x14 \x01(\v2\x10.podium.v1.UsageR\x05usageB\f\n" +
+	"\x05usage\x18\x14 \x01(\v2\x10.podium.v1.UsageR\x05usage\x12\x1f\n" +
+	"\vschedule_id\x18\x15 \x01(\tR\n" +
+	"scheduleIdB\f\n" +
 	"\n" +
 	"_exit_code\"\x87\x02\n" +
 	"\x05Usage\x12$\n" +
