@@ -169,6 +169,7 @@ func init() {
 		userLsCommand,
 		userRmCommand,
 		userSetRoleCommand,
+		userSetWeightCommand,
 		loginCommand,
 		auditCommand,
 		secretSetCommand,

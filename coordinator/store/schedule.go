@@ -88,11 +88,41 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 
 // claimQueued is the pass's claim: the order is decided here, because SKIP
 // LOCKED with a LIMIT takes the rows the statement reaches first.
-const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at from podium.tasks
-	where state = 'queued' and (not_before is null or not_before <= now())
-	order by priority desc, created_at, id
-	for update skip locked limit $1`
+//
+// Priority wins first. Among tasks of equal priority the order is fair share
+// (weighted fair queuing, in its stride form): a submitter's k-th queued task,
+// oldest first, is offered at the virtual time (running + k) / weight, where
+// running counts the submitter's tasks already holding a slot and weight is
+// theirs in podium.users (1 when they have no row). Bob's first task after
+// Alice's sweep of 1,000 comes before Alice's next one once she holds a slot,
+// and two busy submitters alternate, each keeping about half the slots, or
+// twice as many for a weight of 2. Ties go to the oldest task, then the
+// lowest id, so one submitter's queue is still first come, first served.
+//
+// It is one statement, set-based: the ranking reads the queued rows (which
+// tasks_queue serves) and the running count the active ones once per pass,
+// never per task. Only tasks is locked (FOR UPDATE OF t), each row after the
+// sort, so a row another pass holds is skipped and the state is checked
+// again on the locked row.
+const claimQueued = `with running as (
+		select requested_by, count(*) as n from podium.tasks
+		where state in ('scheduled', 'provisioning', 'running') group by requested_by),
+	ranked as (
+		select id, priority, created_at, requested_by,
+			row_number() over w as k, count(*) over (partition by priority, requested_by) as queued
+		from podium.tasks
+		where state = 'queued' and (not_before is null or not_before <= now())
+		window w as (partition by priority, requested_by order by created_at, id))
+	select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
+		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
+		t.max_attempts, t.reason, t.created_at, t.requested_by, coalesce(r.n, 0), q.queued
+	from ranked q
+	join podium.tasks t on t.id = q.id
+	left join running r on r.requested_by = q.requested_by
+	left join podium.users u on u.name = q.requested_by
+	where t.state = 'queued'
+	order by q.priority desc, (coalesce(r.n, 0) + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
+	for update of t skip locked limit $1`
 
 type queued struct {
 	id          string
@@ -102,6 +132,12 @@ type queued struct {
 	maxAttempts int32
 	reason      string
 	created     time.Time
+	// by is who submitted the task; running and waiting are how many of
+	// their tasks hold a slot and wait at its priority, for the reason
+	// a task waiting for its fair share is given.
+	by      string
+	running int64
+	waiting int64
 }
 
 func scanQueued(r pgx.CollectableRow) (queued, error) {
@@ -109,13 +145,26 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var egress []string
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
 		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
-		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created)
+		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.by, &q.running, &q.waiting)
 	q.need.AllowEgress = placement.ParseEgress(egress)
 	return q, err
 }
 
+// contended says whether the claimed tasks come from more than one
+// submitter: only then is a task that waits for a slot waiting for its fair
+// share rather than for the fleet to have room at all.
+func contended(qs []queued) bool {
+	for _, q := range qs {
+		if q.by != qs[0].by {
+			return true
+		}
+	}
+	return false
+}
+
 // DispatchPass claims up to batch queued tasks with FOR UPDATE SKIP LOCKED,
-// highest priority first, then oldest, then lowest id, asks place where each
+// highest priority first, then by fair share between submitters
+// (claimQueued), asks place where each
 // goes, records the placements and why the others wait, and, once that has
 // committed, rings each placed task's followers and each node given work. It
 // returns the placements and how many claimed tasks were left waiting. If it
@@ -159,6 +208,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		return nil, 0, err
 	}
 	var why struct{ ids, reasons []string }
+	shared := contended(qs)
 	for _, q := range qs {
 		next := nextAttempt(q.attempt, q.givenBack)
 		if next > q.maxAttempts {
@@ -173,6 +223,9 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		node, reason := place(q.id, q.need)
 		if node == "" {
 			waiting++
+			if shared && reason == placement.Busy {
+				reason = placement.FairShareReason(q.by, q.running, q.waiting)
+			}
 			if reason != q.reason {
 				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
 			}
