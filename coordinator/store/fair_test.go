@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"regexp"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,9 +35,15 @@ func fairFleet(t *testing.T) (*store.Store, *pgxpool.Pool) {
 // with one `podium run` of a file of specs would.
 func submit(t *testing.T, st *store.Store, by string, n int) {
 	t.Helper()
+	submitIn(t, st, by, "", n)
+}
+
+// submitIn is submit with a spec's group ("" for none).
+func submitIn(t *testing.T, st *store.Store, by, group string, n int) {
+	t.Helper()
 	ts := make([]store.NewTask, n)
 	for i := range ts {
-		ts[i] = store.NewTask{ID: fmt.Sprintf("task_%s_%04d", by, i), Spec: &podiumv1.TaskSpec{Image: "busybox"}, RequestedBy: by}
+		ts[i] = store.NewTask{ID: fmt.Sprintf("task_%s_%04d", by, i), Spec: &podiumv1.TaskSpec{Image: "busybox", Group: group}, RequestedBy: by}
 	}
 	if _, err := st.InsertTasks(context.Background(), ts); err != nil {
 		t.Fatalf("submit %d tasks as %s: %v", n, by, err)
@@ -157,5 +164,41 @@ func TestFairShareSharesSlotsByWeight(t *testing.T) {
 			}
 			t.Logf("placements over 300 freed slots: %v", placements)
 		})
+	}
+}
+
+// A spec's group shares as one, in place of its submitters: Carol and Dave
+// submitting in group ml hold about half the slots between them, as Bob
+// alone does, not two thirds; their waiting tasks name the group.
+func TestFairShareBetweenGroups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, sql := fairFleet(t)
+	submitIn(t, st, "carol", "ml", 500)
+	submitIn(t, st, "dave", "ml", 500)
+	dispatch(t, st, 256)
+	submit(t, st, "bob", 1000)
+	for step := range 200 {
+		finishOldest(t, sql)
+		dispatch(t, st, 256)
+		if step < 30 {
+			continue // the group's head start of 10 slots is still being given back
+		}
+		var bob int
+		if err := sql.QueryRow(ctx, "select count(*) from podium.tasks where state = 'scheduled' and requested_by = 'bob'").Scan(&bob); err != nil {
+			t.Fatal(err)
+		}
+		if bob < 4 || bob > 6 {
+			t.Fatalf("after %d slots freed, bob holds %d of the 10 slots against group ml (two submitters), want 4 to 6", step+1, bob)
+		}
+	}
+	var reason string
+	if err := sql.QueryRow(ctx, `select reason from podium.tasks where state = 'queued' and share_group = 'ml'
+		order by created_at, id limit 1`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	// The counts are as the last pass claimed: one slot had just been freed.
+	if !regexp.MustCompile(`^waiting for its fair share: group ml has [45] running, [0-9]{3} queued$`).MatchString(reason) {
+		t.Errorf("the group's next task waits with the reason %q, want it to name group ml, its 4 or 5 running and its queue", reason)
 	}
 }

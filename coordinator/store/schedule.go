@@ -90,36 +90,44 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // LOCKED with a LIMIT takes the rows the statement reaches first.
 //
 // Priority wins first. Among tasks of equal priority the order is fair share
-// (weighted fair queuing, in its stride form): a submitter's k-th queued task,
-// oldest first, is offered at the virtual time (running + k) / weight, where
-// running counts the submitter's tasks already holding a slot and weight is
-// theirs in podium.users (1 when they have no row). Bob's first task after
-// Alice's sweep of 1,000 comes before Alice's next one once she holds a slot,
-// and two busy submitters alternate, each keeping about half the slots, or
-// twice as many for a weight of 2. Ties go to the oldest task, then the
-// lowest id, so one submitter's queue is still first come, first served.
+// (weighted fair queuing, in its stride form) between sharers: a spec's
+// group when it names one, its submitter (requested_by) otherwise. A
+// sharer's k-th queued task, oldest first, is offered at the virtual time
+// (running + k) / weight, where running counts the sharer's tasks already
+// holding a slot and weight is the submitter's in podium.users (1 when they
+// have no row, and for groups). Bob's first task after Alice's sweep of
+// 1,000 comes before Alice's next one once she holds a slot, and two busy
+// sharers alternate, each keeping about half the slots, or twice as many for
+// a weight of 2. Ties go to the oldest task, then the lowest id, so one
+// sharer's queue is still first come, first served.
 //
-// It is one statement, set-based: the ranking reads the queued rows (which
-// tasks_queue serves) and the running count the active ones once per pass,
-// never per task. Only tasks is locked (FOR UPDATE OF t), each row after the
-// sort, so a row another pass holds is skipped and the state is checked
-// again on the locked row.
+// It is one statement, set-based: the ranking reads the queued rows and the
+// running count the active ones once per pass, never per task. Only tasks is
+// locked (FOR UPDATE OF t), each row after the sort, so a row another pass
+// holds is skipped and the state is checked again on the locked row. A group
+// and a user of the same name are different sharers (the key says which).
 const claimQueued = `with running as (
-		select requested_by, count(*) as n from podium.tasks
-		where state in ('scheduled', 'provisioning', 'running') group by requested_by),
-	ranked as (
-		select id, priority, created_at, requested_by,
-			row_number() over w as k, count(*) over (partition by priority, requested_by) as queued
+		select case when share_group = '' then 'u:' || requested_by else 'g:' || share_group end as sharer, count(*) as n
 		from podium.tasks
-		where state = 'queued' and (not_before is null or not_before <= now())
-		window w as (partition by priority, requested_by order by created_at, id))
+		where state in ('scheduled', 'provisioning', 'running') group by 1),
+	waiting as (
+		select id, priority, created_at, requested_by, share_group,
+			case when share_group = '' then 'u:' || requested_by else 'g:' || share_group end as sharer
+		from podium.tasks
+		where state = 'queued' and (not_before is null or not_before <= now())),
+	ranked as (
+		select id, priority, created_at, requested_by, share_group, sharer,
+			row_number() over w as k, count(*) over (partition by priority, sharer) as queued
+		from waiting
+		window w as (partition by priority, sharer order by created_at, id))
 	select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
 		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
-		t.max_attempts, t.reason, t.created_at, t.requested_by, coalesce(r.n, 0), q.queued
+		t.max_attempts, t.reason, t.created_at,
+		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, coalesce(r.n, 0), q.queued
 	from ranked q
 	join podium.tasks t on t.id = q.id
-	left join running r on r.requested_by = q.requested_by
-	left join podium.users u on u.name = q.requested_by
+	left join running r on r.sharer = q.sharer
+	left join podium.users u on q.share_group = '' and u.name = q.requested_by
 	where t.state = 'queued'
 	order by q.priority desc, (coalesce(r.n, 0) + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
 	for update of t skip locked limit $1`
@@ -132,9 +140,10 @@ type queued struct {
 	maxAttempts int32
 	reason      string
 	created     time.Time
-	// by is who submitted the task; running and waiting are how many of
-	// their tasks hold a slot and wait at its priority, for the reason
-	// a task waiting for its fair share is given.
+	// by is who the task shares slots as (its submitter, or "group G");
+	// running and waiting are how many of that sharer's tasks hold a slot
+	// and wait at its priority, for the reason a task waiting for its fair
+	// share is given.
 	by      string
 	running int64
 	waiting int64
@@ -151,7 +160,7 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 }
 
 // contended says whether the claimed tasks come from more than one
-// submitter: only then is a task that waits for a slot waiting for its fair
+// sharer: only then is a task that waits for a slot waiting for its fair
 // share rather than for the fleet to have room at all.
 func contended(qs []queued) bool {
 	for _, q := range qs {

@@ -46,6 +46,7 @@ type specFile struct {
 	Secrets         []specSecret       `yaml:"secrets"`
 	Retain          specRetain         `yaml:"retain"`
 	Retry           *specRetry         `yaml:"retry"`
+	Group           string             `yaml:"group"`
 	// Container options (container.go).
 	ReadOnly bool        `yaml:"read_only"`
 	ShmSize  specSize    `yaml:"shm_size"`
@@ -380,6 +381,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		CancelGraceSeconds: f.CancelGrace.seconds,
 		OutputLimitBytes:   f.OutputLimit.bytes,
 		RetainSeconds:      f.Retain.seconds,
+		Group:              f.Group,
 		ReadOnly:           f.ReadOnly,
 		ShmSizeBytes:       f.ShmSize.bytes,
 		Ulimits:            f.Ulimits.list,

@@ -6,3 +6,10 @@
 -- caller, a tailnet login never added) weighs 1.
 alter table podium.users
     add column weight int not null default 1 check (weight between 1 and 1000);
+
+-- A spec's group (TaskSpec.group) shares slots as one in place of its
+-- submitter: the tasks of a team's sweep count together whoever submitted
+-- them. Kept beside the spec, as labels are, so the claim never reads specs.
+-- Groups weigh 1.
+alter table podium.tasks
+    add column share_group text not null default '';
