@@ -51,6 +51,7 @@
 //	allow_egress: [192.0.2.10/32]    # ranges the node blocks that the task must reach (see below)
 //	pull: if-not-present             # or always, never; absent: always for :latest or no tag, else if-not-present
 //	retain: 7d                       # how long the task is kept after it ends (see below); absent: the coordinator's --retain-tasks
+//	group: ml-sweeps                 # who it shares slots as (fair share, see below); absent: its submitter
 //	secrets:                         # stored secrets (podium secret set) the task receives (see below)
 //	  - {name: db-password, env: PGPASSWORD}   # as a variable
 //	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
@@ -101,6 +102,12 @@
 // durations ("36h"), from 1h to 10y (MinRetain, MaxRetain); the API carries
 // it as retain_seconds.
 //
+// group names who the task counts as for fair share: among queued tasks of
+// equal priority the scheduler shares free slots between groups, and between
+// submitters for tasks without one, so a team's sweep submitted by several
+// people counts once. It is letters, digits and . _ / -, at most 64 bytes
+// (MaxGroupBytes).
+//
 // Environment keys may be any printable ASCII except "=" (Kubernetes' relaxed
 // rule: Java and .NET settings use dots and dashes, and Docker passes such
 // names through unchanged). Labels are "key" or "key=value", each part made of
@@ -125,6 +132,7 @@
 //	timeout, cancel_grace, readiness       8760h, a year
 //	timeout
 //	retain                                 1h to 10y
+//	group                                  64 bytes
 //	resources                              cpu 65536 cores, memory_mb 2^30
 //	                                       (a PiB), pids 4194304 (the
 //	                                       kernel's PID_MAX_LIMIT)
