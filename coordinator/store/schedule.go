@@ -101,35 +101,47 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // a weight of 2. Ties go to the oldest task, then the lowest id, so one
 // sharer's queue is still first come, first served.
 //
-// It is one statement, set-based: the ranking reads the queued rows and the
-// running count the active ones once per pass, never per task. Only tasks is
-// locked (FOR UPDATE OF t), each row after the sort, so a row another pass
-// holds is skipped and the state is checked again on the locked row. A group
-// and a user of the same name are different sharers (the key says which).
-const claimQueued = `with running as (
-		select case when share_group = '' then 'u:' || requested_by else 'g:' || share_group end as sharer, count(*) as n
-		from podium.tasks
-		where state in ('scheduled', 'provisioning', 'running') group by 1),
-	waiting as (
-		select id, priority, created_at, requested_by, share_group,
-			case when share_group = '' then 'u:' || requested_by else 'g:' || share_group end as sharer
-		from podium.tasks
-		where state = 'queued' and (not_before is null or not_before <= now())),
-	ranked as (
-		select id, priority, created_at, requested_by, share_group, sharer,
-			row_number() over w as k, count(*) over (partition by priority, sharer) as queued
-		from waiting
-		window w as (partition by priority, sharer order by created_at, id))
+// It is one statement, set-based, and costs what it claims rather than the
+// length of the queue: a skip scan finds the sharers with queued tasks (one
+// index probe each, tasks_fair_queue), at most a batch of each one's queue
+// head is read (a task past its sharer's first batch cannot be among the
+// batch claimed, since its own earlier tasks all come before it), and each
+// sharer's running count is one probe of tasks_fair_running. Its queued count,
+// needed only for the reason given to a task waiting for its fair share, is
+// counted only when more than one sharer is waiting. Only tasks is locked
+// (FOR UPDATE OF t), each row after the sort, so a row another pass holds is
+// skipped and the state is checked again on the locked row. A group and a
+// user of the same name are different sharers (podium.tasks.sharer).
+const claimQueued = `with recursive sharers as (
+		(select sharer from podium.tasks where state = 'queued' order by sharer limit 1)
+		union all
+		select (select t.sharer from podium.tasks t where t.state = 'queued' and t.sharer > s.sharer order by t.sharer limit 1)
+		from sharers s where s.sharer is not null),
+	many as (select count(*) > 1 as contended from sharers where sharer is not null),
+	heads as (
+		select c.*, row_number() over w as k
+		from sharers s cross join lateral (
+			select t.id, t.priority, t.created_at, t.sharer, t.requested_by, t.share_group from podium.tasks t
+			where t.state = 'queued' and t.sharer = s.sharer and (t.not_before is null or t.not_before <= now())
+			order by t.priority desc, t.created_at, t.id limit $1) c
+		where s.sharer is not null
+		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
+	counts as (
+		select s.sharer,
+			(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer) as running,
+			case when (select contended from many) then
+				(select count(*) from podium.tasks t where t.state = 'queued' and t.sharer = s.sharer) else 0 end as queued
+		from sharers s where s.sharer is not null)
 	select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
 		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
 		t.max_attempts, t.reason, t.created_at,
-		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, coalesce(r.n, 0), q.queued
-	from ranked q
+		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, n.running, n.queued
+	from heads q
+	join counts n on n.sharer = q.sharer
 	join podium.tasks t on t.id = q.id
-	left join running r on r.sharer = q.sharer
 	left join podium.users u on q.share_group = '' and u.name = q.requested_by
 	where t.state = 'queued'
-	order by q.priority desc, (coalesce(r.n, 0) + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
+	order by q.priority desc, (n.running + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
 	for update of t skip locked limit $1`
 
 type queued struct {
@@ -142,8 +154,8 @@ type queued struct {
 	created     time.Time
 	// by is who the task shares slots as (its submitter, or "group G");
 	// running and waiting are how many of that sharer's tasks hold a slot
-	// and wait at its priority, for the reason a task waiting for its fair
-	// share is given.
+	// and are queued (counted only when sharers contend), for the reason a
+	// task waiting for its fair share is given.
 	by      string
 	running int64
 	waiting int64

@@ -13,3 +13,15 @@ alter table podium.users
 -- Groups weigh 1.
 alter table podium.tasks
     add column share_group text not null default '';
+
+-- sharer is who a task shares slots as: its group, or its submitter. The
+-- claim reads each sharer's queue head through tasks_fair_queue (a skip scan
+-- over the sharers, then at most a batch from each), and its running count
+-- through tasks_fair_running, so a pass costs what it claims and the number
+-- of sharers, not the length of the queue.
+alter table podium.tasks
+    add column sharer text generated always as
+        (case when share_group = '' then 'u:' || requested_by else 'g:' || share_group end) stored;
+
+create index tasks_fair_queue on podium.tasks (sharer, priority desc, created_at, id) where state = 'queued';
+create index tasks_fair_running on podium.tasks (sharer) where state in ('scheduled', 'provisioning', 'running');
