@@ -104,14 +104,17 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // It is one statement, set-based, and costs what it claims rather than the
 // length of the queue: a skip scan finds the sharers with queued tasks (one
 // index probe each, tasks_fair_queue), at most a batch of each one's queue
-// head is read (a task past its sharer's first batch cannot be among the
-// batch claimed, since its own earlier tasks all come before it), and each
-// sharer's running count is one probe of tasks_fair_running. Its queued count,
-// needed only for the reason given to a task waiting for its fair share, is
-// counted only when more than one sharer is waiting. Only tasks is locked
-// (FOR UPDATE OF t), each row after the sort, so a row another pass holds is
-// skipped and the state is checked again on the locked row. A group and a
-// user of the same name are different sharers (podium.tasks.sharer).
+// head is read and locked FOR UPDATE SKIP LOCKED (a task past its sharer's
+// first batch cannot be among the batch claimed, since its own earlier tasks
+// all come before it), and each sharer's running count is one probe of
+// tasks_fair_running. Its queued count, needed only for the reason given to a
+// task waiting for its fair share, is counted only when more than one sharer
+// is waiting. Rows are read and locked in the per-sharer scan itself, never
+// joined back to tasks, so no plan can turn the claim into a scan of the
+// whole queue. With several sharers it locks more rows than it returns (up to
+// a batch each); only the leader claims, and the locks end with the pass. A
+// group and a user of the same name are different sharers
+// (podium.tasks.sharer).
 const claimQueued = `with recursive sharers as (
 		(select sharer from podium.tasks where state = 'queued' order by sharer limit 1)
 		union all
@@ -121,9 +124,13 @@ const claimQueued = `with recursive sharers as (
 	heads as (
 		select c.*, row_number() over w as k
 		from sharers s cross join lateral (
-			select t.id, t.priority, t.created_at, t.sharer, t.requested_by, t.share_group from podium.tasks t
+			select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
+				t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
+				t.max_attempts, t.reason, t.created_at, t.priority, t.sharer, t.requested_by, t.share_group
+			from podium.tasks t
 			where t.state = 'queued' and t.sharer = s.sharer and (t.not_before is null or t.not_before <= now())
-			order by t.priority desc, t.created_at, t.id limit $1) c
+			order by t.priority desc, t.created_at, t.id
+			for update skip locked limit $1) c
 		where s.sharer is not null
 		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
 	counts as (
@@ -132,17 +139,15 @@ const claimQueued = `with recursive sharers as (
 			case when (select contended from many) then
 				(select count(*) from podium.tasks t where t.state = 'queued' and t.sharer = s.sharer) else 0 end as queued
 		from sharers s where s.sharer is not null)
-	select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
-		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
-		t.max_attempts, t.reason, t.created_at,
+	select q.id, q.labels, q.cpu, q.memory_mb, q.pids, q.timeout_seconds, q.output_limit_bytes,
+		q.allow_egress, q.privileged_sidecars, q.gpus, q.gpu_model, q.gpu_memory_mb, q.attempt, q.attempt_given_back,
+		q.max_attempts, q.reason, q.created_at,
 		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, n.running, n.queued
 	from heads q
 	join counts n on n.sharer = q.sharer
-	join podium.tasks t on t.id = q.id
 	left join podium.users u on q.share_group = '' and u.name = q.requested_by
-	where t.state = 'queued'
 	order by q.priority desc, (n.running + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
-	for update of t skip locked limit $1`
+	limit $1`
 
 type queued struct {
 	id          string
