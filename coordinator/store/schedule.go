@@ -106,10 +106,12 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // index probe each, tasks_fair_queue), at most a batch of each one's queue
 // head is read and locked FOR UPDATE SKIP LOCKED (a task past its sharer's
 // first batch cannot be among the batch claimed, since its own earlier tasks
-// all come before it), and each sharer's running count is one probe of
-// tasks_fair_running. Its queued count, needed only for the reason given to a
-// task waiting for its fair share, is counted only when more than one sharer
-// is waiting. Rows are read and locked in the per-sharer scan itself, never
+// all come before it). Each sharer's running count (tasks_fair_running) and
+// queued count (for the reason given to a task waiting for its fair share)
+// are counted only when more than one sharer is waiting: with one, the order
+// is its queue's, and a pass does not count what it does not need. Those
+// counts read every active and queued task of the contending sharers, so a
+// contended pass costs in proportion to them. Rows are read and locked in the per-sharer scan itself, never
 // joined back to tasks, so no plan can turn the claim into a scan of the
 // whole queue. With several sharers it locks more rows than it returns (up to
 // a batch each); only the leader claims, and the locks end with the pass. A
@@ -135,7 +137,9 @@ const claimQueued = `with recursive sharers as (
 		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
 	counts as (
 		select s.sharer,
-			(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer) as running,
+			case when (select contended from many) then
+				(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer)
+				else 0 end as running,
 			case when (select contended from many) then
 				(select count(*) from podium.tasks t where t.state = 'queued' and t.sharer = s.sharer) else 0 end as queued
 		from sharers s where s.sharer is not null)
