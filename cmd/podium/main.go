@@ -170,6 +170,7 @@ func init() {
 		userLsCommand,
 		userRmCommand,
 		userSetRoleCommand,
+		userSetWeightCommand,
 		loginCommand,
 		auditCommand,
 		secretSetCommand,

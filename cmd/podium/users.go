@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -54,6 +55,21 @@ var userSetRoleCommand = &command{
 	run:       runUserSetRole,
 }
 
+var userSetWeightCommand = &command{
+	name:     "user set-weight",
+	synopsis: "NAME WEIGHT",
+	summary:  "Set a person's fair share of the slots (admin only).",
+	detail: `
+WEIGHT is a whole number from 1 (the default) to 1000. Among queued tasks of
+equal priority, the scheduler shares free slots between submitters in
+proportion to their weights: a person of weight 2 gets about twice the slots
+of a person of weight 1 while both have tasks waiting. Priority still wins:
+a higher-priority task goes first whoever submitted it. It applies from the
+leader's next dispatch pass.`,
+	usageExit: exitUsage,
+	run:       runUserSetWeight,
+}
+
 func runUserAdd(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	role := fs.String("role", "", "the person's `ROLE`: admin, member or viewer")
@@ -90,8 +106,8 @@ func runUserLs(ctx context.Context, c *cli, cmd *command, args []string) int {
 			return nil, err
 		}
 		return resp.Msg.GetUsers(), nil
-	}, []string{"NAME", "ROLE", "ADDED", "BY"}, func(u *podiumv1.User) []string {
-		return []string{u.GetName(), u.GetRole(), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
+	}, []string{"NAME", "ROLE", "WEIGHT", "ADDED", "BY"}, func(u *podiumv1.User) []string {
+		return []string{u.GetName(), u.GetRole(), strconv.Itoa(int(max(u.GetWeight(), 1))), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
 	})
 }
 
@@ -137,5 +153,32 @@ func runUserSetRole(ctx context.Context, c *cli, cmd *command, args []string) in
 		return c.failed(cl, err, "")
 	}
 	fmt.Fprintf(c.stderr, "→ %s is now a %s\n", resp.Msg.GetUser().GetName(), resp.Msg.GetUser().GetRole())
+	return exitOK
+}
+
+func runUserSetWeight(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) != 2 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("want NAME and WEIGHT, got %d arguments", len(rest)))
+	}
+	w, err := strconv.ParseInt(rest[1], 10, 32)
+	if err != nil || w < 1 || w > 1000 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("WEIGHT: %q is not a whole number from 1 to 1000", rest[1]))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SetUserWeightResponse], error) {
+		return e.admin.SetUserWeight(ctx, connect.NewRequest(&podiumv1.SetUserWeightRequest{Name: rest[0], Weight: int32(w)}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	fmt.Fprintf(c.stderr, "→ %s now has weight %d\n", resp.Msg.GetUser().GetName(), resp.Msg.GetUser().GetWeight())
 	return exitOK
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +237,34 @@ func TestAudit(t *testing.T) {
 	}
 	if got, err := parseSince("2026-12-01", time.Now()); err != nil || got.Day() != 1 {
 		t.Errorf("parseSince(2026-12-01) = %v, %v", got, err)
+	}
+}
+
+func (f *fake) SetUserWeight(_ context.Context, req *connect.Request[podiumv1.SetUserWeightRequest]) (*connect.Response[podiumv1.SetUserWeightResponse], error) {
+	f.recordUser(userReq{"set-weight", req.Msg.Name, strconv.Itoa(int(req.Msg.Weight))})
+	return connect.NewResponse(&podiumv1.SetUserWeightResponse{User: &podiumv1.User{Name: req.Msg.Name, Role: "member", Weight: req.Msg.Weight}}), nil
+}
+
+// user set-weight sends the weight and says what it is now; a weight that
+// is not a whole number from 1 to 1000 is a usage error, sent nowhere.
+func TestUserSetWeight(t *testing.T) {
+	f := newFake(t)
+	env := map[string]string{"PODIUM_SERVER": f.url(), "PODIUM_TOKEN": "boot"}
+	cli := newTestCLI(env)
+	if code := cli.run(t, "user", "set-weight", "alice", "2"); code != 0 {
+		t.Fatalf("user set-weight: exit %d; stderr:\n%s", code, cli.errOut)
+	}
+	if !strings.Contains(cli.errOut.String(), "alice now has weight 2") {
+		t.Errorf("user set-weight does not say the new weight:\n%s", cli.errOut)
+	}
+	for _, bad := range []string{"0", "1001", "two", "1.5"} {
+		cli = newTestCLI(env)
+		if code := cli.run(t, "user", "set-weight", "alice", bad); code != exitUsage || !strings.Contains(cli.errOut.String(), "WEIGHT: ") ||
+			!strings.Contains(cli.errOut.String(), "from 1 to 1000") {
+			t.Errorf("user set-weight alice %s: exit %d, stderr:\n%s", bad, code, cli.errOut)
+		}
+	}
+	if got, want := f.userCalls(), []userReq{{"set-weight", "alice", "2"}}; len(got) != 1 || got[0] != want[0] {
+		t.Errorf("the coordinator received %v, want %v", got, want)
 	}
 }

@@ -97,6 +97,7 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceListUsersProcedure:             Admin,
 	podiumv1connect.AdminServiceRemoveUserProcedure:            Admin,
 	podiumv1connect.AdminServiceSetUserRoleProcedure:           Admin,
+	podiumv1connect.AdminServiceSetUserWeightProcedure:         Admin,
 	podiumv1connect.AdminServiceListAuditProcedure:             Admin,
 	podiumv1connect.AdminServiceSetSecretProcedure:             Admin,
 	podiumv1connect.AdminServiceListSecretsProcedure:           Admin,

@@ -89,6 +89,29 @@ func (s *Service) SetUserRole(ctx context.Context, req *connect.Request[podiumv1
 	return connect.NewResponse(&podiumv1.SetUserRoleResponse{User: userProto(u)}), nil
 }
 
+// SetUserWeight changes a person's fair-share weight, from the leader's next
+// dispatch pass on. A weight outside 1..store.MaxWeight is refused and
+// nothing is stored.
+func (s *Service) SetUserWeight(ctx context.Context, req *connect.Request[podiumv1.SetUserWeightRequest]) (*connect.Response[podiumv1.SetUserWeightResponse], error) {
+	name, weight := req.Msg.GetName(), req.Msg.GetWeight()
+	if err := access.CheckName(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if weight < 1 || weight > store.MaxWeight {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("weight: %d is out of range: give a whole number from 1 (the default) to %d", weight, store.MaxWeight))
+	}
+	u, err := s.store.SetUserWeight(ctx, name, weight)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no user %s: add them with `podium user add %s --role member` first", name, name))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user weight set", "user", name, "weight", weight, "by", caller(ctx))
+	return connect.NewResponse(&podiumv1.SetUserWeightResponse{User: userProto(u)}), nil
+}
+
 func nameAndRole(name, role string) (string, access.Role, error) {
 	if err := access.CheckName(name); err != nil {
 		return "", "", connect.NewError(connect.CodeInvalidArgument, err)
@@ -118,7 +141,7 @@ func caller(ctx context.Context) string {
 }
 
 func userProto(u store.User) *podiumv1.User {
-	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy}
+	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy, Weight: u.Weight}
 }
 
 // MaxAuditEntries bounds one page of the audit log.

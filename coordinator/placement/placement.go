@@ -10,7 +10,8 @@
 // the placements.
 //
 // Which task is offered first is decided in SQL, not here: the store claims
-// queued tasks highest priority first, then oldest, then lowest id, in the
+// queued tasks highest priority first, then by fair share between their
+// submitters (store.claimQueued), in the
 // same statement that locks them FOR UPDATE SKIP LOCKED. The order has to live
 // there, because a LIMIT with SKIP LOCKED takes whichever rows the statement
 // reaches first; sorting after the claim would sort the wrong tasks.
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -291,6 +293,43 @@ func (l *Limits) permits(p netip.Prefix) bool {
 	return false
 }
 
+// Busy is Place's reason when every node that could run the task has no
+// free slot. The store's pass replaces it with FairShareReason when other
+// submitters' tasks compete for the same slots.
+const Busy = "every node that could run the task is busy: it waits for a free slot"
+
+// FairShareReason says why a task waits while others' tasks take the slots
+// it could use: its submitter already holds their share. running and
+// queued are the submitter's tasks holding a slot and queued at the task's
+// priority (this one included).
+func FairShareReason(by string, running, queued int64) string {
+	if by == "" {
+		by = "its submitter"
+	}
+	return fmt.Sprintf("waiting for its fair share: %s has %s running, %s queued", by, thousands(running), thousands(queued))
+}
+
+// thousands writes n with a comma between each group of three digits, as
+// people read counts of tasks: 4,960.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
 // Place picks a node for a task: among the undrained nodes that carry every
 // label the task needs, allow what it asks for (Limits), have GPUs of the
 // model and memory it asks for, the CPU and memory for it, as many free
@@ -389,7 +428,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		}
 		return -1, fmt.Sprintf("no connected node has %d free %s%s (largest: %d)", n.GPUs, what, gpuFilter(n), mostFreeGPUs)
 	case best < 0:
-		return -1, "every node that could run the task is busy: it waits for a free slot"
+		return -1, Busy
 	}
 	return best, ""
 }

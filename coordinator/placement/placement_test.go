@@ -419,3 +419,21 @@ func TestPlaceAllocatesNothing(t *testing.T) {
 		t.Fatalf("a refusal allocated %.0f times; it should only format its reason", allocs)
 	}
 }
+
+// The fair-share reason names the sharer and its counts as people read
+// them, thousands separated.
+func TestFairShareReason(t *testing.T) {
+	for _, tc := range []struct {
+		by              string
+		running, queued int64
+		want            string
+	}{
+		{"alice", 40, 4960, "waiting for its fair share: alice has 40 running, 4,960 queued"},
+		{"group ml", 0, 1234567, "waiting for its fair share: group ml has 0 running, 1,234,567 queued"},
+		{"", 999, 1000, "waiting for its fair share: its submitter has 999 running, 1,000 queued"},
+	} {
+		if got := placement.FairShareReason(tc.by, tc.running, tc.queued); got != tc.want {
+			t.Errorf("FairShareReason(%q, %d, %d) = %q, want %q", tc.by, tc.running, tc.queued, got, tc.want)
+		}
+	}
+}

@@ -120,7 +120,7 @@ func TestIdleLeaderDoesNotReadTheQueue(t *testing.T) {
 		}
 		return n
 	}
-	const queue = "%order by priority desc, created_at, id%"    // the pass's claim
+	const queue = "%row_number() over w as k%"                  // the pass's claim
 	const sweep = "%from podium.settings where id = %"          // the sweep reads the stored thresholds first
 	const exists = "%select exists(select % from podium.tasks%" // the probe this test is about
 	// The term's first pass reads the queue; a submitted task is placed by

@@ -89,13 +89,73 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 
 // claimQueued is the pass's claim: the order is decided here, because SKIP
 // LOCKED with a LIMIT takes the rows the statement reaches first.
-const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, output_limit_bytes,
-		allow_egress, privileged_sidecars, gpus, gpu_model, gpu_memory_mb, attempt, attempt_given_back, max_attempts, reason, created_at,
-		concurrency_key, concurrency_limit from podium.tasks
-	where state = 'queued' and (not_before is null or not_before <= now())
-	  and (concurrency_key = '' or reason not like 'concurrency key %' or ` + keyHasRoom + `)
-	order by priority desc, created_at, id
-	for update skip locked limit $1`
+//
+// Priority wins first. Among tasks of equal priority the order is fair share
+// (weighted fair queuing, in its stride form) between sharers: a spec's
+// group when it names one, its submitter (requested_by) otherwise. A
+// sharer's k-th queued task, oldest first, is offered at the virtual time
+// (running + k) / weight, where running counts the sharer's tasks already
+// holding a slot and weight is the submitter's in podium.users (1 when they
+// have no row, and for groups). Bob's first task after Alice's sweep of
+// 1,000 comes before Alice's next one once she holds a slot, and two busy
+// sharers alternate, each keeping about half the slots, or twice as many for
+// a weight of 2. Ties go to the oldest task, then the lowest id, so one
+// sharer's queue is still first come, first served.
+//
+// It is one statement, set-based, and costs what it claims rather than the
+// length of the queue: a skip scan finds the sharers with queued tasks (one
+// index probe each, tasks_fair_queue), at most a batch of each one's queue
+// head is read and locked FOR UPDATE SKIP LOCKED (a task past its sharer's
+// first batch cannot be among the batch claimed, since its own earlier tasks
+// all come before it). Each sharer's running count (tasks_fair_running) and
+// queued count (for the reason given to a task waiting for its fair share)
+// are counted only when more than one sharer is waiting: with one, the order
+// is its queue's, and a pass does not count what it does not need. Those
+// counts read every active and queued task of the contending sharers, so a
+// contended pass costs in proportion to them. Rows are read and locked in the
+// per-sharer scan itself, never joined back to tasks, so no plan can turn the claim into a scan of the
+// whole queue. With several sharers it locks more rows than it returns (up to
+// a batch each); only the leader claims, and the locks end with the pass. A
+// group and a user of the same name are different sharers
+// (podium.tasks.sharer).
+const claimQueued = `with recursive sharers as (
+		(select sharer from podium.tasks where state = 'queued' order by sharer limit 1)
+		union all
+		select (select t.sharer from podium.tasks t where t.state = 'queued' and t.sharer > s.sharer order by t.sharer limit 1)
+		from sharers s where s.sharer is not null),
+	many as (select count(*) > 1 as contended from sharers where sharer is not null),
+	heads as (
+		select c.*, row_number() over w as k
+		from sharers s cross join lateral (
+			select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
+				t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
+				t.max_attempts, t.reason, t.created_at, t.priority, t.sharer, t.requested_by, t.share_group,
+				t.concurrency_key, t.concurrency_limit
+			from podium.tasks t
+			where t.state = 'queued' and t.sharer = s.sharer and (t.not_before is null or t.not_before <= now())
+			  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
+			order by t.priority desc, t.created_at, t.id
+			for update skip locked limit $1) c
+		where s.sharer is not null
+		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
+	counts as (
+		select s.sharer,
+			case when (select contended from many) then
+				(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer)
+				else 0 end as running,
+			case when (select contended from many) then
+				(select count(*) from podium.tasks t where t.state = 'queued' and t.sharer = s.sharer) else 0 end as queued
+		from sharers s where s.sharer is not null)
+	select q.id, q.labels, q.cpu, q.memory_mb, q.pids, q.timeout_seconds, q.output_limit_bytes,
+		q.allow_egress, q.privileged_sidecars, q.gpus, q.gpu_model, q.gpu_memory_mb, q.attempt, q.attempt_given_back,
+		q.max_attempts, q.reason, q.created_at,
+		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, n.running, n.queued,
+		q.concurrency_key, q.concurrency_limit
+	from heads q
+	join counts n on n.sharer = q.sharer
+	left join podium.users u on q.share_group = '' and u.name = q.requested_by
+	order by q.priority desc, (n.running + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
+	limit $1`
 
 // keyHasRoom is the claim's test that a task's concurrency key is below its
 // limit. A task already told its key is at its limit is not claimed again
@@ -104,8 +164,8 @@ const claimQueued = `select id, labels, cpu, memory_mb, pids, timeout_seconds, o
 // one of them is claimed again and the ones still waiting are told who holds
 // it now. This only spares the pass work: the limit itself is kept by
 // lockKeys, under the key's lock.
-const keyHasRoom = `(select count(*) from podium.tasks a where a.concurrency_key = tasks.concurrency_key
-		and a.state in ('scheduled', 'provisioning', 'running')) < greatest(concurrency_limit, 1)`
+const keyHasRoom = `(select count(*) from podium.tasks a where a.concurrency_key = t.concurrency_key
+		and a.state in ('scheduled', 'provisioning', 'running')) < greatest(t.concurrency_limit, 1)`
 
 type queued struct {
 	id          string
@@ -119,6 +179,13 @@ type queued struct {
 	// limit.
 	key   string
 	limit int32
+	// by is who the task shares slots as (its submitter, or "group G");
+	// running and waiting are how many of that sharer's tasks hold a slot
+	// and are queued (counted only when sharers contend), for the reason a
+	// task waiting for its fair share is given.
+	by      string
+	running int64
+	waiting int64
 }
 
 func scanQueued(r pgx.CollectableRow) (queued, error) {
@@ -126,13 +193,26 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var egress []string
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
 		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
-		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.key, &q.limit)
+		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.by, &q.running, &q.waiting, &q.key, &q.limit)
 	q.need.AllowEgress = placement.ParseEgress(egress)
 	return q, err
 }
 
+// contended says whether the claimed tasks come from more than one
+// sharer: only then is a task that waits for a slot waiting for its fair
+// share rather than for the fleet to have room at all.
+func contended(qs []queued) bool {
+	for _, q := range qs {
+		if q.by != qs[0].by {
+			return true
+		}
+	}
+	return false
+}
+
 // DispatchPass claims up to batch queued tasks with FOR UPDATE SKIP LOCKED,
-// highest priority first, then oldest, then lowest id, asks place where each
+// highest priority first, then by fair share between submitters
+// (claimQueued), asks place where each
 // goes, records the placements and why the others wait, and, once that has
 // committed, rings each placed task's followers and each node given work. It
 // returns the placements and how many claimed tasks were left waiting. If it
@@ -180,6 +260,7 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		return nil, 0, err
 	}
 	var why struct{ ids, reasons []string }
+	shared := contended(qs)
 	for _, q := range qs {
 		next := nextAttempt(q.attempt, q.givenBack)
 		if next > q.maxAttempts {
@@ -204,6 +285,9 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 		}
 		if node == "" {
 			waiting++
+			if shared && reason == placement.Busy {
+				reason = placement.FairShareReason(q.by, q.running, q.waiting)
+			}
 			if reason != q.reason {
 				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
 			}

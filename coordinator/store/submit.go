@@ -23,7 +23,7 @@ type NewTask struct {
 }
 
 // insertTasks stores one row per element of its arrays. The labels,
-// allow_egress, retain_seconds, privileged_sidecars and GPU columns are
+// allow_egress, retain_seconds, privileged_sidecars, GPU and share_group columns are
 // derived from the spec's own JSON rather than passed: a text[] per row
 // cannot go through unnest, and the spec already carries them (protojson
 // leaves an empty list out, which array() turns into '{}', and a zero out,
@@ -31,7 +31,7 @@ type NewTask struct {
 const insertTasks = `insert into podium.tasks
 	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds, rerun_of, privileged_sidecars,
-	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit)
+	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit, share_group)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress')),
@@ -39,7 +39,8 @@ const insertTasks = `insert into podium.tasks
 		jsonb_path_exists(spec, '$.sidecars[*] ? (@.privileged == true)'),
 		coalesce((spec->'resources'->>'gpus')::int, 0), coalesce(spec->'resources'->>'gpuModel', ''),
 		coalesce((spec->'resources'->>'gpuMemoryMb')::bigint, 0),
-		coalesce(spec->'concurrency'->>'key', ''), coalesce((spec->'concurrency'->>'limit')::int, 0)
+		coalesce(spec->'concurrency'->>'key', ''), coalesce((spec->'concurrency'->>'limit')::int, 0),
+		coalesce(spec->>'group', '')
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
 		$10::int8[], $11::int8[], $12::int8[], $17::text[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,

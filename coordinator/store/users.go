@@ -16,7 +16,14 @@ type User struct {
 	Role      string
 	CreatedAt time.Time
 	CreatedBy string
+	// Weight is the user's share of free slots against other submitters
+	// of equal priority (fair share): 1 by default, at most MaxWeight.
+	Weight int32
 }
+
+// MaxWeight bounds a user's fair-share weight: a weight of 1,000 already
+// gives a user all but a thousandth of the slots others contend for.
+const MaxWeight = 1000
 
 // ErrExists means a row with that key is already there.
 var ErrExists = errors.New("already exists")
@@ -26,8 +33,8 @@ func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
-			values ($1, $2, $3, $4) returning name, role, created_at, created_by`, name, role, tokenHash, by).
-			Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+			values ($1, $2, $3, $4) returning name, role, created_at, created_by, weight`, name, role, tokenHash, by).
+			Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" {
 		return u, ErrExists
@@ -37,13 +44,13 @@ func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte
 
 // ListUsers lists every user by name.
 func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
-	rows, err := s.pool.Query(ctx, `select name, role, created_at, created_by from podium.users order by name`)
+	rows, err := s.pool.Query(ctx, `select name, role, created_at, created_by, weight from podium.users order by name`)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) {
 		var u User
-		return u, r.Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+		return u, r.Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
 	})
 }
 
@@ -63,7 +70,22 @@ func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
-			returning name, role, created_at, created_by`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+			returning name, role, created_at, created_by, weight`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return u, ErrNotFound
+	}
+	return u, err
+}
+
+// SetUserWeight changes a user's fair-share weight, from the leader's next
+// pass on; ErrNotFound when there is no such user. The caller checks the
+// bounds (1..MaxWeight); the column's check refuses anything else.
+func (s *Store) SetUserWeight(ctx context.Context, name string, weight int32) (User, error) {
+	var u User
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `update podium.users set weight = $2 where name = $1
+			returning name, role, created_at, created_by, weight`, name, weight).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
@@ -85,8 +107,8 @@ func (s *Store) UserByName(ctx context.Context, name string) (User, error) {
 
 func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
 	var u User
-	err := s.pool.QueryRow(ctx, `select name, role, created_at, created_by from podium.users where `+where, arg).
-		Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy)
+	err := s.pool.QueryRow(ctx, `select name, role, created_at, created_by, weight from podium.users where `+where, arg).
+		Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
 	}

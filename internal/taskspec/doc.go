@@ -55,6 +55,7 @@
 //	  key: deploy-prod               # required: letters, digits and . _ - / : ; 128 bytes
 //	  limit: 1                       # 1 to 1000; 0 or absent: 1
 //	  on_conflict: queue             # or cancel_older, cancel_newer; absent: queue
+//	group: ml-sweeps                 # who it shares slots as (fair share, see below); absent: its submitter
 //	secrets:                         # stored secrets (podium secret set) the task receives (see below)
 //	  - {name: db-password, env: PGPASSWORD}   # as a variable
 //	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
@@ -105,6 +106,12 @@
 // durations ("36h"), from 1h to 10y (MinRetain, MaxRetain); the API carries
 // it as retain_seconds.
 //
+// group names who the task counts as for fair share: among queued tasks of
+// equal priority the scheduler shares free slots between groups, and between
+// submitters for tasks without one, so a team's sweep submitted by several
+// people counts once. It is letters, digits and . _ / -, at most 64 bytes
+// (MaxGroupBytes).
+//
 // Environment keys may be any printable ASCII except "=" (Kubernetes' relaxed
 // rule: Java and .NET settings use dots and dashes, and Docker passes such
 // names through unchanged). Labels are "key" or "key=value", each part made of
@@ -129,6 +136,7 @@
 //	timeout, cancel_grace, readiness       8760h, a year
 //	timeout
 //	retain                                 1h to 10y
+//	group                                  64 bytes
 //	resources                              cpu 65536 cores, memory_mb 2^30
 //	                                       (a PiB), pids 4194304 (the
 //	                                       kernel's PID_MAX_LIMIT)

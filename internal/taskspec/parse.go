@@ -47,6 +47,7 @@ type specFile struct {
 	Retain          specRetain         `yaml:"retain"`
 	Retry           *specRetry         `yaml:"retry"`
 	Concurrency     *specConcurrency   `yaml:"concurrency"`
+	Group           string             `yaml:"group"`
 	// Container options (container.go).
 	ReadOnly bool        `yaml:"read_only"`
 	ShmSize  specSize    `yaml:"shm_size"`
@@ -388,6 +389,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		CancelGraceSeconds: f.CancelGrace.seconds,
 		OutputLimitBytes:   f.OutputLimit.bytes,
 		RetainSeconds:      f.Retain.seconds,
+		Group:              f.Group,
 		ReadOnly:           f.ReadOnly,
 		ShmSizeBytes:       f.ShmSize.bytes,
 		Ulimits:            f.Ulimits.list,

@@ -433,3 +433,21 @@ func TestParseUserAsANumber(t *testing.T) {
 		t.Fatalf("user = %q, want \"65534\"", got.GetUser())
 	}
 }
+
+// A spec's group is read from YAML as it is written, and a name that is
+// not one (a space, too long) is refused naming the field and the charset.
+func TestGroup(t *testing.T) {
+	spec, err := Parse(strings.NewReader("image: alpine:3\ngroup: ml/sweeps\n"))
+	if err != nil || spec.GetGroup() != "ml/sweeps" {
+		t.Fatalf("parse group: %v, %v", spec.GetGroup(), err)
+	}
+	if err := Validate(spec); err != nil {
+		t.Fatalf("validate group ml/sweeps: %v", err)
+	}
+	for _, bad := range []string{"ml sweeps", "ml;rm", strings.Repeat("g", MaxGroupBytes+1)} {
+		err := Validate(&podiumv1.TaskSpec{Image: "alpine:3", Group: bad})
+		if err == nil || !strings.HasPrefix(err.Error(), "spec.group: ") || !strings.Contains(err.Error(), "letters, digits and . _ / -") {
+			t.Errorf("group %q: %v, want spec.group refused with the charset", bad, err)
+		}
+	}
+}

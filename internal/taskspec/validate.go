@@ -75,6 +75,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 			return fieldErr("spec.working_dir", "is %d bytes, longer than any path can be (%d)", len(wd), MaxWorkingDirBytes)
 		}
 	}
+	if g := spec.GetGroup(); g != "" && (len(g) > MaxGroupBytes || !isLabelWord(g)) {
+		return fieldErr("spec.group", "%q is not a group name: use letters, digits and . _ / -, at most %d bytes (or leave it out to share as the submitter)", clip(g), MaxGroupBytes)
+	}
 	if n := len(spec.GetLabels()); n > MaxLabels {
 		return fieldErr("spec.labels", "has %d labels, more than %d", n, MaxLabels)
 	}
@@ -498,6 +501,10 @@ func envKeyProblem(k string) string {
 	}
 	return ""
 }
+
+// MaxGroupBytes bounds a spec's group: a name people type and read in a
+// why-queued reason, not a payload.
+const MaxGroupBytes = 64
 
 // labelProblem keeps labels to a charset that survives being a Docker label,
 // a SQL array element and a shell word without quoting.

@@ -1135,11 +1135,14 @@ func (x *WhoAmIResponse) GetRoleFrom() string {
 // User is a person known to the coordinator: a name with a personal API
 // token (local transport) or a Tailscale login (tailnet), and a role.
 type User struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	CreatedBy     string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role      string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// weight is the user's share of free slots against other submitters of
+	// equal priority (fair share): 1 unless an admin set it, at most 1000.
+	Weight        int32 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1200,6 +1203,13 @@ func (x *User) GetCreatedBy() string {
 		return x.CreatedBy
 	}
 	return ""
+}
+
+func (x *User) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 type AddUserRequest struct {
@@ -1566,6 +1576,105 @@ func (x *SetUserRoleResponse) GetUser() *User {
 	return nil
 }
 
+// SetUserWeightRequest sets a user's fair-share weight (1..1000): among
+// queued tasks of equal priority, a submitter of weight 2 gets about twice
+// the slots of one of weight 1.
+type SetUserWeightRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight        int32                  `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserWeightRequest) Reset() {
+	*x = SetUserWeightRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserWeightRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserWeightRequest) ProtoMessage() {}
+
+func (x *SetUserWeightRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserWeightRequest.ProtoReflect.Descriptor instead.
+func (*SetUserWeightRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetUserWeightRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserWeightRequest) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+type SetUserWeightResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserWeightResponse) Reset() {
+	*x = SetUserWeightResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserWeightResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserWeightResponse) ProtoMessage() {}
+
+func (x *SetUserWeightResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserWeightResponse.ProtoReflect.Descriptor instead.
+func (*SetUserWeightResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetUserWeightResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
 // AuditEntry is a row of the audit log: one call that changes something.
 type AuditEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1589,7 +1698,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1710,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1723,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -1687,7 +1796,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1808,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1821,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -1745,7 +1854,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1866,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1879,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -1794,7 +1903,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1915,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1928,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -1846,7 +1955,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1967,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1980,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetSecretResponse) GetCreated() bool {
@@ -1894,7 +2003,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2015,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2028,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Secret) GetName() string {
@@ -1951,7 +2060,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2072,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2085,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 type ListSecretsResponse struct {
@@ -1988,7 +2097,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2109,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2122,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*Secret {
@@ -2032,7 +2141,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2153,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2166,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2075,7 +2184,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2196,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2209,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 // RegistryLoginRequest stores the login a node uses to pull images from a
@@ -2121,7 +2230,7 @@ type RegistryLoginRequest struct {
 
 func (x *RegistryLoginRequest) Reset() {
 	*x = RegistryLoginRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2242,7 @@ func (x *RegistryLoginRequest) String() string {
 func (*RegistryLoginRequest) ProtoMessage() {}
 
 func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2255,7 @@ func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginRequest.ProtoReflect.Descriptor instead.
 func (*RegistryLoginRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegistryLoginRequest) GetHost() string {
@@ -2180,7 +2289,7 @@ type RegistryLoginResponse struct {
 
 func (x *RegistryLoginResponse) Reset() {
 	*x = RegistryLoginResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2301,7 @@ func (x *RegistryLoginResponse) String() string {
 func (*RegistryLoginResponse) ProtoMessage() {}
 
 func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2314,7 @@ func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginResponse.ProtoReflect.Descriptor instead.
 func (*RegistryLoginResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegistryLoginResponse) GetCreated() bool {
@@ -2229,7 +2338,7 @@ type Registry struct {
 
 func (x *Registry) Reset() {
 	*x = Registry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2350,7 @@ func (x *Registry) String() string {
 func (*Registry) ProtoMessage() {}
 
 func (x *Registry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2363,7 @@ func (x *Registry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registry.ProtoReflect.Descriptor instead.
 func (*Registry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Registry) GetHost() string {
@@ -2293,7 +2402,7 @@ type ListRegistriesRequest struct {
 
 func (x *ListRegistriesRequest) Reset() {
 	*x = ListRegistriesRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2414,7 @@ func (x *ListRegistriesRequest) String() string {
 func (*ListRegistriesRequest) ProtoMessage() {}
 
 func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2427,7 @@ func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 type ListRegistriesResponse struct {
@@ -2330,7 +2439,7 @@ type ListRegistriesResponse struct {
 
 func (x *ListRegistriesResponse) Reset() {
 	*x = ListRegistriesResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2451,7 @@ func (x *ListRegistriesResponse) String() string {
 func (*ListRegistriesResponse) ProtoMessage() {}
 
 func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2464,7 @@ func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRegistriesResponse) GetRegistries() []*Registry {
@@ -2374,7 +2483,7 @@ type RemoveRegistryRequest struct {
 
 func (x *RemoveRegistryRequest) Reset() {
 	*x = RemoveRegistryRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2495,7 @@ func (x *RemoveRegistryRequest) String() string {
 func (*RemoveRegistryRequest) ProtoMessage() {}
 
 func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2508,7 @@ func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveRegistryRequest) GetHost() string {
@@ -2417,7 +2526,7 @@ type RemoveRegistryResponse struct {
 
 func (x *RemoveRegistryResponse) Reset() {
 	*x = RemoveRegistryResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2538,7 @@ func (x *RemoveRegistryResponse) String() string {
 func (*RemoveRegistryResponse) ProtoMessage() {}
 
 func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2551,7 @@ func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
@@ -2518,14 +2627,15 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x1c\n" +
 	"\ttransport\x18\x06 \x01(\tR\ttransport\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\x12\x1b\n" +
-	"\trole_from\x18\b \x01(\tR\broleFrom\"\x88\x01\n" +
+	"\trole_from\x18\b \x01(\tR\broleFrom\"\xa0\x01\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x04 \x01(\tR\tcreatedBy\"8\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12\x16\n" +
+	"\x06weight\x18\x05 \x01(\x05R\x06weight\"8\n" +
 	"\x0eAddUserRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"L\n" +
@@ -2542,6 +2652,11 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\":\n" +
 	"\x13SetUserRoleResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\"B\n" +
+	"\x14SetUserWeightRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\"<\n" +
+	"\x15SetUserWeightResponse\x12#\n" +
 	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\"\xd4\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
@@ -2605,7 +2720,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\xfb\v\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xd1\f\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -2620,7 +2735,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\tListUsers\x12\x1b.podium.v1.ListUsersRequest\x1a\x1c.podium.v1.ListUsersResponse\"\x00\x12K\n" +
 	"\n" +
 	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12N\n" +
-	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12H\n" +
+	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12T\n" +
+	"\rSetUserWeight\x12\x1f.podium.v1.SetUserWeightRequest\x1a .podium.v1.SetUserWeightResponse\"\x00\x12H\n" +
 	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00\x12H\n" +
 	"\tSetSecret\x12\x1b.podium.v1.SetSecretRequest\x1a\x1c.podium.v1.SetSecretResponse\"\x00\x12N\n" +
 	"\vListSecrets\x12\x1d.podium.v1.ListSecretsRequest\x1a\x1e.podium.v1.ListSecretsResponse\"\x00\x12Q\n" +
@@ -2642,7 +2758,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -2672,94 +2788,99 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*RemoveUserResponse)(nil),            // 25: podium.v1.RemoveUserResponse
 	(*SetUserRoleRequest)(nil),            // 26: podium.v1.SetUserRoleRequest
 	(*SetUserRoleResponse)(nil),           // 27: podium.v1.SetUserRoleResponse
-	(*AuditEntry)(nil),                    // 28: podium.v1.AuditEntry
-	(*ListAuditRequest)(nil),              // 29: podium.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),             // 30: podium.v1.ListAuditResponse
-	(*SetSecretRequest)(nil),              // 31: podium.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),             // 32: podium.v1.SetSecretResponse
-	(*Secret)(nil),                        // 33: podium.v1.Secret
-	(*ListSecretsRequest)(nil),            // 34: podium.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),           // 35: podium.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),           // 36: podium.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),          // 37: podium.v1.DeleteSecretResponse
-	(*RegistryLoginRequest)(nil),          // 38: podium.v1.RegistryLoginRequest
-	(*RegistryLoginResponse)(nil),         // 39: podium.v1.RegistryLoginResponse
-	(*Registry)(nil),                      // 40: podium.v1.Registry
-	(*ListRegistriesRequest)(nil),         // 41: podium.v1.ListRegistriesRequest
-	(*ListRegistriesResponse)(nil),        // 42: podium.v1.ListRegistriesResponse
-	(*RemoveRegistryRequest)(nil),         // 43: podium.v1.RemoveRegistryRequest
-	(*RemoveRegistryResponse)(nil),        // 44: podium.v1.RemoveRegistryResponse
-	(*timestamppb.Timestamp)(nil),         // 45: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 46: podium.v1.Capacity
-	(*Gpu)(nil),                           // 47: podium.v1.Gpu
+	(*SetUserWeightRequest)(nil),          // 28: podium.v1.SetUserWeightRequest
+	(*SetUserWeightResponse)(nil),         // 29: podium.v1.SetUserWeightResponse
+	(*AuditEntry)(nil),                    // 30: podium.v1.AuditEntry
+	(*ListAuditRequest)(nil),              // 31: podium.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),             // 32: podium.v1.ListAuditResponse
+	(*SetSecretRequest)(nil),              // 33: podium.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),             // 34: podium.v1.SetSecretResponse
+	(*Secret)(nil),                        // 35: podium.v1.Secret
+	(*ListSecretsRequest)(nil),            // 36: podium.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 37: podium.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 38: podium.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 39: podium.v1.DeleteSecretResponse
+	(*RegistryLoginRequest)(nil),          // 40: podium.v1.RegistryLoginRequest
+	(*RegistryLoginResponse)(nil),         // 41: podium.v1.RegistryLoginResponse
+	(*Registry)(nil),                      // 42: podium.v1.Registry
+	(*ListRegistriesRequest)(nil),         // 43: podium.v1.ListRegistriesRequest
+	(*ListRegistriesResponse)(nil),        // 44: podium.v1.ListRegistriesResponse
+	(*RemoveRegistryRequest)(nil),         // 45: podium.v1.RemoveRegistryRequest
+	(*RemoveRegistryResponse)(nil),        // 46: podium.v1.RemoveRegistryResponse
+	(*timestamppb.Timestamp)(nil),         // 47: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 48: podium.v1.Capacity
+	(*Gpu)(nil),                           // 49: podium.v1.Gpu
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	45, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	46, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	45, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	45, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	47, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
+	48, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	47, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	47, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	49, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
 	4,  // 6: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 7: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 9: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	45, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	45, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	47, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	19, // 13: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
 	19, // 14: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
 	19, // 15: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	45, // 16: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 17: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	28, // 18: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	45, // 19: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
-	33, // 20: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	45, // 21: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
-	40, // 22: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
-	2,  // 23: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 24: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 25: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 26: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 27: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 28: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 29: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 30: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 31: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 32: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 33: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 34: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	29, // 35: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	31, // 36: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	34, // 37: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	36, // 38: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	38, // 39: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
-	41, // 40: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
-	43, // 41: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
-	3,  // 42: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 43: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 44: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 45: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 46: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 47: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 48: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 49: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 50: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 51: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 52: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 53: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	30, // 54: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	32, // 55: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	35, // 56: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	37, // 57: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	39, // 58: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
-	42, // 59: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
-	44, // 60: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
-	42, // [42:61] is the sub-list for method output_type
-	23, // [23:42] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 16: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
+	47, // 17: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	47, // 18: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 19: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
+	47, // 20: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	35, // 21: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
+	47, // 22: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	42, // 23: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
+	2,  // 24: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 25: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 26: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 27: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 28: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 29: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 30: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 31: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 32: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 33: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 34: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 35: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	28, // 36: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
+	31, // 37: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	33, // 38: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	36, // 39: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	38, // 40: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	40, // 41: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	43, // 42: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	45, // 43: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	3,  // 44: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 45: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 46: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 47: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 48: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 49: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 50: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 51: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 52: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 53: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 54: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 55: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	29, // 56: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
+	32, // 57: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	34, // 58: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	37, // 59: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	39, // 60: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	41, // 61: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	44, // 62: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	46, // 63: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	44, // [44:64] is the sub-list for method output_type
+	24, // [24:44] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -2774,7 +2895,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -378,6 +378,11 @@ type TaskSpec struct {
 	Ulimits []*Ulimit `protobuf:"bytes,24,rep,name=ulimits,proto3" json:"ulimits,omitempty"`
 	// tmpfs are memory-backed directories mounted into the task container.
 	Tmpfs []*TmpfsMount `protobuf:"bytes,25,rep,name=tmpfs,proto3" json:"tmpfs,omitempty"`
+	// group is who the task counts as for fair share (issue 19): among queued
+	// tasks of equal priority, free slots are shared between groups, and
+	// between submitters for tasks without one. Letters, digits and . _ / -,
+	// at most 64 bytes; empty means the submitter.
+	Group string `protobuf:"bytes,26,opt,name=group,proto3" json:"group,omitempty"`
 	// concurrency caps how many tasks sharing a key are active (scheduled,
 	// provisioning or running) at once across the fleet.
 	Concurrency   *Concurrency `protobuf:"bytes,27,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
@@ -588,6 +593,13 @@ func (x *TaskSpec) GetTmpfs() []*TmpfsMount {
 		return x.Tmpfs
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 func (x *TaskSpec) GetConcurrency() *Concurrency {
@@ -3100,7 +3112,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\x9d\b\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xb3\b\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -3128,7 +3140,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tread_only\x18\x16 \x01(\bR\breadOnly\x12$\n" +
 	"\x0eshm_size_bytes\x18\x17 \x01(\x03R\fshmSizeBytes\x12+\n" +
 	"\aulimits\x18\x18 \x03(\v2\x11.podium.v1.UlimitR\aulimits\x12+\n" +
-	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x128\n" +
+	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x12\x14\n" +
+	"\x05group\x18\x1a \x01(\tR\x05group\x128\n" +
 	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

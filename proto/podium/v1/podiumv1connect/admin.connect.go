@@ -61,6 +61,9 @@ const (
 	// AdminServiceSetUserRoleProcedure is the fully-qualified name of the AdminService's SetUserRole
 	// RPC.
 	AdminServiceSetUserRoleProcedure = "/podium.v1.AdminService/SetUserRole"
+	// AdminServiceSetUserWeightProcedure is the fully-qualified name of the AdminService's
+	// SetUserWeight RPC.
+	AdminServiceSetUserWeightProcedure = "/podium.v1.AdminService/SetUserWeight"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/podium.v1.AdminService/ListAudit"
 	// AdminServiceSetSecretProcedure is the fully-qualified name of the AdminService's SetSecret RPC.
@@ -109,6 +112,9 @@ type AdminServiceClient interface {
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// SetUserWeight sets a user's fair-share weight, from the leader's next
+	// dispatch pass on.
+	SetUserWeight(context.Context, *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 	// Secrets.
@@ -212,6 +218,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
 			connect.WithClientOptions(opts...),
 		),
+		setUserWeight: connect.NewClient[v1.SetUserWeightRequest, v1.SetUserWeightResponse](
+			httpClient,
+			baseURL+AdminServiceSetUserWeightProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetUserWeight")),
+			connect.WithClientOptions(opts...),
+		),
 		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
 			httpClient,
 			baseURL+AdminServiceListAuditProcedure,
@@ -271,6 +283,7 @@ type adminServiceClient struct {
 	listUsers             *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
 	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
 	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
+	setUserWeight         *connect.Client[v1.SetUserWeightRequest, v1.SetUserWeightResponse]
 	listAudit             *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 	setSecret             *connect.Client[v1.SetSecretRequest, v1.SetSecretResponse]
 	listSecrets           *connect.Client[v1.ListSecretsRequest, v1.ListSecretsResponse]
@@ -340,6 +353,11 @@ func (c *adminServiceClient) SetUserRole(ctx context.Context, req *connect.Reque
 	return c.setUserRole.CallUnary(ctx, req)
 }
 
+// SetUserWeight calls podium.v1.AdminService.SetUserWeight.
+func (c *adminServiceClient) SetUserWeight(ctx context.Context, req *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error) {
+	return c.setUserWeight.CallUnary(ctx, req)
+}
+
 // ListAudit calls podium.v1.AdminService.ListAudit.
 func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return c.listAudit.CallUnary(ctx, req)
@@ -402,6 +420,9 @@ type AdminServiceHandler interface {
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
+	// SetUserWeight sets a user's fair-share weight, from the leader's next
+	// dispatch pass on.
+	SetUserWeight(context.Context, *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 	// Secrets.
@@ -501,6 +522,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("SetUserRole")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetUserWeightHandler := connect.NewUnaryHandler(
+		AdminServiceSetUserWeightProcedure,
+		svc.SetUserWeight,
+		connect.WithSchema(adminServiceMethods.ByName("SetUserWeight")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceListAuditHandler := connect.NewUnaryHandler(
 		AdminServiceListAuditProcedure,
 		svc.ListAudit,
@@ -569,6 +596,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRemoveUserHandler.ServeHTTP(w, r)
 		case AdminServiceSetUserRoleProcedure:
 			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
+		case AdminServiceSetUserWeightProcedure:
+			adminServiceSetUserWeightHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
 		case AdminServiceSetSecretProcedure:
@@ -638,6 +667,10 @@ func (UnimplementedAdminServiceHandler) RemoveUser(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserRole is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetUserWeight(context.Context, *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserWeight is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
