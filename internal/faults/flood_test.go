@@ -69,6 +69,10 @@ func TestFloodingTaskKeepsItsNodeOnline(t *testing.T) {
 	// every 2 s so that the metric moves often enough to be sampled.
 	r := StartReplica(t, db.URL, "--heartbeat-interval", heartbeat.String())
 	a := EnrollAgent(t, r, r.URL())
+	// The output limit (1 GiB by default) must not cut the flood: on a quiet
+	// machine it printed exactly 1 GiB in its 60 s, the rest was dropped
+	// with a note, and its checksum line never reached podium run.
+	a.Args = append(a.Args, "--output-limit", "16GiB")
 	a.Start()
 	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 
