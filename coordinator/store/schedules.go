@@ -91,21 +91,8 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (Schedule, error) 
 
 // ListSchedules lists the schedules by name: createdBy's, or all when it is "".
 func (s *Store) ListSchedules(ctx context.Context, createdBy string) ([]Schedule, error) {
-	rows, err := s.pool.Query(ctx, "select "+scheduleColumns+
+	return s.querySchedules(ctx, "select "+scheduleColumns+
 		" from podium.schedules where $1 = '' or created_by = $1 order by name", createdBy)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Schedule
-	for rows.Next() {
-		sc, err := scanSchedule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sc)
-	}
-	return out, rows.Err()
 }
 
 // ScheduleTicks lists a schedule's latest ticks, newest first.
@@ -155,8 +142,13 @@ func (s *Store) RemoveSchedule(ctx context.Context, name string) error {
 // DueSchedules lists up to limit unpaused schedules whose next tick is at
 // or before now, earliest first.
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]Schedule, error) {
-	rows, err := s.pool.Query(ctx, "select "+scheduleColumns+
+	return s.querySchedules(ctx, "select "+scheduleColumns+
 		" from podium.schedules where next_run_at <= $1 and not paused order by next_run_at limit $2", now, limit)
+}
+
+// querySchedules runs a query of scheduleColumns and scans its rows.
+func (s *Store) querySchedules(ctx context.Context, sql string, args ...any) ([]Schedule, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
