@@ -28,6 +28,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/logarchive"
+	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -293,6 +294,27 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&art.URLExpiry, "s3-url-expiry", urlExpiry, "how long a presigned artifact URL is valid (PODIUM_S3_URL_EXPIRY)")
+	var hooks notify.Config
+	fs.BoolVar(&hooks.AllowPrivate, "notify-allow-private", envBool("PODIUM_NOTIFY_ALLOW_PRIVATE"),
+		"let tasks' own notify: URLs reach loopback, private and link-local addresses (PODIUM_NOTIFY_ALLOW_PRIVATE); admins' webhooks may target anything regardless")
+	for _, f := range []struct {
+		into      *time.Duration
+		flag, env string
+		def       time.Duration
+		usage     string
+	}{
+		{&hooks.BackoffBase, "notify-backoff", "PODIUM_NOTIFY_BACKOFF", notify.DefaultBackoffBase, "wait after a webhook delivery's first failure, doubled after each later one"},
+		{&hooks.BackoffCap, "notify-max-backoff", "PODIUM_NOTIFY_MAX_BACKOFF", notify.DefaultBackoffCap, "longest wait between webhook delivery attempts"},
+		{&hooks.AbandonAfter, "notify-give-up-after", "PODIUM_NOTIFY_GIVE_UP_AFTER", notify.DefaultAbandonAfter, "how long a webhook event is retried before it is dropped with a warning"},
+		{&hooks.Timeout, "notify-timeout", "PODIUM_NOTIFY_TIMEOUT", notify.DefaultTimeout, "how long one webhook POST may take"},
+	} {
+		d, err := envDuration(f.env, f.def)
+		if err != nil {
+			fmt.Fprintln(stderr, "podium-coordinator:", err)
+			return 2
+		}
+		fs.DurationVar(f.into, f.flag, d, f.usage+" ("+f.env+")")
+	}
 	retain, err := retentionFlags(fs)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
@@ -378,7 +400,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
-		Retention: ret,
+		Retention: ret, Notify: hooks,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	cfg.Nodes.MaxNodes = maxNodes

@@ -46,6 +46,8 @@ type endpoint struct {
 	admin  podiumv1connect.AdminServiceClient
 	// schedules is ScheduleService (podium schedule …).
 	schedules podiumv1connect.ScheduleServiceClient
+	// webhooks is WebhookService (podium webhook …).
+	webhooks podiumv1connect.WebhookServiceClient
 }
 
 // newClient builds the clients for servers (comma-separated URLs), sending
@@ -88,6 +90,7 @@ func newClient(servers, token, caFile string) (*client, error) {
 			tasks:     podiumv1connect.NewTaskServiceClient(hc, base),
 			admin:     podiumv1connect.NewAdminServiceClient(hc, base),
 			schedules: podiumv1connect.NewScheduleServiceClient(hc, base),
+			webhooks:  podiumv1connect.NewWebhookServiceClient(hc, base),
 		})
 	}
 	return cl, nil

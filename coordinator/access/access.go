@@ -105,6 +105,10 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceRegistryLoginProcedure:         Admin,
 	podiumv1connect.AdminServiceListRegistriesProcedure:        Admin,
 	podiumv1connect.AdminServiceRemoveRegistryProcedure:        Admin,
+	// Webhooks receive every task's end and its user and labels.
+	podiumv1connect.WebhookServiceAddProcedure:    Admin,
+	podiumv1connect.WebhookServiceListProcedure:   Admin,
+	podiumv1connect.WebhookServiceRemoveProcedure: Admin,
 }
 
 // readOnly are the calls that change nothing; every other call is written
@@ -124,6 +128,7 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListRegistriesProcedure:  true,
 	podiumv1connect.ScheduleServiceListProcedure:         true,
 	podiumv1connect.ScheduleServiceGetProcedure:          true,
+	podiumv1connect.WebhookServiceListProcedure:          true,
 }
 
 // Mutating reports whether procedure changes something, and so is audited.

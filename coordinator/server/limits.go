@@ -167,12 +167,13 @@ func (b *firstMessageBody) clear() {
 	}
 }
 
-// isPeopleAPI reports whether path is a call of the task, admin or
-// schedule API.
+// isPeopleAPI reports whether path is a call of the task, admin, schedule
+// or webhook API.
 func isPeopleAPI(path string) bool {
 	return strings.HasPrefix(path, "/"+podiumv1connect.TaskServiceName+"/") ||
 		strings.HasPrefix(path, "/"+podiumv1connect.AdminServiceName+"/") ||
-		strings.HasPrefix(path, "/"+podiumv1connect.ScheduleServiceName+"/")
+		strings.HasPrefix(path, "/"+podiumv1connect.ScheduleServiceName+"/") ||
+		strings.HasPrefix(path, "/"+podiumv1connect.WebhookServiceName+"/")
 }
 
 // connLimit bounds the connections a replica serves at once, across all its

@@ -25,6 +25,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/schedules"
@@ -32,6 +33,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/coordinator/webhooks"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/schema"
@@ -100,7 +102,9 @@ type Config struct {
 	Retention retention.Config
 	// Schedules is the leader's job that fires periodic tasks' ticks.
 	Schedules schedules.Config
-	Logger    *slog.Logger
+	// Notify is the webhook delivery worker every replica runs.
+	Notify notify.Config
+	Logger *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -114,6 +118,7 @@ type Server struct {
 	leader    *leader.Elector
 	tasks     *tasks.Service
 	artifacts *artifacts.Service
+	notify    *notify.Worker
 	http      *http.Server
 	// listeners are the transport's: one on loopback, or the tailnet's.
 	listeners []net.Listener
@@ -256,6 +261,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, workers...)
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log})
+	s.notify = notify.New(cfg.Notify, st, vault, log)
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 
 	mux := http.NewServeMux()
@@ -265,6 +271,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
 	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules.Now, log), people))
+	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet
@@ -446,6 +453,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"task service", s.tasks.Run},
 		{"artifact store", s.artifacts.Run},
 		{"leader", s.leader.Run},
+		{"webhook delivery", s.notify.Run},
 	} {
 		loops.Add(1)
 		g.Go(func() error {

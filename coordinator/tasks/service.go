@@ -126,15 +126,13 @@ func (s *Service) submitKeyed(ctx context.Context, nt store.NewTask) (store.Task
 	return out.Task, nil
 }
 
-// checkSecrets refuses a spec naming a secret that is not stored.
+// checkSecrets refuses a spec naming a secret that is not stored: in
+// secrets, or as a notify entry's signing secret (any member may name any
+// stored secret; its value never leaves the coordinator for a notify entry).
 func (s *Service) checkSecrets(ctx context.Context, spec *podiumv1.TaskSpec) error {
-	refs := spec.GetSecrets()
-	if len(refs) == 0 {
+	names := taskspec.SecretNames(spec)
+	if len(names) == 0 {
 		return nil
-	}
-	names := make([]string, len(refs))
-	for i, r := range refs {
-		names[i] = r.GetName()
 	}
 	missing, err := s.store.MissingSecrets(ctx, names)
 	if err != nil {
@@ -142,7 +140,7 @@ func (s *Service) checkSecrets(ctx context.Context, spec *podiumv1.TaskSpec) err
 	}
 	if len(missing) > 0 {
 		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("spec.secrets: no secret named %s: an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
+			fmt.Errorf("spec.secrets: no secret named %s (named in secrets or notify): an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
 	}
 	return nil
 }

@@ -330,6 +330,16 @@
 // resolves the values into the node's assignment, and refuses a task naming
 // a secret that does not exist.
 //
+// # Notify
+//
+// notify lists one-off webhooks for this task, at most MaxNotify: url is an
+// http or https URL (no user:password@, at most MaxNotifyURLBytes), events
+// the ones to send (task.finished, task.lost; both when left out), secret
+// the stored secret whose value signs the event (unsigned without one). The
+// coordinator refuses a spec naming a secret that is not stored, as for
+// secrets, and at delivery refuses private, loopback and link-local
+// addresses unless its operator allows them (docs/webhooks.md).
+//
 // # Retries
 //
 // Every run of a task is an attempt, numbered from 1 in the task's log and in

@@ -48,6 +48,7 @@ type specFile struct {
 	Retry           *specRetry         `yaml:"retry"`
 	Concurrency     *specConcurrency   `yaml:"concurrency"`
 	Group           string             `yaml:"group"`
+	Notify          []specNotify       `yaml:"notify"`
 	// Container options (container.go).
 	ReadOnly bool        `yaml:"read_only"`
 	ShmSize  specSize    `yaml:"shm_size"`
@@ -69,6 +70,13 @@ type specConcurrency struct {
 	Key        string             `yaml:"key"`
 	Limit      wholeNumber[int32] `yaml:"limit"`
 	OnConflict string             `yaml:"on_conflict"`
+}
+
+// specNotify is one entry of spec.notify (notify.go).
+type specNotify struct {
+	URL    string   `yaml:"url"`
+	Events []string `yaml:"events"`
+	Secret string   `yaml:"secret"`
 }
 
 // specTmpfs is one tmpfs mount of the task's container.
@@ -439,6 +447,9 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 	for _, sr := range f.Secrets {
 		spec.Secrets = append(spec.Secrets, &podiumv1.SecretRef{Name: sr.Name, Env: sr.Env, File: sr.File})
 	}
+	for _, n := range f.Notify {
+		spec.Notify = append(spec.Notify, &podiumv1.Notify{Url: n.URL, Events: n.Events, Secret: n.Secret})
+	}
 	return spec, nil
 }
 
@@ -697,6 +708,7 @@ var sections = []section{
 	{"retry", "retry", reflect.TypeFor[specRetry]()},
 	{"", "a tmpfs", reflect.TypeFor[specTmpfs]()},
 	{"concurrency", "concurrency", reflect.TypeFor[specConcurrency]()},
+	{"", "a notify entry", reflect.TypeFor[specNotify]()},
 }
 
 // sectionNamed maps a Go type named in a yaml.v3 error back to its section.

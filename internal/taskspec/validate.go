@@ -145,6 +145,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkConcurrency("spec.concurrency", spec.GetConcurrency()); err != nil {
 		return err
 	}
+	if err := checkNotify(spec); err != nil {
+		return err
+	}
 	normalizeRetry(spec, attempts)
 	normalizeConcurrency(spec)
 	if !slices.Equal(caps, spec.GetCapabilities()) {

@@ -20,6 +20,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/schedules"
@@ -82,6 +83,9 @@ type Options struct {
 	// Schedules is the replica's schedule job (see server.Config); tests
 	// give it a clock they move.
 	Schedules schedules.Config
+	// Notify is the replica's webhook delivery worker (see server.Config);
+	// tests give it short backoffs.
+	Notify notify.Config
 }
 
 // Start runs a replica on the database until the test ends.
@@ -111,7 +115,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Scheduler: opts.Scheduler, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
-		Retention: opts.Retention, Schedules: opts.Schedules,
+		Retention: opts.Retention, Schedules: opts.Schedules, Notify: opts.Notify,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {
@@ -193,6 +197,11 @@ func AdminClient(c *http.Client, url string) podiumv1connect.AdminServiceClient 
 // Schedules is a ScheduleService client with the test token.
 func (r *Replica) Schedules() podiumv1connect.ScheduleServiceClient {
 	return podiumv1connect.NewScheduleServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
+}
+
+// Webhooks is a WebhookService client with the test token.
+func (r *Replica) Webhooks() podiumv1connect.WebhookServiceClient {
+	return podiumv1connect.NewWebhookServiceClient(r.client, r.URL(), connect.WithInterceptors(bearer(Token)))
 }
 
 // NodeClient is a NodeService client.

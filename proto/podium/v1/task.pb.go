@@ -385,7 +385,10 @@ type TaskSpec struct {
 	Group string `protobuf:"bytes,26,opt,name=group,proto3" json:"group,omitempty"`
 	// concurrency caps how many tasks sharing a key are active (scheduled,
 	// provisioning or running) at once across the fleet.
-	Concurrency   *Concurrency `protobuf:"bytes,27,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Concurrency *Concurrency `protobuf:"bytes,27,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// notify are one-off webhooks for this task (at most 4): the coordinator
+	// POSTs a podium.event.v1 JSON event to each when the task ends.
+	Notify        []*Notify `protobuf:"bytes,28,rep,name=notify,proto3" json:"notify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +612,81 @@ func (x *TaskSpec) GetConcurrency() *Concurrency {
 	return nil
 }
 
+func (x *TaskSpec) GetNotify() []*Notify {
+	if x != nil {
+		return x.Notify
+	}
+	return nil
+}
+
+// Notify is one per-task webhook. In a YAML spec:
+// notify: [{url: https://ci.example.com/hook, events: [task.finished], secret: ci-hook-key}].
+type Notify struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is where the event is POSTed: http or https, no user:password@, at
+	// most 2048 bytes. Private, loopback and link-local addresses are refused
+	// at delivery unless the coordinator runs with --notify-allow-private.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// events are the ones sent: task.finished and/or task.lost; empty means both.
+	Events []string `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// secret names a stored secret (podium secret set) whose value signs the
+	// event (Podium-Signature); empty sends the event unsigned.
+	Secret        string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Notify) Reset() {
+	*x = Notify{}
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notify) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notify) ProtoMessage() {}
+
+func (x *Notify) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notify.ProtoReflect.Descriptor instead.
+func (*Notify) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Notify) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Notify) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Notify) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // Concurrency is a spec's concurrency key. In a YAML spec:
 // concurrency: {key: deploy-prod, limit: 1, on_conflict: queue}.
 type Concurrency struct {
@@ -627,7 +705,7 @@ type Concurrency struct {
 
 func (x *Concurrency) Reset() {
 	*x = Concurrency{}
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +717,7 @@ func (x *Concurrency) String() string {
 func (*Concurrency) ProtoMessage() {}
 
 func (x *Concurrency) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[3]
+	mi := &file_podium_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +730,7 @@ func (x *Concurrency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Concurrency.ProtoReflect.Descriptor instead.
 func (*Concurrency) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Concurrency) GetKey() string {
@@ -701,7 +779,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +791,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[4]
+	mi := &file_podium_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +804,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RetryPolicy) GetAttempts() int32 {
@@ -778,7 +856,7 @@ type Ulimit struct {
 
 func (x *Ulimit) Reset() {
 	*x = Ulimit{}
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +868,7 @@ func (x *Ulimit) String() string {
 func (*Ulimit) ProtoMessage() {}
 
 func (x *Ulimit) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[5]
+	mi := &file_podium_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +881,7 @@ func (x *Ulimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ulimit.ProtoReflect.Descriptor instead.
 func (*Ulimit) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ulimit) GetName() string {
@@ -844,7 +922,7 @@ type TmpfsMount struct {
 
 func (x *TmpfsMount) Reset() {
 	*x = TmpfsMount{}
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +934,7 @@ func (x *TmpfsMount) String() string {
 func (*TmpfsMount) ProtoMessage() {}
 
 func (x *TmpfsMount) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[6]
+	mi := &file_podium_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +947,7 @@ func (x *TmpfsMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TmpfsMount.ProtoReflect.Descriptor instead.
 func (*TmpfsMount) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TmpfsMount) GetPath() string {
@@ -910,7 +988,7 @@ type Readiness struct {
 
 func (x *Readiness) Reset() {
 	*x = Readiness{}
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1000,7 @@ func (x *Readiness) String() string {
 func (*Readiness) ProtoMessage() {}
 
 func (x *Readiness) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[7]
+	mi := &file_podium_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1013,7 @@ func (x *Readiness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Readiness.ProtoReflect.Descriptor instead.
 func (*Readiness) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Readiness) GetTcpPort() int32 {
@@ -1001,7 +1079,7 @@ type Sidecar struct {
 
 func (x *Sidecar) Reset() {
 	*x = Sidecar{}
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1091,7 @@ func (x *Sidecar) String() string {
 func (*Sidecar) ProtoMessage() {}
 
 func (x *Sidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[8]
+	mi := &file_podium_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1104,7 @@ func (x *Sidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sidecar.ProtoReflect.Descriptor instead.
 func (*Sidecar) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Sidecar) GetName() string {
@@ -1146,7 +1224,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1236,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[9]
+	mi := &file_podium_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1249,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Task) GetId() string {
@@ -1349,7 +1427,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1439,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[10]
+	mi := &file_podium_v1_task_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1452,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1435,7 +1513,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1525,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1538,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1521,7 +1599,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1611,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1624,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1576,7 +1654,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1666,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1679,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1643,7 +1721,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1733,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1746,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1717,7 +1795,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1807,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1820,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Note) GetText() string {
@@ -1774,7 +1852,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1864,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1877,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1895,7 +1973,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1985,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +1998,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1939,7 +2017,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2029,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2042,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -1983,7 +2061,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2073,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2086,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRequest) GetId() string {
@@ -2027,7 +2105,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2117,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2130,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -2089,7 +2167,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2179,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2192,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -2182,7 +2260,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2272,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2285,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -2227,7 +2305,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2317,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2330,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -2278,7 +2356,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2368,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2381,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -2326,7 +2404,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2416,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2429,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -2388,7 +2466,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2478,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2491,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -2447,7 +2525,7 @@ type RerunRequest struct {
 
 func (x *RerunRequest) Reset() {
 	*x = RerunRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2537,7 @@ func (x *RerunRequest) String() string {
 func (*RerunRequest) ProtoMessage() {}
 
 func (x *RerunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2550,7 @@ func (x *RerunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunRequest.ProtoReflect.Descriptor instead.
 func (*RerunRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RerunRequest) GetId() string {
@@ -2492,7 +2570,7 @@ type RerunResponse struct {
 
 func (x *RerunResponse) Reset() {
 	*x = RerunResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2582,7 @@ func (x *RerunResponse) String() string {
 func (*RerunResponse) ProtoMessage() {}
 
 func (x *RerunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2595,7 @@ func (x *RerunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunResponse.ProtoReflect.Descriptor instead.
 func (*RerunResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RerunResponse) GetTask() *Task {
@@ -2537,7 +2615,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2627,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2640,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SendRequest) GetId() string {
@@ -2588,7 +2666,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2678,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2691,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -2643,7 +2721,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2733,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2746,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Artifact) GetId() string {
@@ -2737,7 +2815,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2827,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2840,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2782,7 +2860,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2872,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2885,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2830,7 +2908,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +2920,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +2933,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2895,7 +2973,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2985,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2998,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -2977,7 +3055,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3067,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3080,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -3041,7 +3119,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[37]
+	mi := &file_podium_v1_task_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3131,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[37]
+	mi := &file_podium_v1_task_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3144,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{37}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -3112,7 +3190,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xb3\b\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xde\b\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -3142,10 +3220,15 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\aulimits\x18\x18 \x03(\v2\x11.podium.v1.UlimitR\aulimits\x12+\n" +
 	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x12\x14\n" +
 	"\x05group\x18\x1a \x01(\tR\x05group\x128\n" +
-	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x1a6\n" +
+	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x12)\n" +
+	"\x06notify\x18\x1c \x03(\v2\x11.podium.v1.NotifyR\x06notify\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\x06Notify\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x02 \x03(\tR\x06events\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\"V\n" +
 	"\vConcurrency\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1f\n" +
@@ -3380,123 +3463,125 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
 	(*Resources)(nil),                // 2: podium.v1.Resources
 	(*SecretRef)(nil),                // 3: podium.v1.SecretRef
 	(*TaskSpec)(nil),                 // 4: podium.v1.TaskSpec
-	(*Concurrency)(nil),              // 5: podium.v1.Concurrency
-	(*RetryPolicy)(nil),              // 6: podium.v1.RetryPolicy
-	(*Ulimit)(nil),                   // 7: podium.v1.Ulimit
-	(*TmpfsMount)(nil),               // 8: podium.v1.TmpfsMount
-	(*Readiness)(nil),                // 9: podium.v1.Readiness
-	(*Sidecar)(nil),                  // 10: podium.v1.Sidecar
-	(*Task)(nil),                     // 11: podium.v1.Task
-	(*Usage)(nil),                    // 12: podium.v1.Usage
-	(*LogArchive)(nil),               // 13: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 14: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 15: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 16: podium.v1.StatusChange
-	(*Note)(nil),                     // 17: podium.v1.Note
-	(*TaskEvent)(nil),                // 18: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 19: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 20: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 21: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 22: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 23: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 24: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 25: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 26: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 27: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 28: podium.v1.EventsResponse
-	(*RerunRequest)(nil),             // 29: podium.v1.RerunRequest
-	(*RerunResponse)(nil),            // 30: podium.v1.RerunResponse
-	(*SendRequest)(nil),              // 31: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 32: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 33: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 34: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 35: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 36: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 37: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 38: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 39: podium.v1.ArtifactURLResponse
-	nil,                              // 40: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 41: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(*Notify)(nil),                   // 5: podium.v1.Notify
+	(*Concurrency)(nil),              // 6: podium.v1.Concurrency
+	(*RetryPolicy)(nil),              // 7: podium.v1.RetryPolicy
+	(*Ulimit)(nil),                   // 8: podium.v1.Ulimit
+	(*TmpfsMount)(nil),               // 9: podium.v1.TmpfsMount
+	(*Readiness)(nil),                // 10: podium.v1.Readiness
+	(*Sidecar)(nil),                  // 11: podium.v1.Sidecar
+	(*Task)(nil),                     // 12: podium.v1.Task
+	(*Usage)(nil),                    // 13: podium.v1.Usage
+	(*LogArchive)(nil),               // 14: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 15: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 16: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 17: podium.v1.StatusChange
+	(*Note)(nil),                     // 18: podium.v1.Note
+	(*TaskEvent)(nil),                // 19: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 20: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 21: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 22: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 23: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 24: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 25: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 26: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 27: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 28: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 29: podium.v1.EventsResponse
+	(*RerunRequest)(nil),             // 30: podium.v1.RerunRequest
+	(*RerunResponse)(nil),            // 31: podium.v1.RerunResponse
+	(*SendRequest)(nil),              // 32: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 33: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 34: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 35: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 36: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 37: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 38: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 39: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 40: podium.v1.ArtifactURLResponse
+	nil,                              // 41: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 42: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	40, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	41, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
-	10, // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
+	11, // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
-	6,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
-	7,  // 5: podium.v1.TaskSpec.ulimits:type_name -> podium.v1.Ulimit
-	8,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
-	5,  // 7: podium.v1.TaskSpec.concurrency:type_name -> podium.v1.Concurrency
-	41, // 8: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
-	2,  // 9: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
-	9,  // 10: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
-	4,  // 11: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
-	0,  // 12: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	42, // 13: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	42, // 14: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	42, // 15: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	13, // 16: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	42, // 17: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	42, // 18: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	42, // 19: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
-	12, // 20: podium.v1.Task.usage:type_name -> podium.v1.Usage
-	42, // 21: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	18, // 22: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 23: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 24: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	12, // 25: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	42, // 26: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 27: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	16, // 28: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	17, // 29: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 30: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	11, // 31: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	11, // 32: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 33: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	42, // 34: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
-	11, // 35: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	11, // 36: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	18, // 37: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	11, // 38: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	11, // 39: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	42, // 40: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	33, // 41: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	33, // 42: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	42, // 43: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 44: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	19, // 45: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	21, // 46: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	23, // 47: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	25, // 48: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	27, // 49: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	31, // 50: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	34, // 51: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	36, // 52: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	38, // 53: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	29, // 54: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	20, // 55: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	22, // 56: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	24, // 57: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	26, // 58: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	28, // 59: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	32, // 60: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	35, // 61: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	37, // 62: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	39, // 63: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	30, // 64: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	55, // [55:65] is the sub-list for method output_type
-	45, // [45:55] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	7,  // 4: podium.v1.TaskSpec.retry:type_name -> podium.v1.RetryPolicy
+	8,  // 5: podium.v1.TaskSpec.ulimits:type_name -> podium.v1.Ulimit
+	9,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
+	6,  // 7: podium.v1.TaskSpec.concurrency:type_name -> podium.v1.Concurrency
+	5,  // 8: podium.v1.TaskSpec.notify:type_name -> podium.v1.Notify
+	42, // 9: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	2,  // 10: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
+	10, // 11: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
+	4,  // 12: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
+	0,  // 13: podium.v1.Task.state:type_name -> podium.v1.TaskState
+	43, // 14: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	43, // 15: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	43, // 16: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	14, // 17: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	43, // 18: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	43, // 19: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	43, // 20: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
+	13, // 21: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	43, // 22: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	19, // 23: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 24: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 25: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	13, // 26: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	43, // 27: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 28: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	17, // 29: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	18, // 30: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 31: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	12, // 32: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	12, // 33: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 34: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	43, // 35: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
+	12, // 36: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	12, // 37: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	19, // 38: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	12, // 39: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	12, // 40: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	43, // 41: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	34, // 42: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	34, // 43: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	43, // 44: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 45: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	20, // 46: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	22, // 47: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	24, // 48: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	26, // 49: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	28, // 50: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	32, // 51: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	35, // 52: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	37, // 53: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	39, // 54: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	30, // 55: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	21, // 56: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	23, // 57: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	25, // 58: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	27, // 59: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	29, // 60: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	33, // 61: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	36, // 62: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	38, // 63: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	40, // 64: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	31, // 65: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	56, // [56:66] is the sub-list for method output_type
+	46, // [46:56] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -3504,15 +3589,15 @@ func file_podium_v1_task_proto_init() {
 	if File_podium_v1_task_proto != nil {
 		return
 	}
-	file_podium_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
 	file_podium_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[14].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[16].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[15].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[17].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[35].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[36].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -3522,7 +3607,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
