@@ -53,7 +53,7 @@ func CheckWebhookURL(u string) string {
 	case p.Fragment != "" || strings.Contains(u, "#"):
 		return fmt.Sprintf("%s has a #fragment, which is never sent: leave it out", clip(u))
 	case strings.ContainsAny(u, " \t\r\n"):
-		return fmt.Sprintf("%q contains white space: percent-encode it", clip(u))
+		return fmt.Sprintf("%s contains white space: percent-encode it", clip(u))
 	}
 	return ""
 }
@@ -76,7 +76,7 @@ func checkNotify(spec *podiumv1.TaskSpec) error {
 		}
 		for j, e := range n.GetEvents() {
 			if !slices.Contains(TaskEvents, e) {
-				return fieldErr(fmt.Sprintf("%s.events[%d]", field, j), "%q is not an event a task sends: give %s (or leave events out for both)",
+				return fieldErr(fmt.Sprintf("%s.events[%d]", field, j), "%s is not an event a task sends: give %s (or leave events out for both)",
 					clip(e), strings.Join(TaskEvents, " or "))
 			}
 			if slices.Contains(n.GetEvents()[:j], e) {

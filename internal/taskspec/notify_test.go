@@ -23,7 +23,7 @@ func TestNotifyValidate(t *testing.T) {
 	}{
 		{[]*podiumv1.Notify{ok, ok, ok, ok, ok}, "spec.notify: has 5 entries, more than 4"},
 		{[]*podiumv1.Notify{{}}, "spec.notify[0].url: empty"},
-		{[]*podiumv1.Notify{{Url: "file:///etc/passwd"}}, "spec.notify[0].url: file:///etc/passwd: the scheme must be http or https"},
+		{[]*podiumv1.Notify{{Url: "file:///etc/passwd"}}, `spec.notify[0].url: "file:///etc/passwd": the scheme must be http or https`},
 		{[]*podiumv1.Notify{{Url: "https://u:p@ci.example.com/"}}, "user name or password"},
 		{[]*podiumv1.Notify{{Url: "https:///path"}}, "has no host"},
 		{[]*podiumv1.Notify{{Url: "https://ci.example.com/" + strings.Repeat("x", 2048)}}, "longer than 2048"},
