@@ -46,6 +46,14 @@ create table podium.webhook_outbox (
 	last_error      text not null default ''
 );
 create index webhook_outbox_due on podium.webhook_outbox (next_attempt_at);
+-- A queue: every row is inserted and soon deleted, so it is vacuumed as it
+-- churns (as in 0018_autovacuum.sql), and its pages are reused.
+alter table podium.webhook_outbox set (
+	autovacuum_vacuum_scale_factor = 0.02,
+	autovacuum_vacuum_threshold = 1000,
+	autovacuum_vacuum_insert_scale_factor = 0.05,
+	autovacuum_vacuum_cost_delay = 0
+);
 create index webhook_outbox_webhook on podium.webhook_outbox (webhook_id) where webhook_id is not null;
 
 -- webhook_time writes a time as the events carry it: RFC 3339 in UTC with
