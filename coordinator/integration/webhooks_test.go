@@ -475,10 +475,10 @@ func TestWebhookBadInput(t *testing.T) {
 // at submit, as a secret is.
 func TestTaskNotify(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	t.Run("refused without the flag", func(t *testing.T) {
 		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
 		db := pgtest.NewDatabase(t)
 		r := coordtest.Start(t, db.URL, coordtest.Options{Notify: hooksConfig(false)})
 		rc := newReceiver(t, 0)
@@ -501,6 +501,8 @@ func TestTaskNotify(t *testing.T) {
 	})
 	t.Run("allowed with the flag", func(t *testing.T) {
 		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
 		db := pgtest.NewDatabase(t)
 		r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t), Notify: hooksConfig(true)})
 		if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "ci-hook", Value: []byte("ci key")})); err != nil {
