@@ -56,6 +56,10 @@
 //	  limit: 1                       # 1 to 1000; 0 or absent: 1
 //	  on_conflict: queue             # or cancel_older, cancel_newer; absent: queue
 //	group: ml-sweeps                 # who it shares slots as (fair share, see below); absent: its submitter
+//	notify:                          # POST an event here when the task ends (see Notify), at most 4
+//	  - url: https://ci.example.com/hook  # http or https, 2048 bytes, no user:password@
+//	    events: [task.finished]      # and/or task.lost; absent: both
+//	    secret: ci-hook-key          # a stored secret that signs the event; absent: unsigned
 //	secrets:                         # stored secrets (podium secret set) the task receives (see below)
 //	  - {name: db-password, env: PGPASSWORD}   # as a variable
 //	  - {name: deploy-key, file: deploy.pem}   # as the file /run/secrets/deploy.pem
