@@ -149,6 +149,9 @@ func TestEveryCommandReportsAnUnreachableCoordinator(t *testing.T) {
 		{"node", "rm", "node_A"},
 		{"registry", "ls"},
 		{"registry", "rm", "ghcr.io"},
+		{"webhook", "add", "https://hooks.example.com/x"},
+		{"webhook", "ls"},
+		{"webhook", "rm", "hook_01X"},
 	} {
 		cli := newTestCLI(map[string]string{"PODIUM_SERVER": url})
 		code := cli.run(t, args...)
