@@ -91,6 +91,23 @@ type Config struct {
 	AllowPrivate bool
 }
 
+// Check refuses a negative duration, naming its flag.
+func (c Config) Check() error {
+	for _, f := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--notify-backoff", c.BackoffBase}, {"--notify-max-backoff", c.BackoffCap},
+		{"--notify-give-up-after", c.AbandonAfter}, {"--notify-timeout", c.Timeout}} {
+		if f.d < 0 {
+			return fmt.Errorf("%s %s is negative: give a duration such as 5s, or leave it out for the default", f.flag, f.d)
+		}
+	}
+	if c.BackoffCap > 0 && c.BackoffCap < c.BackoffBase {
+		return fmt.Errorf("--notify-max-backoff %s is shorter than --notify-backoff %s: the backoff doubles from the one up to the other", c.BackoffCap, c.BackoffBase)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval

@@ -154,6 +154,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Retention.Check(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Notify.Check(); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
