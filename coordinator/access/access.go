@@ -105,6 +105,8 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceRegistryLoginProcedure:         Admin,
 	podiumv1connect.AdminServiceListRegistriesProcedure:        Admin,
 	podiumv1connect.AdminServiceRemoveRegistryProcedure:        Admin,
+	podiumv1connect.AdminServiceSetGroupWeightProcedure:        Admin,
+	podiumv1connect.AdminServiceListGroupsProcedure:            Admin,
 }
 
 // readOnly are the calls that change nothing; every other call is written
@@ -122,6 +124,7 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListAuditProcedure:       true,
 	podiumv1connect.AdminServiceListSecretsProcedure:     true,
 	podiumv1connect.AdminServiceListRegistriesProcedure:  true,
+	podiumv1connect.AdminServiceListGroupsProcedure:      true,
 	podiumv1connect.ScheduleServiceListProcedure:         true,
 	podiumv1connect.ScheduleServiceGetProcedure:          true,
 }
