@@ -112,7 +112,10 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // are counted only when more than one sharer is waiting: with one, the order
 // is its queue's, and a pass does not count what it does not need. Those
 // counts read every active and queued task of the contending sharers, so a
-// contended pass costs in proportion to them. Rows are read and locked in the
+// contended pass costs in proportion to them, once per sharer: the counts
+// CTE is materialized, since inlined (as Postgres does with a CTE used once)
+// they were counted again for every head row, and a pass of 10 contending
+// sharers took seconds (the dispatch benchmark's contended burst). Rows are read and locked in the
 // per-sharer scan itself, never joined back to tasks, so no plan can turn the claim into a scan of the
 // whole queue. With several sharers it locks more rows than it returns (up to
 // a batch each); only the leader claims, and the locks end with the pass. A
@@ -138,7 +141,7 @@ const claimQueued = `with recursive sharers as (
 			for update skip locked limit $1) c
 		where s.sharer is not null
 		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
-	counts as (
+	counts as materialized (
 		select s.sharer,
 			case when (select contended from many) then
 				(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer)
@@ -274,6 +277,11 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 	var qs []queued
 	b := &pgx.Batch{}
 	b.Queue("begin").Exec(func(pgconn.CommandTag) error { open = true; return nil })
+	// The claim's cost estimate is large (it prices the concurrency keys'
+	// per-row test as if every row ran it), enough to make Postgres JIT-compile
+	// it, which took seconds of a pass that runs in milliseconds; in the same
+	// pipeline, this costs no round trip.
+	b.Queue("set local jit = off")
 	b.Queue(claim, batch).Query(func(rows pgx.Rows) error {
 		var err error
 		qs, err = pgx.CollectRows(rows, scanQueued)
