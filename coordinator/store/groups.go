@@ -72,9 +72,13 @@ func (s *Store) SetGroupWeight(ctx context.Context, name string, weight int32, b
 	return gs[0], nil
 }
 
-// ListGroups lists the groups that have a weight of their own, by name, and
-// the groups of the tasks now holding a slot or queued, weighing 1; each
-// with its counts. The counts read the active and queued tasks that name a
+// MaxGroupsListed bounds ListGroups' answer: every group with a weight of
+// its own fits, with as many again of the groups only tasks name.
+const MaxGroupsListed = 2 * MaxGroupWeights
+
+// ListGroups lists the groups that have a weight of their own, by name, then
+// the groups only tasks now holding a slot or queued name, weighing 1; each
+// with its counts; at most MaxGroupsListed, so every weighed group is in. The counts read the active and queued tasks that name a
 // group, through the fair-share indexes (a range of sharer, 'g:...'), not
 // the whole table.
 func (s *Store) ListGroups(ctx context.Context) ([]Group, error) {
@@ -100,7 +104,7 @@ func (s *Store) groups(ctx context.Context, names []string) ([]Group, error) {
 			coalesce(a.running, 0), coalesce(a.queued, 0)
 		from (select * from podium.group_weights where $1::text[] is null or name = any($1)) w
 		full join active a on a.name = w.name
-		order by 1`, names)
+		order by w.name is null, 1 limit $2`, names, MaxGroupsListed)
 	if err != nil {
 		return nil, err
 	}
