@@ -58,7 +58,7 @@ func (s *Service) ListGroups(ctx context.Context, _ *connect.Request[podiumv1.Li
 // weight is never set on a group no task could name.
 func checkGroup(name string) error {
 	if name == "" {
-		return errors.New("name: required: give the group a spec names in group:")
+		return errors.New("name: required: give the group as a spec names it in group")
 	}
 	if err := taskspec.Validate(&podiumv1.TaskSpec{Image: "busybox", Group: name}); err != nil {
 		return fmt.Errorf("name: %q is not a group name: use letters, digits and . _ / -, at most %d bytes", clipName(name), taskspec.MaxGroupBytes)
