@@ -334,6 +334,13 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&archive.After, "archive-after", archiveAfter, "archive a task's log this long after it ended (PODIUM_ARCHIVE_AFTER); the default is the artifact upload grace and a minute, so late artifact notes are in")
+	fairShare, err := envBoolDefault("PODIUM_FAIR_SHARE", true)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.BoolVar(&fairShare, "fair-share", fairShare, "among queued tasks of equal priority, share free slots between submitters and groups by weight (PODIUM_FAIR_SHARE); "+
+		"false claims by priority then age only. The leader's setting applies: give every replica the same")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -402,6 +409,10 @@ func serve(args []string, stderr io.Writer) int {
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 		Retention: ret, Notify: hooks,
 	}
+	cfg.Scheduler.NoFairShare = !fairShare
+	// Only the leader's scheduler claims: a replica that leads later claims
+	// with its own setting, so each says at start which one it has.
+	log.Info("fair share", "on", fairShare, "applies", "while this replica leads")
 	cfg.Nodes.HeartbeatInterval = *hb
 	cfg.Nodes.MaxNodes = maxNodes
 	srv, err := server.New(ctx, cfg)

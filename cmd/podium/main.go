@@ -171,6 +171,8 @@ func init() {
 		userRmCommand,
 		userSetRoleCommand,
 		userSetWeightCommand,
+		groupSetWeightCommand,
+		groupLsCommand,
 		loginCommand,
 		auditCommand,
 		secretSetCommand,

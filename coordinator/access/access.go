@@ -105,6 +105,8 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceRegistryLoginProcedure:         Admin,
 	podiumv1connect.AdminServiceListRegistriesProcedure:        Admin,
 	podiumv1connect.AdminServiceRemoveRegistryProcedure:        Admin,
+	podiumv1connect.AdminServiceSetGroupWeightProcedure:        Admin,
+	podiumv1connect.AdminServiceListGroupsProcedure:            Admin,
 	// Webhooks receive every task's end and its user and labels.
 	podiumv1connect.WebhookServiceAddProcedure:    Admin,
 	podiumv1connect.WebhookServiceListProcedure:   Admin,
@@ -126,6 +128,7 @@ var readOnly = map[string]bool{
 	podiumv1connect.AdminServiceListAuditProcedure:       true,
 	podiumv1connect.AdminServiceListSecretsProcedure:     true,
 	podiumv1connect.AdminServiceListRegistriesProcedure:  true,
+	podiumv1connect.AdminServiceListGroupsProcedure:      true,
 	podiumv1connect.ScheduleServiceListProcedure:         true,
 	podiumv1connect.ScheduleServiceGetProcedure:          true,
 	podiumv1connect.WebhookServiceListProcedure:          true,

@@ -53,6 +53,11 @@ type Config struct {
 	// FleetRecheck is how soon it reads them again when tasks are waiting for
 	// room, which finishing tasks free without a fleet doorbell (100 ms).
 	FleetRecheck time.Duration
+	// NoFairShare turns fair share off (--fair-share=false): passes claim by
+	// priority, then age (store.DispatchPassFIFO), as before fair share, to
+	// measure what it costs or to step back from it. Only the leader's
+	// scheduler claims, so the leader's setting is the one that applies.
+	NoFairShare bool
 }
 
 // Deps are what the scheduler works with.
@@ -230,7 +235,14 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
-		placed, waiting, err := s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
+		var placed []store.Placement
+		var waiting int
+		var err error
+		if s.cfg.NoFairShare {
+			placed, waiting, err = s.store.DispatchPassFIFO(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
+		} else {
+			placed, waiting, err = s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
+		}
 		if errors.Is(err, store.ErrNotRung) {
 			s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 		} else if err != nil {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -51,13 +53,19 @@ func submitIn(t *testing.T, st *store.Store, by, group string, n int) {
 }
 
 // finishOldest plays the simulated nodes finishing the task that has held
-// its slot longest, freeing one of the 10 slots.
+// its slot longest, freeing one of the 10 slots. The nodes are heard from as
+// they report it: a test that runs past a minute on a loaded machine would
+// otherwise see its nodes fall silent (Candidates leaves them out) and
+// nothing placed, which is not what it measures.
 func finishOldest(t *testing.T, sql *pgxpool.Pool) {
 	t.Helper()
 	tag, err := sql.Exec(context.Background(), `update podium.tasks set state = 'succeeded', finished_at = now()
 		where id = (select id from podium.tasks where state = 'scheduled' order by scheduled_at, id limit 1)`)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("finish the oldest running task: %v (%d rows)", err, tag.RowsAffected())
+	}
+	if _, err := sql.Exec(context.Background(), `update podium.nodes set last_heartbeat_at = now()`); err != nil {
+		t.Fatalf("the nodes' heartbeat: %v", err)
 	}
 }
 
@@ -200,5 +208,126 @@ func TestFairShareBetweenGroups(t *testing.T) {
 	// The counts are as the last pass claimed: one slot had just been freed.
 	if !regexp.MustCompile(`^waiting for its fair share: group ml has [45] running, [0-9]{3} queued$`).MatchString(reason) {
 		t.Errorf("the group's next task waits with the reason %q, want it to name group ml, its 4 or 5 running and its queue", reason)
+	}
+}
+
+// dispatchWith is dispatch through pass, DispatchPass (fair share on) or
+// DispatchPassFIFO (off), on the fleet as read now.
+func dispatchWith(t *testing.T, st *store.Store, fair bool, batch int) []store.Placement {
+	t.Helper()
+	if fair {
+		placed, _ := dispatch(t, st, batch)
+		return placed
+	}
+	ctx := context.Background()
+	fleet, err := st.Candidates(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	placed, _, err := st.DispatchPassFIFO(ctx, batch, func(_ string, need placement.Need) (string, string) {
+		i, why := placement.Place(need, fleet)
+		if i < 0 {
+			return "", why
+		}
+		fleet[i].Charge(need, now)
+		return fleet[i].ID, ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return placed
+}
+
+// A group an admin gave weight 2 holds about twice the slots of a group of
+// weight 1, as a user of weight 2 does against one of weight 1; the weight
+// is listed with the group's counts, and setting it back to 1 removes the
+// group's row without changing how it weighs.
+func TestFairShareSharesSlotsByGroupWeight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, sql := fairFleet(t)
+	if g, err := st.SetGroupWeight(ctx, "ml", 2, "root"); err != nil || g.Weight != 2 || g.SetBy != "root" {
+		t.Fatalf("set group ml's weight to 2: %+v, %v", g, err)
+	}
+	submitIn(t, st, "alice", "ops", 1000)
+	dispatch(t, st, 256)
+	submitIn(t, st, "bob", "ml", 1000)
+	for step := range 300 {
+		finishOldest(t, sql)
+		dispatch(t, st, 256)
+		if step < 30 {
+			continue // group ops's head start of 10 slots is still being given back
+		}
+		var ml int
+		if err := sql.QueryRow(ctx, "select count(*) from podium.tasks where state = 'scheduled' and share_group = 'ml'").Scan(&ml); err != nil {
+			t.Fatal(err)
+		}
+		if ml < 6 || ml > 7 {
+			t.Fatalf("after %d slots freed, group ml (weight 2) holds %d of the 10 slots against group ops (weight 1), want 6 to 7", step+1, ml)
+		}
+	}
+
+	gs, err := st.ListGroups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 2 || gs[0].Name != "ml" || gs[0].Weight != 2 || gs[1].Name != "ops" || gs[1].Weight != 1 ||
+		gs[0].Running+gs[1].Running != 10 || gs[0].Queued+gs[1].Queued != 2000-10-300 {
+		t.Fatalf("podium group ls: %+v, want ml (weight 2) and ops (weight 1, no row) holding the 10 slots, %d queued between them", gs, 2000-10-300)
+	}
+	if _, err := st.SetGroupWeight(ctx, "ml", 1, "root"); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := sql.QueryRow(ctx, "select count(*) from podium.group_weights").Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("after setting ml back to 1, podium.group_weights has %d rows (%v), want none: 1 is the default", rows, err)
+	}
+}
+
+// With fair share off (--fair-share=false) the pass claims by priority then
+// age only: after Alice's sweep of 1,000, Bob's 10 wait behind all of her
+// queued tasks, and none of hers is told it waits for its fair share. Turned
+// on again, the very next passes start Bob's 10 within 20 placements.
+func TestFairShareOffIsFirstComeFirstServed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, sql := fairFleet(t)
+	submit(t, st, "alice", 1000)
+	if placed := dispatchWith(t, st, false, 256); len(placed) != 10 {
+		t.Fatalf("the first pass placed %d of Alice's tasks on 10 free slots, want 10", len(placed))
+	}
+	submit(t, st, "bob", 10)
+	next := 10 // Alice's next task, oldest first
+	for range 50 {
+		finishOldest(t, sql)
+		for _, p := range dispatchWith(t, st, false, 256) {
+			if want := fmt.Sprintf("task_alice_%04d", next); p.TaskID != want {
+				t.Fatalf("with fair share off, a freed slot went to %s, want %s: first come, first served", p.TaskID, want)
+			}
+			next++
+		}
+	}
+	if next != 60 {
+		t.Fatalf("50 freed slots placed %d tasks with fair share off, want 50", next-10)
+	}
+	var fair int
+	if err := sql.QueryRow(ctx, "select count(*) from podium.tasks where reason like 'waiting for its fair share%'").Scan(&fair); err != nil || fair != 0 {
+		t.Fatalf("%d tasks say they wait for their fair share with fair share off (%v), want none", fair, err)
+	}
+
+	var order []string
+	bobs := 0
+	for len(order) < 20 && bobs < 10 {
+		finishOldest(t, sql)
+		for _, p := range dispatchWith(t, st, true, 256) {
+			order = append(order, p.TaskID)
+			if submitter(p.TaskID) == "bob" {
+				bobs++
+			}
+		}
+	}
+	if bobs != 10 || len(order) > 20 {
+		t.Fatalf("with fair share on again, %d of Bob's 10 tasks started in %d placements, want all 10 within 20; order: %v", bobs, len(order), order)
 	}
 }

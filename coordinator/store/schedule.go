@@ -95,8 +95,8 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // group when it names one, its submitter (requested_by) otherwise. A
 // sharer's k-th queued task, oldest first, is offered at the virtual time
 // (running + k) / weight, where running counts the sharer's tasks already
-// holding a slot and weight is the submitter's in podium.users (1 when they
-// have no row, and for groups). Bob's first task after Alice's sweep of
+// holding a slot and weight is the submitter's in podium.users, or the
+// group's in podium.group_weights (1 when there is no row). Bob's first task after Alice's sweep of
 // 1,000 comes before Alice's next one once she holds a slot, and two busy
 // sharers alternate, each keeping about half the slots, or twice as many for
 // a weight of 2. Ties go to the oldest task, then the lowest id, so one
@@ -112,7 +112,10 @@ var ErrNotRung = errors.New("the placements are stored but their doorbells were 
 // are counted only when more than one sharer is waiting: with one, the order
 // is its queue's, and a pass does not count what it does not need. Those
 // counts read every active and queued task of the contending sharers, so a
-// contended pass costs in proportion to them. Rows are read and locked in the
+// contended pass costs in proportion to them, once per sharer: the counts
+// CTE is materialized, since inlined (as Postgres does with a CTE used once)
+// they were counted again for every head row, and a pass of 10 contending
+// sharers took seconds (the dispatch benchmark's contended burst). Rows are read and locked in the
 // per-sharer scan itself, never joined back to tasks, so no plan can turn the claim into a scan of the
 // whole queue. With several sharers it locks more rows than it returns (up to
 // a batch each); only the leader claims, and the locks end with the pass. A
@@ -138,7 +141,7 @@ const claimQueued = `with recursive sharers as (
 			for update skip locked limit $1) c
 		where s.sharer is not null
 		window w as (partition by c.priority, c.sharer order by c.created_at, c.id)),
-	counts as (
+	counts as materialized (
 		select s.sharer,
 			case when (select contended from many) then
 				(select count(*) from podium.tasks t where t.state in ('scheduled', 'provisioning', 'running') and t.sharer = s.sharer)
@@ -154,8 +157,24 @@ const claimQueued = `with recursive sharers as (
 	from heads q
 	join counts n on n.sharer = q.sharer
 	left join podium.users u on q.share_group = '' and u.name = q.requested_by
-	order by q.priority desc, (n.running + q.k)::float8 / coalesce(u.weight, 1), q.created_at, q.id
+	left join podium.group_weights g on q.share_group <> '' and g.name = q.share_group
+	order by q.priority desc, (n.running + q.k)::float8 / coalesce(u.weight, g.weight, 1), q.created_at, q.id
 	limit $1`
+
+// claimFIFO is the claim with fair share turned off (the coordinator's
+// --fair-share=false): priority, then age, then id, the order before fair
+// share, with no sharer read and nothing counted. It keeps the concurrency
+// keys' test, which is not fair share's. Every claimed task's sharer is "",
+// so none is told it waits for its fair share. It reads the queue through
+// tasks_queue, the index the order was made for.
+const claimFIFO = `select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
+		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
+		t.max_attempts, t.reason, t.created_at, '', 0::bigint, 0::bigint, t.concurrency_key, t.concurrency_limit
+	from podium.tasks t
+	where t.state = 'queued' and (t.not_before is null or t.not_before <= now())
+	  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
+	order by t.priority desc, t.created_at, t.id
+	for update skip locked limit $1`
 
 // keyHasRoom is the claim's test that a task's concurrency key is below its
 // limit. A task already told its key is at its limit is not claimed again
@@ -228,6 +247,17 @@ func contended(qs []queued) bool {
 // loaded machine a round trip, not the work in it, is most of a statement's
 // cost.
 func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
+	return s.dispatchPass(ctx, claimQueued, batch, place)
+}
+
+// DispatchPassFIFO is DispatchPass with fair share off: it claims by
+// priority, then age (claimFIFO), and counts no sharer's tasks. The
+// coordinator runs it under --fair-share=false.
+func (s *Store) DispatchPassFIFO(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
+	return s.dispatchPass(ctx, claimFIFO, batch, place)
+}
+
+func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -247,7 +277,12 @@ func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (p
 	var qs []queued
 	b := &pgx.Batch{}
 	b.Queue("begin").Exec(func(pgconn.CommandTag) error { open = true; return nil })
-	b.Queue(claimQueued, batch).Query(func(rows pgx.Rows) error {
+	// The claim's cost estimate is large (it prices the concurrency keys'
+	// per-row test as if every row ran it), enough to make Postgres JIT-compile
+	// it, which took seconds of a pass that runs in milliseconds; in the same
+	// pipeline, this costs no round trip.
+	b.Queue("set local jit = off")
+	b.Queue(claim, batch).Query(func(rows pgx.Rows) error {
 		var err error
 		qs, err = pgx.CollectRows(rows, scanQueued)
 		return err

@@ -33,7 +33,13 @@
 // All of it runs twice by default, each on a Postgres of its own (-modes):
 // durable, production's settings (fsync, synchronous_commit, full_page_writes
 // on), the headline; and fast, the test settings (all three off), labelled.
-// The summary prints them as two columns.
+// And for each, once with fair share on and once off (-fair-share on,off: the
+// coordinator's --fair-share), again each on a Postgres of its own, so the
+// cost of fair share is read from one run. Fair share does its counting only
+// when sharers contend, so beside the bursts of one submitter there is a
+// contended one: the same -tasks submitted by -users people (users the
+// bench adds through the admin API, each submitting with their own token),
+// dispatched alone. The summary prints every measurement as a column.
 //
 // It is a program, not a test: a timing bound belongs in a benchmark that a
 // person reads, not in an assertion that flakes on a busy machine.
@@ -71,6 +77,8 @@ type config struct {
 	cpuProfile       string
 	modes            []mode
 	river            bool
+	fairShare        []bool
+	users            int
 	riverCooldown    time.Duration
 	coordProfile     string
 	coordProfileTime time.Duration
@@ -105,6 +113,8 @@ func run() int {
 	flag.DurationVar(&cfg.runTime, "run-time", 100*time.Millisecond, "and SUCCEEDED this long after RUNNING")
 	flag.DurationVar(&cfg.drainTimeout, "drain-timeout", 2*time.Minute, "give up waiting for a phase's tasks to be assigned (or to finish) after this long and report what was")
 	flag.IntVar(&cfg.pgbenchThreads, "pgbench-threads", 2, "pgbench threads")
+	fairList := flag.String("fair-share", "on,off", "the coordinator's --fair-share to measure under, in order, each on a fresh server: on, off or both")
+	flag.IntVar(&cfg.users, "users", 10, "people submitting the contended burst (each added through the admin API with a token of their own); 0 skips it")
 	modeList := flag.String("modes", "durable,fast", "the Postgres settings to measure under, in order, each on a fresh server: durable (production's: fsync, synchronous_commit, full_page_writes on) and fast (the test settings: all three off)")
 	flag.BoolVar(&cfg.river, "river", true, "run the peer reference, River (riverpeer, built from its own module)")
 	flag.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default is 100 ms, which puts its p99 near 100 ms)")
@@ -124,6 +134,21 @@ func run() int {
 			return 2
 		}
 		cfg.modes = append(cfg.modes, m)
+	}
+	for _, v := range strings.Split(*fairList, ",") {
+		switch strings.TrimSpace(v) {
+		case "on":
+			cfg.fairShare = append(cfg.fairShare, true)
+		case "off":
+			cfg.fairShare = append(cfg.fairShare, false)
+		default:
+			fmt.Fprintf(os.Stderr, "dispatch: -fair-share: %q is not on or off\n", v)
+			return 2
+		}
+	}
+	if cfg.users < 0 || cfg.users > 1000 {
+		fmt.Fprintln(os.Stderr, "dispatch: -users: want 0 (no contended burst) to 1000")
+		return 2
 	}
 	if cfg.nodes <= 0 || cfg.tasks <= 0 || cfg.submitters <= 0 || cfg.rate <= 0 || maxTasks <= 0 {
 		fmt.Fprintln(os.Stderr, "dispatch: -nodes, -tasks, -submitters, -rate and -max-tasks must be positive")
@@ -169,13 +194,15 @@ func run() int {
 	}
 	var results []result
 	for _, m := range cfg.modes {
-		log.Info("measuring", "postgres", m.label)
-		r, err := measureMode(ctx, log, cfg, m, riverBin)
-		if err != nil {
-			return benchkit.Exit(ctx, "dispatch", fmt.Errorf("%s: %w", m.name, err))
+		for _, fair := range cfg.fairShare {
+			log.Info("measuring", "postgres", m.label, "fair share", onOff(fair))
+			r, err := measureMode(ctx, log, cfg, m, fair, riverBin)
+			if err != nil {
+				return benchkit.Exit(ctx, "dispatch", fmt.Errorf("%s, fair share %s: %w", m.name, onOff(fair), err))
+			}
+			report(os.Stdout, cfg, r)
+			results = append(results, r)
 		}
-		report(os.Stdout, cfg, r)
-		results = append(results, r)
 	}
 	summary(os.Stdout, cfg, results)
 	fmt.Printf("machine: %d CPUs, load average %s at the start, %s at the end (other work on the machine skews every figure)\n",
@@ -185,12 +212,19 @@ func run() int {
 
 // measureMode measures on a Postgres of its own, started with m's settings
 // (and pg_stat_statements), and stops it afterwards.
-func measureMode(ctx context.Context, log *slog.Logger, cfg config, m mode, riverBin string) (result, error) {
+func measureMode(ctx context.Context, log *slog.Logger, cfg config, m mode, fair bool, riverBin string) (result, error) {
 	setup, err := benchkit.StartWith(ctx, log, "dispatch-"+m.name, cfg.FleetFlags,
 		append([]string{"shared_preload_libraries=pg_stat_statements"}, m.settings...)...)
 	if err != nil {
 		return result{}, err
 	}
 	defer setup.Close()
-	return measure(ctx, log, cfg, m, setup, riverBin)
+	return measure(ctx, log, cfg, m, fair, setup, riverBin)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -96,8 +96,11 @@ func machineCPU() time.Duration {
 // burstResult is the throughput phase: M tasks submitted as fast as the
 // submitters go.
 type burstResult struct {
-	// Hold is set for the dispatch-only phase.
-	Hold                 bool
+	// Hold is set for the dispatch-only phases.
+	Hold bool
+	// Users is how many people submitted the tasks: 1 but in the contended
+	// burst.
+	Users                int
 	Tasks, Conc          int
 	Submitted, Errors    int
 	ErrSample            string
@@ -139,6 +142,7 @@ type steadyResult struct {
 // result is the whole run.
 type result struct {
 	Mode                   mode
+	FairShare              bool
 	River                  *riverResult // nil: not run
 	Nodes, Conns, MaxTasks int
 	ConnectTime            time.Duration
@@ -150,19 +154,22 @@ type result struct {
 	IdleCPU                cpuUse
 	IdleRTT                rtt
 	Dispatch, Burst        burstResult
-	Steady                 steadyResult
-	PGConns                int
-	PeakRSSMiB             float64
-	HelloRetries, Dropped  int64
-	Repeats, Rejected      int64
-	Cancels, Other         int64
-	ErrSamples             map[string]int
-	Warnings               int
-	WarnSample             []string
+	// Contended is dispatch alone of tasks from cfg.users people; Users is 0
+	// when it did not run.
+	Contended             burstResult
+	Steady                steadyResult
+	PGConns               int
+	PeakRSSMiB            float64
+	HelloRetries, Dropped int64
+	Repeats, Rejected     int64
+	Cancels, Other        int64
+	ErrSamples            map[string]int
+	Warnings              int
+	WarnSample            []string
 }
 
-func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *benchkit.Setup, riverBin string) (result, error) {
-	r := result{Mode: m, Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
+func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, fair bool, setup *benchkit.Setup, riverBin string) (result, error) {
+	r := result{Mode: m, FairShare: fair, Nodes: cfg.nodes, MaxTasks: int(cfg.maxTasks)}
 	pgPID, err := benchkit.PostmasterPID(filepath.Join(setup.Cluster.SocketDir, "data"))
 	if err != nil {
 		return r, err
@@ -195,7 +202,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 		r.River = &rr
 	}
 
-	var env []string
+	env := []string{"PODIUM_FAIR_SHARE=" + fmt.Sprint(fair)}
 	var debugAddr string
 	if cfg.coordProfile != "" {
 		port, err := benchkit.FreePort()
@@ -203,7 +210,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 			return r, err
 		}
 		debugAddr = fmt.Sprintf("127.0.0.1:%d", port)
-		env = []string{"PODIUM_DEBUG_LISTEN=" + debugAddr}
+		env = append(env, "PODIUM_DEBUG_LISTEN="+debugAddr)
 	}
 	coord, err := benchkit.StartCoordinator(ctx, setup.Bin, db.URL, filepath.Join(setup.Work, "coordinator.log"), env)
 	if err != nil {
@@ -259,18 +266,42 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 	r.IdleTop = idle.byCalls
 	log.Info("idle window", "statements/s", fmt.Sprintf("%.1f", r.IdleStmtsPerSec), "coordinator CPU %", fmt.Sprintf("%.1f", r.IdleCPU.Coord))
 
-	client, ct := taskClient(coord.URL)
+	client, ct := taskClient(coord.URL, benchkit.APIToken)
 	defer ct.CloseIdleConnections()
+	// The contended burst's people, added before anything is measured.
+	var people []podiumv1connect.TaskServiceClient
+	if cfg.users > 0 {
+		tokens, err := addUsers(ctx, coord.URL, cfg.users)
+		if err != nil {
+			return r, err
+		}
+		for _, tok := range tokens {
+			c, t := taskClient(coord.URL, tok)
+			defer t.CloseIdleConnections()
+			people = append(people, c)
+		}
+	}
 
 	// Twice: dispatch alone (nodes accept each task and hold it until the
 	// phase is measured, the scope of the pgbench reference), then with each
 	// task's whole life alongside (RUNNING and SUCCEEDED shortly after).
-	for _, ph := range []struct {
-		into *burstResult
-		hold bool
-	}{{&r.Dispatch, true}, {&r.Burst, false}} {
+	phases := []struct {
+		into    *burstResult
+		hold    bool
+		clients []podiumv1connect.TaskServiceClient
+	}{{&r.Dispatch, true, nil}, {&r.Burst, false, nil}}
+	if len(people) > 0 {
+		// Contended: the claim's fair share counts each sharer's tasks only
+		// when more than one has tasks queued, which one submitter never does.
+		phases = append(phases, struct {
+			into    *burstResult
+			hold    bool
+			clients []podiumv1connect.TaskServiceClient
+		}{&r.Contended, true, people})
+	}
+	for i, ph := range phases {
 		var profiled chan struct{}
-		if debugAddr != "" && ph.hold {
+		if debugAddr != "" && i == 0 {
 			profiled = make(chan struct{})
 			go func() {
 				defer close(profiled)
@@ -282,7 +313,11 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 				log.Info("coordinator CPU profile of the dispatch-alone burst", "file", path, "seconds", cfg.coordProfileTime.Seconds())
 			}()
 		}
-		*ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, client, r.IdleStmtsPerSec)
+		clients := ph.clients
+		if clients == nil {
+			clients = []podiumv1connect.TaskServiceClient{client}
+		}
+		*ph.into, err = burst(ctx, log, cfg, db, coord, pr, probe, tr, f, ph.hold, clients, r.IdleStmtsPerSec)
 		if profiled != nil {
 			<-profiled
 		}
@@ -318,8 +353,8 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, setup *b
 // the last is assigned. With hold the nodes keep each task accepted until
 // then, and let them all run afterwards.
 func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchkit.StatsDB, coord *benchkit.Coordinator, pr probe, rp *rttProbe,
-	tr *tracker, f *fleet, hold bool, client podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
-	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters, Hold: hold}
+	tr *tracker, f *fleet, hold bool, clients []podiumv1connect.TaskServiceClient, idleRate float64) (burstResult, error) {
+	b := burstResult{Tasks: cfg.tasks, Conc: cfg.submitters, Hold: hold, Users: len(clients)}
 	if hold {
 		f.hold()
 	}
@@ -330,12 +365,12 @@ func burst(ctx context.Context, log *slog.Logger, cfg config, db *benchkit.Stats
 	assigned0, finished0 := tr.nAssigned.Load(), tr.nFinished.Load()
 	rp.take()
 	c0 := pr.snap()
-	log.Info("throughput: submitting", "tasks", cfg.tasks, "submitters", cfg.submitters)
+	log.Info("throughput: submitting", "tasks", cfg.tasks, "submitters", cfg.submitters, "users", len(clients))
 	// The submitters run while this goroutine watches for the last Assign, so
 	// the CPU window ends when the last task is dispatched, not when the
 	// check after the submitters happens to run.
 	subsC := make(chan []submission, 1)
-	go func() { subsC <- submitBurst(ctx, client, cfg.tasks, cfg.submitters) }()
+	go func() { subsC <- submitBurst(ctx, clients, cfg.tasks, cfg.submitters) }()
 	var subs []submission
 	err := waitFor(ctx, coord, cfg.drainTimeout+time.Duration(cfg.tasks)*10*time.Millisecond, func() bool {
 		if subs == nil {

@@ -46,7 +46,11 @@ func printBurst(w io.Writer, b burstResult) {
 	if b.Hold {
 		what = "dispatch alone: nodes accept each task and hold it until the last is assigned, the reference's scope"
 	}
-	fmt.Fprintf(w, "\n--- throughput: %d tasks, %d concurrent submitters; %s ---\n", b.Tasks, b.Conc, what)
+	who := "one person's"
+	if b.Users > 1 {
+		who = fmt.Sprintf("from %d people (contended: fair share counts each one's tasks)", b.Users)
+	}
+	fmt.Fprintf(w, "\n--- throughput: %d tasks %s, %d concurrent submitters; %s ---\n", b.Tasks, who, b.Conc, what)
 	fmt.Fprintf(w, "submit: %d calls (%d errors) in %s: %.0f tasks/s (first Submit called → last Submit returned)\n",
 		b.Submitted, b.Errors, b.LastReturn.Sub(b.FirstCall).Round(time.Millisecond), b.SubmitRate)
 	if b.Errors > 0 {
@@ -76,7 +80,7 @@ func report(w io.Writer, cfg config, r result) {
 	if !r.AllConnected {
 		all = "NOT all connected"
 	}
-	fmt.Fprintf(w, "\n=== %s ===\n", r.Mode.label)
+	fmt.Fprintf(w, "\n=== %s; fair share %s ===\n", r.Mode.label, onOff(r.FairShare))
 	fmt.Fprintf(w, "\n--- setup ---\n")
 	fmt.Fprintf(w, "%d nodes with %d slots each over %d HTTP/2 connections: %s in %s; the coordinator holds %d Postgres connections; peak RSS %.0f MiB\n",
 		r.Nodes, r.MaxTasks, r.Conns, all, r.ConnectTime.Round(time.Millisecond), r.PGConns, r.PeakRSSMiB)
@@ -89,6 +93,9 @@ func report(w io.Writer, cfg config, r result) {
 
 	printBurst(w, r.Dispatch)
 	printBurst(w, r.Burst)
+	if r.Contended.Users > 0 {
+		printBurst(w, r.Contended)
+	}
 
 	s := r.Steady
 	fmt.Fprintf(w, "\n--- latency: %.0f tasks/s offered for %s (open loop) ---\n", s.Rate, s.Duration)
@@ -160,7 +167,7 @@ func summary(w io.Writer, cfg config, rs []result) {
 	row := func(label string, cell func(r result) string) {
 		fmt.Fprintf(w, "  %-66s", label)
 		for _, r := range rs {
-			fmt.Fprintf(w, " %24s", cell(r))
+			fmt.Fprintf(w, " %26s", cell(r))
 		}
 		fmt.Fprintln(w)
 	}
@@ -179,9 +186,23 @@ func summary(w io.Writer, cfg config, rs []result) {
 		}
 		return a / b
 	}
-	row("Postgres", func(r result) string { return r.Mode.name })
+	row("Postgres, fair share (the coordinator's --fair-share)", func(r result) string {
+		return fmt.Sprintf("%s, fair share %s", r.Mode.name, onOff(r.FairShare))
+	})
 	row("Podium, Submit → Assign received, dispatch alone", func(r result) string { return fmt.Sprintf("%.0f tasks/s", r.Dispatch.EndToEnd) })
 	row("Podium, the same with tasks running along", func(r result) string { return fmt.Sprintf("%.0f tasks/s", r.Burst.EndToEnd) })
+	if cfg.users > 0 {
+		row(fmt.Sprintf("Podium, dispatch alone, tasks from %d people (contended)", cfg.users), func(r result) string {
+			return fmt.Sprintf("%.0f tasks/s", r.Contended.EndToEnd)
+		})
+		row("  its wait, Submit called → Assign received: p50 / p99", func(r result) string {
+			return fmt.Sprintf("%s / %s", ms(r.Contended.LatP50), ms(r.Contended.LatP99))
+		})
+		row("  coordinator / Postgres CPU per task", func(r result) string {
+			c := r.Contended
+			return fmt.Sprintf("%.3f / %.3f ms", cpuMs(c.CPU.Coord, c.CPU.Window, c.Assigned), cpuMs(c.CPU.PG, c.CPU.Window, c.Assigned))
+		})
+	}
 	row("River, one-at-a-time Insert → worker started", peer(func(_ result, rv riverResult) string { return fmt.Sprintf("%.0f jobs/s", rv.Burst.Rate) }))
 	row("  Podium / River, dispatch alone (goal ≥ 1.0)", peer(func(r result, rv riverResult) string {
 		x := ratio(r.Dispatch.EndToEnd, rv.Burst.Rate)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -67,19 +68,44 @@ type submission struct {
 	err              error
 }
 
-// taskClient is a TaskService client over HTTP/2 cleartext that sends the
-// bearer token, as the podium CLI does.
-func taskClient(url string) (podiumv1connect.TaskServiceClient, *http.Transport) {
+// taskClient is a TaskService client over HTTP/2 cleartext that sends
+// token as the bearer token, as the podium CLI does.
+func taskClient(url, token string) (podiumv1connect.TaskServiceClient, *http.Transport) {
+	t, opt := h2c(token)
+	return podiumv1connect.NewTaskServiceClient(&http.Client{Transport: t}, url, opt), t
+}
+
+// h2c is a transport speaking HTTP/2 cleartext and an interceptor that
+// sends token.
+func h2c(token string) (*http.Transport, connect.ClientOption) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	t := &http.Transport{Protocols: &p}
 	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+benchkit.APIToken)
+			req.Header().Set("Authorization", "Bearer "+token)
 			return next(ctx, req)
 		}
 	})
-	return podiumv1connect.NewTaskServiceClient(&http.Client{Transport: t}, url, connect.WithInterceptors(auth)), t
+	return t, connect.WithInterceptors(auth)
+}
+
+// addUsers adds n members through the admin API (with the bench's admin
+// token), as an admin would with podium user add, and returns their
+// personal tokens: the contended burst's submitters.
+func addUsers(ctx context.Context, url string, n int) ([]string, error) {
+	t, opt := h2c(benchkit.APIToken)
+	defer t.CloseIdleConnections()
+	admin := podiumv1connect.NewAdminServiceClient(&http.Client{Transport: t}, url, opt)
+	tokens := make([]string, n)
+	for i := range tokens {
+		res, err := admin.AddUser(ctx, connect.NewRequest(&podiumv1.AddUserRequest{Name: fmt.Sprintf("bench-user-%03d", i), Role: "member"}))
+		if err != nil {
+			return nil, fmt.Errorf("add the contended burst's user %d: %w", i, err)
+		}
+		tokens[i] = res.Msg.GetToken()
+	}
+	return tokens, nil
 }
 
 func submitOne(ctx context.Context, c podiumv1connect.TaskServiceClient) submission {
@@ -95,9 +121,10 @@ func submitOne(ctx context.Context, c podiumv1connect.TaskServiceClient) submiss
 }
 
 // submitBurst submits m tasks as fast as conc submitters can, each waiting
-// for its Submit to return before the next.
-func submitBurst(ctx context.Context, c podiumv1connect.TaskServiceClient, m, conc int) []submission {
-	out := load.Burst(ctx, m, conc, func(int) submission { return submitOne(ctx, c) })
+// for its Submit to return before the next; the i-th task is submitted by
+// cs[i mod len(cs)], so with several people their tasks interleave.
+func submitBurst(ctx context.Context, cs []podiumv1connect.TaskServiceClient, m, conc int) []submission {
+	out := load.Burst(ctx, m, conc, func(i int) submission { return submitOne(ctx, cs[i%len(cs)]) })
 	return slices.DeleteFunc(out, func(s submission) bool { return s.called.IsZero() })
 }
 

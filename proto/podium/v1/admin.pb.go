@@ -2554,6 +2554,277 @@ func (*RemoveRegistryResponse) Descriptor() ([]byte, []int) {
 	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
+// Group is a spec's group (TaskSpec.group) as fair share sees it.
+type Group struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// weight is the group's share of free slots against other sharers of
+	// equal priority: 1 unless an admin set it, at most 1000.
+	Weight int32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// set_at and set_by say when and by whom the weight was set; unset for a
+	// group that weighs the default.
+	SetAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	SetBy string                 `protobuf:"bytes,4,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	// running counts the group's tasks holding a slot, queued its waiting
+	// ones, when the call was answered.
+	Running       int64 `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
+	Queued        int64 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Group) Reset() {
+	*x = Group{}
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Group) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Group) ProtoMessage() {}
+
+func (x *Group) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Group.ProtoReflect.Descriptor instead.
+func (*Group) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Group) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Group) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Group) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
+func (x *Group) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *Group) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *Group) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+// SetGroupWeightRequest sets a group's fair-share weight (1..1000): among
+// queued tasks of equal priority, a group of weight 2 gets about twice the
+// slots of a sharer of weight 1.
+type SetGroupWeightRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a spec group: letters, digits and . _ / -, at most 64 bytes.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight        int32  `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGroupWeightRequest) Reset() {
+	*x = SetGroupWeightRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGroupWeightRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGroupWeightRequest) ProtoMessage() {}
+
+func (x *SetGroupWeightRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGroupWeightRequest.ProtoReflect.Descriptor instead.
+func (*SetGroupWeightRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetGroupWeightRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetGroupWeightRequest) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+type SetGroupWeightResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         *Group                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGroupWeightResponse) Reset() {
+	*x = SetGroupWeightResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGroupWeightResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGroupWeightResponse) ProtoMessage() {}
+
+func (x *SetGroupWeightResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGroupWeightResponse.ProtoReflect.Descriptor instead.
+func (*SetGroupWeightResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SetGroupWeightResponse) GetGroup() *Group {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+type ListGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+type ListGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*Group               `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListGroupsResponse) GetGroups() []*Group {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
@@ -2707,7 +2978,22 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"registries\"+\n" +
 	"\x15RemoveRegistryRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\"\x18\n" +
-	"\x16RemoveRegistryResponse*w\n" +
+	"\x16RemoveRegistryResponse\"\xaf\x01\n" +
+	"\x05Group\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\x121\n" +
+	"\x06set_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\x12\x15\n" +
+	"\x06set_by\x18\x04 \x01(\tR\x05setBy\x12\x18\n" +
+	"\arunning\x18\x05 \x01(\x03R\arunning\x12\x16\n" +
+	"\x06queued\x18\x06 \x01(\x03R\x06queued\"C\n" +
+	"\x15SetGroupWeightRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\"@\n" +
+	"\x16SetGroupWeightResponse\x12&\n" +
+	"\x05group\x18\x01 \x01(\v2\x10.podium.v1.GroupR\x05group\"\x13\n" +
+	"\x11ListGroupsRequest\">\n" +
+	"\x12ListGroupsResponse\x12(\n" +
+	"\x06groups\x18\x01 \x03(\v2\x10.podium.v1.GroupR\x06groups*w\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -2720,7 +3006,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\xd1\f\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xf7\r\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -2743,7 +3029,10 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1e.podium.v1.DeleteSecretRequest\x1a\x1f.podium.v1.DeleteSecretResponse\"\x00\x12T\n" +
 	"\rRegistryLogin\x12\x1f.podium.v1.RegistryLoginRequest\x1a .podium.v1.RegistryLoginResponse\"\x00\x12W\n" +
 	"\x0eListRegistries\x12 .podium.v1.ListRegistriesRequest\x1a!.podium.v1.ListRegistriesResponse\"\x00\x12W\n" +
-	"\x0eRemoveRegistry\x12 .podium.v1.RemoveRegistryRequest\x1a!.podium.v1.RemoveRegistryResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\x0eRemoveRegistry\x12 .podium.v1.RemoveRegistryRequest\x1a!.podium.v1.RemoveRegistryResponse\"\x00\x12W\n" +
+	"\x0eSetGroupWeight\x12 .podium.v1.SetGroupWeightRequest\x1a!.podium.v1.SetGroupWeightResponse\"\x00\x12K\n" +
+	"\n" +
+	"ListGroups\x12\x1c.podium.v1.ListGroupsRequest\x1a\x1d.podium.v1.ListGroupsResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_admin_proto_rawDescOnce sync.Once
@@ -2758,7 +3047,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -2807,80 +3096,92 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*ListRegistriesResponse)(nil),        // 44: podium.v1.ListRegistriesResponse
 	(*RemoveRegistryRequest)(nil),         // 45: podium.v1.RemoveRegistryRequest
 	(*RemoveRegistryResponse)(nil),        // 46: podium.v1.RemoveRegistryResponse
-	(*timestamppb.Timestamp)(nil),         // 47: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 48: podium.v1.Capacity
-	(*Gpu)(nil),                           // 49: podium.v1.Gpu
+	(*Group)(nil),                         // 47: podium.v1.Group
+	(*SetGroupWeightRequest)(nil),         // 48: podium.v1.SetGroupWeightRequest
+	(*SetGroupWeightResponse)(nil),        // 49: podium.v1.SetGroupWeightResponse
+	(*ListGroupsRequest)(nil),             // 50: podium.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),            // 51: podium.v1.ListGroupsResponse
+	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 53: podium.v1.Capacity
+	(*Gpu)(nil),                           // 54: podium.v1.Gpu
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	47, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	52, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	48, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	47, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	47, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	49, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
+	53, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	52, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	52, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	54, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
 	4,  // 6: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 7: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 9: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	47, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	52, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	47, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	52, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	19, // 13: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
 	19, // 14: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
 	19, // 15: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
 	19, // 16: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
-	47, // 17: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	47, // 18: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	52, // 17: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	52, // 18: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
 	30, // 19: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	47, // 20: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	52, // 20: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
 	35, // 21: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	47, // 22: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	52, // 22: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
 	42, // 23: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
-	2,  // 24: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 25: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 26: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 27: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 28: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 29: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 30: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 31: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 32: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 33: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 34: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 35: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	28, // 36: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
-	31, // 37: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	33, // 38: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	36, // 39: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	38, // 40: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	40, // 41: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
-	43, // 42: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
-	45, // 43: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
-	3,  // 44: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 45: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 46: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 47: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 48: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 49: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 50: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 51: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 52: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 53: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 54: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 55: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	29, // 56: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
-	32, // 57: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	34, // 58: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	37, // 59: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	39, // 60: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	41, // 61: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
-	44, // 62: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
-	46, // 63: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	52, // 24: podium.v1.Group.set_at:type_name -> google.protobuf.Timestamp
+	47, // 25: podium.v1.SetGroupWeightResponse.group:type_name -> podium.v1.Group
+	47, // 26: podium.v1.ListGroupsResponse.groups:type_name -> podium.v1.Group
+	2,  // 27: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	5,  // 28: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	7,  // 29: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	9,  // 30: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	11, // 31: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	13, // 32: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	15, // 33: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	17, // 34: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	20, // 35: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	22, // 36: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	24, // 37: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	26, // 38: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	28, // 39: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
+	31, // 40: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	33, // 41: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	36, // 42: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	38, // 43: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	40, // 44: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	43, // 45: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	45, // 46: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	48, // 47: podium.v1.AdminService.SetGroupWeight:input_type -> podium.v1.SetGroupWeightRequest
+	50, // 48: podium.v1.AdminService.ListGroups:input_type -> podium.v1.ListGroupsRequest
+	3,  // 49: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	6,  // 50: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	8,  // 51: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	10, // 52: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	12, // 53: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	14, // 54: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	16, // 55: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	18, // 56: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	21, // 57: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	23, // 58: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	25, // 59: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	27, // 60: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	29, // 61: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
+	32, // 62: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	34, // 63: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	37, // 64: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	39, // 65: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	41, // 66: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	44, // 67: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	46, // 68: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	49, // 69: podium.v1.AdminService.SetGroupWeight:output_type -> podium.v1.SetGroupWeightResponse
+	51, // 70: podium.v1.AdminService.ListGroups:output_type -> podium.v1.ListGroupsResponse
+	49, // [49:71] is the sub-list for method output_type
+	27, // [27:49] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -2895,7 +3196,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

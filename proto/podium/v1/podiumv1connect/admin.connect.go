@@ -83,6 +83,11 @@ const (
 	// AdminServiceRemoveRegistryProcedure is the fully-qualified name of the AdminService's
 	// RemoveRegistry RPC.
 	AdminServiceRemoveRegistryProcedure = "/podium.v1.AdminService/RemoveRegistry"
+	// AdminServiceSetGroupWeightProcedure is the fully-qualified name of the AdminService's
+	// SetGroupWeight RPC.
+	AdminServiceSetGroupWeightProcedure = "/podium.v1.AdminService/SetGroupWeight"
+	// AdminServiceListGroupsProcedure is the fully-qualified name of the AdminService's ListGroups RPC.
+	AdminServiceListGroupsProcedure = "/podium.v1.AdminService/ListGroups"
 )
 
 // AdminServiceClient is a client for the podium.v1.AdminService service.
@@ -133,6 +138,13 @@ type AdminServiceClient interface {
 	ListRegistries(context.Context, *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error)
 	// RemoveRegistry forgets the login for a host.
 	RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error)
+	// Fair-share groups.
+	// SetGroupWeight sets a spec group's fair-share weight, from the leader's
+	// next dispatch pass on; 1, the default, removes the group's own weight.
+	SetGroupWeight(context.Context, *connect.Request[v1.SetGroupWeightRequest]) (*connect.Response[v1.SetGroupWeightResponse], error)
+	// ListGroups lists the groups with a weight of their own and the groups of
+	// the tasks now running or queued, with their counts.
+	ListGroups(context.Context, *connect.Request[v1.ListGroupsRequest]) (*connect.Response[v1.ListGroupsResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the podium.v1.AdminService service. By default, it
@@ -266,6 +278,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RemoveRegistry")),
 			connect.WithClientOptions(opts...),
 		),
+		setGroupWeight: connect.NewClient[v1.SetGroupWeightRequest, v1.SetGroupWeightResponse](
+			httpClient,
+			baseURL+AdminServiceSetGroupWeightProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetGroupWeight")),
+			connect.WithClientOptions(opts...),
+		),
+		listGroups: connect.NewClient[v1.ListGroupsRequest, v1.ListGroupsResponse](
+			httpClient,
+			baseURL+AdminServiceListGroupsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListGroups")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -291,6 +315,8 @@ type adminServiceClient struct {
 	registryLogin         *connect.Client[v1.RegistryLoginRequest, v1.RegistryLoginResponse]
 	listRegistries        *connect.Client[v1.ListRegistriesRequest, v1.ListRegistriesResponse]
 	removeRegistry        *connect.Client[v1.RemoveRegistryRequest, v1.RemoveRegistryResponse]
+	setGroupWeight        *connect.Client[v1.SetGroupWeightRequest, v1.SetGroupWeightResponse]
+	listGroups            *connect.Client[v1.ListGroupsRequest, v1.ListGroupsResponse]
 }
 
 // CreateEnrollmentToken calls podium.v1.AdminService.CreateEnrollmentToken.
@@ -393,6 +419,16 @@ func (c *adminServiceClient) RemoveRegistry(ctx context.Context, req *connect.Re
 	return c.removeRegistry.CallUnary(ctx, req)
 }
 
+// SetGroupWeight calls podium.v1.AdminService.SetGroupWeight.
+func (c *adminServiceClient) SetGroupWeight(ctx context.Context, req *connect.Request[v1.SetGroupWeightRequest]) (*connect.Response[v1.SetGroupWeightResponse], error) {
+	return c.setGroupWeight.CallUnary(ctx, req)
+}
+
+// ListGroups calls podium.v1.AdminService.ListGroups.
+func (c *adminServiceClient) ListGroups(ctx context.Context, req *connect.Request[v1.ListGroupsRequest]) (*connect.Response[v1.ListGroupsResponse], error) {
+	return c.listGroups.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the podium.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -441,6 +477,13 @@ type AdminServiceHandler interface {
 	ListRegistries(context.Context, *connect.Request[v1.ListRegistriesRequest]) (*connect.Response[v1.ListRegistriesResponse], error)
 	// RemoveRegistry forgets the login for a host.
 	RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error)
+	// Fair-share groups.
+	// SetGroupWeight sets a spec group's fair-share weight, from the leader's
+	// next dispatch pass on; 1, the default, removes the group's own weight.
+	SetGroupWeight(context.Context, *connect.Request[v1.SetGroupWeightRequest]) (*connect.Response[v1.SetGroupWeightResponse], error)
+	// ListGroups lists the groups with a weight of their own and the groups of
+	// the tasks now running or queued, with their counts.
+	ListGroups(context.Context, *connect.Request[v1.ListGroupsRequest]) (*connect.Response[v1.ListGroupsResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -570,6 +613,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RemoveRegistry")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetGroupWeightHandler := connect.NewUnaryHandler(
+		AdminServiceSetGroupWeightProcedure,
+		svc.SetGroupWeight,
+		connect.WithSchema(adminServiceMethods.ByName("SetGroupWeight")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListGroupsHandler := connect.NewUnaryHandler(
+		AdminServiceListGroupsProcedure,
+		svc.ListGroups,
+		connect.WithSchema(adminServiceMethods.ByName("ListGroups")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateEnrollmentTokenProcedure:
@@ -612,6 +667,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListRegistriesHandler.ServeHTTP(w, r)
 		case AdminServiceRemoveRegistryProcedure:
 			adminServiceRemoveRegistryHandler.ServeHTTP(w, r)
+		case AdminServiceSetGroupWeightProcedure:
+			adminServiceSetGroupWeightHandler.ServeHTTP(w, r)
+		case AdminServiceListGroupsProcedure:
+			adminServiceListGroupsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -699,4 +758,12 @@ func (UnimplementedAdminServiceHandler) ListRegistries(context.Context, *connect
 
 func (UnimplementedAdminServiceHandler) RemoveRegistry(context.Context, *connect.Request[v1.RemoveRegistryRequest]) (*connect.Response[v1.RemoveRegistryResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveRegistry is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetGroupWeight(context.Context, *connect.Request[v1.SetGroupWeightRequest]) (*connect.Response[v1.SetGroupWeightResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetGroupWeight is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListGroups(context.Context, *connect.Request[v1.ListGroupsRequest]) (*connect.Response[v1.ListGroupsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListGroups is not implemented"))
 }
