@@ -642,3 +642,37 @@ func TestReplicaMountsTheConsole(t *testing.T) {
 		t.Fatalf("sign-in with the replica's token: %s", res.Status)
 	}
 }
+
+// The message form puts the text in the task's inbox, for its owner; the
+// change is in the audit log, as the CLI's is.
+func TestMessageReachesTheInbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	alice := e.as("alice")
+	_, body := get(t, alice, e.srv.URL, "/console/tasks/"+id)
+	if !strings.Contains(body, `id="message-button"`) || !strings.Contains(body, `name="text"`) {
+		t.Fatalf("the owner has no message form:\n%s", body)
+	}
+	res, _ := post(t, alice, e.srv.URL, "/console/tasks/"+id+"/message", url.Values{"csrf": {csrfOf(t, body)}, "text": {"hello <task>"}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("message: %s, want 303", res.Status)
+	}
+	cmds, err := e.st.PendingCommandsFor(context.Background(), []string{e.node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cmds {
+		if c.TaskID == id && c.Kind == "inject" && c.Text == "hello <task>" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no message command for the node: %+v", cmds)
+	}
+	rows, err := e.st.ListAudit(context.Background(), time.Now().Add(-time.Hour), "alice", 10)
+	if err != nil || len(rows) == 0 || rows[0].Action != "TaskService.Send" || rows[0].Target != id {
+		t.Fatalf("audit rows for alice: %+v (%v), want TaskService.Send on %s", rows, err, id)
+	}
+}
