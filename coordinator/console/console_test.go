@@ -633,7 +633,6 @@ func TestReplicaMountsTheConsole(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `id="login"`) {
 		t.Fatalf("GET /console/login: %s", res.Status)
 	}
-	_, body = get(t, c, r.URL(), "/console/login")
 	jar, _ := cookiejar.New(nil)
 	c.Jar = jar
 	_, body = get(t, c, r.URL(), "/console/login")
