@@ -4,6 +4,7 @@ go 1.26.6
 
 require (
 	connectrpc.com/connect v1.21.1
+	github.com/buildkite/terminal-to-html/v3 v3.17.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/distribution/reference v0.6.0

@@ -339,8 +339,14 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
+	consoleOn, err := envBoolDefault("PODIUM_CONSOLE", true)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	fs.BoolVar(&fairShare, "fair-share", fairShare, "among queued tasks of equal priority, share free slots between submitters and groups by weight (PODIUM_FAIR_SHARE); "+
 		"false claims by priority then age only. The leader's setting applies: give every replica the same")
+	fs.BoolVar(&consoleOn, "console", consoleOn, "serve the web console at /console/ (PODIUM_CONSOLE); false turns it off")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -407,7 +413,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
-		Retention: ret, Notify: hooks,
+		Retention: ret, Notify: hooks, NoConsole: !consoleOn,
 	}
 	cfg.Scheduler.NoFairShare = !fairShare
 	// Only the leader's scheduler claims: a replica that leads later claims
