@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podiumhq/podium/coordinator/admin"
+	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/leader"
@@ -100,7 +101,10 @@ type Config struct {
 	Retention retention.Config
 	// Schedules is the leader's job that fires periodic tasks' ticks.
 	Schedules schedules.Config
-	Logger    *slog.Logger
+	// Apt is the apt repository of the agent's packages served at /apt/
+	// (package coordinator/aptrepo); none when its directory has no .debs.
+	Apt    aptrepo.Config
+	Logger *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -188,6 +192,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	vault := secrets.NewVault(secretsKey, st)
+	apt, err := aptrepo.Load(ctx, cfg.Apt, st, secretsKey, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
 		AckDeadline: cfg.Scheduler.AckDeadline, WriteOffAfter: cfg.Scheduler.WriteOffAfter})
 	if cfg.Nodes.HeartbeatInterval == 0 {
@@ -270,6 +279,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet
 	// is, never what any task is. Keep the port off the internet.
 	mux.Handle("GET /metrics", m.Handler())
+	// The apt repository and its install script need no token, on any
+	// transport: packages and the public key are public, and apt has no
+	// way to present one. The token gate and the API's handler options
+	// only guard the API's paths.
+	if apt != nil {
+		mux.Handle("GET "+aptrepo.Prefix, apt)
+		mux.Handle("GET "+aptrepo.InstallPath, apt.InstallHandler())
+	}
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {
 		handler = newTokenGate(cfg.Token, st, handler)
