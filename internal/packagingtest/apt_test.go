@@ -133,7 +133,11 @@ func TestAptRepositoryInstallAndUpgrade(t *testing.T) {
 
 	h.step("configuring, enrolling and starting the agent")
 	node.configureAgent(dataDir)
-	token := strings.TrimSpace(h.must(time.Minute, cli.path, cli.args("token", "create")...))
+	token, tokenErr, code := h.run(time.Minute, cli.path, cli.args("token", "create")...)
+	if code != 0 {
+		t.Fatalf("podium token create exited %d:\n%s", code, tokenErr)
+	}
+	token = strings.TrimSpace(token)
 	nodeID, enrollErr, code := h.run(time.Minute, "docker", "exec", node.name,
 		"podium-agent", "enroll", "--coordinator", base, "--ca-file", nodeCAFile, "--token", token, "--data-dir", dataDir)
 	nodeID = strings.TrimSpace(nodeID)
@@ -329,9 +333,9 @@ func (n *debianNode) installCA(caFile string) {
 
 // nodeVersion is what `podium nodes --json` says of the node's agent version.
 func (h *harness) nodeVersion(cli *cliBinary, nodeID string) (string, error) {
-	out, err := h.command(time.Minute, cli.path, cli.args("nodes", "--json")...)
-	if err != nil {
-		return "", fmt.Errorf("%v: %s", err, out)
+	out, stderr, code := h.run(time.Minute, cli.path, cli.args("nodes", "--json")...)
+	if code != 0 {
+		return "", fmt.Errorf("podium nodes exited %d: %s", code, stderr)
 	}
 	var nodes []struct {
 		ID           string `json:"id"`
