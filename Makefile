@@ -147,8 +147,11 @@ lint-deb: deb
 
 # The coordinator's container image, FROM scratch, for this machine's
 # architecture: make image IMAGE=registry.example/podium-coordinator:1.2.3
-image:
-	GO=$(GO) VERSION=$(VERSION) scripts/build-coordinator-image.sh $(IMAGE)
+# The image carries the agent's .debs of its version (DEB_ARCHES), which the
+# coordinator serves as its apt repository, so it needs nfpm too.
+image: nfpm
+	GO=$(GO) NFPM=$(NFPM) VERSION=$(VERSION) DEB_VERSION=$(DEB_VERSION) DEB_ARCHES="$(DEB_ARCHES)" \
+		scripts/build-coordinator-image.sh $(IMAGE)
 
 # The acceptance test of the packaging alone (`make test` runs it too): the
 # .deb installed in Debian with systemd as PID 1, the coordinator image, a

@@ -2,14 +2,20 @@
 # Builds the podium-coordinator container image (packaging/coordinator/
 # Dockerfile) for the Docker engine's architecture, from local files only: no
 # base image is pulled, so it builds where no registry is reachable.
+# The image also carries the podium-agent packages of the same version, for
+# amd64 and arm64 (scripts/build-deb.sh), in /usr/share/podium/apt: the
+# coordinator serves them as its signed apt repository.
 # Usage: scripts/build-coordinator-image.sh NAME:TAG
-# Environment: GO (go), VERSION (git describe).
+# Environment: GO (go), VERSION (git describe), DEB_VERSION
+# (scripts/deb-version.sh), NFPM (nfpm), DEB_ARCHES ("amd64 arm64").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 image=${1:?usage: scripts/build-coordinator-image.sh NAME:TAG}
 go=${GO:-go}
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+deb_version=${DEB_VERSION:-$(scripts/deb-version.sh)}
+deb_arches=${DEB_ARCHES:-amd64 arm64}
 # The binary is built for the engine's architecture, which is the one the
 # image is labelled with (FROM scratch has no platform of its own).
 arch=$(docker version -f '{{.Server.Arch}}')
@@ -28,6 +34,13 @@ echo "→ building podium-coordinator for linux/$arch ($version)" >&2
 CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath \
   -ldflags "$(VERSION=$version scripts/ldflags.sh)" -o "$ctx/podium-coordinator" ./cmd/podium-coordinator
 cp "$cacerts" "$ctx/ca-certificates.crt"
+# The agent's packages of this very version, which the coordinator serves.
+mkdir "$ctx/apt"
+for deb_arch in $deb_arches; do
+  GO=$go VERSION=$version DEB_VERSION=$deb_version DIST="$ctx/apt" scripts/build-deb.sh "$deb_arch" >/dev/null
+done
+chmod 0755 "$ctx/apt"
+chmod 0644 "$ctx"/apt/*.deb
 mkdir "$ctx/state"
 # Readable by the image's non-root user whatever the umask was.
 chmod 0755 "$ctx/podium-coordinator" "$ctx/state"

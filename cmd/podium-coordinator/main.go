@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/notify"
@@ -266,6 +267,8 @@ func serve(args []string, stderr io.Writer) int {
 		given[f.flag] = fs.Duration(f.flag, val, f.usage+"; stored for every replica; unset: the stored value, else "+f.def.String()+" ("+f.env+")")
 	}
 	ts := tailnetFlags(fs)
+	aptDir := fs.String("apt-dir", env("PODIUM_APT_DIR", "/usr/share/podium/apt"), "directory of podium-agent .deb files to serve as a signed apt repository at /apt/, with /install.sh (PODIUM_APT_DIR); the image carries this version's; no repository when it has none")
+	aptKey := fs.String("apt-signing-key-file", env("PODIUM_APT_SIGNING_KEY_FILE", ""), "armored OpenPGP private key (mode 0600, no passphrase) to sign the apt repository with (PODIUM_APT_SIGNING_KEY_FILE); without it the coordinator makes one once and keeps it in Postgres, sealed under the secrets key")
 	secretsKey := fs.String("secrets-key-file", env("PODIUM_SECRETS_KEY_FILE", ""), "file of 32 random bytes (mode 0600) that secrets are sealed under: `head -c 32 /dev/urandom > key` (PODIUM_SECRETS_KEY_FILE); without it secrets cannot be set, and the coordinator refuses to start while any are stored")
 	var art artifacts.Config
 	fs.StringVar(&art.Endpoint, "s3-endpoint", env("PODIUM_S3_ENDPOINT", ""), "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused")
@@ -413,6 +416,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
+		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},
 		Retention: ret, Notify: hooks, NoConsole: !consoleOn,
 	}
 	cfg.Scheduler.NoFairShare = !fairShare

@@ -56,10 +56,12 @@ type fake struct {
 	// events, when set, replaces the default Events behaviour.
 	eventsFn func(ctx context.Context, call int, req *connect.Request[podiumv1.EventsRequest], s *connect.ServerStream[podiumv1.EventsResponse]) error
 	// err, when set, is returned by every unary call.
-	err      error
-	tasks    []*podiumv1.Task
-	nodes    []*podiumv1.Node
-	cancelFn func(*podiumv1.CancelRequest)
+	err   error
+	tasks []*podiumv1.Task
+	nodes []*podiumv1.Node
+	// coordinatorVersion is what ListNodes says the coordinator runs.
+	coordinatorVersion string
+	cancelFn           func(*podiumv1.CancelRequest)
 
 	// artifacts are the task's artifacts; artifactData holds their bytes by
 	// name. artifactsFault, when set, spoils downloads (see artifacts_test.go).
@@ -198,7 +200,7 @@ func (f *fake) ListNodes(context.Context, *connect.Request[podiumv1.ListNodesReq
 	if f.err != nil {
 		return nil, f.err
 	}
-	return connect.NewResponse(&podiumv1.ListNodesResponse{Nodes: f.nodes}), nil
+	return connect.NewResponse(&podiumv1.ListNodesResponse{Nodes: f.nodes, CoordinatorVersion: f.coordinatorVersion}), nil
 }
 
 func (f *fake) CreateEnrollmentToken(_ context.Context, req *connect.Request[podiumv1.CreateEnrollmentTokenRequest]) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {

@@ -370,8 +370,9 @@ func TestNodes(t *testing.T) {
 				{Index: 1, Uuid: "GPU-b", Model: "NVIDIA A100-SXM4-40GB", MemoryMb: 40960},
 				{Index: 2, Uuid: "GPU-c", Model: "Tesla T4", MemoryMb: 15360},
 			}},
-		{Id: "node_B", Hostname: "box2", Status: podiumv1.NodeStatus_NODE_STATUS_OFFLINE, Draining: true},
+		{Id: "node_B", Hostname: "box2", Status: podiumv1.NodeStatus_NODE_STATUS_OFFLINE, Draining: true, AgentVersion: "v1.2.0"},
 	}
+	f.coordinatorVersion = "v1.3.0"
 	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
 	if code := cli.run(t, "nodes"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, cli.errOut)
@@ -381,13 +382,16 @@ func TestNodes(t *testing.T) {
 		t.Fatalf("want a header and two rows:\n%s", cli.out)
 	}
 	for i, want := range []string{
-		"ID HOSTNAME STATUS DRAINING LABELS PRIVILEGED RUNNING FREE SLOTS GPUS LAST HEARTBEAT",
-		"node_A box1 online no linux,gpu=a100 yes 2 6 2× NVIDIA A100-SXM4-40GB (40960 MiB), 1× Tesla T4 (15360 MiB) 5s ago",
-		"node_B box2 offline yes - no 0 0 - never",
+		"ID HOSTNAME VERSION STATUS DRAINING LABELS PRIVILEGED RUNNING FREE SLOTS GPUS LAST HEARTBEAT",
+		"node_A box1 - online no linux,gpu=a100 yes 2 6 2× NVIDIA A100-SXM4-40GB (40960 MiB), 1× Tesla T4 (15360 MiB) 5s ago",
+		"node_B box2 v1.2.0 (older) offline yes - no 0 0 - never",
 	} {
 		if got := strings.Join(strings.Fields(lines[i]), " "); got != want {
 			t.Errorf("line %d = %q, want %q", i, got, want)
 		}
+	}
+	if !strings.Contains(cli.errOut.String(), "1 node(s) run an agent older than the coordinator (v1.3.0)") {
+		t.Errorf("podium nodes did not say one node is older than the coordinator; stderr:\n%s", cli.errOut)
 	}
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
 	if code := cli.run(t, "nodes", "--json"); code != 0 {

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/internal/taskspec"
+	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -146,7 +147,7 @@ func runNodeGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 		if *asJSON {
 			return c.writeJSON(n)
 		}
-		writeNode(c.stdout, n, time.Now())
+		writeNode(c.stdout, n, resp.Msg.GetCoordinatorVersion(), time.Now())
 		return exitOK
 	}
 	fmt.Fprintf(c.stderr, "podium: %s\n", noNode(id))
@@ -154,7 +155,7 @@ func runNodeGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 }
 
 // writeNode prints a node as "key: value" lines, leaving out what is unset.
-func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
+func writeNode(w io.Writer, n *podiumv1.Node, coordinatorVersion string, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 	line := func(key, value string) {
 		if value != "" {
@@ -165,6 +166,12 @@ func writeNode(w io.Writer, n *podiumv1.Node, now time.Time) {
 	line("id", n.GetId())
 	line("hostname", n.GetHostname())
 	line("status", nodeStatusName(n.GetStatus()))
+	if v := n.GetAgentVersion(); v != "" {
+		if older, _ := version.Older(v, coordinatorVersion); older {
+			v += " (older than the coordinator's " + coordinatorVersion + ": apt-get update && apt-get upgrade on the node)"
+		}
+		line("agent version", v)
+	}
 	if n.GetDraining() {
 		line("draining", "yes: it takes no new tasks")
 	}

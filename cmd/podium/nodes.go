@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -24,7 +25,11 @@ heartbeat (online, unreachable, offline). DRAINING is "yes" for a node that
 takes no new work (podium node drain). PRIVILEGED is "yes" for a node whose
 agent runs privileged sidecars (podium-agent --allow-privileged-sidecars): only
 such nodes are given tasks with a sidecar that has privileged: true. FREE
-SLOTS is how many more tasks it would accept now.`,
+SLOTS is how many more tasks it would accept now. VERSION is the version of
+the node's agent, marked "(older)" when it is older than the coordinator's
+(the version its apt repository serves: apt-get update && apt-get upgrade on
+the node moves it there; docs/operations.md, "Upgrading an agent"), or
+"(differs)" when the two are not release versions and cannot be ordered.`,
 	usageExit: exitUsage,
 	run:       runNodes,
 }
@@ -52,13 +57,46 @@ func runNodes(ctx context.Context, c *cli, cmd *command, args []string) int {
 	if *asJSON {
 		return writeJSONList(c, resp.Msg.GetNodes())
 	}
-	writeNodeTable(c.stdout, resp.Msg.GetNodes(), time.Now())
+	writeNodeTable(c.stdout, resp.Msg.GetNodes(), resp.Msg.GetCoordinatorVersion(), time.Now())
+	if old := countOlder(resp.Msg.GetNodes(), resp.Msg.GetCoordinatorVersion()); old > 0 {
+		fmt.Fprintf(c.stderr, "%d node(s) run an agent older than the coordinator (%s): drain each, run apt-get update && apt-get upgrade on it, undrain (docs/operations.md, \"Upgrading an agent\")\n",
+			old, resp.Msg.GetCoordinatorVersion())
+	}
 	return exitOK
 }
 
-func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
+// agentVersion is a node's agent version for a table cell, marked when it is
+// not the coordinator's.
+func agentVersion(agent, coordinator string) string {
+	if agent == "" {
+		return "-"
+	}
+	if coordinator == "" {
+		return agent
+	}
+	switch older, known := version.Older(agent, coordinator); {
+	case !known:
+		return agent + " (differs)"
+	case older:
+		return agent + " (older)"
+	}
+	return agent
+}
+
+// countOlder counts the nodes whose agent is older than the coordinator.
+func countOlder(nodes []*podiumv1.Node, coordinator string) int {
+	n := 0
+	for _, node := range nodes {
+		if older, _ := version.Older(node.GetAgentVersion(), coordinator); older && node.GetAgentVersion() != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, coordinatorVersion string, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOSTNAME\tSTATUS\tDRAINING\tLABELS\tPRIVILEGED\tRUNNING\tFREE SLOTS\tGPUS\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "ID\tHOSTNAME\tVERSION\tSTATUS\tDRAINING\tLABELS\tPRIVILEGED\tRUNNING\tFREE SLOTS\tGPUS\tLAST HEARTBEAT")
 	for _, n := range nodes {
 		draining := "no"
 		if n.GetDraining() {
@@ -72,8 +110,8 @@ func writeNodeTable(w io.Writer, nodes []*podiumv1.Node, now time.Time) {
 		if n.GetAllowPrivilegedSidecars() {
 			privileged = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
-			n.GetId(), dash(n.GetHostname()), nodeStatusName(n.GetStatus()), draining,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			n.GetId(), dash(n.GetHostname()), agentVersion(n.GetAgentVersion(), coordinatorVersion), nodeStatusName(n.GetStatus()), draining,
 			dash(strings.Join(n.GetLabels(), ",")), privileged, n.GetRunningTasks(), n.GetFreeSlots(),
 			dash(gpusBrief(n.GetGpus())), heartbeat)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/internal/taskspec"
+	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -92,7 +93,9 @@ func (s *Service) ListNodes(ctx context.Context, _ *connect.Request[podiumv1.Lis
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	out := &podiumv1.ListNodesResponse{}
+	// The coordinator's version is the agent version its apt repository
+	// serves: `podium nodes` flags the nodes an upgrade would move.
+	out := &podiumv1.ListNodesResponse{CoordinatorVersion: version.Version}
 	for _, n := range ns {
 		p := nodeProto(n)
 		if d, ok := devices[n.ID]; ok {
@@ -246,7 +249,7 @@ func nodeProto(n store.Node) *podiumv1.Node {
 			Limits: &podiumv1.TaskLimits{MaxCpu: n.Limits.MaxCPU, MaxMemoryMb: n.Limits.MaxMemoryMB, MaxPids: n.Limits.MaxPids,
 				MaxTimeoutSeconds: n.Limits.MaxTimeoutSeconds, MaxOutputBytes: n.Limits.MaxOutputBytes, PermitEgress: n.Limits.PermitEgress}},
 		RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
-		AllowPrivilegedSidecars: n.Limits.AllowPrivilegedSidecars,
+		AllowPrivilegedSidecars: n.Limits.AllowPrivilegedSidecars, AgentVersion: n.AgentVersion,
 	}
 	switch n.Status {
 	case "online":

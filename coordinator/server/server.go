@@ -19,6 +19,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/admin"
+	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
@@ -110,7 +111,10 @@ type Config struct {
 	// NoConsole turns off the web console (package coordinator/console),
 	// which is otherwise served at /console/.
 	NoConsole bool
-	Logger    *slog.Logger
+	// Apt is the apt repository of the agent's packages served at /apt/
+	// (package coordinator/aptrepo); none when its directory has no .debs.
+	Apt    aptrepo.Config
+	Logger *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -202,6 +206,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	vault := secrets.NewVault(secretsKey, st)
+	apt, err := aptrepo.Load(ctx, cfg.Apt, st, secretsKey, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
 		AckDeadline: cfg.Scheduler.AckDeadline, WriteOffAfter: cfg.Scheduler.WriteOffAfter})
 	if cfg.Nodes.HeartbeatInterval == 0 {
@@ -291,6 +300,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		con = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: adminService, Artifacts: arts, Bus: s.bus, Log: log})
 		mux.Handle("/console/", con)
 		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
+	}
+	// The apt repository and its install script need no token, on any
+	// transport: packages and the public key are public, and apt has no
+	// way to present one. The token gate and the API's handler options
+	// only guard the API's paths.
+	if apt != nil {
+		mux.Handle("GET "+aptrepo.Prefix, apt)
+		mux.Handle("GET "+aptrepo.InstallPath, apt.InstallHandler())
 	}
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {

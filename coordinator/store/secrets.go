@@ -122,8 +122,8 @@ func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// RotateSecrets rewrites every stored secret and registry password in one
-// transaction: reseal gets each row (locked) and returns its new sealed
+// RotateSecrets rewrites every stored secret and registry password (and the
+// apt signing key) in one transaction: reseal gets each row (locked) and returns its new sealed
 // value. A registry login reaches reseal as a SecretRow named
 // RegistryAAD(host), the associated data it is sealed under. Either every
 // row is resealed or, when reseal or a write fails, none is. It returns how
@@ -181,6 +181,13 @@ func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (Secre
 				r.Host, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
 				return fmt.Errorf("registry %s: %w", r.Host, err)
 			}
+			n++
+		}
+		// The apt repository's signing key, when the coordinator made it
+		// (coordinator/aptrepo), is sealed under the same key.
+		if ok, err := resealAptKey(ctx, tx, reseal); err != nil {
+			return fmt.Errorf("apt signing key: %w", err)
+		} else if ok {
 			n++
 		}
 		return nil

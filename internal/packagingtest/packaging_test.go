@@ -437,7 +437,9 @@ func (h *harness) agentDeb(dir string) string {
 func (h *harness) buildCoordinatorImage() string {
 	h.step("make image")
 	image := "podium-test/coordinator:pkgtest-" + h.suffix
-	h.must(10*time.Minute, "make", "--no-print-directory", "image", "IMAGE="+image)
+	// The image carries the agent's .debs: this machine's architecture's
+	// is enough here.
+	h.must(10*time.Minute, "make", "--no-print-directory", "image", "IMAGE="+image, "DEB_ARCHES="+runtime.GOARCH)
 	h.t.Cleanup(func() { _, _ = h.command(time.Minute, "docker", "rmi", "-f", image) })
 	return image
 }
@@ -468,15 +470,20 @@ type coordinator struct {
 	url  string // as the host reaches it
 	// tls is the coordinator's certificate and the CA that signed it: the
 	// image's examples serve TLS, and so does this test.
-	tls *tlstest.CA
-	hc  *http.Client // trusts tls's CA
+	tls    *tlstest.CA
+	tlsDir string       // the certificate and key, as the container reads them
+	hc     *http.Client // trusts tls's CA
+	// db, network and extra (more docker run arguments) are what run
+	// starts the container with.
+	db, network string
+	extra       []string
 }
 
 // startCoordinator runs the coordinator image on a fresh, empty database of
 // the test's Postgres, configured by environment variables alone, and waits
 // for /readyz. The container reaches Postgres through its unix socket
-// directory, bind-mounted.
-func (h *harness) startCoordinator(image, network string) *coordinator {
+// directory, bind-mounted. extra are more `docker run` arguments.
+func (h *harness) startCoordinator(image, network string, extra ...string) *coordinator {
 	t := h.t
 	h.step("starting the coordinator container")
 	db := "pkgtest_" + h.suffix
@@ -499,13 +506,8 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 		defer c.Close(ctx)
 		_, _ = c.Exec(ctx, "drop database if exists "+db+" with (force)")
 	})
-	pgURL, err := url.Parse(pgtest.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	socketDir := pgURL.Query().Get("host")
 
-	c := &coordinator{h: h, name: "podium-pkgtest-coord-" + h.suffix}
+	c := &coordinator{h: h, name: "podium-pkgtest-coord-" + h.suffix, db: db, network: network, extra: extra}
 	c.tls = tlstest.New(t, c.name)
 	// The image runs as user 65532: the certificate and key go in a
 	// directory it can read.
@@ -526,18 +528,8 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 	if err := os.Chmod(tlsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h.must(time.Minute, "docker", "run", "-d", "--name", c.name, "--network", network,
-		"-p", "127.0.0.1::7070",
-		"-v", socketDir+":/pgsock",
-		"-v", tlsDir+":/tls:ro",
-		"-e", "PODIUM_DATABASE_URL=postgres://postgres@/"+db+"?host=/pgsock&sslmode=disable",
-		"-e", "PODIUM_TOKEN="+apiToken,
-		"-e", "PODIUM_LISTEN=0.0.0.0:7070",
-		"-e", "PODIUM_ALLOW_NON_LOOPBACK=1",
-		"-e", "PODIUM_TLS_CERT=/tls/cert.pem",
-		"-e", "PODIUM_TLS_KEY=/tls/key.pem",
-		"-e", "PODIUM_ADVERTISE=https://"+c.name+":7070",
-		image)
+	c.tlsDir = tlsDir
+	c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.tls.Pool}}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := h.command(time.Minute, "docker", "logs", "--tail", "100", c.name)
@@ -545,18 +537,7 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 		}
 	})
 	h.cleanup("container "+c.name, func() { _, _ = h.command(time.Minute, "docker", "rm", "-f", c.name) })
-	port := strings.TrimSpace(h.must(time.Minute, "docker", "port", c.name, "7070/tcp"))
-	c.url = "https://" + lastLine(port)
-
-	c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.tls.Pool}}}
-	h.eventually(time.Minute, "the coordinator to answer /readyz", func() (bool, string) {
-		res, err := c.hc.Get(c.url + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, res.Status
-	})
+	c.run(image)
 	conn, err := pgx.Connect(ctx, pgtest.URL(db))
 	if err != nil {
 		t.Fatal(err)
@@ -567,6 +548,41 @@ func (h *harness) startCoordinator(image, network string) *coordinator {
 		t.Fatalf("the coordinator did not create the schema with its views (found %d of 2, err %v)", views, err)
 	}
 	return c
+}
+
+// run starts the coordinator's container from image, under the
+// coordinator's name (a replacement keeps the name, so nodes find it), and
+// waits for /readyz on its newly published port.
+func (c *coordinator) run(image string) {
+	h, t := c.h, c.h.t
+	pgURL, err := url.Parse(pgtest.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	socketDir := pgURL.Query().Get("host")
+	args := []string{"run", "-d", "--name", c.name, "--network", c.network,
+		"-p", "127.0.0.1::7070",
+		"-v", socketDir + ":/pgsock",
+		"-v", c.tlsDir + ":/tls:ro",
+		"-e", "PODIUM_DATABASE_URL=postgres://postgres@/" + c.db + "?host=/pgsock&sslmode=disable",
+		"-e", "PODIUM_TOKEN=" + apiToken,
+		"-e", "PODIUM_LISTEN=0.0.0.0:7070",
+		"-e", "PODIUM_ALLOW_NON_LOOPBACK=1",
+		"-e", "PODIUM_TLS_CERT=/tls/cert.pem",
+		"-e", "PODIUM_TLS_KEY=/tls/key.pem",
+		"-e", "PODIUM_ADVERTISE=https://" + c.name + ":7070"}
+	args = append(args, c.extra...)
+	h.must(time.Minute, "docker", append(args, image)...)
+	port := strings.TrimSpace(h.must(time.Minute, "docker", "port", c.name, "7070/tcp"))
+	c.url = "https://" + lastLine(port)
+	h.eventually(time.Minute, "the coordinator to answer /readyz", func() (bool, string) {
+		res, err := c.hc.Get(c.url + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
 }
 
 // checkHealth checks the image's HEALTHCHECK: the command it runs answers,

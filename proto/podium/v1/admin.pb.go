@@ -276,8 +276,11 @@ type Node struct {
 	// allow_privileged_sidecars is what the node's agent last said in Hello
 	// (podium-agent --allow-privileged-sidecars).
 	AllowPrivilegedSidecars bool `protobuf:"varint,14,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// agent_version is the version the node's agent last reported (in its
+	// Hello, or when it enrolled).
+	AgentVersion  string `protobuf:"bytes,16,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -415,6 +418,13 @@ func (x *Node) GetAllowPrivilegedSidecars() bool {
 	return false
 }
 
+func (x *Node) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -452,10 +462,14 @@ func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// coordinator_version is the answering replica's version: the version of
+	// the podium-agent packages its apt repository serves, which a node's
+	// `apt-get upgrade` moves it to.
+	CoordinatorVersion string `protobuf:"bytes,2,opt,name=coordinator_version,json=coordinatorVersion,proto3" json:"coordinator_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListNodesResponse) Reset() {
@@ -493,6 +507,13 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ListNodesResponse) GetCoordinatorVersion() string {
+	if x != nil {
+		return x.CoordinatorVersion
+	}
+	return ""
 }
 
 type DrainNodeRequest struct {
@@ -2838,7 +2859,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\xe4\x04\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"\x89\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -2857,10 +2878,12 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x13tailscale_device_id\x18\f \x01(\tR\x11tailscaleDeviceId\x12)\n" +
 	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\x12\"\n" +
 	"\x04gpus\x18\x0f \x03(\v2\x0e.podium.v1.GpuR\x04gpus\x12:\n" +
-	"\x19allow_privileged_sidecars\x18\x0e \x01(\bR\x17allowPrivilegedSidecars\"\x12\n" +
-	"\x10ListNodesRequest\":\n" +
+	"\x19allow_privileged_sidecars\x18\x0e \x01(\bR\x17allowPrivilegedSidecars\x12#\n" +
+	"\ragent_version\x18\x10 \x01(\tR\fagentVersion\"\x12\n" +
+	"\x10ListNodesRequest\"k\n" +
 	"\x11ListNodesResponse\x12%\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\"G\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\x12/\n" +
+	"\x13coordinator_version\x18\x02 \x01(\tR\x12coordinatorVersion\"G\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\"8\n" +

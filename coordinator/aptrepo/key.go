@@ -1,0 +1,122 @@
+package aptrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/podiumhq/podium/coordinator/secrets"
+	"github.com/podiumhq/podium/coordinator/store"
+)
+
+// ErrNoSigningKey means there is no key to sign the repository with: the
+// operator gave none and the coordinator, having no secrets key to seal one
+// under, made none. Without it no repository is served; a repository apt
+// would have to be told to trust unsigned is not an option.
+var ErrNoSigningKey = errors.New("no apt signing key: set PODIUM_APT_SIGNING_KEY_FILE to an armored private key, " +
+	"or give the coordinator a secrets key (PODIUM_SECRETS_KEY_FILE) so that it makes one and keeps it in Postgres " +
+	"(docs/operations.md, \"The apt repository\")")
+
+// StoredSigner returns the signing key kept in Postgres, sealed under the
+// secrets key, generating and storing it first if there is none. Replicas
+// that start together each generate one, but only the first stored is kept
+// and every replica signs with that one. Without a secrets key it is
+// ErrNoSigningKey: the private key is never stored in the clear, as no
+// secret is (the secrets issue's rule: without a key, secrets cannot be set).
+func StoredSigner(ctx context.Context, st *store.Store, key *secrets.Key, log *slog.Logger) (*Signer, error) {
+	if key == nil {
+		return nil, ErrNoSigningKey
+	}
+	row, err := st.AptSigningKey(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		raw, gerr := GenerateKey("Podium apt repository")
+		if gerr != nil {
+			return nil, gerr
+		}
+		s, gerr := NewSigner(raw)
+		if gerr != nil {
+			return nil, gerr
+		}
+		sealed, gerr := key.Seal(store.AptKeyAAD, raw)
+		if gerr != nil {
+			return nil, gerr
+		}
+		row, err = st.PutAptSigningKeyIfAbsent(ctx, store.AptKeyRow{Ciphertext: sealed.Ciphertext, Nonce: sealed.Nonce,
+			KeyID: sealed.KeyID, Fingerprint: s.Fingerprint()})
+		if err == nil && row.Fingerprint == s.Fingerprint() {
+			log.Info("apt: generated the repository's signing key and stored it, sealed under the secrets key", "fingerprint", s.Fingerprint())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the apt signing key from Postgres: %w", err)
+	}
+	raw, err := key.Open(store.AptKeyAAD, secrets.Sealed{Ciphertext: row.Ciphertext, Nonce: row.Nonce, KeyID: row.KeyID})
+	if err != nil {
+		return nil, fmt.Errorf("the stored apt signing key: %w", err)
+	}
+	s, err := NewSigner(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the stored apt signing key: %w", err)
+	}
+	return s, nil
+}
+
+// Config is where the repository's packages and key come from.
+type Config struct {
+	// Dir holds the .deb files to serve; no repository when it has none.
+	Dir string
+	// KeyFile is the operator's armored private key; when empty, the key
+	// is the one kept in Postgres (StoredSigner).
+	KeyFile string
+}
+
+// Load builds the repository a coordinator serves, or returns nil (with one
+// log line saying why) when it serves none: no packages in Dir, or no key.
+// A key file or a package that cannot be read is an error: the operator
+// asked for something that does not work.
+func Load(ctx context.Context, cfg Config, st *store.Store, secretsKey *secrets.Key, log *slog.Logger) (*Repo, error) {
+	if cfg.Dir == "" {
+		log.Info("apt: no package directory (--apt-dir): no apt repository is served")
+		return nil, nil
+	}
+	// The packages first: a coordinator without them needs no key, and
+	// must not make one.
+	if n, err := countDebs(cfg.Dir); err != nil || n == 0 {
+		log.Info("apt: no .deb files in the package directory: no apt repository is served", "dir", cfg.Dir)
+		return nil, nil
+	}
+	var signer *Signer
+	var err error
+	if cfg.KeyFile != "" {
+		signer, err = LoadKeyFile(cfg.KeyFile)
+	} else {
+		signer, err = StoredSigner(ctx, st, secretsKey, log)
+	}
+	if errors.Is(err, ErrNoSigningKey) {
+		log.Warn("apt: no apt repository is served: "+err.Error(), "dir", cfg.Dir)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	repo, err := Build(cfg.Dir, signer, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("apt repository: %w", err)
+	}
+	names := make([]string, len(repo.Packages))
+	for i, p := range repo.Packages {
+		names[i] = p.String()
+	}
+	log.Info("apt: serving the apt repository at "+Prefix+" and the install script at "+InstallPath,
+		"packages", names, "key", signer.Fingerprint())
+	return repo, nil
+}
+
+// countDebs counts the .deb files in dir.
+func countDebs(dir string) (int, error) {
+	m, err := filepath.Glob(filepath.Join(dir, "*.deb"))
+	return len(m), err
+}
