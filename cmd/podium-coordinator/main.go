@@ -312,6 +312,12 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.DurationVar(&archive.After, "archive-after", archiveAfter, "archive a task's log this long after it ended (PODIUM_ARCHIVE_AFTER); the default is the artifact upload grace and a minute, so late artifact notes are in")
+	consoleOn, err := envBoolDefault("PODIUM_CONSOLE", true)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.BoolVar(&consoleOn, "console", consoleOn, "serve the web console at /console/ (PODIUM_CONSOLE); false turns it off")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -378,7 +384,7 @@ func serve(args []string, stderr io.Writer) int {
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
-		Retention: ret,
+		Retention: ret, NoConsole: !consoleOn,
 	}
 	cfg.Nodes.HeartbeatInterval = *hb
 	cfg.Nodes.MaxNodes = maxNodes

@@ -17,9 +17,11 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/console"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/logarchive"
@@ -30,6 +32,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
@@ -100,6 +103,9 @@ type Config struct {
 	Retention retention.Config
 	// Schedules is the leader's job that fires periodic tasks' ticks.
 	Schedules schedules.Config
+	// NoConsole turns off the web console (package coordinator/console),
+	// which is otherwise served at /console/.
+	NoConsole bool
 	Logger    *slog.Logger
 }
 
@@ -270,6 +276,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// /metrics is unauthenticated like /healthz: it says how busy the fleet
 	// is, never what any task is. Keep the port off the internet.
 	mux.Handle("GET /metrics", m.Handler())
+	var con *console.Console
+	if !cfg.NoConsole {
+		con = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: adminService, Artifacts: arts, Bus: s.bus, Log: log})
+		mux.Handle("/console/", con)
+		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
+	}
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {
 		handler = newTokenGate(cfg.Token, st, handler)
@@ -285,7 +297,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = &http.Server{Handler: handler, Protocols: &protocols,
 		ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.IdleTimeout, ConnState: s.conns.connState,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if con != nil {
+		s.http.RegisterOnShutdown(con.Shutdown)
+	}
 	return s, nil
+}
+
+// consoleConfig identifies the console's callers as the API's are: on the
+// tailnet with the same policy and role resolver (transport.go), on the local
+// transport by the token, which the console's sign-in takes.
+func (s *Server) consoleConfig() console.Config {
+	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token}
+	if s.endpoint != nil {
+		t := s.cfg.Tailnet
+		cc.Token = ""
+		cc.Policy = &tailnet.Policy{WhoIs: s.endpoint.WhoIs, NodeTag: t.NodeTag, AllowUntaggedNodes: t.AllowUntaggedNodes, Log: s.log}
+		cc.Resolver = &access.Resolver{Users: s.store, DefaultRole: access.Role(t.DefaultRole), AllowUntaggedNodes: t.AllowUntaggedNodes}
+	}
+	return cc
 }
 
 // Migrate applies the schema on a direct connection.

@@ -1,0 +1,626 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/podiumhq/podium/coordinator/admin"
+	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/console"
+	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/wait"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const bootstrap = "bootstrap-token-0123456789abcdef0123456789"
+
+// env is a console on a real Postgres, with the task and admin services it
+// calls, a node holding a session, and three people: alice (member), bob
+// (member), vera (viewer) and ada (admin).
+type env struct {
+	t      *testing.T
+	st     *store.Store
+	sql    *pgxpool.Pool
+	srv    *httptest.Server
+	node   string
+	epoch  int64
+	tokens map[string]string
+}
+
+func newEnv(t *testing.T, tls bool) *env {
+	t.Helper()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b := bus.New(bus.Config{DatabaseURL: db.URL, Channels: []string{store.ChannelTaskEvents}}, bus.Deps{Log: log})
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(bctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	svc := tasks.NewService(tasks.Deps{Store: st, Bus: b, Log: log})
+	adm := admin.NewService(admin.Config{Transport: "local"}, admin.Deps{Store: st, Log: log})
+	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute},
+		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log})
+	var srv *httptest.Server
+	if tls {
+		srv = httptest.NewTLSServer(con)
+	} else {
+		srv = httptest.NewServer(con)
+	}
+	t.Cleanup(srv.Close)
+	t.Cleanup(con.Shutdown)
+	e := &env{t: t, st: st, sql: pool, srv: srv, tokens: map[string]string{}}
+	for name, role := range map[string]string{"alice": "member", "bob": "member", "vera": "viewer", "ada": "admin"} {
+		tok := "tok-" + name + "-0123456789abcdef0123456789abcdef"
+		h := sha256.Sum256([]byte(tok))
+		if _, err := st.AddUser(ctx, name, role, h[:], "test"); err != nil {
+			t.Fatal(err)
+		}
+		e.tokens[name] = tok
+	}
+	// A node, behind the store's back: enrolling one takes a device.
+	e.node = ids.New("node")
+	if _, err := pool.Exec(ctx, "insert into podium.nodes (id, key_hash, hostname) values ($1, '\\x00', 'host-1')", e.node); err != nil {
+		t.Fatal(err)
+	}
+	n, err := st.StartSession(ctx, store.SessionStart{NodeID: e.node, Replica: "r1", MaxTasks: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.epoch = n.SessionEpoch
+	return e
+}
+
+// task stores a task submitted by who and, with run, places it on the node
+// and makes it running.
+func (e *env) task(who string, spec *podiumv1.TaskSpec, run bool) string {
+	e.t.Helper()
+	ctx := context.Background()
+	id := ids.New("task")
+	if _, err := e.st.InsertTasks(ctx, []store.NewTask{{ID: id, Spec: spec, RequestedBy: who}}); err != nil {
+		e.t.Fatal(err)
+	}
+	if !run {
+		return id
+	}
+	placed, _, err := e.st.DispatchPass(ctx, 100, func(string, placement.Need) (string, string) { return e.node, "" })
+	if err != nil || len(placed) == 0 {
+		e.t.Fatalf("place %s: %v (%d placed)", id, err, len(placed))
+	}
+	e.events(id, 1, status(podiumv1.TaskState_TASK_STATE_PROVISIONING), status(podiumv1.TaskState_TASK_STATE_RUNNING))
+	return id
+}
+
+// events stores a running task's events from seq on, as its node would.
+func (e *env) events(id string, seq uint64, evs ...*podiumv1.TaskEvent) {
+	e.t.Helper()
+	for i, ev := range evs {
+		ev.Seq = seq + uint64(i)
+	}
+	if _, err := e.st.IngestEvents(context.Background(), e.node, e.epoch, id, 1, evs); err != nil {
+		e.t.Fatal(err)
+	}
+	_ = e.st.Notify(context.Background(), store.ChannelTaskEvents, id)
+}
+
+func status(s podiumv1.TaskState) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{State: s}}}
+}
+
+func out(text string) *podiumv1.TaskEvent {
+	return &podiumv1.TaskEvent{Body: &podiumv1.TaskEvent_Log{Log: &podiumv1.LogChunk{Stream: podiumv1.LogStream_LOG_STREAM_STDOUT, Data: []byte(text)}}}
+}
+
+// client is a browser: cookies kept, redirects not followed (the tests look
+// at them).
+func (e *env) client() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	c := e.srv.Client()
+	c.Jar = jar
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// get fetches path and returns the status and body.
+func get(t *testing.T, c *http.Client, base, path string) (*http.Response, string) {
+	t.Helper()
+	res, err := c.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
+
+func post(t *testing.T, c *http.Client, base, path string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	res, err := c.PostForm(base+path, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func csrfOf(t *testing.T, body string) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no csrf field in the page:\n%s", body)
+	}
+	return m[1]
+}
+
+// login signs in with token and returns the browser.
+func (e *env) login(token string) *http.Client {
+	e.t.Helper()
+	c := e.client()
+	_, body := get(e.t, c, e.srv.URL, "/console/login")
+	res, body := post(e.t, c, e.srv.URL, "/console/login", url.Values{"token": {token}, "csrf": {csrfOf(e.t, body)}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/console/" {
+		e.t.Fatalf("sign-in: %s (Location %q), want 303 to /console/:\n%s", res.Status, res.Header.Get("Location"), body)
+	}
+	return c
+}
+
+func (e *env) as(name string) *http.Client { return e.login(e.tokens[name]) }
+
+// A personal token and the bootstrap token sign in, with a session cookie
+// that scripts cannot read and other sites cannot send; a wrong token is
+// refused with 401; signing out ends the session.
+func TestLoginGoodAndBad(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	c := e.client()
+	res, _ := get(t, c, e.srv.URL, "/console/")
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/console/login" {
+		t.Fatalf("GET /console/ signed out: %s %q, want 303 to /console/login", res.Status, res.Header.Get("Location"))
+	}
+	res, body := get(t, c, e.srv.URL, "/console/login")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `id="login"`) || !strings.Contains(body, `type="password"`) {
+		t.Fatalf("login page: %s\n%s", res.Status, body)
+	}
+	csrf := csrfOf(t, body)
+	res, body = post(t, c, e.srv.URL, "/console/login", url.Values{"token": {"not-a-token"}, "csrf": {csrf}})
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `class="error"`) || !strings.Contains(body, "token not recognised") {
+		t.Fatalf("bad token: %s, want 401 saying the token is not recognised:\n%s", res.Status, body)
+	}
+	res, _ = post(t, c, e.srv.URL, "/console/login", url.Values{"token": {e.tokens["alice"]}})
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-in without csrf: %s, want 403", res.Status)
+	}
+	res, _ = post(t, c, e.srv.URL, "/console/login", url.Values{"token": {e.tokens["alice"]}, "csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("good token: %s, want 303", res.Status)
+	}
+	var session *http.Cookie
+	for _, ck := range res.Cookies() {
+		if ck.Name == "podium_console" {
+			session = ck
+		}
+	}
+	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/console" || session.Secure {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, Path=/console, not Secure over plain HTTP", session)
+	}
+	res, body = get(t, c, e.srv.URL, "/console/")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `<span id="whoami">alice</span>`) || !strings.Contains(body, `<span id="role">member</span>`) {
+		t.Fatalf("tasks page as alice: %s\n%s", res.Status, body)
+	}
+	// The session id is not what is stored.
+	var stored int
+	if err := e.sql.QueryRow(context.Background(), "select count(*) from podium.console_sessions where id_hash = $1",
+		[]byte(session.Value)).Scan(&stored); err != nil || stored != 0 {
+		t.Fatalf("a session row keyed by the raw id: %d (%v)", stored, err)
+	}
+	res, _ = post(t, c, e.srv.URL, "/console/logout", url.Values{"csrf": {csrfOf(t, body)}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out: %s", res.Status)
+	}
+	if res, _ = get(t, c, e.srv.URL, "/console/"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after signing out: %s, want 303 to the login page", res.Status)
+	}
+
+	admin := e.login(bootstrap)
+	_, body = get(t, admin, e.srv.URL, "/console/")
+	if !strings.Contains(body, `<span id="whoami">bootstrap token</span>`) || !strings.Contains(body, `<span id="role">admin</span>`) {
+		t.Fatalf("header for the bootstrap token:\n%s", body)
+	}
+	// Removing a user ends their sessions at once.
+	bob := e.as("bob")
+	if err := e.st.RemoveUser(context.Background(), "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := get(t, bob, e.srv.URL, "/console/"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a removed user's session: %s, want 303 to the login page", res.Status)
+	}
+}
+
+// Over TLS the session cookie is Secure.
+func TestSessionCookieSecureOverTLS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	c := e.client()
+	_, body := get(t, c, e.srv.URL, "/console/login")
+	res, _ := post(t, c, e.srv.URL, "/console/login", url.Values{"token": {e.tokens["ada"]}, "csrf": {csrfOf(t, body)}})
+	for _, ck := range res.Cookies() {
+		if ck.Name == "podium_console" {
+			if !ck.Secure || !ck.HttpOnly {
+				t.Fatalf("session cookie over TLS %+v: want Secure and HttpOnly", ck)
+			}
+			return
+		}
+	}
+	t.Fatalf("no session cookie: %s", res.Status)
+}
+
+// Every console response carries the strict CSP and the other headers.
+func TestSecurityHeadersOnEveryResponse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	c := e.as("ada")
+	for _, p := range []string{"/console/login", "/console/", "/console/nodes", "/console/queue", "/console/static/console.css",
+		"/console/static/console.js", "/console/nope", "/console/?state=bogus"} {
+		res, _ := get(t, c, e.srv.URL, p)
+		h := res.Header
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+			t.Errorf("%s: CSP %q", p, csp)
+		}
+		if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") != "same-origin" || h.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: headers %v", p, h)
+		}
+	}
+}
+
+// A POST without the session's CSRF token, or with another, is refused with
+// 403 and changes nothing; with it, the cancel goes through.
+func TestCSRFRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	alice := e.as("alice")
+	_, body := get(t, alice, e.srv.URL, "/console/tasks/"+id)
+	if !strings.Contains(body, `id="cancel-button"`) {
+		t.Fatalf("the owner sees no cancel button:\n%s", body)
+	}
+	csrf := csrfOf(t, body)
+	other := e.as("alice") // another session: another token
+	_, otherBody := get(t, other, e.srv.URL, "/console/tasks/"+id)
+	for _, bad := range []url.Values{{}, {"csrf": {"00" + csrf[2:]}}, {"csrf": {csrfOf(t, otherBody)}}} {
+		if csrfOf(t, otherBody) == csrf {
+			t.Fatal("two sessions share a CSRF token")
+		}
+		res, _ := post(t, alice, e.srv.URL, "/console/tasks/"+id+"/cancel", bad)
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("cancel with csrf %v: %s, want 403", bad, res.Status)
+		}
+	}
+	if tk, _ := e.st.GetTask(context.Background(), id); tk.CancelRequestedAt != nil {
+		t.Fatal("a refused form cancelled the task")
+	}
+	res, _ := post(t, alice, e.srv.URL, "/console/tasks/"+id+"/cancel", url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/console/tasks/"+id {
+		t.Fatalf("cancel: %s %q", res.Status, res.Header.Get("Location"))
+	}
+	if tk, _ := e.st.GetTask(context.Background(), id); tk.CancelRequestedAt == nil && tk.State != store.Cancelled {
+		t.Fatalf("the cancel did not reach the task: %s", tk.State)
+	}
+}
+
+// Output is text: a task printing <script> shows it escaped, and ANSI
+// colours become terminal-to-html's classes.
+func TestOutputEscapedAndColoured(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	e.events(id, 3, out("<script>alert('x')</script>\n\x1b[31mred\x1b[0m plain\n"))
+	_, body := get(t, e.as("vera"), e.srv.URL, "/console/tasks/"+id)
+	if strings.Contains(body, "<script>alert") {
+		t.Fatalf("task output reached the page as markup:\n%s", body)
+	}
+	if !strings.Contains(body, "&lt;script&gt;alert(") {
+		t.Fatalf("the escaped script is not shown:\n%s", body)
+	}
+	if !regexp.MustCompile(`<span class="[^"]*fg31[^"]*">red</span>`).MatchString(body) {
+		t.Fatalf("no fg31 span for the red text:\n%s", body)
+	}
+}
+
+// What a page offers follows the roles: a member sees no drain button, a
+// viewer no cancel button, a member none on someone else's task; a viewer's
+// cancel is refused.
+func TestRolesDecideTheButtons(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	_, body := get(t, e.as("ada"), e.srv.URL, "/console/nodes")
+	if !strings.Contains(body, `data-node-id="`+e.node+`"`) || !strings.Contains(body, `class="drain"`) {
+		t.Fatalf("an admin sees no drain button:\n%s", body)
+	}
+	_, body = get(t, e.as("alice"), e.srv.URL, "/console/nodes")
+	if !strings.Contains(body, `data-node-id="`+e.node+`"`) || strings.Contains(body, `class="drain"`) || strings.Contains(body, `class="undrain"`) {
+		t.Fatalf("a member's nodes page (want the node, no drain button):\n%s", body)
+	}
+	vera := e.as("vera")
+	_, body = get(t, vera, e.srv.URL, "/console/tasks/"+id)
+	if strings.Contains(body, "cancel-button") || strings.Contains(body, `id="message"`) {
+		t.Fatalf("a viewer sees the cancel or message form:\n%s", body)
+	}
+	res, _ := post(t, vera, e.srv.URL, "/console/tasks/"+id+"/cancel", url.Values{"csrf": {csrfOf(t, body)}})
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("a viewer's cancel: %s, want 403", res.Status)
+	}
+	bob := e.as("bob")
+	_, body = get(t, bob, e.srv.URL, "/console/tasks/"+id)
+	if strings.Contains(body, "cancel-button") {
+		t.Fatalf("a member sees the cancel button on someone else's task:\n%s", body)
+	}
+	res, _ = post(t, bob, e.srv.URL, "/console/nodes/"+e.node+"/drain", url.Values{"csrf": {csrfOf(t, body)}})
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("a member's drain: %s, want 403", res.Status)
+	}
+	ada := e.as("ada")
+	_, body = get(t, ada, e.srv.URL, "/console/nodes")
+	res, _ = post(t, ada, e.srv.URL, "/console/nodes/"+e.node+"/drain", url.Values{"csrf": {csrfOf(t, body)}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("an admin's drain: %s, want 303", res.Status)
+	}
+	if n, err := e.st.GetNode(context.Background(), e.node); err != nil || !n.Draining {
+		t.Fatalf("the node is not draining after an admin's drain (%v)", err)
+	}
+}
+
+// Env values are hidden from everyone but the task's owner and admins.
+func TestEnvValuesHiddenForNonOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox", Env: map[string]string{"API_KEY": "hunter2-secret"}}, false)
+	for who, shown := range map[string]bool{"alice": true, "ada": true, "bob": false, "vera": false} {
+		_, body := get(t, e.as(who), e.srv.URL, "/console/tasks/"+id)
+		if !strings.Contains(body, `id="spec"`) || !strings.Contains(body, "API_KEY") {
+			t.Fatalf("%s: no spec with the variable's name:\n%s", who, body)
+		}
+		if got := strings.Contains(body, "hunter2-secret"); got != shown {
+			t.Errorf("%s sees the value: %t, want %t", who, got, shown)
+		}
+		if !shown && !strings.Contains(body, "•••") {
+			t.Errorf("%s: the hidden value is not shown as •••", who)
+		}
+	}
+}
+
+var lineRE = regexp.MustCompile(`<div class="line (stdout|stderr|note)" id="L(\d+)"><a href="#L\d+" class="ln">\d+</a><span class="text">([^<]*)</span></div>`)
+
+// A long log pages from the server: the task page shows its last 1,000
+// lines and a link to earlier ones; the fragment answers exactly the lines
+// asked for, with a line split across chunks whole.
+func TestLogPaging(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	var evs []*podiumv1.TaskEvent
+	var chunk strings.Builder
+	for i := 1; i <= 2500; i++ {
+		fmt.Fprintf(&chunk, "line %d\n", i)
+		if i%100 == 0 {
+			evs = append(evs, out(chunk.String()))
+			chunk.Reset()
+		}
+	}
+	evs = append(evs, out("half a "), out("line\n"))
+	e.events(id, 3, evs...)
+	// The log's lines: 2 notes (provisioning, running), 2,500 lines and
+	// the one written in two chunks.
+	c := e.as("vera")
+	_, body := get(t, c, e.srv.URL, "/console/tasks/"+id)
+	ls := lineRE.FindAllStringSubmatch(body, -1)
+	if len(ls) != console.PageLines {
+		t.Fatalf("the task page shows %d lines, want %d", len(ls), console.PageLines)
+	}
+	if first, last := ls[0], ls[len(ls)-1]; first[2] != "1504" || last[2] != "2503" || last[3] != "half a line" || first[3] != "line 1502" {
+		t.Fatalf("the page shows lines %s (%q) to %s (%q), want 1504 (line 1502) to 2503 (half a line)", first[2], first[3], last[2], last[3])
+	}
+	if !strings.Contains(body, `id="log-earlier" href="/console/tasks/`+id+`?from=504#log"`) {
+		t.Fatalf("no link to the earlier lines:\n%s", body[strings.Index(body, "log-tools"):][:600])
+	}
+	res, frag := get(t, c, e.srv.URL, "/console/tasks/"+id+"/log?from=10&limit=5")
+	ls = lineRE.FindAllStringSubmatch(frag, -1)
+	if res.StatusCode != http.StatusOK || len(ls) != 5 || ls[0][2] != "10" || ls[0][3] != "line 8" || ls[4][2] != "14" {
+		t.Fatalf("log?from=10&limit=5: %s, lines %v", res.Status, ls)
+	}
+	if ls := lineRE.FindAllStringSubmatch(get2(t, c, e.srv.URL+"/console/tasks/"+id+"?from=1"), -1); len(ls) != console.PageLines || ls[0][2] != "1" || ls[0][1] != "note" {
+		t.Fatalf("?from=1 shows %d lines from %v", len(ls), ls[0])
+	}
+	for _, bad := range []string{"/log?from=0", "/log?from=x", "/log?from=1&limit=100000", "/log"} {
+		if res, _ := get(t, c, e.srv.URL, "/console/tasks/"+id+bad); res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %s, want 400", bad, res.Status)
+		}
+	}
+	res, raw := get(t, c, e.srv.URL, "/console/tasks/"+id+"/log.raw")
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain") ||
+		!strings.Contains(res.Header.Get("Content-Disposition"), "attachment") || !strings.Contains(raw, "line 2500\nhalf a line\n") {
+		t.Fatalf("raw log: %s %v, ends %q", res.Status, res.Header, raw[max(0, len(raw)-80):])
+	}
+}
+
+func get2(t *testing.T, c *http.Client, u string) string {
+	t.Helper()
+	res, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+// A query parameter that is not valid is a 400 page naming it.
+func TestBadQueryParameterIs400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	c := e.as("vera")
+	for q, name := range map[string]string{"state=bogus": "state", "user=%21%21": "user", "label=a%3D%3D%3Db%20c": "label",
+		"node=nope": "node", "after=x": "after", "colour=red": "colour"} {
+		res, body := get(t, c, e.srv.URL, "/console/?"+q)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "&#34;"+name+"&#34;") {
+			t.Errorf("?%s: %s, want 400 naming %q:\n%s", q, res.Status, name, body)
+		}
+	}
+	if res, _ := get(t, c, e.srv.URL, "/console/tasks/not-a-task"); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("a bad task id: %s, want 400", res.Status)
+	}
+	if res, _ := get(t, c, e.srv.URL, "/console/tasks/"+ids.New("task")); res.StatusCode != http.StatusNotFound {
+		t.Errorf("a task that is not there: %s, want 404", res.Status)
+	}
+}
+
+// The tasks page lists newest first with why a queued task waits, and the
+// queue page groups the waiting by reason.
+func TestTasksAndQueuePages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	running := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	queued := e.task("bob", &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"gpu"}}, false)
+	if _, err := e.sql.Exec(context.Background(), "update podium.tasks set reason = 'no node has label gpu' where id = $1", queued); err != nil {
+		t.Fatal(err)
+	}
+	c := e.as("vera")
+	_, body := get(t, c, e.srv.URL, "/console/")
+	iq, ir := strings.Index(body, `data-task-id="`+queued+`"`), strings.Index(body, `data-task-id="`+running+`"`)
+	if iq < 0 || ir < 0 || iq > ir {
+		t.Fatalf("want both tasks, the newest first:\n%s", body)
+	}
+	if !regexp.MustCompile(`data-task-id="` + queued + `">\s*<td class="id">.*</td>\s*<td class="state state-queued">queued</td>\s*<td class="why">no node has label gpu</td>`).MatchString(body) {
+		t.Fatalf("the queued task's row lacks its state or why:\n%s", body)
+	}
+	_, body = get(t, c, e.srv.URL, "/console/?state=running")
+	if strings.Contains(body, queued) || !strings.Contains(body, running) {
+		t.Fatalf("state=running lists the wrong tasks:\n%s", body)
+	}
+	_, rows := get(t, c, e.srv.URL, "/console/?fragment=rows&user=bob")
+	if strings.Contains(rows, "<html") || !strings.Contains(rows, queued) || strings.Contains(rows, running) {
+		t.Fatalf("the rows fragment for user=bob:\n%s", rows)
+	}
+	_, body = get(t, c, e.srv.URL, "/console/queue")
+	if !regexp.MustCompile(`<tr data-reason="no node has label gpu">.*<td class="count">1</td>`).MatchString(body) {
+		t.Fatalf("queue page:\n%s", body)
+	}
+	_, body = get(t, c, e.srv.URL, "/console/nodes/"+e.node)
+	if !strings.Contains(body, running) || strings.Contains(body, queued) {
+		t.Fatalf("node page lists the wrong tasks:\n%s", body)
+	}
+}
+
+// The live log sends the lines written after the page, then the end.
+func TestLiveLogFollowsTheTail(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	e.events(id, 3, out("first\n"))
+	c := e.as("vera")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/console/tasks/"+id+"/events?line=3", nil)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("events: %s %q", res.Status, ct)
+	}
+	r := bufio.NewReader(res.Body)
+	next := func(want string) string {
+		t.Helper()
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("the event stream ended waiting for %q: %v", want, err)
+			}
+			if strings.Contains(l, want) {
+				return l
+			}
+		}
+	}
+	next(`id="L3"`) // "first": lines 1 and 2 are the notes, which the page had
+	e.events(id, 4, out("second\n"))
+	if l := next(`id="L4"`); !strings.Contains(l, "second") {
+		t.Fatalf("line 4: %q", l)
+	}
+	zero := int32(0)
+	done := status(podiumv1.TaskState_TASK_STATE_SUCCEEDED)
+	done.GetStatus().ExitCode = &zero
+	e.events(id, 5, done)
+	next("succeeded 0")
+	next("event: end")
+	wait.For(t, 10*time.Second, "the task to succeed", func() bool {
+		tk, _ := e.st.GetTask(context.Background(), id)
+		return tk.State == store.Succeeded
+	})
+}
+
+// A replica serves the console at /console/ and sends / there.
+func TestReplicaMountsTheConsole(t *testing.T) {
+	t.Parallel()
+	r, _ := coordtest.New(t)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.Get(r.URL() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/console/" {
+		t.Fatalf("GET /: %s %q, want 303 to /console/", res.Status, res.Header.Get("Location"))
+	}
+	res, body := get(t, c, r.URL(), "/console/login")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `id="login"`) {
+		t.Fatalf("GET /console/login: %s", res.Status)
+	}
+	_, body = get(t, c, r.URL(), "/console/login")
+	jar, _ := cookiejar.New(nil)
+	c.Jar = jar
+	_, body = get(t, c, r.URL(), "/console/login")
+	res, _ = post(t, c, r.URL(), "/console/login", url.Values{"token": {coordtest.Token}, "csrf": {csrfOf(t, body)}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in with the replica's token: %s", res.Status)
+	}
+}

@@ -1,0 +1,272 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"strings"
+
+	"connectrpc.com/connect"
+	terminal "github.com/buildkite/terminal-to-html/v3"
+
+	"github.com/podiumhq/podium/coordinator/logarchive"
+	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+)
+
+// A task's log is stored as chunks of its output (stdout and stderr, as the
+// agent read them) and podium's notes and state changes, in one order. The
+// console shows it as numbered lines: each stream's bytes are cut at its
+// newlines (a line may span chunks; the two streams' partial lines are kept
+// apart, so interleaved output does not mix mid-line), and each note or
+// state change is a line of its own. Line numbers are a property of the
+// stored log, the same on every read, so #L123 always names the same line.
+
+// maxLineBytes cuts a line without newlines (a progress bar, a minified
+// file) into lines of at most this many bytes, so no one line can make a
+// page, or the browser rendering it, arbitrarily large.
+const maxLineBytes = 8 << 10
+
+// PageLines is the most lines one page of a log shows: the task page shows
+// the last PageLines lines, and earlier ones a page at a time.
+const PageLines = 1000
+
+// logLine is one line of a log.
+type logLine struct {
+	N int64
+	// Stream is stdout, stderr or note.
+	Stream string
+	Text   []byte
+}
+
+// HTML renders the line's text: ANSI colours and styles become classes
+// (terminal-to-html), and everything else is escaped.
+func (l logLine) HTML() template.HTML {
+	if bytes.IndexByte(l.Text, 0x1b) < 0 && bytes.IndexByte(l.Text, '\r') < 0 && bytes.IndexByte(l.Text, '\b') < 0 {
+		return template.HTML(template.HTMLEscapeString(strings.ToValidUTF8(string(l.Text), "\uFFFD"))) //nolint:gosec // escaped
+	}
+	s, err := terminal.NewScreen()
+	if err != nil {
+		return template.HTML(template.HTMLEscapeString(string(l.Text))) //nolint:gosec // escaped
+	}
+	_, _ = s.Write(l.Text)
+	// terminal-to-html escapes the text it renders; a cursor movement can
+	// make a second screen line, which stays inside this line.
+	return template.HTML(strings.ReplaceAll(s.AsHTMLWithTimestamps(false), "\n", " ")) //nolint:gosec // rendered and escaped by terminal-to-html
+}
+
+// errStop ends a read of the log early, once the lines wanted are in.
+var errStop = errors.New("enough lines")
+
+// lineScanner turns a log's events into numbered lines.
+type lineScanner struct {
+	next int64     // the next line's number, from 1
+	pend [2][]byte // each stream's partial line
+	emit func(logLine) error
+}
+
+func newLineScanner(emit func(logLine) error) *lineScanner {
+	return &lineScanner{next: 1, emit: emit}
+}
+
+func (s *lineScanner) line(stream string, text []byte) error {
+	l := logLine{N: s.next, Stream: stream, Text: text}
+	s.next++
+	return s.emit(l)
+}
+
+var streamNames = [2]string{"stdout", "stderr"}
+
+// event takes the log's next event.
+func (s *lineScanner) event(ev *podiumv1.TaskEvent) error {
+	switch b := ev.GetBody().(type) {
+	case *podiumv1.TaskEvent_Log:
+		i := 0
+		if b.Log.GetStream() == podiumv1.LogStream_LOG_STREAM_STDERR {
+			i = 1
+		}
+		data := b.Log.GetData()
+		for len(data) > 0 {
+			nl := bytes.IndexByte(data, '\n')
+			if nl < 0 {
+				room := maxLineBytes - len(s.pend[i])
+				if len(data) < room {
+					s.pend[i] = append(s.pend[i], data...)
+					return nil
+				}
+				nl = room
+				text := append(s.pend[i], data[:nl]...)
+				s.pend[i] = nil
+				data = data[nl:]
+				if err := s.line(streamNames[i], text); err != nil {
+					return err
+				}
+				continue
+			}
+			text := append(s.pend[i], data[:nl]...)
+			s.pend[i] = nil
+			data = data[nl+1:]
+			for len(text) > maxLineBytes {
+				if err := s.line(streamNames[i], text[:maxLineBytes:maxLineBytes]); err != nil {
+					return err
+				}
+				text = text[maxLineBytes:]
+			}
+			if err := s.line(streamNames[i], bytes.Clone(text)); err != nil {
+				return err
+			}
+		}
+	case *podiumv1.TaskEvent_Note:
+		return s.note(b.Note.GetText())
+	case *podiumv1.TaskEvent_Status:
+		st := b.Status
+		text := store.StateName(st.GetState())
+		if st.ExitCode != nil {
+			text += fmt.Sprintf(" (exit code %d)", st.GetExitCode())
+		}
+		if st.GetSignal() != 0 {
+			text += fmt.Sprintf(" (signal %d)", st.GetSignal())
+		}
+		if st.GetReason() != "" {
+			text += ": " + st.GetReason()
+		}
+		return s.note(text)
+	}
+	return nil
+}
+
+func (s *lineScanner) note(text string) error {
+	text = strings.TrimRight(text, "\n")
+	for i, part := range strings.Split(text, "\n") {
+		prefix := "→ "
+		if i > 0 {
+			prefix = "  "
+		}
+		if err := s.line("note", []byte(prefix+part)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush ends the streams' partial lines: the log has ended.
+func (s *lineScanner) flush() error {
+	for i := range s.pend {
+		if len(s.pend[i]) > 0 {
+			text := s.pend[i]
+			s.pend[i] = nil
+			if err := s.line(streamNames[i], text); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scanLog reads t's whole log (or until emit returns errStop) into lines.
+// The partial lines at the end are ended only once the task has ended:
+// while it runs they may yet go on.
+func (c *Console) scanLog(ctx context.Context, t store.Task, emit func(logLine) error) (store.Task, error) {
+	sc := newLineScanner(emit)
+	var after int64
+	t, err := c.readLog(ctx, t, &after, func(_ int64, ev *podiumv1.TaskEvent) error { return sc.event(ev) })
+	if err == nil && store.Terminal(t.State) {
+		err = sc.flush()
+	}
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return t, err
+}
+
+// pageLines is a page of a log: lines from..from+limit-1, or with from 0
+// the last limit lines. total is how many lines the log has (so far).
+func (c *Console) pageLines(ctx context.Context, t store.Task, from int64, limit int) (lines []logLine, total int64, err error) {
+	var n int64
+	emit := func(l logLine) error {
+		n = l.N
+		switch {
+		case from == 0:
+			// Keep the last limit lines: a ring would save copying, but a
+			// slide of at most limit pointers per line is cheap next to
+			// reading the log.
+			if len(lines) == limit {
+				copy(lines, lines[1:])
+				lines = lines[:limit-1]
+			}
+			lines = append(lines, l)
+		case l.N >= from && l.N < from+int64(limit):
+			lines = append(lines, l)
+		}
+		return nil
+	}
+	_, err = c.scanLog(ctx, t, emit)
+	return lines, n, err
+}
+
+// readLog sends the events of t's log past *after: from its archive, then
+// its rows. It is the task service's Events reading (tasks.Service.readLog),
+// which is not exported: the archive job may move the log while it is read,
+// and a read that comes up short reads the task again and goes on from the
+// archive, so no event is missed or repeated.
+func (c *Console) readLog(ctx context.Context, t store.Task, after *int64, send func(int64, *podiumv1.TaskEvent) error) (store.Task, error) {
+	for {
+		if t.LogExpiredAt != nil {
+			return t, nil
+		}
+		if *after < t.Archive.Seq {
+			err := c.archive.Events(ctx, t.ID, t.Archive, *after, func(seq int64, ev *podiumv1.TaskEvent) error {
+				if err := send(seq, ev); err != nil {
+					return err
+				}
+				*after = seq
+				return nil
+			})
+			switch {
+			case errors.Is(err, logarchive.ErrReplaced):
+				nt, err := c.store.GetTask(ctx, t.ID)
+				if err != nil {
+					return t, err
+				}
+				if nt.Archive.Seq == t.Archive.Seq {
+					return t, connect.NewError(connect.CodeDataLoss, fmt.Errorf("task %s: its log archive is missing", t.ID))
+				}
+				t = nt
+				continue
+			case errors.Is(err, logarchive.ErrDamaged):
+				return t, connect.NewError(connect.CodeDataLoss, err)
+			case err != nil:
+				return t, err
+			}
+			*after = max(*after, t.Archive.Seq)
+		}
+		for {
+			evs, err := c.store.ReadEvents(ctx, t.ID, *after, 500)
+			if err != nil {
+				return t, err
+			}
+			for _, e := range evs {
+				if err := send(e.Seq, e.Event); err != nil {
+					return t, err
+				}
+				*after = e.Seq
+			}
+			if len(evs) < 500 {
+				break
+			}
+		}
+		if *after >= t.LastSeq {
+			return t, nil
+		}
+		nt, err := c.store.GetTask(ctx, t.ID)
+		if err != nil {
+			return t, err
+		}
+		if nt.Archive.Seq <= *after {
+			return t, nil
+		}
+		t = nt
+	}
+}
