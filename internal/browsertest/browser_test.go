@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,9 +98,10 @@ func newPage(t *testing.T, s *stack) *page {
 	}
 	ctx, cancel := chromedp.NewContext(browser.ctx, chromedp.WithNewBrowserContext())
 	p := &page{t: t, ctx: ctx, base: s.r.URL(), dir: screenshotDir(t), console: &syncBuffer{}}
-	start, cancelStart := context.WithTimeout(ctx, defaultWait)
-	defer cancelStart()
-	if err := chromedp.Do(start); err != nil {
+	// The first Do opens the tab and binds its life to the context it is
+	// given: ctx itself, since a deadline here would close the tab as
+	// soon as this returned.
+	if err := chromedp.Do(ctx); err != nil {
 		cancel()
 		t.Fatalf("open a tab: %v", err)
 	}
@@ -145,7 +148,20 @@ func (p *page) do(what string, d time.Duration, actions ...chromedp.Action[chrom
 // waits for its document to be ready.
 func (p *page) open(path string) {
 	p.t.Helper()
-	p.do("the page "+path+" to load", defaultWait, chromedp.Navigate(p.base+path), chromedp.WaitReady(chromedp.CSS("body")))
+	ctx, cancel := context.WithTimeout(p.ctx, defaultWait)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(p.base+path), chromedp.WaitReady(chromedp.CSS("body"))); err != nil {
+		// Say whether the server answers at all, to tell a hung page
+		// from a hung server.
+		res, herr := http.Get(p.base + path)
+		answer := fmt.Sprint(herr)
+		if herr == nil {
+			body, _ := io.ReadAll(io.LimitReader(res.Body, 2000))
+			_ = res.Body.Close()
+			answer = fmt.Sprintf("%s %v\n%s", res.Status, res.Header, body)
+		}
+		p.fail("gave up after %s waiting for the page %s to load: %v; a plain GET of it answers: %s", defaultWait, path, err, answer)
+	}
 }
 
 // until polls a JavaScript expression in the page until it is true; after d

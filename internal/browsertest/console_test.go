@@ -478,6 +478,9 @@ exit 1`)
 	p.login(token)
 	p.open("/console/tasks/" + id)
 	p.until("the red FAIL", defaultWait, `document.querySelector('#log span[class*="fg31"]') !== null`)
+	// The log at the top of the picture, the task's details above it.
+	p.do("scrolling to the log", defaultWait, chromedp.Evaluate[chromedp.Void](
+		`window.scrollTo(0, document.querySelector("#log").getBoundingClientRect().top + window.scrollY - 420)`))
 	ctx, cancel := context.WithTimeout(p.ctx, defaultWait)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
