@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,12 +215,6 @@ func (p *page) count(css string) int {
 	return eval[int](p, fmt.Sprintf(`document.querySelectorAll(%s).length`, js(css)))
 }
 
-// path is the page's location: path and query.
-func (p *page) path() string {
-	p.t.Helper()
-	return eval[string](p, `location.pathname + location.search`)
-}
-
 var fileSafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // screenshot writes the whole page as a PNG to the test's screenshot
@@ -270,12 +263,3 @@ func js(s string) string {
 
 // lineSel is the selector of a log line's element: L<n>.
 func lineSel(n int) string { return fmt.Sprintf("#L%d", n) }
-
-// hasLine is a JavaScript expression true when log line n is in the page
-// with text containing want.
-func hasLine(n int, want string) string {
-	return fmt.Sprintf(`(document.getElementById("L%d")?.textContent ?? "").includes(%s)`, n, js(want))
-}
-
-// trimmed is s with its whitespace collapsed, to compare what a page shows.
-func trimmed(s string) string { return strings.Join(strings.Fields(s), " ") }
