@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,10 +148,10 @@ func out(text string) *podiumv1.TaskEvent {
 // at them).
 func (e *env) client() *http.Client {
 	jar, _ := cookiejar.New(nil)
-	c := e.srv.Client()
+	c := *e.srv.Client() // a copy: the server's client is shared
 	c.Jar = jar
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+	return &c
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
@@ -448,23 +449,42 @@ func TestLogPaging(t *testing.T) {
 	}
 	evs = append(evs, out("half a "), out("line\n"))
 	e.events(id, 3, evs...)
-	// The log's lines: 2 notes (provisioning, running), 2,500 lines and
-	// the one written in two chunks.
+	// The log starts with podium's notes (placed, provisioning, running):
+	// line k of the output is line k+notes of the log.
 	c := e.as("vera")
+	_, frag := get(t, c, e.srv.URL, "/console/tasks/"+id+"/log?from=1&limit=10")
+	notes := -1
+	for _, l := range lineRE.FindAllStringSubmatch(frag, -1) {
+		if l[3] == "line 1" {
+			notes, _ = strconv.Atoi(l[2])
+			notes--
+		}
+	}
+	if notes < 0 {
+		t.Fatalf("no \"line 1\" in the log's first lines:\n%s", frag)
+	}
+	total := 2500 + 1 + notes
 	_, body := get(t, c, e.srv.URL, "/console/tasks/"+id)
 	ls := lineRE.FindAllStringSubmatch(body, -1)
 	if len(ls) != console.PageLines {
 		t.Fatalf("the task page shows %d lines, want %d", len(ls), console.PageLines)
 	}
-	if first, last := ls[0], ls[len(ls)-1]; first[2] != "1504" || last[2] != "2503" || last[3] != "half a line" || first[3] != "line 1502" {
-		t.Fatalf("the page shows lines %s (%q) to %s (%q), want 1504 (line 1502) to 2503 (half a line)", first[2], first[3], last[2], last[3])
+	firstN := total - console.PageLines + 1
+	if first, last := ls[0], ls[len(ls)-1]; first[2] != strconv.Itoa(firstN) || last[2] != strconv.Itoa(total) ||
+		last[3] != "half a line" || first[3] != fmt.Sprintf("line %d", firstN-notes) {
+		t.Fatalf("the page shows lines %s (%q) to %s (%q), want %d to %d (half a line)", first[2], first[3], last[2], last[3], firstN, total)
 	}
-	if !strings.Contains(body, `id="log-earlier" href="/console/tasks/`+id+`?from=504#log"`) {
+	for i, l := range ls {
+		if l[2] != strconv.Itoa(firstN+i) {
+			t.Fatalf("line %d of the page is numbered %s", i, l[2])
+		}
+	}
+	if !strings.Contains(body, fmt.Sprintf(`id="log-earlier" href="/console/tasks/%s?from=%d#log"`, id, firstN-console.PageLines)) {
 		t.Fatalf("no link to the earlier lines:\n%s", body[strings.Index(body, "log-tools"):][:600])
 	}
 	res, frag := get(t, c, e.srv.URL, "/console/tasks/"+id+"/log?from=10&limit=5")
 	ls = lineRE.FindAllStringSubmatch(frag, -1)
-	if res.StatusCode != http.StatusOK || len(ls) != 5 || ls[0][2] != "10" || ls[0][3] != "line 8" || ls[4][2] != "14" {
+	if res.StatusCode != http.StatusOK || len(ls) != 5 || ls[0][2] != "10" || ls[0][3] != fmt.Sprintf("line %d", 10-notes) || ls[4][2] != "14" {
 		t.Fatalf("log?from=10&limit=5: %s, lines %v", res.Status, ls)
 	}
 	if ls := lineRE.FindAllStringSubmatch(get2(t, c, e.srv.URL+"/console/tasks/"+id+"?from=1"), -1); len(ls) != console.PageLines || ls[0][2] != "1" || ls[0][1] != "note" {
@@ -559,7 +579,7 @@ func TestLiveLogFollowsTheTail(t *testing.T) {
 	c := e.as("vera")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/console/tasks/"+id+"/events?line=3", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/console/tasks/"+id+"/events?line=1", nil)
 	res, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -581,11 +601,9 @@ func TestLiveLogFollowsTheTail(t *testing.T) {
 			}
 		}
 	}
-	next(`id="L3"`) // "first": lines 1 and 2 are the notes, which the page had
+	next(`<span class="text">first</span>`)
 	e.events(id, 4, out("second\n"))
-	if l := next(`id="L4"`); !strings.Contains(l, "second") {
-		t.Fatalf("line 4: %q", l)
-	}
+	next(`<span class="text">second</span>`)
 	zero := int32(0)
 	done := status(podiumv1.TaskState_TASK_STATE_SUCCEEDED)
 	done.GetStatus().ExitCode = &zero
@@ -615,12 +633,45 @@ func TestReplicaMountsTheConsole(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `id="login"`) {
 		t.Fatalf("GET /console/login: %s", res.Status)
 	}
-	_, body = get(t, c, r.URL(), "/console/login")
 	jar, _ := cookiejar.New(nil)
 	c.Jar = jar
 	_, body = get(t, c, r.URL(), "/console/login")
 	res, _ = post(t, c, r.URL(), "/console/login", url.Values{"token": {coordtest.Token}, "csrf": {csrfOf(t, body)}})
 	if res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign-in with the replica's token: %s", res.Status)
+	}
+}
+
+// The message form puts the text in the task's inbox, for its owner; the
+// change is in the audit log, as the CLI's is.
+func TestMessageReachesTheInbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	alice := e.as("alice")
+	_, body := get(t, alice, e.srv.URL, "/console/tasks/"+id)
+	if !strings.Contains(body, `id="message-button"`) || !strings.Contains(body, `name="text"`) {
+		t.Fatalf("the owner has no message form:\n%s", body)
+	}
+	res, _ := post(t, alice, e.srv.URL, "/console/tasks/"+id+"/message", url.Values{"csrf": {csrfOf(t, body)}, "text": {"hello <task>"}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("message: %s, want 303", res.Status)
+	}
+	cmds, err := e.st.PendingCommandsFor(context.Background(), []string{e.node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cmds {
+		if c.TaskID == id && c.Kind == "inject" && c.Text == "hello <task>" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no message command for the node: %+v", cmds)
+	}
+	rows, err := e.st.ListAudit(context.Background(), time.Now().Add(-time.Hour), "alice", 10)
+	if err != nil || len(rows) == 0 || rows[0].Action != "TaskService.Send" || rows[0].Target != id {
+		t.Fatalf("audit rows for alice: %+v (%v), want TaskService.Send on %s", rows, err, id)
 	}
 }

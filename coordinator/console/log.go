@@ -182,27 +182,41 @@ func (c *Console) scanLog(ctx context.Context, t store.Task, emit func(logLine) 
 }
 
 // pageLines is a page of a log: lines from..from+limit-1, or with from 0
-// the last limit lines. total is how many lines the log has (so far).
+// the last limit lines. total is how many lines the log has (so far), read
+// to its end for the tail; a page before the tail stops reading at the
+// line after it, which total then is.
 func (c *Console) pageLines(ctx context.Context, t store.Task, from int64, limit int) (lines []logLine, total int64, err error) {
 	var n int64
+	// The tail is kept in a ring of limit lines: a log of millions of
+	// lines costs one slot's write per line.
+	var ring []logLine
 	emit := func(l logLine) error {
 		n = l.N
 		switch {
 		case from == 0:
-			// Keep the last limit lines: a ring would save copying, but a
-			// slide of at most limit pointers per line is cheap next to
-			// reading the log.
-			if len(lines) == limit {
-				copy(lines, lines[1:])
-				lines = lines[:limit-1]
+			if len(ring) < limit {
+				ring = append(ring, l)
+			} else {
+				ring[(l.N-1)%int64(limit)] = l
 			}
-			lines = append(lines, l)
 		case l.N >= from && l.N < from+int64(limit):
 			lines = append(lines, l)
+		case l.N >= from+int64(limit):
+			return errStop
 		}
 		return nil
 	}
 	_, err = c.scanLog(ctx, t, emit)
+	if from == 0 && len(ring) > 0 {
+		// The oldest line kept is in the slot after the newest.
+		start := int(n % int64(limit))
+		if len(ring) < limit {
+			start = 0
+		}
+		lines = append(ring[start:len(ring):len(ring)], ring[:start]...)
+	}
+	// A page that stopped early knows only that the log goes on past it:
+	// total is then its last line and one.
 	return lines, n, err
 }
 

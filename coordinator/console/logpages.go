@@ -69,12 +69,11 @@ func (c *Console) logFragment(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	lines, total, err := c.pageLines(r.Context(), t, from, limit)
+	lines, _, err := c.pageLines(r.Context(), t, from, limit)
 	if err != nil {
 		c.serviceFail(w, r, asConnect(err))
 		return
 	}
-	w.Header().Set("X-Podium-Log-Lines", strconv.FormatInt(total, 10))
 	c.renderTemplate(w, http.StatusOK, "task", "lines", logFragment{Lines: lines})
 }
 

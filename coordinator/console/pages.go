@@ -287,10 +287,13 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.artifacts != nil {
 		as, err := c.tasks.ListArtifacts(ctx, connect.NewRequest(&podiumv1.ListArtifactsRequest{Id: id}))
+		var list []*podiumv1.Artifact
 		if err != nil {
 			p.ArtifactsNote = "The artifacts cannot be listed now: " + connectMessage(err)
+		} else {
+			list = as.Msg.GetArtifacts()
 		}
-		for _, a := range as.Msg.GetArtifacts() {
+		for _, a := range list {
 			p.Artifacts = append(p.Artifacts, artifactRow{Name: a.GetName(), SHA256: a.GetSha256(), Size: a.GetSize(), Attempt: a.GetAttempt(),
 				URL: "/console/tasks/" + id + "/artifacts/" + pathEscape(a.GetName()) + "?attempt=" + strconv.Itoa(int(a.GetAttempt()))})
 		}

@@ -29,6 +29,7 @@ var funcs = template.FuncMap{
 	// pair hands a template two values (the viewer and a row).
 	"pair":  func(a, b any) struct{ A, B any } { return struct{ A, B any }{a, b} },
 	"next":  func(n int64) int64 { return n + 1 },
+	"prev":  func(n int64) int64 { return n - 1 },
 	"bytes": humanBytes,
 }
 
