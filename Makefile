@@ -31,7 +31,7 @@ build:
 # The packages that drive real binaries, containers and Postgres clusters take
 # minutes each; they are named first so that go test starts them first, and the
 # quick ones fill the other core around them instead of ahead of them.
-SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest
+SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./internal/browsertest
 
 test: vet lint fuzz
 	$(GO) test -count=1 -race -timeout 40m $(SLOW_TEST_PKGS) ./...
