@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -59,7 +60,10 @@ type Session struct {
 	capacity         *podiumv1.Capacity
 	lastSeen         time.Time
 	lastAssignedAt   time.Time
-	tasks            map[string]TaskCost // task id → what it is charged
+	// lastBeat is the node's last heartbeat as recorded (nil before its
+	// first), the pattern of the beats its output stands in for (heard).
+	lastBeat *store.Heartbeat
+	tasks    map[string]TaskCost // task id → what it is charged
 	// busy are the slots the node still spends tearing down attempts the
 	// control plane let go of at reconciliation; its heartbeats bring them
 	// down (running), so its own word on what is free wins meanwhile.
@@ -243,6 +247,34 @@ func (s *Session) configure(labels []string, draining bool, override int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.labels, s.draining, s.maxTasksOverride = labels, draining, override
+}
+
+// beat keeps hb as the node's last heartbeat.
+func (s *Session) beat(hb store.Heartbeat) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastBeat = &hb
+}
+
+// heard says whether the node's output, received at now, should stand in for
+// a heartbeat: the node has heartbeated on this stream, and its last recorded
+// beat is at least interval old. The beat returned is that one, at now, with
+// the running count unknown (its capacity cannot have changed unsaid: a change
+// comes in a heartbeat). Heartbeats travel in the same stream as output and
+// are read in order behind it, so under a flooding task on a loaded machine
+// they arrive late while the output never stops; without this the watchdog
+// found such a node unreachable, then offline, and lost its tasks.
+func (s *Session) heard(now time.Time, interval time.Duration) (store.Heartbeat, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastBeat == nil || now.Sub(s.lastBeat.At) < interval {
+		return store.Heartbeat{}, false
+	}
+	s.lastSeen = now
+	hb := *s.lastBeat
+	hb.At, hb.RunningTasks, hb.GPUsChanged, hb.GPUs = now, store.RunningUnknown, false, nil
+	s.lastBeat.At = now
+	return hb, true
 }
 
 func (s *Session) seen(c *podiumv1.Capacity) {

@@ -441,6 +441,7 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			if gpusChanged {
 				hb.GPUsChanged, hb.GPUs = true, nodeGPUs(c.GetGpus())
 			}
+			sess.beat(hb)
 			s.recordHeartbeat(hb)
 			// The node's proof that it reaches the control plane: without
 			// it, past the offline threshold, it fences itself. A full queue
@@ -457,6 +458,9 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			checkEventUsage(s.log, sess, body.Events.GetEvents())
 			if err := s.ingest(ctx, sess, body.Events.GetEvents()); err != nil {
 				return err
+			}
+			if hb, ok := sess.heard(time.Now(), s.cfg.HeartbeatInterval); ok {
+				s.recordHeartbeat(hb)
 			}
 		case *podiumv1.StreamRequest_Hello:
 			return connect.NewError(connect.CodeInvalidArgument, errors.New("hello may only be the first message of a stream"))

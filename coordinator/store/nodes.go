@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,6 +200,11 @@ func (s *Store) EndSession(ctx context.Context, nodeID string, epoch int64) erro
 }
 
 // Heartbeat is one node's latest heartbeat, buffered until the next flush.
+// RunningUnknown is a Heartbeat's RunningTasks when the node made no count:
+// the flush subtracts the control plane's count from it and keeps the smaller
+// of that and the busy slots, so the busy slots stay as they are.
+const RunningUnknown = math.MaxInt32
+
 type Heartbeat struct {
 	NodeID     string
 	Epoch      int64
@@ -207,7 +213,9 @@ type Heartbeat struct {
 	MemoryMB   int64
 	DiskFreeMB int64
 	MaxTasks   int32
-	// RunningTasks is how many attempts the node says hold a slot.
+	// RunningTasks is how many attempts the node says hold a slot;
+	// RunningUnknown when the beat stands for output rather than a count
+	// the node made, so the node's busy slots are left as they are.
 	RunningTasks int32
 	// GPUsChanged says the node's GPUs differ from what its session last
 	// recorded, and GPUs are the new list. GPUs change only when an operator
