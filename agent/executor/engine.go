@@ -46,6 +46,11 @@ const (
 	engineRetryMax = 5 * time.Second
 )
 
+// engineLearnWait bounds how long a task's end waits for an engine that never
+// said whether it has live-restore on (it was going down when asked): past
+// it the task is judged as if live-restore were off, as before.
+const engineLearnWait = 30 * time.Second
+
 // How long a teardown that failed while the engine answered waits before its
 // next try: from teardownRetryMin, doubling, to teardownRetryMax. One that
 // failed because the engine did not answer is tried again as soon as it

@@ -822,6 +822,16 @@ func (r *run) stoppedByEngine(ctx context.Context, lost bool, rec *runlog.Exit, 
 	case exit != nil && !lost:
 		succeeded = exit.StatusCode == 0
 	}
+	if !succeeded && !r.e.engineKnown.Load() && ctx.Err() == nil {
+		// Whether the engine keeps containers through its restarts was
+		// never learned: the one question, at the task's start, met an
+		// engine already going down. Ask it once it is back (for a while)
+		// rather than take live-restore as off and call a task that ended
+		// by itself stopped by the engine.
+		lctx, cancel := context.WithTimeout(ctx, engineLearnWait)
+		r.e.awaitEngine(lctx)
+		cancel()
+	}
 	switch {
 	case succeeded || ctx.Err() != nil || r.e.liveRestore.Load():
 		return false
