@@ -1,3 +1,5 @@
+//go:build apttest
+
 package packagingtest
 
 import (
