@@ -42,7 +42,7 @@ func signer(t *testing.T) *Signer {
 func buildDeb(t *testing.T, dir, name, version, arch, compression string) string {
 	t.Helper()
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("dpkg-deb is not installed (apt-get install dpkg)")
+		t.Fatal("dpkg-deb is not installed: apt-get install dpkg (scripts/ensure-packaging.sh)")
 	}
 	root := filepath.Join(t.TempDir(), "root")
 	for path, content := range map[string]string{

@@ -468,13 +468,12 @@ cd $A && sha256sum data.bin`)
 	}
 }
 
-// TestTaskPageScreenshotForTheREADME rewrites docs/console-task.png, the
-// README's picture of a task page with a coloured log, when
-// PODIUM_UPDATE_SCREENSHOT=1; otherwise it has nothing to do.
-func TestTaskPageScreenshotForTheREADME(t *testing.T) {
-	if os.Getenv("PODIUM_UPDATE_SCREENSHOT") != "1" {
-		t.Skip("set PODIUM_UPDATE_SCREENSHOT=1 to rewrite docs/console-task.png")
-	}
+// TestFailedTaskPageShowsStateAndColouredLog opens the page of a task that
+// failed after printing coloured build output to stdout and stderr: the page
+// says failed with the task's exit code, and every coloured word is rendered
+// in its colour. Its screenshot is the README's picture of a task page: with
+// PODIUM_UPDATE_SCREENSHOT=1 the test also copies it to docs/console-task.png.
+func TestFailedTaskPageShowsStateAndColouredLog(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
 	token := s.addUser("alice", "admin")
@@ -487,11 +486,20 @@ exit 1`)
 	p := newPage(t, s)
 	p.login(token)
 	p.open("/console/tasks/" + id)
-	p.until("the red FAIL", defaultWait, `document.querySelector('#log span[class*="fg31"]') !== null`)
-	ctx, cancel := context.WithTimeout(p.ctx, defaultWait)
-	defer cancel()
-	// The whole page: the task's details and, below them, its log.
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	p.until("the red FAIL", defaultWait, `[...document.querySelectorAll('#log span[class*="fg31"]')].some(e => e.textContent === 'FAIL')`)
+	p.until("four green oks", defaultWait, `[...document.querySelectorAll('#log span[class*="fg32"]')].filter(e => e.textContent === 'ok').length === 4`)
+	p.until("the yellow warning from stderr", defaultWait, `[...document.querySelectorAll('#log .stderr span[class*="fg33"]')].some(e => e.textContent === 'warning:')`)
+	if got := p.text("#task-state"); !strings.Contains(got, "failed") {
+		t.Fatalf("#task-state says %q, want failed", got)
+	}
+	if got := strings.TrimSpace(p.text("#exit-code")); got != "1" {
+		t.Fatalf("#exit-code says %q, want 1", got)
+	}
+	file := p.screenshot("task-page")
+	if os.Getenv("PODIUM_UPDATE_SCREENSHOT") != "1" || file == "" {
+		return
+	}
+	png, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

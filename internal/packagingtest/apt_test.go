@@ -38,9 +38,6 @@ const (
 // repository whose Packages file has one byte changed in transit is refused
 // by apt-get update.
 func TestAptRepositoryInstallAndUpgrade(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds two coordinator images and boots systemd: skipped with -short")
-	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the packaging test needs root (see TestAgentPackageAndCoordinatorImage)")
 	}
