@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test apt-test nfpm gpu-check
+.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -154,17 +154,10 @@ image: nfpm
 		scripts/build-coordinator-image.sh $(IMAGE)
 
 # The acceptance test of the packaging alone (`make test` runs it too): the
-# .deb installed in Debian with systemd as PID 1, the coordinator image, a
-# task through both. scripts/ensure-packaging.sh installs what it needs.
+# coordinator image serving its signed apt repository, the agent installed
+# from it with /install.sh in Debian with systemd as PID 1, a task through
+# both, and `apt-get upgrade` to the next version's coordinator.
+# scripts/ensure-packaging.sh installs what it needs.
 packaging-test:
 	$(GO) test -count=1 -v -timeout 20m ./internal/packagingtest/
 
-# The apt repository end to end (issue 21): /install.sh in a booted Debian,
-# then `apt-get upgrade` from a coordinator of version N to one of N+1, and a
-# tampered Packages file refused. It builds two coordinator images with their
-# agent packages and takes about five minutes, so it is its own target behind
-# the apttest build tag: inside `make test` it pushed CI past its 20-minute
-# budget. Run it before a release and after touching coordinator/aptrepo,
-# /install.sh or the packaging.
-apt-test:
-	$(GO) test -count=1 -v -tags apttest -timeout 30m -run TestAptRepositoryInstallAndUpgrade ./internal/packagingtest/

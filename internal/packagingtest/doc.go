@@ -5,9 +5,9 @@
 // submitted with the CLI. Everything in it is real: systemd, dpkg and apt,
 // the Docker engine, Postgres. The one fake is an empty package that stands in
 // for docker.io inside the Debian container (testdata/fake-docker.nfpm.yaml
-// says why). TestAptRepositoryInstallAndUpgrade installs the agent the way
-// README says, from the coordinator's signed apt repository (/install.sh),
-// and upgrades it with apt to the next version's coordinator.
+// says why). The agent is installed the way README says, from the
+// coordinator's signed apt repository (/install.sh), and upgraded with apt to
+// the next version's coordinator.
 //
 // It has no code of its own outside the test; `make test` and
 // `make packaging-test` run it. It needs root, Docker, lintian and, the first

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -37,14 +38,29 @@ const nodeCAFile = "/etc/podium-test-coordinator-ca.pem"
 // wants 32 bytes or more).
 const apiToken = "packagingtest-token-0123456789abcdef0123456789"
 
+// The two versions the test ships: the coordinator image of each carries
+// the agent's package of the same version.
+const (
+	versionN, debVersionN   = "v0.0.1", "0.0.1"
+	versionN1, debVersionN1 = "v0.0.2", "0.0.2"
+)
+
 // TestAgentPackageAndCoordinatorImage installs the podium-agent package in
 // Debian with systemd as PID 1 and runs it the way an operator would, against
 // a coordinator started from its image with nothing but environment
-// variables. Each step checks what an operator would look at: systemctl,
-// dpkg, the CLI's output.
+// variables: README's "Install an agent" (the coordinator's /install.sh adds
+// its signed apt repository and installs the agent of the coordinator's
+// version N), then docs/operations.md's upgrade (the coordinator is replaced
+// by version N+1 on the same database; drain, `apt-get upgrade`, undrain),
+// and a repository whose Packages file has one byte changed in transit
+// refused by apt-get update. Each step checks what an operator would look at:
+// systemctl, dpkg, apt, the CLI's output.
+//
+// It is one test, not one per story, because the two coordinator images and
+// the booted Debian node are most of its time.
 func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a .deb and an image and boots systemd: skipped with -short")
+		t.Skip("builds .debs and images and boots systemd: skipped with -short")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the packaging test needs root: it builds a Debian rootfs with debootstrap and keeps the " +
@@ -55,15 +71,21 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 
 	// The systemd image is mostly download and disk work (debootstrap the
 	// first time, docker import after that), so it is made while the
-	// binaries compile.
+	// binaries compile; version N+1's image, needed only for the upgrade, is
+	// built while the node boots and installs.
 	rootfs := make(chan buildResult, 1)
 	go func() {
 		out, err := h.command(10*time.Minute, filepath.Join(h.root, "scripts/bookworm-systemd-image.sh"))
 		rootfs <- buildResult{strings.TrimSpace(lastLine(out)), out, err}
 	}()
 
-	debDir := h.buildPackages()
-	coordImage := h.buildCoordinatorImage()
+	debDir := h.buildPackages(versionN, debVersionN)
+	imageN := h.buildCoordinatorImage(versionN, debVersionN)
+	nextImage := make(chan buildResult, 1)
+	go func() {
+		image, out, err := h.tryBuildCoordinatorImage(versionN1, debVersionN1)
+		nextImage <- buildResult{image, out, err}
+	}()
 	cli := h.buildCLI()
 	taskImage := dockertest.EnsureImage(t)
 
@@ -71,8 +93,14 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	h.must(time.Minute, "docker", "network", "create", network)
 	h.cleanup("network "+network, func() { _, _ = h.command(time.Minute, "docker", "network", "rm", network) })
 
-	coord := h.startCoordinator(coordImage, network)
+	// A secrets key: with it, the coordinator makes the repository's
+	// signing key once and keeps it in Postgres, so that version N+1,
+	// started later on the same database, signs with the same key.
+	keyDir := h.secretsKeyDir()
+	coord := h.startCoordinator(imageN, network, "-v", keyDir+":/secrets:ro", "-e", "PODIUM_SECRETS_KEY_FILE=/secrets/key")
 	cli.server, cli.caFile = coord.url, coord.tls.CAFile
+	coordURL := "https://" + coord.name + ":7070"
+	coord.checkPublicPaths()
 
 	h.step("waiting for the Debian systemd image")
 	r := <-rootfs
@@ -93,13 +121,34 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	h.cleanup(dataDir, func() { _ = os.RemoveAll(dataDir) })
 
 	node := h.bootNode(r.image, network, debDir, dataDir)
-
-	h.step("apt install the fake docker.io and podium-agent")
-	debName := h.agentDeb(debDir)
+	node.installCA(coord.tls.CAFile)
 	node.must(2*time.Minute, "apt-get install -y /debs/podium-test-fake-docker_1.0.0_all.deb")
-	installOut := node.must(2*time.Minute, "cd /debs && apt-get install -y ./"+debName)
-	if !strings.Contains(installOut, "podium-agent enroll --coordinator URL --token TOKEN") {
-		t.Errorf("installing did not tell the operator to enroll the node; apt printed:\n%s", installOut)
+
+	h.step("install.sh from the coordinator")
+	// The one line of README is curl ... | sh; this minimal Debian has no
+	// curl, so apt's own downloader fetches the script (which falls back
+	// to it as well).
+	fetch := "/usr/lib/apt/apt-helper -qq download-file " + coordURL + "/install.sh /root/install.sh >/dev/null && sh /root/install.sh"
+	installOut := node.must(5*time.Minute, fetch+" 2>/dev/null")
+	if !strings.Contains(installOut, "podium-agent enroll --coordinator "+coordURL+" --token TOKEN") {
+		t.Errorf("install.sh did not print the enroll command for %s:\n%s", coordURL, installOut)
+	}
+	if got := node.must(time.Minute, "dpkg-query -W -f='${Version}' podium-agent"); got != debVersionN+"-1" {
+		t.Fatalf("install.sh installed podium-agent %s, want %s-1", got, debVersionN)
+	}
+	sources := node.must(time.Minute, "cat /etc/apt/sources.list.d/podium.sources")
+	for _, want := range []string{"Types: deb", "URIs: " + coordURL + "/apt", "Suites: stable", "Components: main", "Signed-By: /etc/apt/keyrings/podium.gpg"} {
+		if !strings.Contains(sources, want) {
+			t.Errorf("podium.sources lacks %q:\n%s", want, sources)
+		}
+	}
+	if node.exitCode("grep -rqs trusted=yes /etc/apt/sources.list /etc/apt/sources.list.d/") == 0 {
+		t.Error("install.sh left trusted=yes in apt's sources")
+	}
+	h.step("install.sh again: it changes nothing")
+	node.must(5*time.Minute, fetch+" >/dev/null 2>&1")
+	if got := node.must(time.Minute, "ls /etc/apt/sources.list.d/ /etc/apt/keyrings/ | sort | tr '\\n' ' '"); strings.Count(got, "podium") != 2 {
+		t.Errorf("after a second run, apt's directories hold: %s", got)
 	}
 
 	h.step("checking what was installed")
@@ -121,29 +170,7 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	}
 
 	h.step("configuring the agent")
-	// Operator's configuration: agent.env moves the data directory and adds
-	// flags; a drop-in lets the sandboxed unit write there, and shortens the
-	// watchdog so that the freeze below is noticed in seconds.
-	// --exit-on-drain: the upgrade path of docs/operations.md, below.
-	// --runner: the agent bind-mounts the runner by its path, which the
-	// host's engine resolves on the host, so the packaged runner is used from
-	// the shared data directory rather than from the container's /usr/bin.
-	// --egress-filter=false: the node is a container of its own network
-	// namespace on the host's engine, so the task networks' bridges are
-	// not its interfaces and rules it made would filter nothing (the agent
-	// would refuse every task, rightly); it has no iptables either.
-	// PODIUM_CA_FILE: the coordinator's certificate is the test CA's.
-	node.must(time.Minute, "cp /usr/bin/podium-runner "+dataDir+"/podium-runner")
-	caPEM, err := os.ReadFile(coord.tls.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.must(time.Minute, "cat >"+nodeCAFile+" <<'EOF'\n"+string(caPEM)+"EOF")
-	flags := "--max-tasks 2 --exit-on-drain --egress-filter=false --runner " + dataDir + "/podium-runner"
-	node.must(time.Minute, fmt.Sprintf("printf '%%s\\n' 'PODIUM_AGENT_DATA_DIR=%s' 'PODIUM_AGENT_FLAGS=%s' 'PODIUM_CA_FILE=%s' >>/etc/podium/agent.env",
-		dataDir, flags, nodeCAFile))
-	node.must(time.Minute, "mkdir -p /etc/systemd/system/podium-agent.service.d && cat >/etc/systemd/system/podium-agent.service.d/packagingtest.conf <<'EOF'\n"+
-		"[Service]\nReadWritePaths="+dataDir+"\nWatchdogSec=3s\nRestartSec=1s\nEOF\nsystemctl daemon-reload")
+	flags := node.configureAgent(dataDir)
 
 	h.step("starting before enrollment: skipped, not failed")
 	// The unit is enabled from install on, so it is also started at boot
@@ -163,7 +190,6 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 		t.Fatalf("podium token create exited %d:\n%s", tokenCode, tokenErr)
 	}
 	token = strings.TrimSpace(token)
-	coordURL := "https://" + coord.name + ":7070"
 	// enroll prints the node id on stdout and what it did on stderr.
 	nodeID, enrollErr, enrollCode := h.run(time.Minute, "docker", "exec", node.name,
 		"podium-agent", "enroll", "--coordinator", coordURL, "--ca-file", nodeCAFile, "--token", token, "--data-dir", dataDir)
@@ -206,6 +232,9 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 		}
 	}
 	runTask("hello from a packaged agent")
+	if v, err := h.nodeVersion(cli, nodeID); err != nil || v != versionN {
+		t.Errorf("podium nodes shows agent version %q (%v), want %s", v, err, versionN)
+	}
 
 	h.step("the coordinator's /metrics shows the task that ran")
 	h.eventually(time.Minute, "/metrics to count the failed task", func() (bool, string) {
@@ -232,23 +261,52 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 		t.Errorf("the agent was restarted, but the journal does not say the watchdog did it:\n%s", tail(journal, 40))
 	}
 
-	h.step("apt install --reinstall (an upgrade): postinst restarts the enrolled agent")
+	h.step("apt-get install --reinstall: postinst restarts the enrolled agent")
 	pid = node.show("MainPID")
-	node.must(3*time.Minute, "cd /debs && apt-get install -y --reinstall ./"+debName)
+	node.must(3*time.Minute, "apt-get install -y --reinstall podium-agent")
 	if p, state := node.show("MainPID"), node.show("ActiveState"); p == pid || state != "active" {
-		t.Errorf("after the upgrade the agent is %s with MainPID %s (was %s); want a new, active agent", state, p, pid)
+		t.Errorf("after the reinstall the agent is %s with MainPID %s (was %s); want a new, active agent", state, p, pid)
 	}
 
-	h.step("drain, --exit-on-drain, apt upgrade, undrain")
-	// docs/operations.md, "Taking a node out of service". Exit status 0 on
-	// drain is not a failure, so Restart=on-failure leaves the agent stopped.
+	h.step("draining the node: --exit-on-drain stops the agent")
+	// docs/operations.md, "Upgrading a node". Exit status 0 on drain is not
+	// a failure, so Restart=on-failure leaves the agent stopped.
 	h.must(time.Minute, cli.path, cli.args("node", "drain", nodeID)...)
 	h.eventually(time.Minute, "the drained agent to exit", func() (bool, string) {
 		state, result, status := node.show("ActiveState"), node.show("Result"), node.show("ExecMainStatus")
 		return state == "inactive" && result == "success" && status == "0",
 			fmt.Sprintf("ActiveState=%s Result=%s ExecMainStatus=%s", state, result, status)
 	})
-	node.must(3*time.Minute, "cd /debs && apt-get install -y --reinstall ./"+debName)
+
+	h.step("replacing the coordinator with version " + versionN1)
+	next := <-nextImage
+	if next.err != nil {
+		t.Fatalf("make image VERSION=%s: %v\n%s", versionN1, next.err, next.output)
+	}
+	h.t.Cleanup(func() { _, _ = h.command(time.Minute, "docker", "rmi", "-f", next.image) })
+	h.must(time.Minute, "docker", "rm", "-f", coord.name)
+	coord.run(next.image)
+	cli.server = coord.url
+	if out := h.must(time.Minute, cli.path, cli.args("nodes")...); !strings.Contains(out, versionN+" (older)") {
+		t.Errorf("after the coordinator moved to %s, podium nodes does not flag the node's %s as older:\n%s", versionN1, versionN, out)
+	}
+
+	h.step("apt-get update && apt-get upgrade on the drained node")
+	node.must(5*time.Minute, "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get upgrade -y")
+	if got := node.must(time.Minute, "dpkg-query -W -f='${Version}' podium-agent"); got != debVersionN1+"-1" {
+		t.Fatalf("apt-get upgrade left podium-agent at %s, want %s-1", got, debVersionN1)
+	}
+	if got := node.must(time.Minute, "podium-agent --version 2>&1 || true"); !strings.Contains(got, versionN1) {
+		t.Errorf("the upgraded podium-agent says %q, want %s", got, versionN1)
+	}
+	if out := h.must(time.Minute, cli.path, cli.args("node", "get", nodeID)...); !strings.Contains(out, "draining:") {
+		t.Errorf("after the upgrade the node is no longer draining:\n%s", out)
+	}
+	if out := h.must(time.Minute, cli.path, cli.args("tasks", "--node", nodeID)...); strings.Count(out, "failed") != 1 {
+		t.Errorf("after the upgrade the node's finished task is not listed once as failed:\n%s", out)
+	}
+
+	h.step("undrain: the agent reports " + versionN1)
 	h.must(time.Minute, cli.path, cli.args("node", "undrain", nodeID)...)
 	// postinst started the new agent; if it found the node still drained it
 	// exited again, and this start brings it back. Either way it is up.
@@ -256,7 +314,30 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	if got := node.output("systemctl is-active podium-agent"); got != "active" {
 		t.Fatalf("after drain, upgrade and undrain the agent is %q, want active", got)
 	}
+	h.eventually(time.Minute, "podium nodes to show the upgraded agent", func() (bool, string) {
+		v, err := h.nodeVersion(cli, nodeID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v == versionN1, v
+	})
+	if out := h.must(time.Minute, cli.path, cli.args("nodes")...); strings.Contains(out, "(older)") {
+		t.Errorf("after the upgrade podium nodes still flags a node:\n%s", out)
+	}
 	runTask("hello again after the upgrade")
+
+	h.step("a Packages file changed by one byte: apt-get update refuses it")
+	gateway := strings.TrimSpace(h.must(time.Minute, "docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", network))
+	proxy := h.tamperingProxy(net.JoinHostPort(gateway, "0"), coord)
+	node.must(time.Minute, "sed -i.orig 's#^URIs: .*#URIs: "+proxy+"/apt#' /etc/apt/sources.list.d/podium.sources")
+	out, err := node.exec(5*time.Minute, "apt-get update 2>&1")
+	if err == nil {
+		t.Errorf("apt-get update accepted a tampered Packages file:\n%s", out)
+	}
+	if !strings.Contains(out, "Hash Sum mismatch") {
+		t.Errorf("apt-get update did not report a hash mismatch for the tampered Packages file:\n%s", out)
+	}
+	node.must(time.Minute, "mv /etc/apt/sources.list.d/podium.sources.orig /etc/apt/sources.list.d/podium.sources")
 
 	h.step("systemctl stop podium-agent")
 	node.must(2*time.Minute, "systemctl stop podium-agent")
@@ -406,13 +487,16 @@ func (h *harness) removeTaskObjects(nodeID string) {
 	}
 }
 
-// buildPackages builds the agent's .deb for this machine's architecture with
-// `make lint-deb`, so the Makefile target, nfpm.yaml and the lintian check
-// are what is tested, and the fake docker.io package beside it.
-func (h *harness) buildPackages() string {
+// buildPackages builds the agent's .deb of version for this machine's
+// architecture with `make lint-deb`, so the Makefile target, nfpm.yaml and
+// the lintian check are what is tested, and the fake docker.io package
+// beside it. The node installs the agent from the coordinator's repository,
+// which holds the same package built again by `make image`.
+func (h *harness) buildPackages(version, debVersion string) string {
 	h.step("make lint-deb (build the .deb, then lintian)")
 	dir := filepath.Join(h.t.TempDir(), "debs")
-	h.must(15*time.Minute, "make", "--no-print-directory", "lint-deb", "DIST="+dir, "DEB_ARCHES="+runtime.GOARCH)
+	h.must(15*time.Minute, "make", "--no-print-directory", "lint-deb", "DIST="+dir, "DEB_ARCHES="+runtime.GOARCH,
+		"VERSION="+version, "DEB_VERSION="+debVersion)
 	h.step("building the fake docker.io package")
 	nfpm := filepath.Join(strings.TrimSpace(h.must(time.Minute, "go", "env", "GOPATH")), "bin", "nfpm")
 	h.must(time.Minute, nfpm, "package", "--config", "internal/packagingtest/testdata/fake-docker.nfpm.yaml",
@@ -424,24 +508,27 @@ func (h *harness) buildPackages() string {
 	return dir
 }
 
-// agentDeb is the file name of the one agent package built.
-func (h *harness) agentDeb(dir string) string {
-	h.t.Helper()
-	matches, err := filepath.Glob(filepath.Join(dir, "podium-agent_*_"+runtime.GOARCH+".deb"))
-	if err != nil || len(matches) != 1 {
-		h.t.Fatalf("want one podium-agent_*_%s.deb in %s, found %v (%v)", runtime.GOARCH, dir, matches, err)
+// buildCoordinatorImage builds the coordinator image stamped with version
+// (and its agent package with debVersion), for this machine's architecture:
+// the image carries the agent's .debs, and this architecture's is enough.
+func (h *harness) buildCoordinatorImage(version, debVersion string) string {
+	image, out, err := h.tryBuildCoordinatorImage(version, debVersion)
+	if err != nil {
+		h.t.Fatalf("make image VERSION=%s: %v\n%s", version, err, out)
 	}
-	return filepath.Base(matches[0])
-}
-
-func (h *harness) buildCoordinatorImage() string {
-	h.step("make image")
-	image := "podium-test/coordinator:pkgtest-" + h.suffix
-	// The image carries the agent's .debs: this machine's architecture's
-	// is enough here.
-	h.must(10*time.Minute, "make", "--no-print-directory", "image", "IMAGE="+image, "DEB_ARCHES="+runtime.GOARCH)
 	h.t.Cleanup(func() { _, _ = h.command(time.Minute, "docker", "rmi", "-f", image) })
 	return image
+}
+
+// tryBuildCoordinatorImage is buildCoordinatorImage for a goroutine: it
+// returns what went wrong instead of failing the test, and leaves removing
+// the image to its caller.
+func (h *harness) tryBuildCoordinatorImage(version, debVersion string) (image, output string, err error) {
+	h.step("make image VERSION=" + version)
+	image = "podium-test/coordinator:pkgtest-" + h.suffix + "-" + debVersion
+	output, err = h.command(10*time.Minute, "make", "--no-print-directory", "image", "IMAGE="+image,
+		"VERSION="+version, "DEB_VERSION="+debVersion, "DEB_ARCHES="+runtime.GOARCH)
+	return image, output, err
 }
 
 // cliBinary is the podium CLI, pointed at the coordinator's published port
@@ -459,7 +546,13 @@ func (c *cliBinary) args(args ...string) []string {
 func (h *harness) buildCLI() *cliBinary {
 	h.step("go build ./cmd/podium")
 	path := filepath.Join(h.t.TempDir(), "podium")
-	h.must(5*time.Minute, "go", "build", "-o", path, "./cmd/podium")
+	// As `make build` builds it, so that it shares the build cache of the
+	// packages' binaries.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", path, "./cmd/podium")
+	cmd.Dir, cmd.Env = h.root, append(childEnv(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		h.t.Fatalf("go build ./cmd/podium: %v\n%s", err, out)
+	}
 	return &cliBinary{path: path}
 }
 
