@@ -13,24 +13,32 @@ import (
 	"time"
 )
 
-// Poll is how often For checks its condition.
+// Poll is how soon For checks its condition again after the first miss.
+// Later checks come at longer intervals, up to MaxPoll: a condition that
+// holds soon is seen soon, and one that takes seconds (a node going offline,
+// a task's second attempt) is not asked a hundred times a second. Most
+// conditions are a query to a coordinator, and on a 2-core CI machine those
+// queries, from many tests waiting at once, were a good part of its CPU.
 const Poll = 10 * time.Millisecond
+
+// MaxPoll is the longest interval between two checks of For's condition.
+const MaxPoll = 200 * time.Millisecond
 
 // For polls cond until it is true; after d it fails the test with what it was
 // waiting for.
 func For(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
+	interval := Poll
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up after %s waiting for %s", d, what)
 		}
-		time.Sleep(Poll)
+		time.Sleep(interval)
+		interval = min(interval*2, MaxPoll)
 	}
 }
 
-// Recv receives one value from ch; after d, or if ch is closed, it fails the
-// test with what it was waiting for.
 func Recv[T any](t testing.TB, d time.Duration, what string, ch <-chan T) T {
 	t.Helper()
 	timer := time.NewTimer(d)

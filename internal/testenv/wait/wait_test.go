@@ -28,3 +28,18 @@ func TestRecvAndClosed(t *testing.T) {
 	close(done)
 	wait.Closed(t, time.Minute, "done", done)
 }
+
+// A condition that takes a while is asked less and less often: about ten
+// times over a second, not a hundred. (Under load there are only fewer
+// checks, so the bound cannot fail for a slow machine.)
+func TestForBacksOffWhileTheConditionTakesItsTime(t *testing.T) {
+	start := time.Now()
+	var checks int
+	wait.For(t, time.Minute, "a second to pass", func() bool {
+		checks++
+		return time.Since(start) >= time.Second
+	})
+	if most := 2 + int(time.Second/wait.MaxPoll) + 6; checks > most {
+		t.Errorf("For checked its condition %d times in a second, want at most %d", checks, most)
+	}
+}
