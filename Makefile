@@ -33,7 +33,13 @@ build:
 # quick ones fill the other core around them instead of ahead of them.
 SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./internal/browsertest
 
-test: vet lint fuzz
+# golangci-lint runs govet among its linters, so `make vet` is not run again
+# here: on a fresh machine it is minutes of compiling for nothing new.
+# `build` first: the test packages that drive the real binaries build them
+# in their TestMain with `make build`'s flags, all at once, and concurrent go
+# builds of the same packages each compile them; a warm cache leaves them
+# only the linking.
+test: build lint fuzz
 	$(GO) test -count=1 -race -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add

@@ -45,8 +45,9 @@ var (
 	runnerErr  error
 )
 
-// Runner builds podium-runner (static, as `make build` does) once per test
-// binary and returns its path.
+// Runner builds podium-runner once per test binary and returns its path:
+// static and -trimpath, as `make build` does, so the two share the build
+// cache.
 func Runner(t testing.TB) string {
 	t.Helper()
 	runnerOnce.Do(func() {
@@ -55,7 +56,7 @@ func Runner(t testing.TB) string {
 			return
 		}
 		runnerPath = filepath.Join(runnerDir, "podium-runner")
-		cmd := exec.Command("go", "build", "-o", runnerPath, "github.com/podiumhq/podium/cmd/podium-runner")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", runnerPath, "github.com/podiumhq/podium/cmd/podium-runner")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			runnerErr = fmt.Errorf("build podium-runner: %v\n%s", err, out)
