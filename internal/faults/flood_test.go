@@ -3,7 +3,6 @@ package faults
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding"
 	"encoding/hex"
@@ -18,8 +17,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -298,23 +295,18 @@ func (h *hashedRun) check(t testing.TB, r *Replica, id string, code int) {
 	}
 }
 
-// storedSum is the stdout stored for the task at r, hashed as it streams.
+// storedSum is the stdout stored for the task at r, as `podium logs` prints
+// it, hashed as it streams. The CLI reads the stored output back, not this
+// test binary: a flood is hundreds of MB of events, and decoding them under
+// the race detector took minutes of a 2-core machine's CPU.
 func storedSum(t testing.TB, r *Replica, id string) *tailSum {
 	t.Helper()
-	stream, err := r.Tasks().Events(context.Background(), connect.NewRequest(&podiumv1.EventsRequest{Id: id}))
-	if err != nil {
-		t.Fatalf("events of %s: %v", id, err)
-	}
-	defer stream.Close()
-	s := newTailSum()
-	for stream.Receive() {
-		l := stream.Msg().GetEvent().GetLog()
-		if l != nil && l.GetStream() != podiumv1.LogStream_LOG_STREAM_STDERR {
-			_, _ = s.Write(l.GetData())
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("events of %s: %v", id, err)
+	cmd := exec.Command(filepath.Join(binDir, "podium"), "--server", r.URL(), "logs", "--quiet", id)
+	cmd.Env = append(os.Environ(), "PODIUM_TOKEN="+coordtest.Token)
+	s, stderr := newTailSum(), &logBuffer{}
+	cmd.Stdout, cmd.Stderr = s, stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("podium logs %s: %v\n%s", id, err, stderr.String())
 	}
 	return s
 }
