@@ -16,9 +16,9 @@ import (
 // Poll is how soon For checks its condition again after the first miss.
 // Later checks come at longer intervals, up to MaxPoll: a condition that
 // holds soon is seen soon, and one that takes seconds (a node going offline,
-// a task's second attempt) is not asked a hundred times a second. Most
-// conditions are a query to a coordinator, and on a 2-core CI machine those
-// queries, from many tests waiting at once, were a good part of its CPU.
+// a task's second attempt) is not asked a hundred times a second: most
+// conditions are a query to a coordinator, and many tests wait at once on
+// the same two cores.
 const Poll = 10 * time.Millisecond
 
 // MaxPoll is the longest interval between two checks of For's condition.
@@ -39,6 +39,8 @@ func For(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// Recv receives one value from ch; after d, or if ch is closed, it fails the
+// test with what it was waiting for.
 func Recv[T any](t testing.TB, d time.Duration, what string, ch <-chan T) T {
 	t.Helper()
 	timer := time.NewTimer(d)
