@@ -59,9 +59,6 @@ const (
 // It is one test, not one per story, because the two coordinator images and
 // the booted Debian node are most of its time.
 func TestAgentPackageAndCoordinatorImage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds .debs and images and boots systemd: skipped with -short")
-	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the packaging test needs root: it builds a Debian rootfs with debootstrap and keeps the " +
 			"agent's data directory under /var/lib (see scripts/ensure-packaging.sh)")
@@ -86,6 +83,18 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 		image, out, err := h.tryBuildCoordinatorImage(versionN1, debVersionN1)
 		nextImage <- buildResult{image, out, err}
 	}()
+	// However the test ends, the build is waited for (it logs to t) and
+	// its image removed.
+	var next buildResult
+	nextReceived := false
+	t.Cleanup(func() {
+		if !nextReceived {
+			next = <-nextImage
+		}
+		if next.err == nil {
+			_, _ = h.command(time.Minute, "docker", "rmi", "-f", next.image)
+		}
+	})
 	cli := h.buildCLI()
 	taskImage := dockertest.EnsureImage(t)
 
@@ -129,9 +138,14 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	// curl, so apt's own downloader fetches the script (which falls back
 	// to it as well).
 	fetch := "/usr/lib/apt/apt-helper -qq download-file " + coordURL + "/install.sh /root/install.sh >/dev/null && sh /root/install.sh"
-	installOut := node.must(5*time.Minute, fetch+" 2>/dev/null")
+	installOut := node.must(5*time.Minute, fetch+" 2>/root/install.log")
 	if !strings.Contains(installOut, "podium-agent enroll --coordinator "+coordURL+" --token TOKEN") {
 		t.Errorf("install.sh did not print the enroll command for %s:\n%s", coordURL, installOut)
+	}
+	// What apt printed (install.sh sends it to stderr) has the package's
+	// own word on enrolling, from postinst.
+	if aptOut := node.must(time.Minute, "cat /root/install.log"); !strings.Contains(aptOut, "podium-agent enroll --coordinator URL --token TOKEN") {
+		t.Errorf("installing the package did not tell the operator to enroll the node; install.sh's stderr:\n%s", tail(aptOut, 30))
 	}
 	if got := node.must(time.Minute, "dpkg-query -W -f='${Version}' podium-agent"); got != debVersionN+"-1" {
 		t.Fatalf("install.sh installed podium-agent %s, want %s-1", got, debVersionN)
@@ -279,11 +293,10 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	})
 
 	h.step("replacing the coordinator with version " + versionN1)
-	next := <-nextImage
+	next, nextReceived = <-nextImage, true
 	if next.err != nil {
 		t.Fatalf("make image VERSION=%s: %v\n%s", versionN1, next.err, next.output)
 	}
-	h.t.Cleanup(func() { _, _ = h.command(time.Minute, "docker", "rmi", "-f", next.image) })
 	h.must(time.Minute, "docker", "rm", "-f", coord.name)
 	coord.run(next.image)
 	cli.server = coord.url
