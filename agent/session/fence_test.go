@@ -185,3 +185,43 @@ func TestHeartbeatsWhenADisownedTeardownEnds(t *testing.T) {
 		return hb.GetRunningTasks() == 0 && hb.GetFreeSlots() == 1
 	})
 }
+
+// A fenced attempt is left out of the next Hello's running list, yet until
+// its teardown ends it holds a slot: the Hello counts it as stopping, so the
+// coordinator assigns nothing into that slot for the node to give back, and
+// the node heartbeats the moment the teardown ends rather than at its next
+// interval.
+func TestHelloCountsAFencedAttemptStillStopping(t *testing.T) {
+	t.Parallel()
+	r := &teardownRunner{runner: newRunner(), stopping: make(chan attempt.Key, 4)}
+	f := start(t, r, 1, nil)
+	cn := f.coord.next(t)
+	cn.hello(t)
+	ack := helloAck()
+	ack.GetHelloAck().UnreachableAfterMs, ack.GetHelloAck().OfflineAfterMs = 500, 1500
+	cn.push(ack)
+	cn.push(assignSpec("requeued", &podiumv1.TaskSpec{Image: "img", RetryOnNodeLoss: true, MaxAttempts: 2}))
+	cn.events(t, 1)
+
+	// Cut off: nothing answers, and the node fences the attempt, whose
+	// teardown goes on; it ends the stream it fenced on.
+	k := wait.Recv(t, patience, "the node to fence the requeued task", r.stopping)
+	for range cn.recv {
+	}
+	cn = f.coord.next(t)
+	h := cn.hello(t)
+	if len(h.GetRunning()) != 0 || h.GetStopping() != 1 {
+		t.Fatalf("Hello while the fenced attempt is still stopping: running %v, stopping %d; want none running and 1 stopping",
+			h.GetRunning(), h.GetStopping())
+	}
+	slow := helloAck()
+	slow.GetHelloAck().HeartbeatIntervalMs = 3_600_000 // no heartbeat but the ones that are due at once
+	cn.push(slow)
+	cn.heartbeatUntil(t, "a heartbeat counting the slot being stopped", func(hb *podiumv1.Heartbeat) bool {
+		return hb.GetRunningTasks() == 1 && hb.GetFreeSlots() == 0
+	})
+	r.status(k, podiumv1.TaskState_TASK_STATE_CANCELLED, "fenced")
+	cn.heartbeatUntil(t, "a heartbeat with the slot free, at once", func(hb *podiumv1.Heartbeat) bool {
+		return hb.GetRunningTasks() == 0 && hb.GetFreeSlots() == 1
+	})
+}

@@ -134,9 +134,9 @@ func cost(ev *podiumv1.TaskEvent) int {
 // first event is a status, so it belongs to an attempt the coordinator
 // disowned, or one retired long ago.
 //
-// It reports whether ev ended an attempt the coordinator disowned: its
-// teardown is over and its slot free, which the coordinator counts as busy
-// until the node says so.
+// It reports whether ev ended an attempt the coordinator disowned, or one
+// the node fenced: its teardown is over and its slot free, which the
+// coordinator counts as busy until the node says so.
 func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) (released bool) {
 	size := cost(ev)
 	output := ev.GetLog() != nil || ev.GetNote() != nil && len(cur) > 0
@@ -198,7 +198,8 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) (released bool) {
 	}
 	o.bytes += size
 	o.wake()
-	return false
+	_, fenced := o.fenced[key]
+	return ended && fenced
 }
 
 // spoolFullLocked reports whether the spool holds more than its bound. With
@@ -481,6 +482,21 @@ func (o *outbox) running() []*podiumv1.RunningTask {
 		out = append(out, &podiumv1.RunningTask{TaskId: key.TaskID, Attempt: key.Attempt, LastSeq: o.tasks[key].lastSeq})
 	}
 	return out
+}
+
+// stopping counts the fenced attempts whose run has not ended yet: Hello
+// leaves them out of running, but each still holds a slot (see
+// Hello.stopping).
+func (o *outbox) stopping() int32 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var n int32
+	for key := range o.fenced {
+		if tl := o.tasks[key]; tl != nil && !tl.ended {
+			n++
+		}
+	}
+	return n
 }
 
 // stored reports whether the coordinator has acknowledged an attempt's

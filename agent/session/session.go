@@ -382,8 +382,9 @@ func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
 		b = cur.Marshal()
 	}
 	if s.out.add(ev, b) {
-		// A disowned attempt's teardown ended: the coordinator counts its
-		// slot as busy until this node says otherwise, so say it now.
+		// A disowned or fenced attempt's teardown ended: the coordinator
+		// counts its slot as busy until this node says otherwise, so say
+		// it now.
 		select {
 		case s.settingsC <- struct{}{}:
 		default:

@@ -58,6 +58,7 @@ func (s *Session) runStream(ctx context.Context, target string) (acked bool, err
 		Hostname:     s.cfg.Hostname,
 		Capacity:     s.capacity(ctx),
 		Running:      s.out.running(),
+		Stopping:     s.out.stopping(),
 		// Answered heartbeats are how this node knows it still reaches
 		// the control plane (fence.go).
 		HeartbeatAcks:           true,

@@ -131,14 +131,24 @@ func TestGivenBackAssignmentIsNotAnAttempt(t *testing.T) {
 }
 
 // After a partition long enough for its node to be declared offline, a task
-// with retry_on_node_loss is requeued while the node still runs its first
-// attempt. When the node returns it is told to stop that attempt, and until
+// with retry_on_node_loss is requeued while the node still tears down its
+// first attempt. The node returns either still running it (it lists the
+// attempt in its Hello and is told to stop it) or having fenced it itself
+// (it leaves the attempt out and counts it as stopping). Either way, until
 // its own report says the teardown ended the scheduler counts the slot as
 // taken: the task waits for the slot instead of bouncing off the node
 // ("no free slot") and running past max_attempts. It then runs as attempt 2
 // of 2, with two rows in podium.attempts.
 func TestRequeuedTaskWaitsForTheReturningNodesTeardown(t *testing.T) {
 	t.Parallel()
+	t.Run("running", func(t *testing.T) { t.Parallel(); requeuedTaskWaitsForTeardown(t, false) })
+	t.Run("fenced", func(t *testing.T) { t.Parallel(); requeuedTaskWaitsForTeardown(t, true) })
+}
+
+// requeuedTaskWaitsForTeardown is one case of
+// TestRequeuedTaskWaitsForTheReturningNodesTeardown: fenced says the node
+// stopped the attempt itself and reports it as stopping.
+func requeuedTaskWaitsForTeardown(t *testing.T, fenced bool) {
 	db := pgtest.NewDatabase(t)
 	wd := nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}
 	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd, Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}})
@@ -157,16 +167,25 @@ func TestRequeuedTaskWaitsForTheReturningNodesTeardown(t *testing.T) {
 	})
 	cancelStream(node)
 
-	// The node returns, still running attempt 1.
+	// The node returns, still tearing attempt 1 down.
+	hello := &podiumv1.Hello{NodeId: id, NodeKey: key, Capacity: &podiumv1.Capacity{MaxTasks: 1}}
+	if fenced {
+		hello.Stopping = 1
+	} else {
+		hello.Running = []*podiumv1.RunningTask{{TaskId: task, Attempt: a.Attempt, LastSeq: 1}}
+	}
 	st := r.NodeClient().Stream(ctx)
-	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: &podiumv1.Hello{
-		NodeId: id, NodeKey: key, Capacity: &podiumv1.Capacity{MaxTasks: 1},
-		Running: []*podiumv1.RunningTask{{TaskId: task, Attempt: a.Attempt, LastSeq: 1}}}}}); err != nil {
+	if err := st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := st.Receive()
-	if err != nil || len(m.GetHelloAck().GetAdopt()) != 1 || m.GetHelloAck().GetAdopt()[0].Keep {
-		t.Fatalf("the returning node was not told to let its requeued attempt go: %v %v", m, err)
+	switch {
+	case err != nil || m.GetHelloAck() == nil:
+		t.Fatalf("the returning node got no HelloAck: %v %v", m, err)
+	case fenced && len(m.GetHelloAck().GetAdopt()) != 0:
+		t.Fatalf("the node reported no running attempt, yet was sent adopt decisions: %v", m.GetHelloAck().GetAdopt())
+	case !fenced && (len(m.GetHelloAck().GetAdopt()) != 1 || m.GetHelloAck().GetAdopt()[0].Keep):
+		t.Fatalf("the returning node was not told to let its requeued attempt go: %v", m)
 	}
 	returned := &simNode{id: id, key: key, stream: st}
 	heartbeat := func(running int32) {

@@ -37,14 +37,21 @@ func TestNodeInfoIsBounded(t *testing.T) {
 	}
 	id, key := res.Msg.NodeId, res.Msg.NodeKey
 
-	for _, h := range []*podiumv1.Hello{
-		{NodeId: id, NodeKey: key, Hostname: long},
-		{NodeId: id, NodeKey: key, Hostname: "sim", AgentVersion: long},
+	for _, c := range []struct {
+		hello *podiumv1.Hello
+		want  string
+	}{
+		{&podiumv1.Hello{NodeId: id, NodeKey: key, Hostname: long}, "more than 255"},
+		{&podiumv1.Hello{NodeId: id, NodeKey: key, Hostname: "sim", AgentVersion: long}, "more than 255"},
+		// Stopping slots are counted busy: a node may not claim more than
+		// it could report running, nor fewer than none.
+		{&podiumv1.Hello{NodeId: id, NodeKey: key, Hostname: "sim", Stopping: 1001}, "stopping: 1001 slots, want 0 to 1000"},
+		{&podiumv1.Hello{NodeId: id, NodeKey: key, Hostname: "sim", Stopping: -1}, "stopping: -1 slots, want 0 to 1000"},
 	} {
 		st := r.NodeClient().Stream(ctx)
-		_ = st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: h}})
+		_ = st.Send(&podiumv1.StreamRequest{Msg: &podiumv1.StreamRequest_Hello{Hello: c.hello}})
 		_, err := st.Receive()
-		wantRefused(t, "Hello past the bounds", err, "more than 255")
+		wantRefused(t, "Hello past the bounds", err, c.want)
 		_ = st.CloseRequest()
 		_ = st.CloseResponse()
 	}

@@ -82,6 +82,11 @@ func checkHello(h *podiumv1.Hello) error {
 	if n := len(h.GetRunning()); n > MaxRunningInHello {
 		return boundsErr("running: %d tasks, more than %d", n, MaxRunningInHello)
 	}
+	// Stopping slots are busy slots: a node claiming more than it could
+	// report running would hold the scheduler off itself for nothing.
+	if n := h.GetStopping(); n < 0 || n > MaxRunningInHello {
+		return boundsErr("stopping: %d slots, want 0 to %d", n, MaxRunningInHello)
+	}
 	for i, r := range h.GetRunning() {
 		if len(r.GetTaskId()) > maxIDBytes {
 			return boundsErr("running[%d].task_id: more than %d bytes", i, maxIDBytes)

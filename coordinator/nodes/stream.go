@@ -116,7 +116,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: limits, GPUs: nodeGPUs(capa.GetGpus()), Lock: key, Reported: int32(len(hello.GetRunning())),
+		Limits: limits, GPUs: nodeGPUs(capa.GetGpus()), Lock: key, Reported: int32(len(hello.GetRunning())) + hello.GetStopping(),
 	})
 	if err != nil {
 		return nil, nil, nil, lockTableFull(fmt.Errorf("start session: %w", err))
@@ -133,7 +133,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		s.fleetChanged() // one candidate fewer
 	})
 
-	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning())
+	ack, cancels, err := s.reconcile(ctx, node, hello.GetRunning(), hello.GetStopping())
 	if err != nil {
 		return nil, nil, nil, lockTableFull(fmt.Errorf("reconcile: %w", err))
 	}
@@ -158,6 +158,9 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 			sess.tearingDown(1)
 		}
 	}
+	// Attempts the node fenced are not in its Hello, but their teardown
+	// still holds slots until its heartbeats say otherwise.
+	sess.tearingDown(hello.GetStopping())
 	s.reg.put(sess)
 	undo = append(undo, func() { s.reg.remove(sess) }, sess.Close)
 	// A replica that joined or left between the HelloAck's list and put is
@@ -286,7 +289,7 @@ func (s *Service) takeLease(ctx context.Context, nodeID string) (*lease.Lease, e
 // never received (still scheduled: delivered again) or went down with the
 // node's previous life (node-loss policy); store.ReconcileNode settles those
 // in one transaction.
-func (s *Service) reconcile(ctx context.Context, node store.Node, running []*podiumv1.RunningTask) (*podiumv1.HelloAck, []*podiumv1.Cancel, error) {
+func (s *Service) reconcile(ctx context.Context, node store.Node, running []*podiumv1.RunningTask, stopping int32) (*podiumv1.HelloAck, []*podiumv1.Cancel, error) {
 	ack := &podiumv1.HelloAck{
 		NodeId: node.ID, Replica: s.cfg.Replica, HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
 		Labels: node.Labels, Draining: node.Draining, MaxTasksOverride: node.MaxTasksOverride,
@@ -317,7 +320,7 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 			cancels = append(cancels, &podiumv1.Cancel{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Reason: CancelReasonNotOurs})
 		}
 	}
-	lost, err := s.store.ReconcileNode(ctx, node.ID, reported)
+	lost, err := s.store.ReconcileNode(ctx, node.ID, reported, stopping)
 	if err != nil {
 		return nil, nil, err
 	}

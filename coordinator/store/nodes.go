@@ -145,7 +145,8 @@ type SessionStart struct {
 	Limits       NodeLimits
 	// GPUs are the GPUs the Hello reports; they replace the stored ones.
 	GPUs []NodeGPU
-	// Reported is how many attempts the node's Hello says it still has. Until
+	// Reported is how many attempts the node's Hello says it still has, and
+	// the ones it says it is still stopping (fenced, left out of its list). Until
 	// reconciliation has settled which of them the control plane holds, all
 	// of them count as busy slots: the scheduler must not fill a slot the node
 	// is still tearing down.

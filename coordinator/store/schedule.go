@@ -604,8 +604,9 @@ func tasksOnNode(ctx context.Context, q querier, nodeID string) ([]Task, error) 
 // previous life: the node-loss policy applies (loseTask: a new attempt, or
 // lost), and its id is returned so the caller can ring its watchers. What the
 // node reported that the control plane does not hold there counts as the
-// node's busy slots.
-func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[string]int32) (lost []string, err error) {
+// node's busy slots, with the stopping slots its Hello counted apart (the
+// attempts it fenced and left out of its report).
+func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[string]int32, stopping int32) (lost []string, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		lost = nil
 		held, err := tasksOnNode(ctx, tx, nodeID)
@@ -613,9 +614,10 @@ func (s *Store) ReconcileNode(ctx context.Context, nodeID string, reported map[s
 			return err
 		}
 		// What the node reported that the control plane does not hold there
-		// is being torn down on it, each in a slot: busy until the node's
-		// own heartbeats say the teardown ended (see FlushHeartbeats).
-		busy := 0
+		// is being torn down on it, each in a slot, and so is what it says it
+		// is still stopping: busy until the node's own heartbeats say the
+		// teardown ended (see FlushHeartbeats).
+		busy := max(stopping, 0)
 		for id, a := range reported {
 			if !slices.ContainsFunc(held, func(t Task) bool { return t.ID == id && t.Attempt == a }) {
 				busy++

@@ -280,7 +280,7 @@ func TestReconcileNodeRedeliversUnreceivedAndLosesUnreported(t *testing.T) {
 		t.Fatalf("marked %d of 3 assigns delivered: %v", len(marked), err)
 	}
 
-	lost, err := f.st.ReconcileNode(ctx, node, map[string]int32{kept: 1, "task_unknown": 1})
+	lost, err := f.st.ReconcileNode(ctx, node, map[string]int32{kept: 1, "task_unknown": 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

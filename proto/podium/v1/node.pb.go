@@ -479,8 +479,14 @@ type Hello struct {
 	// privileged (podium-agent --allow-privileged-sidecars); the scheduler
 	// places tasks with such sidecars only on nodes that say so.
 	AllowPrivilegedSidecars bool `protobuf:"varint,8,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// stopping is how many slots the node still spends stopping attempts it
+	// leaves out of running: those it fenced, cut off past the offline
+	// threshold, which the control plane requeues. The control plane counts
+	// them busy until the node's heartbeats say the teardown is over, so it
+	// does not assign into a slot the node would have to give back.
+	Stopping      int32 `protobuf:"varint,9,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -567,6 +573,13 @@ func (x *Hello) GetAllowPrivilegedSidecars() bool {
 		return x.AllowPrivilegedSidecars
 	}
 	return false
+}
+
+func (x *Hello) GetStopping() int32 {
+	if x != nil {
+		return x.Stopping
+	}
+	return 0
 }
 
 // Adopt tells a node what to do with a task it reported in Hello.
@@ -2038,7 +2051,7 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\vRunningTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xc2\x02\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xde\x02\n" +
 	"\x05Hello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bnode_key\x18\x02 \x01(\tR\anodeKey\x12#\n" +
@@ -2047,7 +2060,8 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\bcapacity\x18\x05 \x01(\v2\x13.podium.v1.CapacityR\bcapacity\x120\n" +
 	"\arunning\x18\x06 \x03(\v2\x16.podium.v1.RunningTaskR\arunning\x12%\n" +
 	"\x0eheartbeat_acks\x18\a \x01(\bR\rheartbeatAcks\x12:\n" +
-	"\x19allow_privileged_sidecars\x18\b \x01(\bR\x17allowPrivilegedSidecars\"\x9d\x01\n" +
+	"\x19allow_privileged_sidecars\x18\b \x01(\bR\x17allowPrivilegedSidecars\x12\x1a\n" +
+	"\bstopping\x18\t \x01(\x05R\bstopping\"\x9d\x01\n" +
 	"\x05Adopt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
