@@ -43,8 +43,11 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # third of linking each of some seventy race-instrumented binaries; stack
 # traces and race reports come from the runtime's own tables and keep their
 # files and lines.
+# -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
+# the same packages and their tests; go test's own subset would only repeat
+# a part of that, some seventy times.
 test: build lint fuzz
-	$(GO) test -count=1 -race -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
+	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
@@ -103,7 +106,7 @@ lint: golangci-lint
 
 golangci-lint:
 	@$(GO) version -m $(GOLANGCI_LINT) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/golangci/golangci-lint/v2[[:space:]]+$(GOLANGCI_LINT_VERSION)[[:space:]]' \
-		|| GOBIN=$(GOBIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+		|| CGO_ENABLED=0 GOBIN=$(GOBIN) $(GO) install -trimpath github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 proto:
 	$(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -144,7 +147,7 @@ IMAGE        ?= podium-coordinator:$(VERSION)
 
 nfpm:
 	@$(GO) version -m $(NFPM) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$(NFPM_VERSION)[[:space:]]' \
-		|| GOBIN=$(GOBIN) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+		|| CGO_ENABLED=0 GOBIN=$(GOBIN) $(GO) install -trimpath github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 # podium-agent_<version>_<arch>.deb for each of DEB_ARCHES, in $(DIST)/.
 deb: nfpm

@@ -13,4 +13,6 @@ if command -v versitygw >/dev/null 2>&1 || [ -x "$gobin/versitygw" ]; then
   exit 0
 fi
 echo "→ installing versitygw $version into $gobin (about 90 s)" >&2
-go install "github.com/versity/versitygw/cmd/versitygw@$version"
+# With `make build`'s flags (static, -trimpath), so the standard library and
+# whatever else it shares with Podium is compiled once on a fresh machine.
+CGO_ENABLED=0 go install -trimpath "github.com/versity/versitygw/cmd/versitygw@$version"
