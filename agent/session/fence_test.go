@@ -11,6 +11,20 @@ import (
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
+// fencingStream answers the node's first Hello with fencing thresholds
+// (unreachable after 500 ms, offline after 1.5 s) and assigns it "requeued",
+// a task the control plane would requeue on node loss, so fencing stops it.
+func fencingStream(t *testing.T, f *fixture) *conn {
+	t.Helper()
+	cn := f.coord.next(t)
+	cn.hello(t)
+	ack := helloAck()
+	ack.GetHelloAck().UnreachableAfterMs, ack.GetHelloAck().OfflineAfterMs = 500, 1500
+	cn.push(ack)
+	cn.push(assignSpec("requeued", &podiumv1.TaskSpec{Image: "img", RetryOnNodeLoss: true, MaxAttempts: 2}))
+	return cn
+}
+
 var heartbeatAck = &podiumv1.StreamResponse{Msg: &podiumv1.StreamResponse_HeartbeatAck{HeartbeatAck: &podiumv1.HeartbeatAck{}}}
 
 func assignSpec(task string, spec *podiumv1.TaskSpec) *podiumv1.StreamResponse {
@@ -31,12 +45,7 @@ func TestFencesRequeuableTasksPastTheOfflineThreshold(t *testing.T) {
 	t.Parallel()
 	r := newRunner()
 	f := start(t, r, 2, nil)
-	cn := f.coord.next(t)
-	cn.hello(t)
-	ack := helloAck()
-	ack.GetHelloAck().UnreachableAfterMs, ack.GetHelloAck().OfflineAfterMs = 500, 1500
-	cn.push(ack)
-	cn.push(assignSpec("requeued", &podiumv1.TaskSpec{Image: "img", RetryOnNodeLoss: true, MaxAttempts: 2}))
+	cn := fencingStream(t, f)
 	cn.push(assignSpec("kept", &podiumv1.TaskSpec{Image: "img"}))
 	cn.events(t, 2)
 
@@ -195,12 +204,7 @@ func TestHelloCountsAFencedAttemptStillStopping(t *testing.T) {
 	t.Parallel()
 	r := &teardownRunner{runner: newRunner(), stopping: make(chan attempt.Key, 4)}
 	f := start(t, r, 1, nil)
-	cn := f.coord.next(t)
-	cn.hello(t)
-	ack := helloAck()
-	ack.GetHelloAck().UnreachableAfterMs, ack.GetHelloAck().OfflineAfterMs = 500, 1500
-	cn.push(ack)
-	cn.push(assignSpec("requeued", &podiumv1.TaskSpec{Image: "img", RetryOnNodeLoss: true, MaxAttempts: 2}))
+	cn := fencingStream(t, f)
 	cn.events(t, 1)
 
 	// Cut off: nothing answers, and the node fences the attempt, whose
