@@ -44,8 +44,8 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # traces and race reports come from the runtime's own tables and keep their
 # files and lines.
 # -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
-# the same packages and their tests; go test's own subset would only repeat
-# a part of that, some seventy times.
+# the same packages and their tests; go test's own subset would repeat a
+# part of that over every package and its dependencies (some 280 vet runs).
 test: build lint fuzz
 	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
@@ -56,7 +56,9 @@ test: build lint fuzz
 # into, a spool file a crash left, a log archive read back from the object
 # store. A failure writes the input to the
 # package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
-# looks harder.
+# looks harder. -vet=off: go test's vet pass runs over every dependency of
+# the package (for its cross-package facts), some 350 vet runs for one
+# target here, and `make lint` runs vet's analyzers anyway.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode
 
@@ -64,7 +66,7 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t#*:}; \
 		echo "fuzz: $$name in ./$$pkg for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+		$(GO) test -vet=off -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
 
 # Benchmarks are programs, not timed tests: each prints its figures beside a
