@@ -85,7 +85,7 @@ func TestFencesRequeuableTasksPastTheOfflineThreshold(t *testing.T) {
 	// goes out on it, where a coordinator that has not given the node up
 	// yet would take its final status for a cancel.
 	var events []*podiumv1.TaskEvent
-	for m := range cn.recv {
+	for _, m := range cn.untilClosed(t, "the node to end the stream it fenced on") {
 		events = append(events, m.GetEvents().GetEvents()...)
 	}
 	for _, ev := range events {
@@ -210,8 +210,7 @@ func TestHelloCountsAFencedAttemptStillStopping(t *testing.T) {
 	// Cut off: nothing answers, and the node fences the attempt, whose
 	// teardown goes on; it ends the stream it fenced on.
 	k := wait.Recv(t, patience, "the node to fence the requeued task", r.stopping)
-	for range cn.recv {
-	}
+	cn.untilClosed(t, "the node to end the stream it fenced on")
 	cn = f.coord.next(t)
 	h := cn.hello(t)
 	if len(h.GetRunning()) != 0 || h.GetStopping() != 1 {

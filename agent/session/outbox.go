@@ -198,8 +198,11 @@ func (o *outbox) add(ev *podiumv1.TaskEvent, cur []byte) (released bool) {
 	}
 	o.bytes += size
 	o.wake()
+	if !ended {
+		return false
+	}
 	_, fenced := o.fenced[key]
-	return ended && fenced
+	return fenced
 }
 
 // spoolFullLocked reports whether the spool holds more than its bound. With

@@ -113,6 +113,26 @@ func (cn *conn) read(t *testing.T) *podiumv1.StreamRequest {
 	}
 }
 
+// untilClosed reads what the node sends until it ends the stream, and
+// returns it; a stream still open after patience fails the test with what
+// was waited for.
+func (cn *conn) untilClosed(t *testing.T, what string) []*podiumv1.StreamRequest {
+	t.Helper()
+	var got []*podiumv1.StreamRequest
+	deadline := time.After(patience)
+	for {
+		select {
+		case m, ok := <-cn.recv:
+			if !ok {
+				return got
+			}
+			got = append(got, m)
+		case <-deadline:
+			t.Fatalf("the stream was still open after %s, waiting for %s", patience, what)
+		}
+	}
+}
+
 // patience bounds the loops below, which skip messages they do not want: a
 // node that keeps sending the wrong thing fails the test, by name, instead
 // of holding it until the run's timeout.
