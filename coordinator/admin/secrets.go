@@ -72,3 +72,14 @@ func (s *Service) DeleteSecret(ctx context.Context, req *connect.Request[podiumv
 	s.log.Info("secret deleted", "secret", name, "by", callerName(ctx))
 	return connect.NewResponse(&podiumv1.DeleteSecretResponse{}), nil
 }
+
+// GrantSecret is not served yet: secret scopes land with issue 28's secrets
+// work, which replaces this.
+func (s *Service) GrantSecret(context.Context, *connect.Request[podiumv1.GrantSecretRequest]) (*connect.Response[podiumv1.GrantSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("secret grants are not served by this coordinator yet"))
+}
+
+// RevokeSecret is not served yet (see GrantSecret).
+func (s *Service) RevokeSecret(context.Context, *connect.Request[podiumv1.RevokeSecretRequest]) (*connect.Response[podiumv1.RevokeSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("secret grants are not served by this coordinator yet"))
+}

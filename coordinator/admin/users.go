@@ -174,3 +174,9 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[podiumv1.L
 	}
 	return connect.NewResponse(out), nil
 }
+
+// SetUserGroups is not served yet: user groups land with issue 28's people
+// work, which replaces this.
+func (s *Service) SetUserGroups(context.Context, *connect.Request[podiumv1.SetUserGroupsRequest]) (*connect.Response[podiumv1.SetUserGroupsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("user groups are not served by this coordinator yet"))
+}

@@ -141,9 +141,14 @@ type CreateEnrollmentTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Labels []string               `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty"`
 	// ttl_seconds is how long the token may be used; 0 means one hour.
-	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TtlSeconds int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// allow_node_labels lets the enrolling node add labels of its own
+	// (`podium-agent enroll --label`). Without it a node carries exactly the
+	// token's labels, and an enrollment that asks for more is refused: labels
+	// steer secret-bearing work, so a node must not choose them.
+	AllowNodeLabels bool `protobuf:"varint,3,opt,name=allow_node_labels,json=allowNodeLabels,proto3" json:"allow_node_labels,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
@@ -190,14 +195,22 @@ func (x *CreateEnrollmentTokenRequest) GetTtlSeconds() int64 {
 	return 0
 }
 
+func (x *CreateEnrollmentTokenRequest) GetAllowNodeLabels() bool {
+	if x != nil {
+		return x.AllowNodeLabels
+	}
+	return false
+}
+
 type CreateEnrollmentTokenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// token is shown exactly once; only its SHA-256 is stored.
-	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Labels        []string               `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token           string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresAt       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Labels          []string               `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
+	AllowNodeLabels bool                   `protobuf:"varint,4,opt,name=allow_node_labels,json=allowNodeLabels,proto3" json:"allow_node_labels,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
@@ -251,6 +264,13 @@ func (x *CreateEnrollmentTokenResponse) GetLabels() []string {
 	return nil
 }
 
+func (x *CreateEnrollmentTokenResponse) GetAllowNodeLabels() bool {
+	if x != nil {
+		return x.AllowNodeLabels
+	}
+	return false
+}
+
 type Node struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -278,7 +298,9 @@ type Node struct {
 	AllowPrivilegedSidecars bool `protobuf:"varint,14,opt,name=allow_privileged_sidecars,json=allowPrivilegedSidecars,proto3" json:"allow_privileged_sidecars,omitempty"`
 	// agent_version is the version the node's agent last reported (in its
 	// Hello, or when it enrolled).
-	AgentVersion  string `protobuf:"bytes,16,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	AgentVersion string `protobuf:"bytes,16,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// label_sources says where each of labels came from, in the same order.
+	LabelSources  []*NodeLabel `protobuf:"bytes,17,rep,name=label_sources,json=labelSources,proto3" json:"label_sources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -425,6 +447,78 @@ func (x *Node) GetAgentVersion() string {
 	return ""
 }
 
+func (x *Node) GetLabelSources() []*NodeLabel {
+	if x != nil {
+		return x.LabelSources
+	}
+	return nil
+}
+
+// NodeLabel is one of a node's labels and who gave it.
+type NodeLabel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Label string                 `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	// source is "token" (the enrollment token's labels), "node" (asked for
+	// at enrollment under a token that allowed it) or "admin" (podium node
+	// label).
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// set_by names the admin for source "admin"; empty otherwise.
+	SetBy         string `protobuf:"bytes,3,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeLabel) Reset() {
+	*x = NodeLabel{}
+	mi := &file_podium_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeLabel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeLabel) ProtoMessage() {}
+
+func (x *NodeLabel) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeLabel.ProtoReflect.Descriptor instead.
+func (*NodeLabel) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeLabel) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *NodeLabel) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *NodeLabel) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -433,7 +527,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[3]
+	mi := &file_podium_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +539,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[3]
+	mi := &file_podium_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +552,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 type ListNodesResponse struct {
@@ -474,7 +568,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[4]
+	mi := &file_podium_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +580,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[4]
+	mi := &file_podium_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +593,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -527,7 +621,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[5]
+	mi := &file_podium_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +633,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[5]
+	mi := &file_podium_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +646,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -578,7 +672,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[6]
+	mi := &file_podium_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +684,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[6]
+	mi := &file_podium_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +697,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -624,7 +718,7 @@ type SetNodeSlotsRequest struct {
 
 func (x *SetNodeSlotsRequest) Reset() {
 	*x = SetNodeSlotsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[7]
+	mi := &file_podium_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +730,7 @@ func (x *SetNodeSlotsRequest) String() string {
 func (*SetNodeSlotsRequest) ProtoMessage() {}
 
 func (x *SetNodeSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[7]
+	mi := &file_podium_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +743,7 @@ func (x *SetNodeSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSlotsRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetNodeSlotsRequest) GetNodeId() string {
@@ -675,7 +769,7 @@ type SetNodeSlotsResponse struct {
 
 func (x *SetNodeSlotsResponse) Reset() {
 	*x = SetNodeSlotsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[8]
+	mi := &file_podium_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +781,7 @@ func (x *SetNodeSlotsResponse) String() string {
 func (*SetNodeSlotsResponse) ProtoMessage() {}
 
 func (x *SetNodeSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[8]
+	mi := &file_podium_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +794,7 @@ func (x *SetNodeSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeSlotsResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetNodeSlotsResponse) GetNode() *Node {
@@ -721,7 +815,7 @@ type SetNodeLabelsRequest struct {
 
 func (x *SetNodeLabelsRequest) Reset() {
 	*x = SetNodeLabelsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[9]
+	mi := &file_podium_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +827,7 @@ func (x *SetNodeLabelsRequest) String() string {
 func (*SetNodeLabelsRequest) ProtoMessage() {}
 
 func (x *SetNodeLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[9]
+	mi := &file_podium_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +840,7 @@ func (x *SetNodeLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeLabelsRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetNodeLabelsRequest) GetNodeId() string {
@@ -779,7 +873,7 @@ type SetNodeLabelsResponse struct {
 
 func (x *SetNodeLabelsResponse) Reset() {
 	*x = SetNodeLabelsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[10]
+	mi := &file_podium_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +885,7 @@ func (x *SetNodeLabelsResponse) String() string {
 func (*SetNodeLabelsResponse) ProtoMessage() {}
 
 func (x *SetNodeLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[10]
+	mi := &file_podium_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +898,7 @@ func (x *SetNodeLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeLabelsResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetNodeLabelsResponse) GetNode() *Node {
@@ -823,7 +917,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[11]
+	mi := &file_podium_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +929,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[11]
+	mi := &file_podium_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +942,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -866,7 +960,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[12]
+	mi := &file_podium_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +972,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[12]
+	mi := &file_podium_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +985,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type RekeyNodeRequest struct {
@@ -905,7 +999,7 @@ type RekeyNodeRequest struct {
 
 func (x *RekeyNodeRequest) Reset() {
 	*x = RekeyNodeRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[13]
+	mi := &file_podium_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1011,7 @@ func (x *RekeyNodeRequest) String() string {
 func (*RekeyNodeRequest) ProtoMessage() {}
 
 func (x *RekeyNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[13]
+	mi := &file_podium_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1024,7 @@ func (x *RekeyNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RekeyNodeRequest.ProtoReflect.Descriptor instead.
 func (*RekeyNodeRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RekeyNodeRequest) GetNodeId() string {
@@ -961,7 +1055,7 @@ type RekeyNodeResponse struct {
 
 func (x *RekeyNodeResponse) Reset() {
 	*x = RekeyNodeResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[14]
+	mi := &file_podium_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1067,7 @@ func (x *RekeyNodeResponse) String() string {
 func (*RekeyNodeResponse) ProtoMessage() {}
 
 func (x *RekeyNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[14]
+	mi := &file_podium_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1080,7 @@ func (x *RekeyNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RekeyNodeResponse.ProtoReflect.Descriptor instead.
 func (*RekeyNodeResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RekeyNodeResponse) GetToken() string {
@@ -1018,7 +1112,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[15]
+	mi := &file_podium_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1124,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[15]
+	mi := &file_podium_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1137,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type WhoAmIResponse struct {
@@ -1062,14 +1156,16 @@ type WhoAmIResponse struct {
 	Role string `protobuf:"bytes,7,opt,name=role,proto3" json:"role,omitempty"`
 	// role_from says where the role came from: "bootstrap token", "user",
 	// "tailnet grant", "default".
-	RoleFrom      string `protobuf:"bytes,8,opt,name=role_from,json=roleFrom,proto3" json:"role_from,omitempty"`
+	RoleFrom string `protobuf:"bytes,8,opt,name=role_from,json=roleFrom,proto3" json:"role_from,omitempty"`
+	// groups are the fair-share groups the caller may submit to (TaskSpec.group).
+	Groups        []string `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[16]
+	mi := &file_podium_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1177,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[16]
+	mi := &file_podium_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1190,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WhoAmIResponse) GetKind() CallerKind {
@@ -1153,6 +1249,13 @@ func (x *WhoAmIResponse) GetRoleFrom() string {
 	return ""
 }
 
+func (x *WhoAmIResponse) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // User is a person known to the coordinator: a name with a personal API
 // token (local transport) or a Tailscale login (tailnet), and a role.
 type User struct {
@@ -1163,14 +1266,17 @@ type User struct {
 	CreatedBy string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// weight is the user's share of free slots against other submitters of
 	// equal priority (fair share): 1 unless an admin set it, at most 1000.
-	Weight        int32 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	Weight int32 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	// groups are the fair-share groups (TaskSpec.group) the user may submit
+	// to; admins may submit to any.
+	Groups        []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_podium_v1_admin_proto_msgTypes[17]
+	mi := &file_podium_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1288,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[17]
+	mi := &file_podium_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1301,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *User) GetName() string {
@@ -1233,19 +1339,28 @@ func (x *User) GetWeight() int32 {
 	return 0
 }
 
+func (x *User) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 type AddUserRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is a user name (a-z, 0-9, '.', '_', '-', at most 64 bytes) or a
 	// Tailscale login (login@example.com).
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// groups are the fair-share groups the user may submit to.
+	Groups        []string `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddUserRequest) Reset() {
 	*x = AddUserRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[18]
+	mi := &file_podium_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1372,7 @@ func (x *AddUserRequest) String() string {
 func (*AddUserRequest) ProtoMessage() {}
 
 func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[18]
+	mi := &file_podium_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1385,7 @@ func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
 func (*AddUserRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddUserRequest) GetName() string {
@@ -1287,6 +1402,13 @@ func (x *AddUserRequest) GetRole() string {
 	return ""
 }
 
+func (x *AddUserRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 type AddUserResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -1299,7 +1421,7 @@ type AddUserResponse struct {
 
 func (x *AddUserResponse) Reset() {
 	*x = AddUserResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[19]
+	mi := &file_podium_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1433,7 @@ func (x *AddUserResponse) String() string {
 func (*AddUserResponse) ProtoMessage() {}
 
 func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[19]
+	mi := &file_podium_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1446,7 @@ func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
 func (*AddUserResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddUserResponse) GetUser() *User {
@@ -1349,7 +1471,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[20]
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1483,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[20]
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1496,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 type ListUsersResponse struct {
@@ -1386,7 +1508,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1520,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1533,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1430,7 +1552,7 @@ type RemoveUserRequest struct {
 
 func (x *RemoveUserRequest) Reset() {
 	*x = RemoveUserRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1564,7 @@ func (x *RemoveUserRequest) String() string {
 func (*RemoveUserRequest) ProtoMessage() {}
 
 func (x *RemoveUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1577,7 @@ func (x *RemoveUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUserRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUserRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveUserRequest) GetName() string {
@@ -1473,7 +1595,7 @@ type RemoveUserResponse struct {
 
 func (x *RemoveUserResponse) Reset() {
 	*x = RemoveUserResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1607,7 @@ func (x *RemoveUserResponse) String() string {
 func (*RemoveUserResponse) ProtoMessage() {}
 
 func (x *RemoveUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1620,7 @@ func (x *RemoveUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUserResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUserResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 type SetUserRoleRequest struct {
@@ -1511,7 +1633,7 @@ type SetUserRoleRequest struct {
 
 func (x *SetUserRoleRequest) Reset() {
 	*x = SetUserRoleRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1645,7 @@ func (x *SetUserRoleRequest) String() string {
 func (*SetUserRoleRequest) ProtoMessage() {}
 
 func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1658,7 @@ func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserRoleRequest.ProtoReflect.Descriptor instead.
 func (*SetUserRoleRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetUserRoleRequest) GetName() string {
@@ -1562,7 +1684,7 @@ type SetUserRoleResponse struct {
 
 func (x *SetUserRoleResponse) Reset() {
 	*x = SetUserRoleResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1696,7 @@ func (x *SetUserRoleResponse) String() string {
 func (*SetUserRoleResponse) ProtoMessage() {}
 
 func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1709,7 @@ func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserRoleResponse.ProtoReflect.Descriptor instead.
 func (*SetUserRoleResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetUserRoleResponse) GetUser() *User {
@@ -1610,7 +1732,7 @@ type SetUserWeightRequest struct {
 
 func (x *SetUserWeightRequest) Reset() {
 	*x = SetUserWeightRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1744,7 @@ func (x *SetUserWeightRequest) String() string {
 func (*SetUserWeightRequest) ProtoMessage() {}
 
 func (x *SetUserWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1757,7 @@ func (x *SetUserWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetUserWeightRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetUserWeightRequest) GetName() string {
@@ -1661,7 +1783,7 @@ type SetUserWeightResponse struct {
 
 func (x *SetUserWeightResponse) Reset() {
 	*x = SetUserWeightResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1795,7 @@ func (x *SetUserWeightResponse) String() string {
 func (*SetUserWeightResponse) ProtoMessage() {}
 
 func (x *SetUserWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,10 +1808,107 @@ func (x *SetUserWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetUserWeightResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetUserWeightResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+// SetUserGroupsRequest replaces the fair-share groups a user may submit to.
+type SetUserGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Groups        []string               `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserGroupsRequest) Reset() {
+	*x = SetUserGroupsRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserGroupsRequest) ProtoMessage() {}
+
+func (x *SetUserGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserGroupsRequest.ProtoReflect.Descriptor instead.
+func (*SetUserGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetUserGroupsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserGroupsRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type SetUserGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserGroupsResponse) Reset() {
+	*x = SetUserGroupsResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserGroupsResponse) ProtoMessage() {}
+
+func (x *SetUserGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserGroupsResponse.ProtoReflect.Descriptor instead.
+func (*SetUserGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetUserGroupsResponse) GetUser() *User {
 	if x != nil {
 		return x.User
 	}
@@ -1719,7 +1938,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1950,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1963,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -1817,7 +2036,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2048,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2061,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -1875,7 +2094,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2106,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2119,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -1917,14 +2136,19 @@ type SetSecretRequest struct {
 	// name is DNS-style: lower-case letters, digits and '-', at most 63 bytes.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// value is at most 64 KiB.
-	Value         []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// allow grants use of the secret to principals, added to those it has:
+	// a user name ("alice"), "group:NAME" (the users in a fair-share group)
+	// or "role:member" (every member). A secret nobody was granted is usable
+	// by admins alone.
+	Allow         []string `protobuf:"bytes,3,rep,name=allow,proto3" json:"allow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2160,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2173,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -1966,6 +2190,13 @@ func (x *SetSecretRequest) GetValue() []byte {
 	return nil
 }
 
+func (x *SetSecretRequest) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
 type SetSecretResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// created is false when an existing secret's value was replaced.
@@ -1976,7 +2207,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2219,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2232,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetSecretResponse) GetCreated() bool {
@@ -2016,15 +2247,21 @@ type Secret struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// set_by is who set its current value.
-	SetBy         string                 `protobuf:"bytes,2,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
-	SetAt         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	SetBy string                 `protobuf:"bytes,2,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	SetAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	// allow are the principals granted its use besides admins (see
+	// SetSecretRequest.allow); shown to admins only.
+	Allow []string `protobuf:"bytes,4,rep,name=allow,proto3" json:"allow,omitempty"`
+	// version counts the values it has had: 1 for the first, one more each
+	// time it is set. A task uses the version current at its assignment.
+	Version       int64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2273,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2286,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Secret) GetName() string {
@@ -2073,6 +2310,216 @@ func (x *Secret) GetSetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Secret) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *Secret) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// GrantSecretRequest adds principals to those allowed to use a secret.
+type GrantSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Principals    []string               `protobuf:"bytes,2,rep,name=principals,proto3" json:"principals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantSecretRequest) Reset() {
+	*x = GrantSecretRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantSecretRequest) ProtoMessage() {}
+
+func (x *GrantSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantSecretRequest.ProtoReflect.Descriptor instead.
+func (*GrantSecretRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GrantSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GrantSecretRequest) GetPrincipals() []string {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+type GrantSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secret        *Secret                `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantSecretResponse) Reset() {
+	*x = GrantSecretResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantSecretResponse) ProtoMessage() {}
+
+func (x *GrantSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantSecretResponse.ProtoReflect.Descriptor instead.
+func (*GrantSecretResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GrantSecretResponse) GetSecret() *Secret {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+// RevokeSecretRequest takes principals off a secret's grants. A queued task
+// that named the secret and whose owner no longer may use it fails at
+// assignment and never receives the value.
+type RevokeSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Principals    []string               `protobuf:"bytes,2,rep,name=principals,proto3" json:"principals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSecretRequest) Reset() {
+	*x = RevokeSecretRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSecretRequest) ProtoMessage() {}
+
+func (x *RevokeSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSecretRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSecretRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RevokeSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeSecretRequest) GetPrincipals() []string {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+type RevokeSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secret        *Secret                `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSecretResponse) Reset() {
+	*x = RevokeSecretResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSecretResponse) ProtoMessage() {}
+
+func (x *RevokeSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSecretResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSecretResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RevokeSecretResponse) GetSecret() *Secret {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 type ListSecretsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2081,7 +2528,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2540,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2553,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 type ListSecretsResponse struct {
@@ -2118,7 +2565,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2577,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2590,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*Secret {
@@ -2162,7 +2609,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2621,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2634,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2205,7 +2652,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2664,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2677,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 // RegistryLoginRequest stores the login a node uses to pull images from a
@@ -2251,7 +2698,7 @@ type RegistryLoginRequest struct {
 
 func (x *RegistryLoginRequest) Reset() {
 	*x = RegistryLoginRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2710,7 @@ func (x *RegistryLoginRequest) String() string {
 func (*RegistryLoginRequest) ProtoMessage() {}
 
 func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2723,7 @@ func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginRequest.ProtoReflect.Descriptor instead.
 func (*RegistryLoginRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RegistryLoginRequest) GetHost() string {
@@ -2310,7 +2757,7 @@ type RegistryLoginResponse struct {
 
 func (x *RegistryLoginResponse) Reset() {
 	*x = RegistryLoginResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2769,7 @@ func (x *RegistryLoginResponse) String() string {
 func (*RegistryLoginResponse) ProtoMessage() {}
 
 func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2782,7 @@ func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginResponse.ProtoReflect.Descriptor instead.
 func (*RegistryLoginResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RegistryLoginResponse) GetCreated() bool {
@@ -2359,7 +2806,7 @@ type Registry struct {
 
 func (x *Registry) Reset() {
 	*x = Registry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2818,7 @@ func (x *Registry) String() string {
 func (*Registry) ProtoMessage() {}
 
 func (x *Registry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2831,7 @@ func (x *Registry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registry.ProtoReflect.Descriptor instead.
 func (*Registry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Registry) GetHost() string {
@@ -2423,7 +2870,7 @@ type ListRegistriesRequest struct {
 
 func (x *ListRegistriesRequest) Reset() {
 	*x = ListRegistriesRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2882,7 @@ func (x *ListRegistriesRequest) String() string {
 func (*ListRegistriesRequest) ProtoMessage() {}
 
 func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2895,7 @@ func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 type ListRegistriesResponse struct {
@@ -2460,7 +2907,7 @@ type ListRegistriesResponse struct {
 
 func (x *ListRegistriesResponse) Reset() {
 	*x = ListRegistriesResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2919,7 @@ func (x *ListRegistriesResponse) String() string {
 func (*ListRegistriesResponse) ProtoMessage() {}
 
 func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2932,7 @@ func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListRegistriesResponse) GetRegistries() []*Registry {
@@ -2504,7 +2951,7 @@ type RemoveRegistryRequest struct {
 
 func (x *RemoveRegistryRequest) Reset() {
 	*x = RemoveRegistryRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[43]
+	mi := &file_podium_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2963,7 @@ func (x *RemoveRegistryRequest) String() string {
 func (*RemoveRegistryRequest) ProtoMessage() {}
 
 func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[43]
+	mi := &file_podium_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2976,7 @@ func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveRegistryRequest) GetHost() string {
@@ -2547,7 +2994,7 @@ type RemoveRegistryResponse struct {
 
 func (x *RemoveRegistryResponse) Reset() {
 	*x = RemoveRegistryResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[44]
+	mi := &file_podium_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +3006,7 @@ func (x *RemoveRegistryResponse) String() string {
 func (*RemoveRegistryResponse) ProtoMessage() {}
 
 func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[44]
+	mi := &file_podium_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +3019,7 @@ func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 // Group is a spec's group (TaskSpec.group) as fair share sees it.
@@ -2596,7 +3043,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	mi := &file_podium_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +3055,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	mi := &file_podium_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +3068,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Group) GetName() string {
@@ -2680,7 +3127,7 @@ type SetGroupWeightRequest struct {
 
 func (x *SetGroupWeightRequest) Reset() {
 	*x = SetGroupWeightRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	mi := &file_podium_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3139,7 @@ func (x *SetGroupWeightRequest) String() string {
 func (*SetGroupWeightRequest) ProtoMessage() {}
 
 func (x *SetGroupWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	mi := &file_podium_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3152,7 @@ func (x *SetGroupWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupWeightRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetGroupWeightRequest) GetName() string {
@@ -2731,7 +3178,7 @@ type SetGroupWeightResponse struct {
 
 func (x *SetGroupWeightResponse) Reset() {
 	*x = SetGroupWeightResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	mi := &file_podium_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +3190,7 @@ func (x *SetGroupWeightResponse) String() string {
 func (*SetGroupWeightResponse) ProtoMessage() {}
 
 func (x *SetGroupWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	mi := &file_podium_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3203,7 @@ func (x *SetGroupWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupWeightResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetGroupWeightResponse) GetGroup() *Group {
@@ -2774,7 +3221,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	mi := &file_podium_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +3233,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	mi := &file_podium_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +3246,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 type ListGroupsResponse struct {
@@ -2811,7 +3258,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	mi := &file_podium_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +3270,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	mi := &file_podium_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +3283,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*Group {
@@ -2850,16 +3297,18 @@ var File_podium_v1_admin_proto protoreflect.FileDescriptor
 
 const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15podium/v1/admin.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/node.proto\"W\n" +
+	"\x15podium/v1/admin.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/node.proto\"\x83\x01\n" +
 	"\x1cCreateEnrollmentTokenRequest\x12\x16\n" +
 	"\x06labels\x18\x01 \x03(\tR\x06labels\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
-	"ttlSeconds\"\x88\x01\n" +
+	"ttlSeconds\x12*\n" +
+	"\x11allow_node_labels\x18\x03 \x01(\bR\x0fallowNodeLabels\"\xb4\x01\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06labels\x18\x03 \x03(\tR\x06labels\"\x89\x05\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\x12*\n" +
+	"\x11allow_node_labels\x18\x04 \x01(\bR\x0fallowNodeLabels\"\xc4\x05\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12-\n" +
@@ -2879,7 +3328,12 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x10tailscale_device\x18\r \x01(\tR\x0ftailscaleDevice\x12\"\n" +
 	"\x04gpus\x18\x0f \x03(\v2\x0e.podium.v1.GpuR\x04gpus\x12:\n" +
 	"\x19allow_privileged_sidecars\x18\x0e \x01(\bR\x17allowPrivilegedSidecars\x12#\n" +
-	"\ragent_version\x18\x10 \x01(\tR\fagentVersion\"\x12\n" +
+	"\ragent_version\x18\x10 \x01(\tR\fagentVersion\x129\n" +
+	"\rlabel_sources\x18\x11 \x03(\v2\x14.podium.v1.NodeLabelR\flabelSources\"P\n" +
+	"\tNodeLabel\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x15\n" +
+	"\x06set_by\x18\x03 \x01(\tR\x05setBy\"\x12\n" +
 	"\x10ListNodesRequest\"k\n" +
 	"\x11ListNodesResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.podium.v1.NodeR\x05nodes\x12/\n" +
@@ -2912,7 +3366,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x0f\n" +
-	"\rWhoAmIRequest\"\xe9\x01\n" +
+	"\rWhoAmIRequest\"\x81\x02\n" +
 	"\x0eWhoAmIResponse\x12)\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x15.podium.v1.CallerKindR\x04kind\x12\x14\n" +
 	"\x05login\x18\x02 \x01(\tR\x05login\x12\x16\n" +
@@ -2921,7 +3375,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x1c\n" +
 	"\ttransport\x18\x06 \x01(\tR\ttransport\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\x12\x1b\n" +
-	"\trole_from\x18\b \x01(\tR\broleFrom\"\xa0\x01\n" +
+	"\trole_from\x18\b \x01(\tR\broleFrom\x12\x16\n" +
+	"\x06groups\x18\t \x03(\tR\x06groups\"\xb8\x01\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x129\n" +
@@ -2929,10 +3384,12 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12\x16\n" +
-	"\x06weight\x18\x05 \x01(\x05R\x06weight\"8\n" +
+	"\x06weight\x18\x05 \x01(\x05R\x06weight\x12\x16\n" +
+	"\x06groups\x18\x06 \x03(\tR\x06groups\"P\n" +
 	"\x0eAddUserRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04role\"L\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\tR\x06groups\"L\n" +
 	"\x0fAddUserResponse\x12#\n" +
 	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x12\n" +
@@ -2951,6 +3408,11 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x05R\x06weight\"<\n" +
 	"\x15SetUserWeightResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\"B\n" +
+	"\x14SetUserGroupsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\"<\n" +
+	"\x15SetUserGroupsResponse\x12#\n" +
 	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\"\xd4\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
@@ -2967,16 +3429,33 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.podium.v1.AuditEntryR\aentries\"<\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.podium.v1.AuditEntryR\aentries\"R\n" +
 	"\x10SetSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"-\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
+	"\x05allow\x18\x03 \x03(\tR\x05allow\"-\n" +
 	"\x11SetSecretResponse\x12\x18\n" +
-	"\acreated\x18\x01 \x01(\bR\acreated\"f\n" +
+	"\acreated\x18\x01 \x01(\bR\acreated\"\x96\x01\n" +
 	"\x06Secret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06set_by\x18\x02 \x01(\tR\x05setBy\x121\n" +
-	"\x06set_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\"\x14\n" +
+	"\x06set_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\x12\x14\n" +
+	"\x05allow\x18\x04 \x03(\tR\x05allow\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x03R\aversion\"H\n" +
+	"\x12GrantSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"principals\x18\x02 \x03(\tR\n" +
+	"principals\"@\n" +
+	"\x13GrantSecretResponse\x12)\n" +
+	"\x06secret\x18\x01 \x01(\v2\x11.podium.v1.SecretR\x06secret\"I\n" +
+	"\x13RevokeSecretRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"principals\x18\x02 \x03(\tR\n" +
+	"principals\"A\n" +
+	"\x14RevokeSecretResponse\x12)\n" +
+	"\x06secret\x18\x01 \x01(\v2\x11.podium.v1.SecretR\x06secret\"\x14\n" +
 	"\x12ListSecretsRequest\"B\n" +
 	"\x13ListSecretsResponse\x12+\n" +
 	"\asecrets\x18\x01 \x03(\v2\x11.podium.v1.SecretR\asecrets\")\n" +
@@ -3029,7 +3508,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\xf7\r\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xf0\x0f\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -3045,10 +3524,13 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12N\n" +
 	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12T\n" +
-	"\rSetUserWeight\x12\x1f.podium.v1.SetUserWeightRequest\x1a .podium.v1.SetUserWeightResponse\"\x00\x12H\n" +
+	"\rSetUserWeight\x12\x1f.podium.v1.SetUserWeightRequest\x1a .podium.v1.SetUserWeightResponse\"\x00\x12T\n" +
+	"\rSetUserGroups\x12\x1f.podium.v1.SetUserGroupsRequest\x1a .podium.v1.SetUserGroupsResponse\"\x00\x12H\n" +
 	"\tListAudit\x12\x1b.podium.v1.ListAuditRequest\x1a\x1c.podium.v1.ListAuditResponse\"\x00\x12H\n" +
 	"\tSetSecret\x12\x1b.podium.v1.SetSecretRequest\x1a\x1c.podium.v1.SetSecretResponse\"\x00\x12N\n" +
-	"\vListSecrets\x12\x1d.podium.v1.ListSecretsRequest\x1a\x1e.podium.v1.ListSecretsResponse\"\x00\x12Q\n" +
+	"\vListSecrets\x12\x1d.podium.v1.ListSecretsRequest\x1a\x1e.podium.v1.ListSecretsResponse\"\x00\x12N\n" +
+	"\vGrantSecret\x12\x1d.podium.v1.GrantSecretRequest\x1a\x1e.podium.v1.GrantSecretResponse\"\x00\x12Q\n" +
+	"\fRevokeSecret\x12\x1e.podium.v1.RevokeSecretRequest\x1a\x1f.podium.v1.RevokeSecretResponse\"\x00\x12Q\n" +
 	"\fDeleteSecret\x12\x1e.podium.v1.DeleteSecretRequest\x1a\x1f.podium.v1.DeleteSecretResponse\"\x00\x12T\n" +
 	"\rRegistryLogin\x12\x1f.podium.v1.RegistryLoginRequest\x1a .podium.v1.RegistryLoginResponse\"\x00\x12W\n" +
 	"\x0eListRegistries\x12 .podium.v1.ListRegistriesRequest\x1a!.podium.v1.ListRegistriesResponse\"\x00\x12W\n" +
@@ -3070,141 +3552,158 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
 	(*CreateEnrollmentTokenRequest)(nil),  // 2: podium.v1.CreateEnrollmentTokenRequest
 	(*CreateEnrollmentTokenResponse)(nil), // 3: podium.v1.CreateEnrollmentTokenResponse
 	(*Node)(nil),                          // 4: podium.v1.Node
-	(*ListNodesRequest)(nil),              // 5: podium.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 6: podium.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),              // 7: podium.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),             // 8: podium.v1.DrainNodeResponse
-	(*SetNodeSlotsRequest)(nil),           // 9: podium.v1.SetNodeSlotsRequest
-	(*SetNodeSlotsResponse)(nil),          // 10: podium.v1.SetNodeSlotsResponse
-	(*SetNodeLabelsRequest)(nil),          // 11: podium.v1.SetNodeLabelsRequest
-	(*SetNodeLabelsResponse)(nil),         // 12: podium.v1.SetNodeLabelsResponse
-	(*RemoveNodeRequest)(nil),             // 13: podium.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),            // 14: podium.v1.RemoveNodeResponse
-	(*RekeyNodeRequest)(nil),              // 15: podium.v1.RekeyNodeRequest
-	(*RekeyNodeResponse)(nil),             // 16: podium.v1.RekeyNodeResponse
-	(*WhoAmIRequest)(nil),                 // 17: podium.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                // 18: podium.v1.WhoAmIResponse
-	(*User)(nil),                          // 19: podium.v1.User
-	(*AddUserRequest)(nil),                // 20: podium.v1.AddUserRequest
-	(*AddUserResponse)(nil),               // 21: podium.v1.AddUserResponse
-	(*ListUsersRequest)(nil),              // 22: podium.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),             // 23: podium.v1.ListUsersResponse
-	(*RemoveUserRequest)(nil),             // 24: podium.v1.RemoveUserRequest
-	(*RemoveUserResponse)(nil),            // 25: podium.v1.RemoveUserResponse
-	(*SetUserRoleRequest)(nil),            // 26: podium.v1.SetUserRoleRequest
-	(*SetUserRoleResponse)(nil),           // 27: podium.v1.SetUserRoleResponse
-	(*SetUserWeightRequest)(nil),          // 28: podium.v1.SetUserWeightRequest
-	(*SetUserWeightResponse)(nil),         // 29: podium.v1.SetUserWeightResponse
-	(*AuditEntry)(nil),                    // 30: podium.v1.AuditEntry
-	(*ListAuditRequest)(nil),              // 31: podium.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),             // 32: podium.v1.ListAuditResponse
-	(*SetSecretRequest)(nil),              // 33: podium.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),             // 34: podium.v1.SetSecretResponse
-	(*Secret)(nil),                        // 35: podium.v1.Secret
-	(*ListSecretsRequest)(nil),            // 36: podium.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),           // 37: podium.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),           // 38: podium.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),          // 39: podium.v1.DeleteSecretResponse
-	(*RegistryLoginRequest)(nil),          // 40: podium.v1.RegistryLoginRequest
-	(*RegistryLoginResponse)(nil),         // 41: podium.v1.RegistryLoginResponse
-	(*Registry)(nil),                      // 42: podium.v1.Registry
-	(*ListRegistriesRequest)(nil),         // 43: podium.v1.ListRegistriesRequest
-	(*ListRegistriesResponse)(nil),        // 44: podium.v1.ListRegistriesResponse
-	(*RemoveRegistryRequest)(nil),         // 45: podium.v1.RemoveRegistryRequest
-	(*RemoveRegistryResponse)(nil),        // 46: podium.v1.RemoveRegistryResponse
-	(*Group)(nil),                         // 47: podium.v1.Group
-	(*SetGroupWeightRequest)(nil),         // 48: podium.v1.SetGroupWeightRequest
-	(*SetGroupWeightResponse)(nil),        // 49: podium.v1.SetGroupWeightResponse
-	(*ListGroupsRequest)(nil),             // 50: podium.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),            // 51: podium.v1.ListGroupsResponse
-	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 53: podium.v1.Capacity
-	(*Gpu)(nil),                           // 54: podium.v1.Gpu
+	(*NodeLabel)(nil),                     // 5: podium.v1.NodeLabel
+	(*ListNodesRequest)(nil),              // 6: podium.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),             // 7: podium.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),              // 8: podium.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),             // 9: podium.v1.DrainNodeResponse
+	(*SetNodeSlotsRequest)(nil),           // 10: podium.v1.SetNodeSlotsRequest
+	(*SetNodeSlotsResponse)(nil),          // 11: podium.v1.SetNodeSlotsResponse
+	(*SetNodeLabelsRequest)(nil),          // 12: podium.v1.SetNodeLabelsRequest
+	(*SetNodeLabelsResponse)(nil),         // 13: podium.v1.SetNodeLabelsResponse
+	(*RemoveNodeRequest)(nil),             // 14: podium.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),            // 15: podium.v1.RemoveNodeResponse
+	(*RekeyNodeRequest)(nil),              // 16: podium.v1.RekeyNodeRequest
+	(*RekeyNodeResponse)(nil),             // 17: podium.v1.RekeyNodeResponse
+	(*WhoAmIRequest)(nil),                 // 18: podium.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                // 19: podium.v1.WhoAmIResponse
+	(*User)(nil),                          // 20: podium.v1.User
+	(*AddUserRequest)(nil),                // 21: podium.v1.AddUserRequest
+	(*AddUserResponse)(nil),               // 22: podium.v1.AddUserResponse
+	(*ListUsersRequest)(nil),              // 23: podium.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),             // 24: podium.v1.ListUsersResponse
+	(*RemoveUserRequest)(nil),             // 25: podium.v1.RemoveUserRequest
+	(*RemoveUserResponse)(nil),            // 26: podium.v1.RemoveUserResponse
+	(*SetUserRoleRequest)(nil),            // 27: podium.v1.SetUserRoleRequest
+	(*SetUserRoleResponse)(nil),           // 28: podium.v1.SetUserRoleResponse
+	(*SetUserWeightRequest)(nil),          // 29: podium.v1.SetUserWeightRequest
+	(*SetUserWeightResponse)(nil),         // 30: podium.v1.SetUserWeightResponse
+	(*SetUserGroupsRequest)(nil),          // 31: podium.v1.SetUserGroupsRequest
+	(*SetUserGroupsResponse)(nil),         // 32: podium.v1.SetUserGroupsResponse
+	(*AuditEntry)(nil),                    // 33: podium.v1.AuditEntry
+	(*ListAuditRequest)(nil),              // 34: podium.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),             // 35: podium.v1.ListAuditResponse
+	(*SetSecretRequest)(nil),              // 36: podium.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),             // 37: podium.v1.SetSecretResponse
+	(*Secret)(nil),                        // 38: podium.v1.Secret
+	(*GrantSecretRequest)(nil),            // 39: podium.v1.GrantSecretRequest
+	(*GrantSecretResponse)(nil),           // 40: podium.v1.GrantSecretResponse
+	(*RevokeSecretRequest)(nil),           // 41: podium.v1.RevokeSecretRequest
+	(*RevokeSecretResponse)(nil),          // 42: podium.v1.RevokeSecretResponse
+	(*ListSecretsRequest)(nil),            // 43: podium.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 44: podium.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 45: podium.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 46: podium.v1.DeleteSecretResponse
+	(*RegistryLoginRequest)(nil),          // 47: podium.v1.RegistryLoginRequest
+	(*RegistryLoginResponse)(nil),         // 48: podium.v1.RegistryLoginResponse
+	(*Registry)(nil),                      // 49: podium.v1.Registry
+	(*ListRegistriesRequest)(nil),         // 50: podium.v1.ListRegistriesRequest
+	(*ListRegistriesResponse)(nil),        // 51: podium.v1.ListRegistriesResponse
+	(*RemoveRegistryRequest)(nil),         // 52: podium.v1.RemoveRegistryRequest
+	(*RemoveRegistryResponse)(nil),        // 53: podium.v1.RemoveRegistryResponse
+	(*Group)(nil),                         // 54: podium.v1.Group
+	(*SetGroupWeightRequest)(nil),         // 55: podium.v1.SetGroupWeightRequest
+	(*SetGroupWeightResponse)(nil),        // 56: podium.v1.SetGroupWeightResponse
+	(*ListGroupsRequest)(nil),             // 57: podium.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),            // 58: podium.v1.ListGroupsResponse
+	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 60: podium.v1.Capacity
+	(*Gpu)(nil),                           // 61: podium.v1.Gpu
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	52, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	59, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	53, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	52, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	52, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	54, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
-	4,  // 6: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
-	4,  // 7: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
-	4,  // 8: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
-	4,  // 9: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	52, // 10: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	52, // 12: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	19, // 13: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
-	19, // 14: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
-	19, // 15: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	19, // 16: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
-	52, // 17: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	52, // 18: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 19: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	52, // 20: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
-	35, // 21: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	52, // 22: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
-	42, // 23: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
-	52, // 24: podium.v1.Group.set_at:type_name -> google.protobuf.Timestamp
-	47, // 25: podium.v1.SetGroupWeightResponse.group:type_name -> podium.v1.Group
-	47, // 26: podium.v1.ListGroupsResponse.groups:type_name -> podium.v1.Group
-	2,  // 27: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	5,  // 28: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	7,  // 29: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	9,  // 30: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	11, // 31: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	13, // 32: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	15, // 33: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	17, // 34: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	20, // 35: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	22, // 36: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	24, // 37: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	26, // 38: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	28, // 39: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
-	31, // 40: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	33, // 41: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	36, // 42: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	38, // 43: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	40, // 44: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
-	43, // 45: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
-	45, // 46: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
-	48, // 47: podium.v1.AdminService.SetGroupWeight:input_type -> podium.v1.SetGroupWeightRequest
-	50, // 48: podium.v1.AdminService.ListGroups:input_type -> podium.v1.ListGroupsRequest
-	3,  // 49: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	6,  // 50: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	8,  // 51: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	10, // 52: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	12, // 53: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	14, // 54: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	16, // 55: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	18, // 56: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	21, // 57: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	23, // 58: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	25, // 59: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	27, // 60: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	29, // 61: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
-	32, // 62: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	34, // 63: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	37, // 64: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	39, // 65: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	41, // 66: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
-	44, // 67: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
-	46, // 68: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
-	49, // 69: podium.v1.AdminService.SetGroupWeight:output_type -> podium.v1.SetGroupWeightResponse
-	51, // 70: podium.v1.AdminService.ListGroups:output_type -> podium.v1.ListGroupsResponse
-	49, // [49:71] is the sub-list for method output_type
-	27, // [27:49] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	60, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	59, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	59, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	61, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
+	5,  // 6: podium.v1.Node.label_sources:type_name -> podium.v1.NodeLabel
+	4,  // 7: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
+	4,  // 8: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
+	4,  // 9: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
+	4,  // 10: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
+	59, // 11: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
+	59, // 13: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	20, // 14: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
+	20, // 15: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
+	20, // 16: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
+	20, // 17: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
+	20, // 18: podium.v1.SetUserGroupsResponse.user:type_name -> podium.v1.User
+	59, // 19: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	59, // 20: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	33, // 21: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
+	59, // 22: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	38, // 23: podium.v1.GrantSecretResponse.secret:type_name -> podium.v1.Secret
+	38, // 24: podium.v1.RevokeSecretResponse.secret:type_name -> podium.v1.Secret
+	38, // 25: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
+	59, // 26: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	49, // 27: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
+	59, // 28: podium.v1.Group.set_at:type_name -> google.protobuf.Timestamp
+	54, // 29: podium.v1.SetGroupWeightResponse.group:type_name -> podium.v1.Group
+	54, // 30: podium.v1.ListGroupsResponse.groups:type_name -> podium.v1.Group
+	2,  // 31: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	6,  // 32: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	8,  // 33: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	10, // 34: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	12, // 35: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	14, // 36: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	16, // 37: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	18, // 38: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	21, // 39: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	23, // 40: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	25, // 41: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	27, // 42: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	29, // 43: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
+	31, // 44: podium.v1.AdminService.SetUserGroups:input_type -> podium.v1.SetUserGroupsRequest
+	34, // 45: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	36, // 46: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	43, // 47: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	39, // 48: podium.v1.AdminService.GrantSecret:input_type -> podium.v1.GrantSecretRequest
+	41, // 49: podium.v1.AdminService.RevokeSecret:input_type -> podium.v1.RevokeSecretRequest
+	45, // 50: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	47, // 51: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	50, // 52: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	52, // 53: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	55, // 54: podium.v1.AdminService.SetGroupWeight:input_type -> podium.v1.SetGroupWeightRequest
+	57, // 55: podium.v1.AdminService.ListGroups:input_type -> podium.v1.ListGroupsRequest
+	3,  // 56: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	7,  // 57: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	9,  // 58: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	11, // 59: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	13, // 60: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	15, // 61: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	17, // 62: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	19, // 63: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	22, // 64: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	24, // 65: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	26, // 66: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	28, // 67: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	30, // 68: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
+	32, // 69: podium.v1.AdminService.SetUserGroups:output_type -> podium.v1.SetUserGroupsResponse
+	35, // 70: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	37, // 71: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	44, // 72: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	40, // 73: podium.v1.AdminService.GrantSecret:output_type -> podium.v1.GrantSecretResponse
+	42, // 74: podium.v1.AdminService.RevokeSecret:output_type -> podium.v1.RevokeSecretResponse
+	46, // 75: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	48, // 76: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	51, // 77: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	53, // 78: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	56, // 79: podium.v1.AdminService.SetGroupWeight:output_type -> podium.v1.SetGroupWeightResponse
+	58, // 80: podium.v1.AdminService.ListGroups:output_type -> podium.v1.ListGroupsResponse
+	56, // [56:81] is the sub-list for method output_type
+	31, // [31:56] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -3219,7 +3718,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,10 +35,14 @@ type Schedule struct {
 	Spec     *TaskSpec `protobuf:"bytes,5,opt,name=spec,proto3" json:"spec,omitempty"`
 	// overlap is what a tick does while the previous tick's task still runs:
 	// "skip" (the default), "allow" or "cancel_previous".
-	Overlap   string                 `protobuf:"bytes,6,opt,name=overlap,proto3" json:"overlap,omitempty"`
-	Paused    bool                   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
-	CreatedBy string                 `protobuf:"bytes,8,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Overlap string `protobuf:"bytes,6,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	Paused  bool   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	// paused_reason says why the coordinator paused it on its own (its owner
+	// was removed or lost the role to submit); empty when a person paused it
+	// or it runs.
+	PausedReason string                 `protobuf:"bytes,12,opt,name=paused_reason,json=pausedReason,proto3" json:"paused_reason,omitempty"`
+	CreatedBy    string                 `protobuf:"bytes,8,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// next_run_at is the next tick; unset while paused.
 	NextRunAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_run_at,json=nextRunAt,proto3" json:"next_run_at,omitempty"`
 	// last_task_id is the task of the latest tick that created one.
@@ -124,6 +128,13 @@ func (x *Schedule) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *Schedule) GetPausedReason() string {
+	if x != nil {
+		return x.PausedReason
+	}
+	return ""
 }
 
 func (x *Schedule) GetCreatedBy() string {
@@ -862,7 +873,7 @@ var File_podium_v1_schedule_proto protoreflect.FileDescriptor
 
 const file_podium_v1_schedule_proto_rawDesc = "" +
 	"\n" +
-	"\x18podium/v1/schedule.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xf1\x02\n" +
+	"\x18podium/v1/schedule.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\x96\x03\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -870,7 +881,8 @@ const file_podium_v1_schedule_proto_rawDesc = "" +
 	"\btimezone\x18\x04 \x01(\tR\btimezone\x12'\n" +
 	"\x04spec\x18\x05 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12\x18\n" +
 	"\aoverlap\x18\x06 \x01(\tR\aoverlap\x12\x16\n" +
-	"\x06paused\x18\a \x01(\bR\x06paused\x12\x1d\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x12#\n" +
+	"\rpaused_reason\x18\f \x01(\tR\fpausedReason\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\b \x01(\tR\tcreatedBy\x129\n" +
 	"\n" +

@@ -1217,7 +1217,15 @@ type Task struct {
 	Usage *Usage `protobuf:"bytes,20,opt,name=usage,proto3" json:"usage,omitempty"`
 	// schedule_id is the periodic schedule (ScheduleService) that created the
 	// task at one of its ticks, or with run-now; empty for a task submitted.
-	ScheduleId    string `protobuf:"bytes,21,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduleId string `protobuf:"bytes,21,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// concurrency_holders are, for a queued task waiting on its concurrency
+	// key, the tasks that hold the key's slots now (who, and in what state),
+	// so a person can see whom they wait for.
+	ConcurrencyHolders []*ConcurrencyHolder `protobuf:"bytes,22,rep,name=concurrency_holders,json=concurrencyHolders,proto3" json:"concurrency_holders,omitempty"`
+	// notify_hidden is true when the spec's notify URLs (often credentials
+	// themselves, as chat webhooks are) were left out of spec because the
+	// caller is neither the task's owner nor an admin.
+	NotifyHidden  bool `protobuf:"varint,23,opt,name=notify_hidden,json=notifyHidden,proto3" json:"notify_hidden,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1399,12 +1407,87 @@ func (x *Task) GetScheduleId() string {
 	return ""
 }
 
+func (x *Task) GetConcurrencyHolders() []*ConcurrencyHolder {
+	if x != nil {
+		return x.ConcurrencyHolders
+	}
+	return nil
+}
+
+func (x *Task) GetNotifyHidden() bool {
+	if x != nil {
+		return x.NotifyHidden
+	}
+	return false
+}
+
 // Usage is what one attempt of a task used, recorded when it ends
 // (podium.attempts and the podium.usage view; docs/operations.md, "Reading
 // the fleet in SQL"). A figure that is not set is unknown, never 0: the
 // container's cgroup could not be read (a kernel without memory.peak, a
 // runner killed before it wrote its exit record) or the node's report was
 // refused as impossible.
+// ConcurrencyHolder is a task holding a slot of a concurrency key.
+type ConcurrencyHolder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	RequestedBy   string                 `protobuf:"bytes,2,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	State         TaskState              `protobuf:"varint,3,opt,name=state,proto3,enum=podium.v1.TaskState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencyHolder) Reset() {
+	*x = ConcurrencyHolder{}
+	mi := &file_podium_v1_task_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencyHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencyHolder) ProtoMessage() {}
+
+func (x *ConcurrencyHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_task_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencyHolder.ProtoReflect.Descriptor instead.
+func (*ConcurrencyHolder) Descriptor() ([]byte, []int) {
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConcurrencyHolder) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ConcurrencyHolder) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ConcurrencyHolder) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cpu_seconds is the CPU time of every process of the task's container
@@ -1427,7 +1510,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1522,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[11]
+	mi := &file_podium_v1_task_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1535,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{11}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1513,7 +1596,7 @@ type LogArchive struct {
 
 func (x *LogArchive) Reset() {
 	*x = LogArchive{}
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1608,7 @@ func (x *LogArchive) String() string {
 func (*LogArchive) ProtoMessage() {}
 
 func (x *LogArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[12]
+	mi := &file_podium_v1_task_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1621,7 @@ func (x *LogArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogArchive.ProtoReflect.Descriptor instead.
 func (*LogArchive) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{12}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogArchive) GetKey() string {
@@ -1599,7 +1682,7 @@ type ArchivedEvent struct {
 
 func (x *ArchivedEvent) Reset() {
 	*x = ArchivedEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1694,7 @@ func (x *ArchivedEvent) String() string {
 func (*ArchivedEvent) ProtoMessage() {}
 
 func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[13]
+	mi := &file_podium_v1_task_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1707,7 @@ func (x *ArchivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivedEvent.ProtoReflect.Descriptor instead.
 func (*ArchivedEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{13}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ArchivedEvent) GetSeq() uint64 {
@@ -1654,7 +1737,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1749,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[14]
+	mi := &file_podium_v1_task_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1762,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{14}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -1721,7 +1804,7 @@ type StatusChange struct {
 
 func (x *StatusChange) Reset() {
 	*x = StatusChange{}
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1816,7 @@ func (x *StatusChange) String() string {
 func (*StatusChange) ProtoMessage() {}
 
 func (x *StatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[15]
+	mi := &file_podium_v1_task_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1829,7 @@ func (x *StatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChange.ProtoReflect.Descriptor instead.
 func (*StatusChange) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{15}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusChange) GetState() TaskState {
@@ -1795,7 +1878,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1890,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[16]
+	mi := &file_podium_v1_task_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1903,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{16}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Note) GetText() string {
@@ -1852,7 +1935,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1947,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[17]
+	mi := &file_podium_v1_task_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1960,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{17}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskEvent) GetTaskId() string {
@@ -1973,7 +2056,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2068,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[18]
+	mi := &file_podium_v1_task_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2081,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{18}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -2017,7 +2100,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2112,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[19]
+	mi := &file_podium_v1_task_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2125,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{19}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitResponse) GetTask() *Task {
@@ -2061,7 +2144,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2156,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[20]
+	mi := &file_podium_v1_task_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2169,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{20}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRequest) GetId() string {
@@ -2105,7 +2188,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2200,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[21]
+	mi := &file_podium_v1_task_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2213,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -2167,7 +2250,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2262,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[22]
+	mi := &file_podium_v1_task_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2275,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetStates() []TaskState {
@@ -2260,7 +2343,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2355,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[23]
+	mi := &file_podium_v1_task_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2368,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -2305,7 +2388,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2400,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[24]
+	mi := &file_podium_v1_task_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2413,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -2356,7 +2439,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2451,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[25]
+	mi := &file_podium_v1_task_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2464,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelResponse) GetTask() *Task {
@@ -2404,7 +2487,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2499,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[26]
+	mi := &file_podium_v1_task_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2512,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -2466,7 +2549,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2561,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[27]
+	mi := &file_podium_v1_task_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2574,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EventsResponse) GetSeq() uint64 {
@@ -2525,7 +2608,7 @@ type RerunRequest struct {
 
 func (x *RerunRequest) Reset() {
 	*x = RerunRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2620,7 @@ func (x *RerunRequest) String() string {
 func (*RerunRequest) ProtoMessage() {}
 
 func (x *RerunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[28]
+	mi := &file_podium_v1_task_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2633,7 @@ func (x *RerunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunRequest.ProtoReflect.Descriptor instead.
 func (*RerunRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RerunRequest) GetId() string {
@@ -2570,7 +2653,7 @@ type RerunResponse struct {
 
 func (x *RerunResponse) Reset() {
 	*x = RerunResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2665,7 @@ func (x *RerunResponse) String() string {
 func (*RerunResponse) ProtoMessage() {}
 
 func (x *RerunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[29]
+	mi := &file_podium_v1_task_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2678,7 @@ func (x *RerunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunResponse.ProtoReflect.Descriptor instead.
 func (*RerunResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RerunResponse) GetTask() *Task {
@@ -2615,7 +2698,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2710,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[30]
+	mi := &file_podium_v1_task_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2723,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SendRequest) GetId() string {
@@ -2666,7 +2749,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2761,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[31]
+	mi := &file_podium_v1_task_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2774,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SendResponse) GetMessageId() int64 {
@@ -2721,7 +2804,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2816,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[32]
+	mi := &file_podium_v1_task_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2829,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Artifact) GetId() string {
@@ -2815,7 +2898,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +2910,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[33]
+	mi := &file_podium_v1_task_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +2923,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListArtifactsRequest) GetId() string {
@@ -2860,7 +2943,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2955,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[34]
+	mi := &file_podium_v1_task_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2968,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2908,7 +2991,7 @@ type DownloadArtifactRequest struct {
 
 func (x *DownloadArtifactRequest) Reset() {
 	*x = DownloadArtifactRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3003,7 @@ func (x *DownloadArtifactRequest) String() string {
 func (*DownloadArtifactRequest) ProtoMessage() {}
 
 func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[35]
+	mi := &file_podium_v1_task_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3016,7 @@ func (x *DownloadArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactRequest.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DownloadArtifactRequest) GetId() string {
@@ -2973,7 +3056,7 @@ type DownloadArtifactResponse struct {
 
 func (x *DownloadArtifactResponse) Reset() {
 	*x = DownloadArtifactResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3068,7 @@ func (x *DownloadArtifactResponse) String() string {
 func (*DownloadArtifactResponse) ProtoMessage() {}
 
 func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[36]
+	mi := &file_podium_v1_task_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3081,7 @@ func (x *DownloadArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadArtifactResponse.ProtoReflect.Descriptor instead.
 func (*DownloadArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DownloadArtifactResponse) GetMsg() isDownloadArtifactResponse_Msg {
@@ -3055,7 +3138,7 @@ type ArtifactURLRequest struct {
 
 func (x *ArtifactURLRequest) Reset() {
 	*x = ArtifactURLRequest{}
-	mi := &file_podium_v1_task_proto_msgTypes[37]
+	mi := &file_podium_v1_task_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3150,7 @@ func (x *ArtifactURLRequest) String() string {
 func (*ArtifactURLRequest) ProtoMessage() {}
 
 func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[37]
+	mi := &file_podium_v1_task_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3163,7 @@ func (x *ArtifactURLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLRequest.ProtoReflect.Descriptor instead.
 func (*ArtifactURLRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{37}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ArtifactURLRequest) GetId() string {
@@ -3119,7 +3202,7 @@ type ArtifactURLResponse struct {
 
 func (x *ArtifactURLResponse) Reset() {
 	*x = ArtifactURLResponse{}
-	mi := &file_podium_v1_task_proto_msgTypes[38]
+	mi := &file_podium_v1_task_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3214,7 @@ func (x *ArtifactURLResponse) String() string {
 func (*ArtifactURLResponse) ProtoMessage() {}
 
 func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_task_proto_msgTypes[38]
+	mi := &file_podium_v1_task_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3227,7 @@ func (x *ArtifactURLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactURLResponse.ProtoReflect.Descriptor instead.
 func (*ArtifactURLResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_task_proto_rawDescGZIP(), []int{38}
+	return file_podium_v1_task_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ArtifactURLResponse) GetUrl() string {
@@ -3270,7 +3353,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0fshare_workspace\x18\t \x01(\bR\x0eshareWorkspace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -3299,9 +3382,15 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0fnext_attempt_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12&\n" +
 	"\x05usage\x18\x14 \x01(\v2\x10.podium.v1.UsageR\x05usage\x12\x1f\n" +
 	"\vschedule_id\x18\x15 \x01(\tR\n" +
-	"scheduleIdB\f\n" +
+	"scheduleId\x12M\n" +
+	"\x13concurrency_holders\x18\x16 \x03(\v2\x1c.podium.v1.ConcurrencyHolderR\x12concurrencyHolders\x12#\n" +
+	"\rnotify_hidden\x18\x17 \x01(\bR\fnotifyHiddenB\f\n" +
 	"\n" +
-	"_exit_code\"\x87\x02\n" +
+	"_exit_code\"{\n" +
+	"\x11ConcurrencyHolder\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
+	"\frequested_by\x18\x02 \x01(\tR\vrequestedBy\x12*\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x14.podium.v1.TaskStateR\x05state\"\x87\x02\n" +
 	"\x05Usage\x12$\n" +
 	"\vcpu_seconds\x18\x01 \x01(\x01H\x00R\n" +
 	"cpuSeconds\x88\x01\x01\x12/\n" +
@@ -3463,7 +3552,7 @@ func file_podium_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_podium_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_podium_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                   // 0: podium.v1.TaskState
 	(LogStream)(0),                   // 1: podium.v1.LogStream
@@ -3478,40 +3567,41 @@ var file_podium_v1_task_proto_goTypes = []any{
 	(*Readiness)(nil),                // 10: podium.v1.Readiness
 	(*Sidecar)(nil),                  // 11: podium.v1.Sidecar
 	(*Task)(nil),                     // 12: podium.v1.Task
-	(*Usage)(nil),                    // 13: podium.v1.Usage
-	(*LogArchive)(nil),               // 14: podium.v1.LogArchive
-	(*ArchivedEvent)(nil),            // 15: podium.v1.ArchivedEvent
-	(*LogChunk)(nil),                 // 16: podium.v1.LogChunk
-	(*StatusChange)(nil),             // 17: podium.v1.StatusChange
-	(*Note)(nil),                     // 18: podium.v1.Note
-	(*TaskEvent)(nil),                // 19: podium.v1.TaskEvent
-	(*SubmitRequest)(nil),            // 20: podium.v1.SubmitRequest
-	(*SubmitResponse)(nil),           // 21: podium.v1.SubmitResponse
-	(*GetRequest)(nil),               // 22: podium.v1.GetRequest
-	(*GetResponse)(nil),              // 23: podium.v1.GetResponse
-	(*ListRequest)(nil),              // 24: podium.v1.ListRequest
-	(*ListResponse)(nil),             // 25: podium.v1.ListResponse
-	(*CancelRequest)(nil),            // 26: podium.v1.CancelRequest
-	(*CancelResponse)(nil),           // 27: podium.v1.CancelResponse
-	(*EventsRequest)(nil),            // 28: podium.v1.EventsRequest
-	(*EventsResponse)(nil),           // 29: podium.v1.EventsResponse
-	(*RerunRequest)(nil),             // 30: podium.v1.RerunRequest
-	(*RerunResponse)(nil),            // 31: podium.v1.RerunResponse
-	(*SendRequest)(nil),              // 32: podium.v1.SendRequest
-	(*SendResponse)(nil),             // 33: podium.v1.SendResponse
-	(*Artifact)(nil),                 // 34: podium.v1.Artifact
-	(*ListArtifactsRequest)(nil),     // 35: podium.v1.ListArtifactsRequest
-	(*ListArtifactsResponse)(nil),    // 36: podium.v1.ListArtifactsResponse
-	(*DownloadArtifactRequest)(nil),  // 37: podium.v1.DownloadArtifactRequest
-	(*DownloadArtifactResponse)(nil), // 38: podium.v1.DownloadArtifactResponse
-	(*ArtifactURLRequest)(nil),       // 39: podium.v1.ArtifactURLRequest
-	(*ArtifactURLResponse)(nil),      // 40: podium.v1.ArtifactURLResponse
-	nil,                              // 41: podium.v1.TaskSpec.EnvEntry
-	nil,                              // 42: podium.v1.Sidecar.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
+	(*ConcurrencyHolder)(nil),        // 13: podium.v1.ConcurrencyHolder
+	(*Usage)(nil),                    // 14: podium.v1.Usage
+	(*LogArchive)(nil),               // 15: podium.v1.LogArchive
+	(*ArchivedEvent)(nil),            // 16: podium.v1.ArchivedEvent
+	(*LogChunk)(nil),                 // 17: podium.v1.LogChunk
+	(*StatusChange)(nil),             // 18: podium.v1.StatusChange
+	(*Note)(nil),                     // 19: podium.v1.Note
+	(*TaskEvent)(nil),                // 20: podium.v1.TaskEvent
+	(*SubmitRequest)(nil),            // 21: podium.v1.SubmitRequest
+	(*SubmitResponse)(nil),           // 22: podium.v1.SubmitResponse
+	(*GetRequest)(nil),               // 23: podium.v1.GetRequest
+	(*GetResponse)(nil),              // 24: podium.v1.GetResponse
+	(*ListRequest)(nil),              // 25: podium.v1.ListRequest
+	(*ListResponse)(nil),             // 26: podium.v1.ListResponse
+	(*CancelRequest)(nil),            // 27: podium.v1.CancelRequest
+	(*CancelResponse)(nil),           // 28: podium.v1.CancelResponse
+	(*EventsRequest)(nil),            // 29: podium.v1.EventsRequest
+	(*EventsResponse)(nil),           // 30: podium.v1.EventsResponse
+	(*RerunRequest)(nil),             // 31: podium.v1.RerunRequest
+	(*RerunResponse)(nil),            // 32: podium.v1.RerunResponse
+	(*SendRequest)(nil),              // 33: podium.v1.SendRequest
+	(*SendResponse)(nil),             // 34: podium.v1.SendResponse
+	(*Artifact)(nil),                 // 35: podium.v1.Artifact
+	(*ListArtifactsRequest)(nil),     // 36: podium.v1.ListArtifactsRequest
+	(*ListArtifactsResponse)(nil),    // 37: podium.v1.ListArtifactsResponse
+	(*DownloadArtifactRequest)(nil),  // 38: podium.v1.DownloadArtifactRequest
+	(*DownloadArtifactResponse)(nil), // 39: podium.v1.DownloadArtifactResponse
+	(*ArtifactURLRequest)(nil),       // 40: podium.v1.ArtifactURLRequest
+	(*ArtifactURLResponse)(nil),      // 41: podium.v1.ArtifactURLResponse
+	nil,                              // 42: podium.v1.TaskSpec.EnvEntry
+	nil,                              // 43: podium.v1.Sidecar.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
 }
 var file_podium_v1_task_proto_depIdxs = []int32{
-	41, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
+	42, // 0: podium.v1.TaskSpec.env:type_name -> podium.v1.TaskSpec.EnvEntry
 	2,  // 1: podium.v1.TaskSpec.resources:type_name -> podium.v1.Resources
 	11, // 2: podium.v1.TaskSpec.sidecars:type_name -> podium.v1.Sidecar
 	3,  // 3: podium.v1.TaskSpec.secrets:type_name -> podium.v1.SecretRef
@@ -3520,68 +3610,70 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	9,  // 6: podium.v1.TaskSpec.tmpfs:type_name -> podium.v1.TmpfsMount
 	6,  // 7: podium.v1.TaskSpec.concurrency:type_name -> podium.v1.Concurrency
 	5,  // 8: podium.v1.TaskSpec.notify:type_name -> podium.v1.Notify
-	42, // 9: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
+	43, // 9: podium.v1.Sidecar.env:type_name -> podium.v1.Sidecar.EnvEntry
 	2,  // 10: podium.v1.Sidecar.resources:type_name -> podium.v1.Resources
 	10, // 11: podium.v1.Sidecar.readiness:type_name -> podium.v1.Readiness
 	4,  // 12: podium.v1.Task.spec:type_name -> podium.v1.TaskSpec
 	0,  // 13: podium.v1.Task.state:type_name -> podium.v1.TaskState
-	43, // 14: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	43, // 15: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	43, // 16: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	14, // 17: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
-	43, // 18: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
-	43, // 19: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
-	43, // 20: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
-	13, // 21: podium.v1.Task.usage:type_name -> podium.v1.Usage
-	43, // 22: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	19, // 23: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 24: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 25: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	13, // 26: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	43, // 27: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 28: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	17, // 29: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	18, // 30: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 31: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	12, // 32: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	12, // 33: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 34: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	43, // 35: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
-	12, // 36: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	12, // 37: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	19, // 38: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	12, // 39: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	12, // 40: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	43, // 41: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	34, // 42: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	34, // 43: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	43, // 44: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	34, // 45: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	20, // 46: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	22, // 47: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	24, // 48: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	26, // 49: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	28, // 50: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	32, // 51: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	35, // 52: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	37, // 53: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	39, // 54: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	30, // 55: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	21, // 56: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	23, // 57: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	25, // 58: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	27, // 59: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	29, // 60: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	33, // 61: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	36, // 62: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	38, // 63: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	40, // 64: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	31, // 65: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	56, // [56:66] is the sub-list for method output_type
-	46, // [46:56] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	44, // 14: podium.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	44, // 15: podium.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	44, // 16: podium.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	15, // 17: podium.v1.Task.log_archive:type_name -> podium.v1.LogArchive
+	44, // 18: podium.v1.Task.log_expired_at:type_name -> google.protobuf.Timestamp
+	44, // 19: podium.v1.Task.artifacts_expired_at:type_name -> google.protobuf.Timestamp
+	44, // 20: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
+	14, // 21: podium.v1.Task.usage:type_name -> podium.v1.Usage
+	13, // 22: podium.v1.Task.concurrency_holders:type_name -> podium.v1.ConcurrencyHolder
+	0,  // 23: podium.v1.ConcurrencyHolder.state:type_name -> podium.v1.TaskState
+	44, // 24: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	20, // 25: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 26: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 27: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	14, // 28: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	44, // 29: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 30: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	18, // 31: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	19, // 32: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 33: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	12, // 34: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	12, // 35: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 36: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	44, // 37: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
+	12, // 38: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	12, // 39: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	20, // 40: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	12, // 41: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	12, // 42: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	44, // 43: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	35, // 44: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	35, // 45: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	44, // 46: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 47: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	21, // 48: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	23, // 49: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	25, // 50: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	27, // 51: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	29, // 52: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	33, // 53: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	36, // 54: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	38, // 55: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	40, // 56: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	31, // 57: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	22, // 58: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	24, // 59: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	26, // 60: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	28, // 61: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	30, // 62: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	34, // 63: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	37, // 64: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	39, // 65: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	41, // 66: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	32, // 67: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	58, // [58:68] is the sub-list for method output_type
+	48, // [48:58] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
@@ -3590,14 +3682,14 @@ func file_podium_v1_task_proto_init() {
 		return
 	}
 	file_podium_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[11].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[15].OneofWrappers = []any{}
-	file_podium_v1_task_proto_msgTypes[17].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[12].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[16].OneofWrappers = []any{}
+	file_podium_v1_task_proto_msgTypes[18].OneofWrappers = []any{
 		(*TaskEvent_Log)(nil),
 		(*TaskEvent_Status)(nil),
 		(*TaskEvent_Note)(nil),
 	}
-	file_podium_v1_task_proto_msgTypes[36].OneofWrappers = []any{
+	file_podium_v1_task_proto_msgTypes[37].OneofWrappers = []any{
 		(*DownloadArtifactResponse_Artifact)(nil),
 		(*DownloadArtifactResponse_Chunk)(nil),
 	}
@@ -3607,7 +3699,7 @@ func file_podium_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_task_proto_rawDesc), len(file_podium_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

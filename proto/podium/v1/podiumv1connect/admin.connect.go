@@ -64,6 +64,9 @@ const (
 	// AdminServiceSetUserWeightProcedure is the fully-qualified name of the AdminService's
 	// SetUserWeight RPC.
 	AdminServiceSetUserWeightProcedure = "/podium.v1.AdminService/SetUserWeight"
+	// AdminServiceSetUserGroupsProcedure is the fully-qualified name of the AdminService's
+	// SetUserGroups RPC.
+	AdminServiceSetUserGroupsProcedure = "/podium.v1.AdminService/SetUserGroups"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/podium.v1.AdminService/ListAudit"
 	// AdminServiceSetSecretProcedure is the fully-qualified name of the AdminService's SetSecret RPC.
@@ -71,6 +74,12 @@ const (
 	// AdminServiceListSecretsProcedure is the fully-qualified name of the AdminService's ListSecrets
 	// RPC.
 	AdminServiceListSecretsProcedure = "/podium.v1.AdminService/ListSecrets"
+	// AdminServiceGrantSecretProcedure is the fully-qualified name of the AdminService's GrantSecret
+	// RPC.
+	AdminServiceGrantSecretProcedure = "/podium.v1.AdminService/GrantSecret"
+	// AdminServiceRevokeSecretProcedure is the fully-qualified name of the AdminService's RevokeSecret
+	// RPC.
+	AdminServiceRevokeSecretProcedure = "/podium.v1.AdminService/RevokeSecret"
 	// AdminServiceDeleteSecretProcedure is the fully-qualified name of the AdminService's DeleteSecret
 	// RPC.
 	AdminServiceDeleteSecretProcedure = "/podium.v1.AdminService/DeleteSecret"
@@ -120,13 +129,19 @@ type AdminServiceClient interface {
 	// SetUserWeight sets a user's fair-share weight, from the leader's next
 	// dispatch pass on.
 	SetUserWeight(context.Context, *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error)
+	// SetUserGroups replaces the fair-share groups a user may submit to.
+	SetUserGroups(context.Context, *connect.Request[v1.SetUserGroupsRequest]) (*connect.Response[v1.SetUserGroupsResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 	// Secrets.
 	// SetSecret stores a secret for tasks to name in their spec.
 	SetSecret(context.Context, *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error)
 	// ListSecrets lists secrets by name, who set them and when; never values.
+	// A member sees only the secrets they may use.
 	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
+	// GrantSecret and RevokeSecret change who may use a secret.
+	GrantSecret(context.Context, *connect.Request[v1.GrantSecretRequest]) (*connect.Response[v1.GrantSecretResponse], error)
+	RevokeSecret(context.Context, *connect.Request[v1.RevokeSecretRequest]) (*connect.Response[v1.RevokeSecretResponse], error)
 	// DeleteSecret removes a secret; tasks naming it are then refused.
 	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
 	// Registries.
@@ -236,6 +251,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("SetUserWeight")),
 			connect.WithClientOptions(opts...),
 		),
+		setUserGroups: connect.NewClient[v1.SetUserGroupsRequest, v1.SetUserGroupsResponse](
+			httpClient,
+			baseURL+AdminServiceSetUserGroupsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetUserGroups")),
+			connect.WithClientOptions(opts...),
+		),
 		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
 			httpClient,
 			baseURL+AdminServiceListAuditProcedure,
@@ -252,6 +273,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AdminServiceListSecretsProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("ListSecrets")),
+			connect.WithClientOptions(opts...),
+		),
+		grantSecret: connect.NewClient[v1.GrantSecretRequest, v1.GrantSecretResponse](
+			httpClient,
+			baseURL+AdminServiceGrantSecretProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GrantSecret")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeSecret: connect.NewClient[v1.RevokeSecretRequest, v1.RevokeSecretResponse](
+			httpClient,
+			baseURL+AdminServiceRevokeSecretProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RevokeSecret")),
 			connect.WithClientOptions(opts...),
 		),
 		deleteSecret: connect.NewClient[v1.DeleteSecretRequest, v1.DeleteSecretResponse](
@@ -308,9 +341,12 @@ type adminServiceClient struct {
 	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
 	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
 	setUserWeight         *connect.Client[v1.SetUserWeightRequest, v1.SetUserWeightResponse]
+	setUserGroups         *connect.Client[v1.SetUserGroupsRequest, v1.SetUserGroupsResponse]
 	listAudit             *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 	setSecret             *connect.Client[v1.SetSecretRequest, v1.SetSecretResponse]
 	listSecrets           *connect.Client[v1.ListSecretsRequest, v1.ListSecretsResponse]
+	grantSecret           *connect.Client[v1.GrantSecretRequest, v1.GrantSecretResponse]
+	revokeSecret          *connect.Client[v1.RevokeSecretRequest, v1.RevokeSecretResponse]
 	deleteSecret          *connect.Client[v1.DeleteSecretRequest, v1.DeleteSecretResponse]
 	registryLogin         *connect.Client[v1.RegistryLoginRequest, v1.RegistryLoginResponse]
 	listRegistries        *connect.Client[v1.ListRegistriesRequest, v1.ListRegistriesResponse]
@@ -384,6 +420,11 @@ func (c *adminServiceClient) SetUserWeight(ctx context.Context, req *connect.Req
 	return c.setUserWeight.CallUnary(ctx, req)
 }
 
+// SetUserGroups calls podium.v1.AdminService.SetUserGroups.
+func (c *adminServiceClient) SetUserGroups(ctx context.Context, req *connect.Request[v1.SetUserGroupsRequest]) (*connect.Response[v1.SetUserGroupsResponse], error) {
+	return c.setUserGroups.CallUnary(ctx, req)
+}
+
 // ListAudit calls podium.v1.AdminService.ListAudit.
 func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return c.listAudit.CallUnary(ctx, req)
@@ -397,6 +438,16 @@ func (c *adminServiceClient) SetSecret(ctx context.Context, req *connect.Request
 // ListSecrets calls podium.v1.AdminService.ListSecrets.
 func (c *adminServiceClient) ListSecrets(ctx context.Context, req *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error) {
 	return c.listSecrets.CallUnary(ctx, req)
+}
+
+// GrantSecret calls podium.v1.AdminService.GrantSecret.
+func (c *adminServiceClient) GrantSecret(ctx context.Context, req *connect.Request[v1.GrantSecretRequest]) (*connect.Response[v1.GrantSecretResponse], error) {
+	return c.grantSecret.CallUnary(ctx, req)
+}
+
+// RevokeSecret calls podium.v1.AdminService.RevokeSecret.
+func (c *adminServiceClient) RevokeSecret(ctx context.Context, req *connect.Request[v1.RevokeSecretRequest]) (*connect.Response[v1.RevokeSecretResponse], error) {
+	return c.revokeSecret.CallUnary(ctx, req)
 }
 
 // DeleteSecret calls podium.v1.AdminService.DeleteSecret.
@@ -459,13 +510,19 @@ type AdminServiceHandler interface {
 	// SetUserWeight sets a user's fair-share weight, from the leader's next
 	// dispatch pass on.
 	SetUserWeight(context.Context, *connect.Request[v1.SetUserWeightRequest]) (*connect.Response[v1.SetUserWeightResponse], error)
+	// SetUserGroups replaces the fair-share groups a user may submit to.
+	SetUserGroups(context.Context, *connect.Request[v1.SetUserGroupsRequest]) (*connect.Response[v1.SetUserGroupsResponse], error)
 	// ListAudit reads the audit log, newest first.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 	// Secrets.
 	// SetSecret stores a secret for tasks to name in their spec.
 	SetSecret(context.Context, *connect.Request[v1.SetSecretRequest]) (*connect.Response[v1.SetSecretResponse], error)
 	// ListSecrets lists secrets by name, who set them and when; never values.
+	// A member sees only the secrets they may use.
 	ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error)
+	// GrantSecret and RevokeSecret change who may use a secret.
+	GrantSecret(context.Context, *connect.Request[v1.GrantSecretRequest]) (*connect.Response[v1.GrantSecretResponse], error)
+	RevokeSecret(context.Context, *connect.Request[v1.RevokeSecretRequest]) (*connect.Response[v1.RevokeSecretResponse], error)
 	// DeleteSecret removes a secret; tasks naming it are then refused.
 	DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error)
 	// Registries.
@@ -571,6 +628,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("SetUserWeight")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetUserGroupsHandler := connect.NewUnaryHandler(
+		AdminServiceSetUserGroupsProcedure,
+		svc.SetUserGroups,
+		connect.WithSchema(adminServiceMethods.ByName("SetUserGroups")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceListAuditHandler := connect.NewUnaryHandler(
 		AdminServiceListAuditProcedure,
 		svc.ListAudit,
@@ -587,6 +650,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		AdminServiceListSecretsProcedure,
 		svc.ListSecrets,
 		connect.WithSchema(adminServiceMethods.ByName("ListSecrets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGrantSecretHandler := connect.NewUnaryHandler(
+		AdminServiceGrantSecretProcedure,
+		svc.GrantSecret,
+		connect.WithSchema(adminServiceMethods.ByName("GrantSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRevokeSecretHandler := connect.NewUnaryHandler(
+		AdminServiceRevokeSecretProcedure,
+		svc.RevokeSecret,
+		connect.WithSchema(adminServiceMethods.ByName("RevokeSecret")),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceDeleteSecretHandler := connect.NewUnaryHandler(
@@ -653,12 +728,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
 		case AdminServiceSetUserWeightProcedure:
 			adminServiceSetUserWeightHandler.ServeHTTP(w, r)
+		case AdminServiceSetUserGroupsProcedure:
+			adminServiceSetUserGroupsHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
 		case AdminServiceSetSecretProcedure:
 			adminServiceSetSecretHandler.ServeHTTP(w, r)
 		case AdminServiceListSecretsProcedure:
 			adminServiceListSecretsHandler.ServeHTTP(w, r)
+		case AdminServiceGrantSecretProcedure:
+			adminServiceGrantSecretHandler.ServeHTTP(w, r)
+		case AdminServiceRevokeSecretProcedure:
+			adminServiceRevokeSecretHandler.ServeHTTP(w, r)
 		case AdminServiceDeleteSecretProcedure:
 			adminServiceDeleteSecretHandler.ServeHTTP(w, r)
 		case AdminServiceRegistryLoginProcedure:
@@ -732,6 +813,10 @@ func (UnimplementedAdminServiceHandler) SetUserWeight(context.Context, *connect.
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserWeight is not implemented"))
 }
 
+func (UnimplementedAdminServiceHandler) SetUserGroups(context.Context, *connect.Request[v1.SetUserGroupsRequest]) (*connect.Response[v1.SetUserGroupsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.SetUserGroups is not implemented"))
+}
+
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListAudit is not implemented"))
 }
@@ -742,6 +827,14 @@ func (UnimplementedAdminServiceHandler) SetSecret(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) ListSecrets(context.Context, *connect.Request[v1.ListSecretsRequest]) (*connect.Response[v1.ListSecretsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.ListSecrets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GrantSecret(context.Context, *connect.Request[v1.GrantSecretRequest]) (*connect.Response[v1.GrantSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.GrantSecret is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RevokeSecret(context.Context, *connect.Request[v1.RevokeSecretRequest]) (*connect.Response[v1.RevokeSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RevokeSecret is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) DeleteSecret(context.Context, *connect.Request[v1.DeleteSecretRequest]) (*connect.Response[v1.DeleteSecretResponse], error) {
