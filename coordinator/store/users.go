@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,24 @@ type User struct {
 	// Weight is the user's share of free slots against other submitters
 	// of equal priority (fair share): 1 by default, at most MaxWeight.
 	Weight int32
+	// Groups are the fair-share groups (TaskSpec.group) the user may
+	// submit to, and through which secrets granted to "group:NAME" reach
+	// them; sorted, at most MaxUserGroups.
+	Groups []string
+}
+
+// MaxUserGroups bounds how many groups one user belongs to (the column's
+// check says the same): teams, not tags.
+const MaxUserGroups = 64
+
+// userColumns are the columns every read of a user scans, in scanUser's
+// order.
+const userColumns = "name, role, created_at, created_by, weight, groups"
+
+func scanUser(row pgx.Row) (User, error) {
+	var u User
+	err := row.Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight, &u.Groups)
+	return u, err
 }
 
 // MaxWeight bounds a user's fair-share weight: a weight of 1,000 already
@@ -32,9 +51,10 @@ var ErrExists = errors.New("already exists")
 func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte, by string) (User, error) {
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
-			values ($1, $2, $3, $4) returning name, role, created_at, created_by, weight`, name, role, tokenHash, by).
-			Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
+			values ($1, $2, $3, $4) returning `+userColumns, name, role, tokenHash, by))
+		return err
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" {
 		return u, ErrExists
@@ -44,14 +64,11 @@ func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte
 
 // ListUsers lists every user by name.
 func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
-	rows, err := s.pool.Query(ctx, `select name, role, created_at, created_by, weight from podium.users order by name`)
+	rows, err := s.pool.Query(ctx, `select `+userColumns+` from podium.users order by name`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) {
-		var u User
-		return u, r.Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
 }
 
 // RemoveUser deletes a user; ErrNotFound when there is none.
@@ -69,8 +86,10 @@ func (s *Store) RemoveUser(ctx context.Context, name string) error {
 func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error) {
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
-			returning name, role, created_at, created_by, weight`, name, role).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
+			returning `+userColumns, name, role))
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
@@ -84,8 +103,10 @@ func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error
 func (s *Store) SetUserWeight(ctx context.Context, name string, weight int32) (User, error) {
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `update podium.users set weight = $2 where name = $1
-			returning name, role, created_at, created_by, weight`, name, weight).Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `update podium.users set weight = $2 where name = $1
+			returning `+userColumns, name, weight))
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
@@ -106,9 +127,7 @@ func (s *Store) UserByName(ctx context.Context, name string) (User, error) {
 }
 
 func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
-	var u User
-	err := s.pool.QueryRow(ctx, `select name, role, created_at, created_by, weight from podium.users where `+where, arg).
-		Scan(&u.Name, &u.Role, &u.CreatedAt, &u.CreatedBy, &u.Weight)
+	u, err := scanUser(s.pool.QueryRow(ctx, `select `+userColumns+` from podium.users where `+where, arg))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
 	}
@@ -134,4 +153,34 @@ func (s *Store) UserRole(ctx context.Context, name string) (role string, ok bool
 		return "", false, nil
 	}
 	return u.Role, err == nil, err
+}
+
+// SetUserGroups replaces the groups a user belongs to (sorted, without
+// duplicates); ErrNotFound when there is no such user. The caller checks
+// each name and the count; the column's check refuses more than
+// MaxUserGroups.
+func (s *Store) SetUserGroups(ctx context.Context, name string, groups []string) (User, error) {
+	groups = slices.Compact(slices.Sorted(slices.Values(groups)))
+	var u User
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `update podium.users set groups = $2 where name = $1
+			returning `+userColumns, name, groups))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return u, ErrNotFound
+	}
+	return u, err
+}
+
+// UserGroups returns the groups of the user called name, with ok false when
+// there is no such user (a tailnet person known only by a grant, or the
+// bootstrap token).
+func (s *Store) UserGroups(ctx context.Context, name string) (groups []string, ok bool, err error) {
+	u, err := s.UserByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	return u.Groups, err == nil, err
 }
