@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
+.PHONY: all build test test-deps fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -26,8 +26,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$$(VERSION=$(VERSION) scripts/ldflags.sh)" -o $(BIN)/ \
 		./cmd/podium ./cmd/podium-agent ./cmd/podium-coordinator ./cmd/podium-runner
 
-# The tests need a Docker engine and Postgres 15 binaries; .ci/run installs and
-# starts them on a fresh machine (see README).
+# Every part the tests need (a Docker engine, Postgres 15's binaries, gcc for
+# the race detector, Chromium, lintian and debootstrap, the Debian image the
+# packaging test boots, versitygw, golangci-lint), installed and started where
+# missing; on a machine that has them it only looks. A user who is not root
+# is told to run `sudo make test-deps` once, before anything is built.
+test-deps:
+	@scripts/test-deps.sh
+
 # The packages that drive real binaries, containers and Postgres clusters take
 # minutes each; they are named first so that go test starts them first, and the
 # quick ones fill the other core around them instead of ahead of them.
@@ -46,7 +52,7 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
 # the same packages and their tests; go test's own subset would repeat a
 # part of that over every package and its dependencies (some 280 vet runs).
-test: build lint fuzz
+test: test-deps build lint fuzz
 	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
