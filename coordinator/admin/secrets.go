@@ -25,9 +25,10 @@ func callerName(ctx context.Context) string {
 	return "unknown"
 }
 
-// auditSecret names the secret as the target of the call's audit row
-// ("secret NAME"), so grants and revokes read as what they changed. A name
-// that is not one keeps the target the server gave it (bounded there).
+// auditSecret names the secret as the target of a grant's or revoke's audit
+// row ("secret NAME", beside the principals' names the call is about). A
+// name that is not one keeps the target the server gave it (bounded there),
+// as does a call the role check refused before it got here.
 func auditSecret(ctx context.Context, name string) {
 	if a := store.AuditFrom(ctx); a != nil && taskspec.SecretNameProblem(name) == "" {
 		a.Target = "secret " + name
@@ -39,7 +40,6 @@ func auditSecret(ctx context.Context, name string) {
 // nor returned; the log says who set which name.
 func (s *Service) SetSecret(ctx context.Context, req *connect.Request[podiumv1.SetSecretRequest]) (*connect.Response[podiumv1.SetSecretResponse], error) {
 	name, value := req.Msg.GetName(), req.Msg.GetValue()
-	auditSecret(ctx, name)
 	if err := secrets.CheckValue(name, value); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -100,7 +100,6 @@ func (s *Service) ListSecrets(ctx context.Context, _ *connect.Request[podiumv1.L
 // names it is refused.
 func (s *Service) DeleteSecret(ctx context.Context, req *connect.Request[podiumv1.DeleteSecretRequest]) (*connect.Response[podiumv1.DeleteSecretResponse], error) {
 	name := req.Msg.GetName()
-	auditSecret(ctx, name)
 	if p := taskspec.SecretNameProblem(name); p != "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(p))
 	}
