@@ -228,7 +228,7 @@ func TestMemberUsesOnlyGrantedSecrets(t *testing.T) {
 // A grant revoked while the task waits fails the task when its assignment
 // would be built: the reason names the secret and how to get it, the node
 // is never sent the value (its next assignment is the task after), and the
-// refused use is audited.
+// refused use is audited. Nor may the owner rerun it.
 func TestRevokedWhileQueuedFailsAtAssignment(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
@@ -256,6 +256,14 @@ func TestRevokedWhileQueuedFailsAtAssignment(t *testing.T) {
 		}
 	}
 	wantAudit(t, ctx, r, "secret.use", "alice", task+" secret "+deployKey, "permission_denied")
+	// A rerun is a submit: alice may not rerun it either, and nothing is
+	// stored; the admin may (the rerun is then the admin's task).
+	_, err = alice.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: task}))
+	wantDenied(t, "alice's rerun after the revoke", err, "alice may not use secret "+deployKey, "podium secret grant "+deployKey+" alice")
+	if n := taskCount(t, ctx, r); n != 1 {
+		t.Fatalf("%d tasks after the refused rerun, want the one", n)
+	}
+	wantAudit(t, ctx, r, "TaskService.Rerun", "alice", task+" secret "+deployKey, "permission_denied")
 	// The node's first assignment is the next task: the failed one was
 	// never sent.
 	next := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox"})
