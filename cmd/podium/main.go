@@ -177,6 +177,8 @@ func init() {
 		auditCommand,
 		secretSetCommand,
 		secretLsCommand,
+		secretGrantCommand,
+		secretRevokeCommand,
 		secretRmCommand,
 		registryLoginCommand,
 		registryLsCommand,

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -96,5 +101,93 @@ func TestSecretCommandsOnARealCoordinator(t *testing.T) {
 	}
 	if code, out, _ := podium("", "secret", "ls"); code != 0 || strings.Contains(out, "deploy-key") {
 		t.Fatalf("secret ls after rm:\n%s", out)
+	}
+}
+
+// Who may use a secret, from the CLI against a real coordinator: set
+// --allow grants in the same call; a member's run naming a secret not
+// granted to them is refused saying how to get it, and nothing is stored;
+// grant lets them, revoke refuses a principal the secret does not have.
+// secret ls shows an admin every secret with ALLOW, a member only those
+// they may use and no ALLOW.
+func TestSecretGrantCommandsOnARealCoordinator(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
+	added, err := r.Admin().AddUser(context.Background(), connect.NewRequest(&podiumv1.AddUserRequest{Name: "bob", Role: "member"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(token string) func(stdin string, args ...string) (int, string, string) {
+		return func(stdin string, args ...string) (int, string, string) {
+			tc := newTestCLI(map[string]string{"PODIUM_SERVER": r.URL(), "PODIUM_TOKEN": token})
+			tc.stdin = strings.NewReader(stdin)
+			code := tc.run(t, args...)
+			return code, tc.out.String(), tc.errOut.String()
+		}
+	}
+	admin, bob := as(coordtest.Token), as(added.Msg.Token)
+
+	if code, _, errOut := admin("deploy-value\n", "secret", "set", "deploy-key", "--allow", "alice", "--allow", "group:ml"); code != 0 ||
+		!strings.Contains(errOut, "secret deploy-key created") || !strings.Contains(errOut, "granted to alice, group:ml") {
+		t.Fatalf("secret set --allow: exit %d:\n%s", code, errOut)
+	}
+	if code, _, errOut := admin("ci-value", "secret", "set", "ci-token"); code != 0 {
+		t.Fatalf("secret set: exit %d:\n%s", code, errOut)
+	}
+	code, out, errOut := admin("", "secret", "ls")
+	if code != 0 || !strings.Contains(out, "ALLOW") || !regexp.MustCompile(`deploy-key\s+token\s+\S+\s+alice,group:ml`).MatchString(out) ||
+		!regexp.MustCompile(`ci-token\s+token\s+\S+\s+admins only`).MatchString(out) {
+		t.Fatalf("admin's secret ls: exit %d, want both with ALLOW:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = bob("", "secret", "ls")
+	if code != 0 || strings.Contains(out, "ALLOW") || strings.Contains(out, "deploy-key") || strings.Contains(out, "ci-token") ||
+		!strings.Contains(errOut, "no secret is granted to you") || !strings.Contains(errOut, "podium secret grant NAME bob") {
+		t.Fatalf("bob's secret ls before a grant: exit %d, want no secret:\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = bob("", "run", "--image", "busybox", "--secret", "deploy-key", "--detach", "--", "true")
+	if code != exitPodium || !strings.Contains(errOut, "bob may not use secret deploy-key") || !strings.Contains(errOut, "podium secret grant deploy-key bob") {
+		t.Fatalf("bob's run --secret deploy-key: exit %d, want %d saying how to get a grant:\n%s", code, exitPodium, errOut)
+	}
+	if code, out, _ := admin("", "tasks", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("tasks after the refused run: %s, want none", out)
+	}
+	if code, _, errOut := bob("", "secret", "grant", "deploy-key", "bob"); code != exitPodium || !strings.Contains(errOut, "admin") {
+		t.Fatalf("bob granting himself: exit %d, want %d naming the admin role:\n%s", code, exitPodium, errOut)
+	}
+	if code, _, errOut := admin("", "secret", "grant", "deploy-key", "bob"); code != 0 || !strings.Contains(errOut, "may be used by admins and alice, bob, group:ml") {
+		t.Fatalf("secret grant: exit %d:\n%s", code, errOut)
+	}
+	code, out, errOut = bob("", "secret", "ls")
+	if code != 0 || strings.Contains(out, "ALLOW") || !strings.Contains(out, "deploy-key") || strings.Contains(out, "ci-token") || strings.Contains(out, "alice") {
+		t.Fatalf("bob's secret ls once granted: exit %d, want deploy-key alone, no grants:\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := bob("", "run", "--image", "busybox", "--secret", "deploy-key", "--detach", "--", "true"); code != 0 {
+		t.Fatalf("bob's run once granted: exit %d:\n%s", code, errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"secret", "grant", "deploy-key"}, exitUsage, "at least one PRINCIPAL"},
+		{[]string{"secret", "revoke"}, exitUsage, "want the secret's NAME"},
+		{[]string{"secret", "grant", "Deploy", "bob"}, exitUsage, "lower-case"},
+		{[]string{"secret", "grant", "deploy-key", "role:viewer"}, exitPodium, "viewers cannot submit"},
+		{[]string{"secret", "grant", "nope", "bob"}, exitPodium, "no secret named nope"},
+		{[]string{"secret", "revoke", "deploy-key", "carol"}, exitPodium, "not granted to carol"},
+	} {
+		if code, _, errOut := admin("", c.args...); code != c.code || !strings.Contains(errOut, c.says) {
+			t.Errorf("podium %s: exit %d, want %d saying %q:\n%s", c.args, code, c.code, c.says, errOut)
+		}
+	}
+	if code, _, errOut := admin("", "secret", "revoke", "deploy-key", "bob", "group:ml"); code != 0 || !strings.Contains(errOut, "may be used by admins and alice") {
+		t.Fatalf("secret revoke: exit %d:\n%s", code, errOut)
+	}
+	if code, _, errOut := bob("", "run", "--image", "busybox", "--secret", "deploy-key", "--detach", "--", "true"); code != exitPodium || !strings.Contains(errOut, "bob may not use") {
+		t.Fatalf("bob's run after the revoke: exit %d:\n%s", code, errOut)
+	}
+	if code, out, _ := admin("", "help", "secret", "grant"); code != 0 || !strings.Contains(out, "group:NAME") || !strings.Contains(out, "role:member") {
+		t.Fatalf("help secret grant: exit %d:\n%s", code, out)
 	}
 }

@@ -86,6 +86,11 @@ var Needs = map[string]Role{
 	podiumv1connect.ScheduleServiceRemoveProcedure: Member,
 	podiumv1connect.ScheduleServiceRunNowProcedure: Member,
 
+	// A member lists the secrets they may use (the service leaves out the
+	// rest, and every secret's grants); setting, granting, revoking and
+	// deleting stay admin-only by being absent here.
+	podiumv1connect.AdminServiceListSecretsProcedure: Member,
+
 	podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: Admin,
 	podiumv1connect.AdminServiceListNodesProcedure:             Admin,
 	podiumv1connect.AdminServiceDrainNodeProcedure:             Admin,
@@ -100,7 +105,6 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceSetUserWeightProcedure:         Admin,
 	podiumv1connect.AdminServiceListAuditProcedure:             Admin,
 	podiumv1connect.AdminServiceSetSecretProcedure:             Admin,
-	podiumv1connect.AdminServiceListSecretsProcedure:           Admin,
 	podiumv1connect.AdminServiceDeleteSecretProcedure:          Admin,
 	podiumv1connect.AdminServiceRegistryLoginProcedure:         Admin,
 	podiumv1connect.AdminServiceListRegistriesProcedure:        Admin,

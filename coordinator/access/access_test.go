@@ -20,10 +20,19 @@ func TestNeeds(t *testing.T) {
 		podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: access.Admin,
 		podiumv1connect.AdminServiceAddUserProcedure:               access.Admin,
 		"/podium.v1.AdminService/SetSecret":                        access.Admin,
+		// Members list the secrets they may use; who may use one is the
+		// admins' to change.
+		podiumv1connect.AdminServiceListSecretsProcedure:  access.Member,
+		podiumv1connect.AdminServiceGrantSecretProcedure:  access.Admin,
+		podiumv1connect.AdminServiceRevokeSecretProcedure: access.Admin,
 	} {
 		if got := access.Need(proc); got != want {
 			t.Errorf("Need(%s) = %q, want %q", proc, got, want)
 		}
+	}
+	if access.Mutating(podiumv1connect.AdminServiceListSecretsProcedure) ||
+		!access.Mutating(podiumv1connect.AdminServiceGrantSecretProcedure) || !access.Mutating(podiumv1connect.AdminServiceRevokeSecretProcedure) {
+		t.Error("ListSecrets must be read-only and GrantSecret, RevokeSecret audited")
 	}
 	viewer := tailnet.Caller{Kind: tailnet.KindUser, Login: "vic", Role: "viewer"}
 	if err := access.Check(viewer, podiumv1connect.TaskServiceGetProcedure); err != nil {

@@ -121,6 +121,12 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		if !onNode || c.TaskState != store.Scheduled {
 			return nil, nil // revoked or moved on before delivery
 		}
+		// Who may use the secrets is checked again here, as the task's
+		// owner: a grant revoked while the task waited fails it unsent.
+		use, err := d.secrets.AuthorizeTask(ctx, c.TaskID, c.TaskSpec.GetSecrets())
+		if err != nil {
+			return nil, d.failUnresolved(ctx, c, err)
+		}
 		vals, err := d.secrets.Resolve(ctx, c.TaskSpec.GetSecrets())
 		if err != nil {
 			return nil, d.failUnresolved(ctx, c, err)
@@ -130,6 +136,10 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		auths, err := d.secrets.RegistryAuths(ctx, c.TaskSpec)
 		if err != nil {
 			return nil, d.failUnresolved(ctx, c, err)
+		}
+		// Audited before the values leave: a use the log lacks never happens.
+		if err := use.Record(ctx); err != nil {
+			return nil, err
 		}
 		a := &podiumv1.Assign{TaskId: c.TaskID, Attempt: c.TaskAttempt, Spec: c.TaskSpec, AckedSeq: c.AckedSeq, Secrets: vals, RegistryAuths: auths}
 		// Debug, not Info: at thousands of tasks a second one line per
@@ -165,14 +175,18 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 }
 
 // failUnresolved ends a task whose secrets cannot be resolved for its
-// assignment (one was deleted after it was submitted, or the coordinator has
-// no key): sending it without them would run it without what it asked for,
-// and holding the node's delivery back would stop its other commands. The
-// task fails with a reason naming what to do; nothing is sent. It returns
+// assignment (one was deleted after it was submitted, its owner may no
+// longer use one, or the coordinator has no key): sending it without them
+// would run it without what it asked for, and holding the node's delivery
+// back would stop its other commands. The task fails with a reason naming
+// what to do; nothing is sent, and a use refused is audited. It returns
 // only errors of the store, which retry the delivery as any other does.
 func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, cause error) error {
 	var missing *secrets.MissingError
-	if !errors.As(cause, &missing) && !errors.Is(cause, secrets.ErrNoKey) && !errors.Is(cause, secrets.ErrWrongKey) {
+	var denied *secrets.DeniedError
+	if errors.As(cause, &denied) {
+		denied.Hint = "who may use a secret is checked again when the task is assigned, and was not so now (a grant revoked, or a role changed, while it waited); rerun it once granted"
+	} else if !errors.As(cause, &missing) && !errors.Is(cause, secrets.ErrNoKey) && !errors.Is(cause, secrets.ErrWrongKey) {
 		return cause
 	}
 	reason := "secrets: " + cause.Error()
@@ -182,6 +196,9 @@ func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, 
 	}
 	if moved {
 		d.log.Warn("task failed: its secrets cannot be resolved", "task", c.TaskID, "error", cause)
+		if err := secrets.RecordRefused(ctx, d.store, c.TaskID, cause); err != nil {
+			d.log.Error("the refused secret use's audit row was not written", "task", c.TaskID, "err", err)
+		}
 		_ = d.store.Notify(ctx, store.ChannelTaskEvents, c.TaskID)
 		_ = d.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
 	}

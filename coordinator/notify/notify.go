@@ -12,6 +12,7 @@ package notify
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -256,6 +257,12 @@ func (w *Worker) attempt(ctx context.Context, r store.OutboxRow) store.HookDeliv
 	if err == nil {
 		return store.HookDelivery{Row: r, Status: store.DeliveryDelivered}
 	}
+	if denied := (*secrets.DeniedError)(nil); errors.As(err, &denied) {
+		// Not retried: nothing was sent, and sending unsigned is not what
+		// the entry asked for.
+		w.log.Warn("webhooks: a task's notify entry was not sent: its owner may not use its signing secret", "event", r.EventID, "err", err)
+		return store.HookDelivery{Row: r, Status: store.DeliveryAbandoned, Error: err.Error()}
+	}
 	if age := w.now().Sub(r.CreatedAt); age >= w.cfg.AbandonAfter {
 		w.log.Warn("webhooks: event abandoned: it was not delivered in time", "event", r.EventID, "type", r.EventType,
 			"url", r.URL, "webhook", deref(r.WebhookID), "attempts", r.Attempts, "age", age.Round(time.Second), "err", err)
@@ -291,6 +298,9 @@ func (w *Worker) post(ctx context.Context, r store.OutboxRow) error {
 	req.Header.Set(HeaderEventID, r.EventID)
 	req.Header.Set(HeaderEventType, r.EventType)
 	if r.SecretName != "" {
+		if err := w.authorizeSigning(ctx, r); err != nil {
+			return err
+		}
 		vals, err := w.secrets.Resolve(ctx, []*podiumv1.SecretRef{{Name: r.SecretName}})
 		if err != nil {
 			return fmt.Errorf("open the signing secret %s: %w", r.SecretName, err)
@@ -326,4 +336,34 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// authorizeSigning checks that the owner of the task a notify entry
+// belongs to may use the entry's signing secret (secrets.Authorize), as at
+// submit: a signature over a body the owner knows is the secret's use, and
+// the grant may have been revoked since. The owner is the event's
+// task.user, which the coordinator wrote (requested_by). An admin's
+// webhook (not per task) is signed with the coordinator's own secret and is
+// not checked. A refusal is audited.
+func (w *Worker) authorizeSigning(ctx context.Context, r store.OutboxRow) error {
+	if !r.PerTask {
+		return nil
+	}
+	var ev struct {
+		Task struct {
+			ID   string `json:"id"`
+			User string `json:"user"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(r.Body, &ev); err != nil || ev.Task.ID == "" {
+		return fmt.Errorf("signing secret %s: the event names no task whose owner could use it", r.SecretName)
+	}
+	_, err := w.secrets.Authorize(ctx, ev.Task.User, []string{r.SecretName})
+	if err == nil {
+		return nil
+	}
+	if aerr := secrets.RecordRefused(ctx, w.store, ev.Task.ID, err); aerr != nil {
+		w.log.Warn("webhooks: the refused signing's audit row was not written", "event", r.EventID, "err", aerr)
+	}
+	return fmt.Errorf("not signed, not sent: %w", err)
 }

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/coordinator/access"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
@@ -81,7 +81,8 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err := taskspec.Validate(m.GetSpec()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if err := s.checkSecrets(ctx, m.GetSpec()); err != nil {
+	who, _ := ctx.Value(tasks.CallerKey{}).(string)
+	if err := s.checkSecrets(ctx, who, m.GetSpec()); err != nil {
 		return nil, err
 	}
 	next := Next(sched, loc, s.now())
@@ -89,7 +90,6 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
 			"cron: %q never matches a date (check the day-of-month and month fields)", m.GetCron()))
 	}
-	who, _ := ctx.Value(tasks.CallerKey{}).(string)
 	sc, err := s.store.CreateSchedule(ctx, store.Schedule{ID: ids.New("sched"), Name: m.GetName(), Cron: m.GetCron(),
 		Timezone: loc.String(), Spec: m.GetSpec(), Overlap: overlap, CreatedBy: who, NextRunAt: &next})
 	if errors.Is(err, store.ErrScheduleExists) {
@@ -103,23 +103,16 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 	return connect.NewResponse(&podiumv1.ScheduleServiceCreateResponse{Schedule: toProto(sc)}), nil
 }
 
-// checkSecrets refuses a spec naming a secret that is not stored, as Submit
-// does: better now than at every tick.
-func (s *Service) checkSecrets(ctx context.Context, spec *podiumv1.TaskSpec) error {
-	var names []string
-	for _, r := range spec.GetSecrets() {
-		names = append(names, r.GetName())
-	}
+// checkSecrets refuses a spec naming a secret its owner may not use, or
+// that is not stored, as Submit does (secrets.Authorize): better now than at
+// every tick, where the check runs again as the owner.
+func (s *Service) checkSecrets(ctx context.Context, owner string, spec *podiumv1.TaskSpec) error {
+	names := taskspec.SecretNames(spec)
 	if len(names) == 0 {
 		return nil
 	}
-	missing, err := s.store.MissingSecrets(ctx, names)
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, err)
-	}
-	if len(missing) > 0 {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"spec.secrets: no secret named %s: an admin sets one with `podium secret set NAME`", strings.Join(missing, ", ")))
+	if _, err := secrets.Authorize(ctx, s.store, owner, names); err != nil {
+		return secrets.CallError(ctx, err)
 	}
 	return nil
 }
@@ -225,7 +218,8 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[podiumv1.Sche
 
 // RunNow creates the schedule's task at once, whatever its overlap mode and
 // without moving its next tick. The task is the schedule creator's, like
-// every tick's; the audit log says who asked.
+// every tick's, and so may use only the secrets they may; the audit log says
+// who asked.
 func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.ScheduleServiceRunNowRequest]) (*connect.Response[podiumv1.ScheduleServiceRunNowResponse], error) {
 	sc, err := s.mine(ctx, req.Msg.GetName())
 	if err != nil {
@@ -234,6 +228,10 @@ func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.Sche
 	nt := store.NewTask{ID: ids.New("task"), Spec: sc.Spec, RequestedBy: sc.CreatedBy, Audit: store.AuditFrom(ctx)}
 	if nt.Audit != nil {
 		nt.Audit.Target = sc.Name
+	}
+	// The task is the owner's, so it uses what the owner may, whoever asks.
+	if err := s.checkSecrets(ctx, sc.CreatedBy, sc.Spec); err != nil {
+		return nil, err
 	}
 	// The tick is the moment asked, in microseconds as Postgres keeps it.
 	fired, err := s.store.FireTick(ctx, store.Fire{ScheduleID: sc.ID, Tick: s.now().UTC().Truncate(time.Microsecond), RunNow: true, Task: nt})

@@ -117,6 +117,9 @@ func (t *Ticker) fire(ctx context.Context, sc store.Schedule, now time.Time) (*s
 		t.log.Warn("schedules: paused a schedule whose expression no longer matches any date", "schedule", sc.Name)
 		return nil, err
 	}
+	if refused, err := t.refuseSecrets(ctx, sc, tick, next); refused || err != nil {
+		return nil, err
+	}
 	fired, err := t.store.FireTick(ctx, store.Fire{ScheduleID: sc.ID, Tick: tick, Next: next,
 		Task: store.NewTask{ID: ids.New("task"), Spec: sc.Spec, RequestedBy: sc.CreatedBy}})
 	if err != nil {

@@ -42,8 +42,9 @@ func CheckValue(name string, value []byte) error {
 }
 
 // Set seals value and stores it as the secret name, replacing any value it
-// had. It reports whether the name was new.
-func (v *Vault) Set(ctx context.Context, name string, value []byte, setBy string) (bool, error) {
+// had, and grants it to allow (validated principals, added to those it has)
+// in the same transaction. It reports whether the name was new.
+func (v *Vault) Set(ctx context.Context, name string, value []byte, setBy string, allow ...string) (bool, error) {
 	if err := CheckValue(name, value); err != nil {
 		return false, err
 	}
@@ -54,7 +55,7 @@ func (v *Vault) Set(ctx context.Context, name string, value []byte, setBy string
 	if err != nil {
 		return false, err
 	}
-	return v.store.PutSecret(ctx, store.SecretRow{Name: name, Ciphertext: s.Ciphertext, Nonce: s.Nonce, KeyID: s.KeyID, SetBy: setBy})
+	return v.store.PutSecret(ctx, store.SecretRow{Name: name, Ciphertext: s.Ciphertext, Nonce: s.Nonce, KeyID: s.KeyID, SetBy: setBy, Allow: allow})
 }
 
 // MissingError names the secrets a task asks for that are not stored.

@@ -18,36 +18,44 @@ type SecretRow struct {
 	KeyID             string
 	SetBy             string
 	SetAt             time.Time
+	// Allow are the principals granted its use besides admins: read by
+	// ListSecrets, and added to its grants by PutSecret.
+	Allow []string
 }
 
-// PutSecret stores a secret, replacing one of the same name. It reports
-// whether the name was new. The call's audit row commits with it.
+// PutSecret stores a secret, replacing one of the same name, and grants it
+// to r.Allow (added to the grants it has) in the same transaction. It
+// reports whether the name was new. The call's audit row commits with it.
 func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
+		if err := tx.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
 		values ($1, $2, $3, $4, $5)
 		on conflict (name) do update set ciphertext = excluded.ciphertext, nonce = excluded.nonce,
 			key_id = excluded.key_id, set_by = excluded.set_by, set_at = now()
-		returning xmax = 0`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy).Scan(&created)
+		returning xmax = 0`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy).Scan(&created); err != nil {
+			return err
+		}
+		return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
 	})
 	return created, err
 }
 
-// ListSecrets lists every secret by name, without its sealed value.
+// ListSecrets lists every secret by name with its grants, without its
+// sealed value.
 func (s *Store) ListSecrets(ctx context.Context) ([]SecretRow, error) {
-	rows, err := s.pool.Query(ctx, "select name, key_id, set_by, set_at from podium.secrets order by name")
+	rows, err := s.pool.Query(ctx, "select name, key_id, set_by, set_at, "+allowColumn+" from podium.secrets s order by name")
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
 		var r SecretRow
-		err := row.Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt)
+		err := row.Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt, &r.Allow)
 		return r, err
 	})
 }
 
-// DeleteSecret removes a secret; ErrNotFound when there is none of that name.
-// Tasks already assigned keep the value they were sent; tasks still queued
+// DeleteSecret removes a secret and its grants; ErrNotFound when there is
+// none of that name. Tasks already assigned keep the value they were sent; tasks still queued
 // that name it fail to start (their assignment cannot be built). The call's
 // audit row commits with it.
 func (s *Store) DeleteSecret(ctx context.Context, name string) error {

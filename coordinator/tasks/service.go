@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,6 +19,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/groupcommit"
 	"github.com/podiumhq/podium/coordinator/logarchive"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -75,8 +75,9 @@ type CallerKey struct{}
 // A spec that is not valid is refused with the field named and nothing stored.
 // Validation is per call, before the task joins a batch, so that one bad spec
 // never fails the others stored with it. A spec naming a secret that is not
-// stored is refused too: only the names are stored, the values are read
-// when the task is assigned.
+// stored, or that the caller may not use, is refused too: only the names
+// are stored, the values are read when the task is assigned (and who may
+// use them is checked again then).
 func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.SubmitRequest]) (*connect.Response[podiumv1.SubmitResponse], error) {
 	spec := req.Msg.GetSpec()
 	if spec == nil {
@@ -126,21 +127,19 @@ func (s *Service) submitKeyed(ctx context.Context, nt store.NewTask) (store.Task
 	return out.Task, nil
 }
 
-// checkSecrets refuses a spec naming a secret that is not stored: in
-// secrets, or as a notify entry's signing secret (any member may name any
-// stored secret; its value never leaves the coordinator for a notify entry).
+// checkSecrets refuses a spec naming a secret the caller may not use, in
+// secrets or as a notify entry's signing secret (whose value signs a body
+// the caller knows, so naming it is using it): one an admin did not grant
+// them (secrets.Authorize), or, for an admin, one that is not stored. The
+// task's owner is the caller, at submit and at rerun alike.
 func (s *Service) checkSecrets(ctx context.Context, spec *podiumv1.TaskSpec) error {
 	names := taskspec.SecretNames(spec)
 	if len(names) == 0 {
 		return nil
 	}
-	missing, err := s.store.MissingSecrets(ctx, names)
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, err)
-	}
-	if len(missing) > 0 {
-		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("spec.secrets: no secret named %s (named in secrets or notify): an admin sets one with `podium secret set NAME` (see `podium secret ls`)", strings.Join(missing, ", ")))
+	who, _ := ctx.Value(CallerKey{}).(string)
+	if _, err := secrets.Authorize(ctx, s.store, who, names); err != nil {
+		return secrets.CallError(ctx, err)
 	}
 	return nil
 }
@@ -494,7 +493,9 @@ func sameArchive(a, b store.LogArchive) bool {
 // it would run the same work twice at once; cancel it first or wait.
 //
 // The spec is checked again as a submit's is: the bounds may have tightened
-// since it was stored, and a secret it names may have been deleted.
+// since it was stored, a secret it names may have been deleted, and the
+// caller, whose task the rerun is, may not be allowed the secrets the old
+// task's owner used.
 func (s *Service) Rerun(ctx context.Context, req *connect.Request[podiumv1.RerunRequest]) (*connect.Response[podiumv1.RerunResponse], error) {
 	old, err := s.get(ctx, req.Msg.GetId())
 	if err != nil {
