@@ -35,8 +35,15 @@ func ownerRole(ctx context.Context, st *store.Store, owner string) (role access.
 // failure to read, to retry.
 func ownerMayNot(ctx context.Context, st *store.Store, b tasks.Bounds, sc store.Schedule) (string, error) {
 	role, known, err := ownerRole(ctx, st, sc.CreatedBy)
-	if err != nil || !known {
+	switch {
+	case err != nil:
 		return "", err
+	case !known && sc.PausedReason != "":
+		// Paused for its owner, who had a row then (only such an owner's
+		// schedule gets a reason) and has none now: still removed.
+		return sc.PausedReason, nil
+	case !known:
+		return "", nil
 	}
 	if !role.Covers(access.Member) {
 		return fmt.Sprintf("its owner %s is %s, who may not submit tasks, and its tasks run as its owner: "+

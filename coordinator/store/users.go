@@ -193,6 +193,9 @@ func (s *Store) UserRole(ctx context.Context, name string) (role string, ok bool
 // MaxUserGroups.
 func (s *Store) SetUserGroups(ctx context.Context, name string, groups []string) (User, error) {
 	groups = slices.Compact(slices.Sorted(slices.Values(groups)))
+	if groups == nil {
+		groups = []string{} // the column is not null: none is an empty array
+	}
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
