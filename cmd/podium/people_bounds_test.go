@@ -100,7 +100,7 @@ func TestPeopleBoundsCommandsOnARealCoordinator(t *testing.T) {
 func TestTaskGetNamesConcurrencyHolders(t *testing.T) {
 	f := newFake(t)
 	f.task = &podiumv1.Task{Id: "task_01WAIT", State: podiumv1.TaskState_TASK_STATE_QUEUED, RequestedBy: "alice",
-		Spec: &podiumv1.TaskSpec{Image: "busybox", Concurrency: &podiumv1.Concurrency{Key: "deploy-prod", Limit: 1, OnConflict: "cancel_older"}},
+		Spec:               &podiumv1.TaskSpec{Image: "busybox", Concurrency: &podiumv1.Concurrency{Key: "deploy-prod", Limit: 1, OnConflict: "cancel_older"}},
 		ConcurrencyHolders: []*podiumv1.ConcurrencyHolder{{TaskId: "task_01HOLD", RequestedBy: "token", State: podiumv1.TaskState_TASK_STATE_RUNNING}}}
 	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url(), "PODIUM_TOKEN": "t"})
 	if code := cli.run(t, "task", "get", "task_01WAIT"); code != 0 {
