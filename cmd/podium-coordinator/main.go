@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -31,6 +32,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -350,7 +352,18 @@ func serve(args []string, stderr io.Writer) int {
 	fs.BoolVar(&fairShare, "fair-share", fairShare, "among queued tasks of equal priority, share free slots between submitters and groups by weight (PODIUM_FAIR_SHARE); "+
 		"false claims by priority then age only. The leader's setting applies: give every replica the same")
 	fs.BoolVar(&consoleOn, "console", consoleOn, "serve the web console at /console/ (PODIUM_CONSOLE); false turns it off")
+	maxMemberPriority, err := envInt("PODIUM_MAX_MEMBER_PRIORITY", tasks.DefaultMaxMemberPriority)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
+	fs.IntVar(&maxMemberPriority, "max-member-priority", maxMemberPriority, "the highest priority a member's task or schedule may give (PODIUM_MAX_MEMBER_PRIORITY); "+
+		"admins may give any. Priority goes before fair share, so the default 0 keeps every higher priority for admins' urgent work")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if maxMemberPriority < math.MinInt32 || maxMemberPriority > math.MaxInt32 {
+		fmt.Fprintf(stderr, "podium-coordinator: --max-member-priority %d: want a 32-bit whole number, as a spec's priority is\n", maxMemberPriority)
 		return 2
 	}
 	archive.Disabled = !logArchive
@@ -417,7 +430,7 @@ func serve(args []string, stderr io.Writer) int {
 		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},
-		Retention: ret, Notify: hooks, NoConsole: !consoleOn,
+		Retention: ret, Notify: hooks, NoConsole: !consoleOn, MaxMemberPriority: int32(maxMemberPriority),
 	}
 	cfg.Scheduler.NoFairShare = !fairShare
 	// Only the leader's scheduler claims: a replica that leads later claims

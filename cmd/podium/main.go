@@ -171,6 +171,7 @@ func init() {
 		userRmCommand,
 		userSetRoleCommand,
 		userSetWeightCommand,
+		userSetGroupsCommand,
 		groupSetWeightCommand,
 		groupLsCommand,
 		loginCommand,

@@ -95,12 +95,13 @@ func runScheduleLs(ctx context.Context, c *cli, cmd *command, args []string) int
 			return nil, err
 		}
 		return resp.Msg.GetSchedules(), nil
-	}, []string{"NAME", "CRON", "TIMEZONE", "OVERLAP", "STATE", "NEXT RUN", "OWNER"}, func(sc *podiumv1.Schedule) []string {
+	}, []string{"NAME", "CRON", "TIMEZONE", "OVERLAP", "STATE", "NEXT RUN", "OWNER", "WHY PAUSED"}, func(sc *podiumv1.Schedule) []string {
 		state := "active"
 		if sc.GetPaused() {
 			state = "paused"
 		}
-		return []string{sc.GetName(), sc.GetCron(), sc.GetTimezone(), sc.GetOverlap(), state, nextRun(sc), sc.GetCreatedBy()}
+		return []string{sc.GetName(), sc.GetCron(), sc.GetTimezone(), sc.GetOverlap(), state, nextRun(sc), sc.GetCreatedBy(),
+			dash(sc.GetPausedReason())}
 	})
 }
 
@@ -137,7 +138,10 @@ func runScheduleGet(ctx context.Context, c *cli, cmd *command, args []string) in
 	}
 	sc := resp.Msg.GetSchedule()
 	state := "active"
-	if sc.GetPaused() {
+	switch {
+	case sc.GetPausedReason() != "":
+		state = "paused by the coordinator: " + sc.GetPausedReason()
+	case sc.GetPaused():
 		state = "paused"
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)

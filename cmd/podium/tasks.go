@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -293,6 +294,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		// The stored spec carries the defaults (taskspec fills them in).
 		line("concurrency", fmt.Sprintf("key %s, limit %d, on conflict %s", c.GetKey(), c.GetLimit(), c.GetOnConflict()))
 	}
+	line("waits for", holdersText(t.GetConcurrencyHolders()))
 	line("cancel grace", secondsText(s.GetCancelGraceSeconds()))
 	line("container", containerOptionsText(s))
 	line("privileged sidecars", strings.Join(privilegedSidecars(s), ", "))
@@ -312,6 +314,16 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		line("artifacts", "expired by retention on "+expiryDay(at))
 	}
 	tw.Flush()
+}
+
+// holdersText says who holds the concurrency key a queued task waits for:
+// "task_01J… (admin, running), …"; "" when nobody does.
+func holdersText(hs []*podiumv1.ConcurrencyHolder) string {
+	parts := make([]string, 0, len(hs))
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%s (%s, %s)", h.GetTaskId(), cmp.Or(h.GetRequestedBy(), "-"), stateName(h.GetState())))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // logArchiveText says where a task's archived log is: "archived 2026-… (12.3

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,11 +18,15 @@ const roleHelp = "admin (everything), member (submit; cancel and message their o
 
 var userAddCommand = &command{
 	name:     "user add",
-	synopsis: "NAME --role ROLE",
+	synopsis: "NAME --role ROLE [--group GROUP]...",
 	summary:  "Add a person and print their personal API token (admin only).",
 	detail: `
 NAME is a user name (a-z, 0-9, '.', '_', '-') or, on a tailnet, the person's
-Tailscale login (alice@example.com). ROLE is ` + roleHelp + `.
+Tailscale login (alice@example.com); "token" is reserved (it names the
+coordinator's bootstrap token). ROLE is ` + roleHelp + `.
+Each --group is a fair-share group (a spec's group:) the person may submit
+to; a member may submit only to their own groups, an admin to any. Change
+them later with "podium user set-groups".
 Prints only the token on stdout: give it to the person, who uses it as
 PODIUM_TOKEN (or stores it with "podium login"). The coordinator keeps only
 its SHA-256, so it cannot be shown again; to replace a lost token, remove the
@@ -33,7 +39,7 @@ what names them.`,
 var userLsCommand = &command{
 	name:      "user ls",
 	synopsis:  "[--json]",
-	summary:   "List the people the coordinator knows, with their roles (admin only).",
+	summary:   "List the people the coordinator knows, with their roles and groups (admin only).",
 	usageExit: exitUsage,
 	run:       runUserLs,
 }
@@ -70,9 +76,26 @@ leader's next dispatch pass.`,
 	run:       runUserSetWeight,
 }
 
+var userSetGroupsCommand = &command{
+	name:     "user set-groups",
+	synopsis: "NAME [GROUP]...",
+	summary:  "Set the fair-share groups a person may submit to (admin only).",
+	detail: `
+Replaces the person's groups with the GROUPs given (none: they belong to no
+group). A member may give a spec's group: only one of their groups, so that
+nobody borrows another team's fair-share weight (podium group set-weight);
+an admin may give any. It applies from the person's next submit; their
+schedules are checked at each tick, and one whose group they left is
+paused, saying why.`,
+	usageExit: exitUsage,
+	run:       runUserSetGroups,
+}
+
 func runUserAdd(ctx context.Context, c *cli, cmd *command, args []string) int {
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	role := fs.String("role", "", "the person's `ROLE`: admin, member or viewer")
+	var groups stringList
+	fs.Var(&groups, "group", "a fair-share `GROUP` the person may submit to (repeatable)")
 	rest, done, code := c.parseFlags(cmd, fs, args)
 	if done {
 		return code
@@ -88,13 +111,46 @@ func runUserAdd(ctx context.Context, c *cli, cmd *command, args []string) int {
 		return code
 	}
 	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.AddUserResponse], error) {
-		return e.admin.AddUser(ctx, connect.NewRequest(&podiumv1.AddUserRequest{Name: rest[0], Role: *role}))
+		return e.admin.AddUser(ctx, connect.NewRequest(&podiumv1.AddUserRequest{Name: rest[0], Role: *role, Groups: groups}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
 	}
+	u := resp.Msg.GetUser()
 	fmt.Fprintln(c.stdout, resp.Msg.GetToken())
-	fmt.Fprintf(c.stderr, "→ %s is a %s; the token above is shown once\n", resp.Msg.GetUser().GetName(), resp.Msg.GetUser().GetRole())
+	in := ""
+	if len(u.GetGroups()) > 0 {
+		in = " in " + strings.Join(u.GetGroups(), ", ")
+	}
+	fmt.Fprintf(c.stderr, "→ %s is a %s%s; the token above is shown once\n", u.GetName(), u.GetRole(), in)
+	return exitOK
+}
+
+func runUserSetGroups(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) < 1 {
+		return c.usageFailure(cmd, fs, errors.New("want NAME and the GROUPs (none takes the person out of every group)"))
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.SetUserGroupsResponse], error) {
+		return e.admin.SetUserGroups(ctx, connect.NewRequest(&podiumv1.SetUserGroupsRequest{Name: rest[0], Groups: rest[1:]}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	u := resp.Msg.GetUser()
+	if len(u.GetGroups()) == 0 {
+		fmt.Fprintf(c.stderr, "→ %s now belongs to no group\n", u.GetName())
+	} else {
+		fmt.Fprintf(c.stderr, "→ %s now belongs to %s\n", u.GetName(), strings.Join(u.GetGroups(), ", "))
+	}
 	return exitOK
 }
 
@@ -106,8 +162,9 @@ func runUserLs(ctx context.Context, c *cli, cmd *command, args []string) int {
 			return nil, err
 		}
 		return resp.Msg.GetUsers(), nil
-	}, []string{"NAME", "ROLE", "WEIGHT", "ADDED", "BY"}, func(u *podiumv1.User) []string {
-		return []string{u.GetName(), u.GetRole(), strconv.Itoa(int(max(u.GetWeight(), 1))), age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
+	}, []string{"NAME", "ROLE", "WEIGHT", "GROUPS", "ADDED", "BY"}, func(u *podiumv1.User) []string {
+		return []string{u.GetName(), u.GetRole(), strconv.Itoa(int(max(u.GetWeight(), 1))), dash(strings.Join(u.GetGroups(), ",")),
+			age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
 	})
 }
 

@@ -68,6 +68,16 @@ func runWhoami(ctx context.Context, c *cli, cmd *command, args []string) int {
 		role = "none: ask an admin for one"
 	}
 	line("role", role)
+	groups := strings.Join(m.GetGroups(), ", ")
+	switch {
+	case m.GetRole() == "admin" && groups != "":
+		groups += "; an admin may submit to any group"
+	case m.GetRole() == "admin":
+		groups = "any (an admin may submit to any group)"
+	case groups == "" && m.GetRole() == "member":
+		groups = "none: leave a spec's group: out; an admin adds you to one with podium user set-groups"
+	}
+	line("groups", groups)
 	device := m.GetDevice()
 	if m.GetDeviceId() != "" {
 		device += " (" + m.GetDeviceId() + ")"

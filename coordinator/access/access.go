@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -197,6 +198,23 @@ func CheckName(name string) error {
 		return nil
 	}
 	return fmt.Errorf("name: %q is neither a user name (a-z, 0-9, '.', '_', '-', at most 64) nor a login (name@example.com)", name)
+}
+
+// ReservedNames are the names the coordinator gives its own callers
+// (tailnet.Caller.Name): "token" is the bootstrap token's, recorded as
+// requested_by on what it submits. A user by such a name would own the
+// bootstrap token's tasks and schedules, so none may be added
+// (store.ReservedUserNames is the same list, for the lookups that ignore a
+// row left from before).
+var ReservedNames = []string{string(tailnet.KindToken)}
+
+// Reserved refuses a name the coordinator keeps for its own callers.
+func Reserved(name string) error {
+	if slices.Contains(ReservedNames, name) {
+		return fmt.Errorf("name: %q is reserved: it is how the coordinator names its bootstrap token, whose tasks it owns; "+
+			"give the person another name (their login, e.g. %s@example.com, or %s-1)", name, name, name)
+	}
+	return nil
 }
 
 // Users is what access reads of the people the coordinator knows.

@@ -239,6 +239,16 @@ func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[podiumv1.WhoAmI
 	case tailnet.KindUser:
 		out.Kind = podiumv1.CallerKind_CALLER_KIND_USER
 	}
+	// A person's groups are their user row's: a tailnet person known only
+	// by a grant, and the bootstrap token, have none (admins may submit to
+	// any group regardless).
+	if c.Login != "" {
+		groups, _, err := s.store.UserGroups(ctx, c.Login)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read %s's groups: %w (try again)", c.Login, err))
+		}
+		out.Groups = groups
+	}
 	return connect.NewResponse(out), nil
 }
 

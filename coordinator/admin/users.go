@@ -14,6 +14,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -28,9 +29,12 @@ func (s *Service) AddUser(ctx context.Context, req *connect.Request[podiumv1.Add
 	if err != nil {
 		return nil, err
 	}
+	if err := checkUserGroups(req.Msg.GetGroups()); err != nil {
+		return nil, err
+	}
 	token, hash := newUserToken()
 	by := caller(ctx)
-	u, err := s.store.AddUser(ctx, name, string(role), hash, by)
+	u, err := s.store.AddUser(ctx, name, string(role), hash, by, req.Msg.GetGroups()...)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf(
@@ -97,6 +101,9 @@ func (s *Service) SetUserWeight(ctx context.Context, req *connect.Request[podium
 	if err := access.CheckName(name); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if err := access.Reserved(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	if weight < 1 || weight > store.MaxWeight {
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("weight: %d is out of range: give a whole number from 1 (the default) to %d", weight, store.MaxWeight))
@@ -112,8 +119,14 @@ func (s *Service) SetUserWeight(ctx context.Context, req *connect.Request[podium
 	return connect.NewResponse(&podiumv1.SetUserWeightResponse{User: userProto(u)}), nil
 }
 
+// nameAndRole checks the name and role of a user being added or given a
+// role. A reserved name (access.Reserved) is refused for both: a row by one
+// is ignored for sign-in, and only removing it makes sense.
 func nameAndRole(name, role string) (string, access.Role, error) {
 	if err := access.CheckName(name); err != nil {
+		return "", "", connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := access.Reserved(name); err != nil {
 		return "", "", connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	r, err := access.ParseRole(role)
@@ -141,7 +154,8 @@ func caller(ctx context.Context) string {
 }
 
 func userProto(u store.User) *podiumv1.User {
-	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy, Weight: u.Weight}
+	return &podiumv1.User{Name: u.Name, Role: u.Role, CreatedAt: timestamppb.New(u.CreatedAt), CreatedBy: u.CreatedBy, Weight: u.Weight,
+		Groups: u.Groups}
 }
 
 // MaxAuditEntries bounds one page of the audit log.
@@ -175,8 +189,45 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[podiumv1.L
 	return connect.NewResponse(out), nil
 }
 
-// SetUserGroups is not served yet: user groups land with issue 28's people
-// work, which replaces this.
-func (s *Service) SetUserGroups(context.Context, *connect.Request[podiumv1.SetUserGroupsRequest]) (*connect.Response[podiumv1.SetUserGroupsResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("user groups are not served by this coordinator yet"))
+// SetUserGroups replaces the fair-share groups a person may submit to
+// (TaskSpec.group), from their next submit on. Each name must be one a
+// spec's group accepts, at most store.MaxUserGroups of them; an empty list
+// takes the person out of every group. Nothing is stored on a refusal.
+func (s *Service) SetUserGroups(ctx context.Context, req *connect.Request[podiumv1.SetUserGroupsRequest]) (*connect.Response[podiumv1.SetUserGroupsResponse], error) {
+	name, groups := req.Msg.GetName(), req.Msg.GetGroups()
+	if err := access.CheckName(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := access.Reserved(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := checkUserGroups(groups); err != nil {
+		return nil, err
+	}
+	u, err := s.store.SetUserGroups(ctx, name, groups)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no user %s: add them with `podium user add %s --role member --group GROUP`", name, name))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user groups set", "user", name, "groups", u.Groups, "by", caller(ctx))
+	return connect.NewResponse(&podiumv1.SetUserGroupsResponse{User: userProto(u)}), nil
+}
+
+// checkUserGroups refuses more than store.MaxUserGroups groups, or a name
+// no spec's group could give (checkGroup's rule), naming the first bad one.
+func checkUserGroups(groups []string) error {
+	if len(groups) > store.MaxUserGroups {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"groups: %d groups is more than %d: a user belongs to a few teams; give fewer", len(groups), store.MaxUserGroups))
+	}
+	for _, g := range groups {
+		if g == "" || taskspec.Validate(&podiumv1.TaskSpec{Image: "busybox", Group: g}) != nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"groups: %q is not a group name: use letters, digits and . _ / -, at most %d bytes, as a spec's group: names it",
+				clipName(g), taskspec.MaxGroupBytes))
+		}
+	}
+	return nil
 }

@@ -33,17 +33,21 @@ type Service struct {
 	log   *slog.Logger
 	// now is the clock run-now and next-tick computation read; tests set it.
 	now func() time.Time
+	// bounds are what a member's spec may ask for.
+	bounds tasks.Bounds
 }
 
-// NewService returns the schedule service. now nil is time.Now.
-func NewService(st *store.Store, now func() time.Time, log *slog.Logger) *Service {
+// NewService returns the schedule service, with cfg's clock (time.Now when
+// nil) and bounds; the ticker's other settings are not its.
+func NewService(st *store.Store, cfg Config, log *slog.Logger) *Service {
+	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{store: st, now: now, log: log}
+	return &Service{store: st, now: now, log: log, bounds: cfg.Bounds}
 }
 
 func checkName(name string) error {
@@ -81,8 +85,13 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err := taskspec.Validate(m.GetSpec()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	who, _ := ctx.Value(tasks.CallerKey{}).(string)
-	if err := s.checkSecrets(ctx, who, m.GetSpec()); err != nil {
+	// Its ticks run as the creator, so what they may submit bounds it.
+	creator, _ := ctx.Value(tasks.CallerKey{}).(string)
+	caller, _ := access.Caller(ctx)
+	if err := s.bounds.Check(ctx, s.store, creator, access.Role(caller.Role), m.GetSpec()); err != nil {
+		return nil, err
+	}
+	if err := s.checkSecrets(ctx, creator, m.GetSpec()); err != nil {
 		return nil, err
 	}
 	next := Next(sched, loc, s.now())
@@ -91,7 +100,7 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 			"cron: %q never matches a date (check the day-of-month and month fields)", m.GetCron()))
 	}
 	sc, err := s.store.CreateSchedule(ctx, store.Schedule{ID: ids.New("sched"), Name: m.GetName(), Cron: m.GetCron(),
-		Timezone: loc.String(), Spec: m.GetSpec(), Overlap: overlap, CreatedBy: who, NextRunAt: &next})
+		Timezone: loc.String(), Spec: m.GetSpec(), Overlap: overlap, CreatedBy: creator, NextRunAt: &next})
 	if errors.Is(err, store.ErrScheduleExists) {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf(
 			"name: a schedule called %s exists; pick another name or remove it with `podium schedule rm %s`", m.GetName(), m.GetName()))
@@ -99,7 +108,7 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the schedule: %w (try again)", err))
 	}
-	s.log.Info("schedule created", "schedule", sc.Name, "cron", sc.Cron, "timezone", sc.Timezone, "by", who)
+	s.log.Info("schedule created", "schedule", sc.Name, "cron", sc.Cron, "timezone", sc.Timezone, "by", creator)
 	return connect.NewResponse(&podiumv1.ScheduleServiceCreateResponse{Schedule: toProto(sc)}), nil
 }
 
@@ -192,6 +201,9 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ownerMay(ctx, sc, "resume"); err != nil {
+		return nil, err
+	}
 	sched, loc, err := Parse(sc.Cron, sc.Timezone)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("schedule %s: stored %w", sc.Name, err))
@@ -225,6 +237,9 @@ func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ownerMay(ctx, sc, "run"); err != nil {
+		return nil, err
+	}
 	nt := store.NewTask{ID: ids.New("task"), Spec: sc.Spec, RequestedBy: sc.CreatedBy, Audit: store.AuditFrom(ctx)}
 	if nt.Audit != nil {
 		nt.Audit.Target = sc.Name
@@ -246,6 +261,20 @@ func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.Sche
 	return connect.NewResponse(&podiumv1.ScheduleServiceRunNowResponse{Task: fired.Task.Proto()}), nil
 }
 
+// ownerMay refuses to resume or run (what) a schedule whose owner may not
+// submit its spec now, as a tick would find (ownerMayNot): it would create a
+// task as someone who may not, or be paused again at its next tick.
+func (s *Service) ownerMay(ctx context.Context, sc store.Schedule, what string) error {
+	why, err := ownerMayNot(ctx, s.store, s.bounds, sc)
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("schedule %s: check its owner %s: %w (try again)", sc.Name, sc.CreatedBy, err))
+	}
+	if why != "" {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("cannot %s schedule %s: %s", what, sc.Name, why))
+	}
+	return nil
+}
+
 func storeErr(name string, err error) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("schedule %s was removed meanwhile", name))
@@ -262,7 +291,7 @@ func deref(s *string) string {
 
 func toProto(sc store.Schedule) *podiumv1.Schedule {
 	p := &podiumv1.Schedule{Id: sc.ID, Name: sc.Name, Cron: sc.Cron, Timezone: sc.Timezone, Spec: sc.Spec,
-		Overlap: sc.Overlap, Paused: sc.Paused, CreatedBy: sc.CreatedBy, CreatedAt: timestamppb.New(sc.CreatedAt),
+		Overlap: sc.Overlap, Paused: sc.Paused, PausedReason: sc.PausedReason, CreatedBy: sc.CreatedBy, CreatedAt: timestamppb.New(sc.CreatedAt),
 		LastTaskId: deref(sc.LastTaskID)}
 	if sc.NextRunAt != nil {
 		p.NextRunAt = timestamppb.New(*sc.NextRunAt)

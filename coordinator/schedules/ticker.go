@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
 )
 
@@ -22,6 +23,9 @@ type Config struct {
 	// Now is the clock ticks are due by; time.Now when nil. Tests set it so
 	// they never wait for a minute to pass.
 	Now func() time.Time
+	// Bounds are what a member's spec may ask for (tasks.Bounds), checked
+	// at Create and, with the owner's role then, at every tick.
+	Bounds tasks.Bounds
 }
 
 // Ticker fires due schedules. It is a leader.Worker.
@@ -115,6 +119,9 @@ func (t *Ticker) fire(ctx context.Context, sc store.Schedule, now time.Time) (*s
 		// this; pause it rather than fire it every pass.
 		_, err := t.store.SetSchedulePaused(ctx, sc.Name, true, nil)
 		t.log.Warn("schedules: paused a schedule whose expression no longer matches any date", "schedule", sc.Name)
+		return nil, err
+	}
+	if paused, err := t.pauseIfOwnerMayNot(ctx, sc, tick); paused || err != nil {
 		return nil, err
 	}
 	if refused, err := t.refuseSecrets(ctx, sc, tick, next); refused || err != nil {

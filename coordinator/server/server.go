@@ -106,6 +106,11 @@ type Config struct {
 	Retention retention.Config
 	// Schedules is the leader's job that fires periodic tasks' ticks.
 	Schedules schedules.Config
+	// MaxMemberPriority is the highest spec.priority a member may give
+	// (tasks.Bounds), at submit, rerun, schedule create and every tick; the
+	// zero value is the default, tasks.DefaultMaxMemberPriority. It
+	// replaces Schedules.Bounds.
+	MaxMemberPriority int32
 	// Notify is the webhook delivery worker every replica runs.
 	Notify notify.Config
 	// NoConsole turns off the web console (package coordinator/console),
@@ -269,6 +274,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
 	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
+	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
 	// The retention job and its object sweeper always run: they are what
 	// keeps the database and the bucket from growing forever.
 	workers := []leader.Worker{sched, watchdog,
@@ -278,7 +284,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
 	}
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, workers...)
-	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log})
+	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log,
+		Bounds: cfg.Schedules.Bounds})
 	s.notify = notify.New(cfg.Notify, st, vault, log)
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 
@@ -288,7 +295,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
-	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules.Now, log), people))
+	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules, log), people))
 	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)

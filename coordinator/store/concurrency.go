@@ -34,10 +34,16 @@ type KeyedSubmit struct {
 //     cancelled until the new one fits within the limit, each with a reason
 //     naming the new task. One still running stays active until its node
 //     reports it stopped, so the new task waits for it and the limit holds.
+//     Only tasks the submitter may cancel are: anyone's when anyOwner (an
+//     admin), else only those t.RequestedBy submitted. Someone else's task
+//     is left alone, and the new task waits for the key as under queue.
+//
+// cancel_newer cancels only the task submitted, the submitter's own, so it
+// is the same for everyone.
 //
 // Such a submit is its own transaction rather than part of a group commit:
 // it is rarer, and its answer depends on the key's other tasks.
-func (s *Store) SubmitKeyed(ctx context.Context, t NewTask) (KeyedSubmit, error) {
+func (s *Store) SubmitKeyed(ctx context.Context, t NewTask, anyOwner bool) (KeyedSubmit, error) {
 	c := t.Spec.GetConcurrency()
 	if c.GetKey() == "" {
 		return KeyedSubmit{}, errors.New("SubmitKeyed needs a spec with a concurrency key")
@@ -50,7 +56,7 @@ func (s *Store) SubmitKeyed(ctx context.Context, t NewTask) (KeyedSubmit, error)
 	for range 3 {
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			out, err = submitKeyed(ctx, tx, t)
+			out, err = submitKeyed(ctx, tx, t, anyOwner)
 			return err
 		})
 		var pe *pgconn.PgError
@@ -61,13 +67,13 @@ func (s *Store) SubmitKeyed(ctx context.Context, t NewTask) (KeyedSubmit, error)
 	return out, err
 }
 
-func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error) {
+func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask, anyOwner bool) (KeyedSubmit, error) {
 	var out KeyedSubmit
 	c := t.Spec.GetConcurrency()
 	key, limit := c.GetKey(), int(max(c.GetLimit(), 1))
 	// The key's rows first, then its lock: a pass takes its rows before the
 	// lock too, so neither waits on the other for both.
-	const others = `select id, cancel_requested_at is not null from podium.tasks
+	const others = `select id, cancel_requested_at is not null, requested_by from podium.tasks
 		where concurrency_key = $1 and state in ('queued', 'scheduled', 'provisioning', 'running')
 		order by created_at, id`
 	if _, err := tx.Exec(ctx, others+" for update", key); err != nil {
@@ -80,15 +86,19 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 	// stopping are those already being cancelled: they still hold the key
 	// until their nodes say they stopped, but are not cancelled twice.
 	stopping := map[string]bool{}
+	// mayCancel are those the submitter may cancel: all for an admin, their
+	// own for anyone else (as TaskService.Cancel decides).
+	mayCancel := map[string]bool{}
 	rows, err := tx.Query(ctx, others, key)
 	if err != nil {
 		return out, err
 	}
-	var id string
+	var id, owner string
 	var cancelling bool
-	if _, err := pgx.ForEachRow(rows, []any{&id, &cancelling}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &cancelling, &owner}, func() error {
 		held = append(held, id)
 		stopping[id] = cancelling
+		mayCancel[id] = anyOwner || (owner != "" && owner == t.RequestedBy)
 		return nil
 	}); err != nil {
 		return out, err
@@ -112,11 +122,23 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 		out.Task = cancelled.Task
 		out.Cancelled = []string{out.Task.ID}
 	case taskspec.OnConflictCancelOlder:
-		// Room for the new task: limit-1 of the others may stay.
-		for _, id := range held[:max(len(held)-limit+1, 0)] {
-			if stopping[id] {
+		// Room for the new task: limit-1 of the others may stay. The oldest
+		// the submitter may cancel go; someone else's task is passed over
+		// (a member's), and the new one then waits for it.
+		excess := len(held) - limit + 1
+		for _, id := range held {
+			if excess <= 0 {
+				break
+			}
+			switch {
+			case stopping[id]:
+				// Being cancelled already, whoever asked: it makes room.
+				excess--
+				continue
+			case !mayCancel[id]:
 				continue
 			}
+			excess--
 			reason := fmt.Sprintf("superseded by %s (concurrency key %s, on_conflict cancel_older)", out.Task.ID, key)
 			res, err := cancelInTx(ctx, tx, id, reason)
 			if err != nil {
@@ -129,4 +151,30 @@ func submitKeyed(ctx context.Context, tx pgx.Tx, t NewTask) (KeyedSubmit, error)
 		}
 	}
 	return out, nil
+}
+
+// KeyHolder is a task holding a slot of a concurrency key.
+type KeyHolder struct {
+	TaskID, RequestedBy, State string
+}
+
+// MaxKeyHolders bounds what KeyHolders reads: a key's limit is usually
+// small, and a person asking whom they wait for needs the first few.
+const MaxKeyHolders = 100
+
+// KeyHolders lists the tasks holding key's slots now (placed: scheduled,
+// provisioning or running, as the dispatch pass counts them), in the order
+// they were placed, at most MaxKeyHolders.
+func (s *Store) KeyHolders(ctx context.Context, key string) ([]KeyHolder, error) {
+	rows, err := s.pool.Query(ctx, `select id, requested_by, state from podium.tasks
+		where concurrency_key = $1 and state in ('scheduled', 'provisioning', 'running')
+		order by scheduled_at, id limit $2`, key, MaxKeyHolders)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyHolder, error) {
+		var h KeyHolder
+		err := r.Scan(&h.TaskID, &h.RequestedBy, &h.State)
+		return h, err
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,10 +28,14 @@ type Schedule struct {
 	Spec                     *podiumv1.TaskSpec
 	Overlap                  string
 	Paused                   bool
-	CreatedBy                string
-	CreatedAt                time.Time
-	NextRunAt                *time.Time
-	LastTaskID               *string
+	// PausedReason says why the coordinator paused the schedule on its own
+	// (its owner was removed, made a viewer, or no longer may ask for what
+	// its spec asks); empty when a person paused it or it runs.
+	PausedReason string
+	CreatedBy    string
+	CreatedAt    time.Time
+	NextRunAt    *time.Time
+	LastTaskID   *string
 }
 
 // ScheduleTick is a row of podium.schedule_ticks.
@@ -40,14 +45,14 @@ type ScheduleTick struct {
 	Note   string
 }
 
-const scheduleColumns = `id, name, cron, timezone, spec, overlap, paused, created_by, created_at, next_run_at, last_task_id`
+const scheduleColumns = `id, name, cron, timezone, spec, overlap, paused, paused_reason, created_by, created_at, next_run_at, last_task_id`
 
 func scanSchedule(r pgx.Row) (Schedule, error) {
 	var (
 		sc   Schedule
 		spec []byte
 	)
-	err := r.Scan(&sc.ID, &sc.Name, &sc.Cron, &sc.Timezone, &spec, &sc.Overlap, &sc.Paused, &sc.CreatedBy,
+	err := r.Scan(&sc.ID, &sc.Name, &sc.Cron, &sc.Timezone, &spec, &sc.Overlap, &sc.Paused, &sc.PausedReason, &sc.CreatedBy,
 		&sc.CreatedAt, &sc.NextRunAt, &sc.LastTaskID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sc, ErrNotFound
@@ -115,16 +120,56 @@ func (s *Store) ScheduleTicks(ctx context.Context, scheduleID string, limit int)
 }
 
 // SetSchedulePaused pauses a schedule (next nil: no tick fires) or resumes
-// it from next. ErrNotFound if there is none called name.
+// it from next. Either way a reason the coordinator gave for pausing it is
+// cleared: a person acted on it since. ErrNotFound if there is none called
+// name.
 func (s *Store) SetSchedulePaused(ctx context.Context, name string, paused bool, next *time.Time) (Schedule, error) {
 	var out Schedule
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, err = scanSchedule(tx.QueryRow(ctx, `update podium.schedules set paused = $2, next_run_at = $3
+		out, err = scanSchedule(tx.QueryRow(ctx, `update podium.schedules set paused = $2, next_run_at = $3, paused_reason = ''
 			where name = $1 returning `+scheduleColumns, name, paused, next))
 		return err
 	})
 	return out, err
+}
+
+// MaxPausedReasonBytes bounds the reason the coordinator stores for pausing
+// a schedule; the reasons are the coordinator's own sentences, with names in
+// them that are bounded already, so this only guards against a bug.
+const MaxPausedReasonBytes = 1024
+
+// PauseScheduleFor pauses the schedule with id on the coordinator's own
+// account, saying why (a tick found its owner may not submit what it asks),
+// unless it has moved on meanwhile: tick is the next_run_at the caller saw,
+// and a schedule paused, resumed or fired since is left alone. It reports
+// whether it paused it. It is not a person's change, so it writes no audit
+// row; the ticker logs it.
+func (s *Store) PauseScheduleFor(ctx context.Context, id string, tick time.Time, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `update podium.schedules set paused = true, next_run_at = null, paused_reason = $3
+		where id = $1 and not paused and next_run_at = $2`, id, tick, clipReason(reason))
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// pauseOwnedSchedules pauses every schedule createdBy owns, in tx (the
+// transaction removing or demoting the owner), saying why. Ones a person
+// paused already get the reason too: resuming them needs the owner's role
+// back first.
+func pauseOwnedSchedules(ctx context.Context, tx pgx.Tx, createdBy, reason string) error {
+	_, err := tx.Exec(ctx, `update podium.schedules set paused = true, next_run_at = null, paused_reason = $2
+		where created_by = $1`, createdBy, clipReason(reason))
+	return err
+}
+
+func clipReason(r string) string {
+	if len(r) <= MaxPausedReasonBytes {
+		return r
+	}
+	cut := MaxPausedReasonBytes
+	for cut > 0 && !utf8.RuneStart(r[cut]) {
+		cut--
+	}
+	return r[:cut]
 }
 
 // RemoveSchedule removes a schedule and its ticks; its tasks stay.

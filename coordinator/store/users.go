@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -47,13 +48,18 @@ const MaxWeight = 1000
 // ErrExists means a row with that key is already there.
 var ErrExists = errors.New("already exists")
 
-// AddUser stores a user with the SHA-256 of their personal token.
-func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte, by string) (User, error) {
+// AddUser stores a user with the SHA-256 of their personal token, in the
+// fair-share groups given (checked by the caller, as for SetUserGroups).
+func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte, by string, groups ...string) (User, error) {
+	groups = slices.Compact(slices.Sorted(slices.Values(groups)))
+	if groups == nil {
+		groups = []string{}
+	}
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		u, err = scanUser(tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by)
-			values ($1, $2, $3, $4) returning `+userColumns, name, role, tokenHash, by))
+		u, err = scanUser(tx.QueryRow(ctx, `insert into podium.users (name, role, token_hash, created_by, groups)
+			values ($1, $2, $3, $4, $5) returning `+userColumns, name, role, tokenHash, by, groups))
 		return err
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" {
@@ -71,25 +77,40 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
 }
 
-// RemoveUser deletes a user; ErrNotFound when there is none.
+// RemoveUser deletes a user; ErrNotFound when there is none. Their
+// schedules are paused in the same transaction, saying why: a schedule's
+// ticks run as its owner, who may no longer submit.
 func (s *Store) RemoveUser(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `delete from podium.users where name = $1`, name)
 		if err == nil && tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return pauseOwnedSchedules(ctx, tx, name, fmt.Sprintf(
+			"its owner %s was removed%s, and its tasks run as its owner: add %s again (podium user add) and resume it, or remove it",
+			name, byWhom(ctx), name))
 	})
 }
 
-// SetUserRole changes a user's role; ErrNotFound when there is none.
+// SetUserRole changes a user's role; ErrNotFound when there is none. Made a
+// viewer, who may not submit, the user's schedules are paused in the same
+// transaction, saying why.
 func (s *Store) SetUserRole(ctx context.Context, name, role string) (User, error) {
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		u, err = scanUser(tx.QueryRow(ctx, `update podium.users set role = $2 where name = $1
 			returning `+userColumns, name, role))
-		return err
+		if err != nil || role != "viewer" {
+			return err
+		}
+		return pauseOwnedSchedules(ctx, tx, name, fmt.Sprintf(
+			"its owner %s was made a viewer%s, who may not submit tasks, and its tasks run as its owner: "+
+				"give %s the member role again (podium user set-role %s member) and resume it, or remove it",
+			name, byWhom(ctx), name, name))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
@@ -126,8 +147,19 @@ func (s *Store) UserByName(ctx context.Context, name string) (User, error) {
 	return s.userWhere(ctx, "name = $1", name)
 }
 
+// ReservedUserNames are the names the coordinator gives its own callers
+// (tailnet.Caller.Name: "token" is the bootstrap token, and what its tasks
+// record as requested_by). The admin service refuses to add a user by such a
+// name (access.Reserved says the same); a row by one left in the database
+// from before is ignored by every lookup that signs someone in or gives them
+// a role or groups, so its personal token opens nothing and nobody becomes
+// the owner of the bootstrap token's tasks through it. It still shows in
+// ListUsers, and RemoveUser removes it.
+var ReservedUserNames = []string{"token"}
+
 func (s *Store) userWhere(ctx context.Context, where string, arg any) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `select `+userColumns+` from podium.users where `+where, arg))
+	u, err := scanUser(s.pool.QueryRow(ctx, `select `+userColumns+` from podium.users where name <> all($2) and `+where,
+		arg, ReservedUserNames))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return u, ErrNotFound
 	}
@@ -161,6 +193,9 @@ func (s *Store) UserRole(ctx context.Context, name string) (role string, ok bool
 // MaxUserGroups.
 func (s *Store) SetUserGroups(ctx context.Context, name string, groups []string) (User, error) {
 	groups = slices.Compact(slices.Sorted(slices.Values(groups)))
+	if groups == nil {
+		groups = []string{} // the column is not null: none is an empty array
+	}
 	var u User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -183,4 +218,13 @@ func (s *Store) UserGroups(ctx context.Context, name string) (groups []string, o
 		return nil, false, nil
 	}
 	return u.Groups, err == nil, err
+}
+
+// byWhom names who makes the change in ctx (its audit row's caller), as
+// " by NAME", or "" when nobody is named.
+func byWhom(ctx context.Context) string {
+	if a := AuditFrom(ctx); a != nil && a.Who != "" {
+		return " by " + a.Who
+	}
+	return ""
 }

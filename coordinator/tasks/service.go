@@ -34,6 +34,7 @@ type Service struct {
 	artifacts *artifacts.Service
 	archive   *logarchive.Reader
 	submits   *groupcommit.Batcher[store.NewTask, store.Task]
+	bounds    Bounds
 }
 
 // Deps are what the task service works with.
@@ -48,6 +49,9 @@ type Deps struct {
 	// Archive reads archived logs; nil reads them with Store and Artifacts.
 	Archive *logarchive.Reader
 	Log     *slog.Logger
+	// Bounds bound what members may ask for (priority, group); the zero
+	// value caps their priority at DefaultMaxMemberPriority.
+	Bounds Bounds
 }
 
 // NewService returns the task service. Submit stores nothing until Run runs.
@@ -56,7 +60,7 @@ func NewService(deps Deps) *Service {
 		deps.Archive = logarchive.NewReader(deps.Store, deps.Artifacts)
 	}
 	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, archive: deps.Archive, log: deps.Log,
-		submits: newSubmits(deps.Store)}
+		submits: newSubmits(deps.Store), bounds: deps.Bounds}
 }
 
 // Run stores submitted tasks, many to a statement, until ctx ends, then
@@ -86,6 +90,9 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 	if err := taskspec.Validate(spec); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if err := s.checkBounds(ctx, spec); err != nil {
+		return nil, err
+	}
 	if err := s.checkSecrets(ctx, spec); err != nil {
 		return nil, err
 	}
@@ -112,9 +119,11 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 }
 
 // submitKeyed stores a task whose concurrency key cancels on conflict
-// (store.SubmitKeyed), then rings what it cancelled.
+// (store.SubmitKeyed), then rings what it cancelled. Only an admin's
+// cancel_older cancels other people's tasks, as only an admin may cancel
+// them with TaskService.Cancel; a member's waits for them instead.
 func (s *Service) submitKeyed(ctx context.Context, nt store.NewTask) (store.Task, error) {
-	out, err := s.store.SubmitKeyed(ctx, nt)
+	out, err := s.store.SubmitKeyed(ctx, nt, access.IsAdmin(ctx))
 	if err != nil {
 		return store.Task{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the task: %w; submit it again", err))
 	}
@@ -159,6 +168,9 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[podiumv1.GetRequ
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("read the usage of task %s: %w (try again)", t.ID, err))
 		}
 		p.Usage = u
+	}
+	if err := s.addKeyHolders(ctx, t, p); err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&podiumv1.GetResponse{Task: p}), nil
 }
@@ -513,6 +525,9 @@ func (s *Service) Rerun(ctx context.Context, req *connect.Request[podiumv1.Rerun
 	if err := taskspec.Validate(spec); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"task %s's spec is no longer accepted (%w): submit a corrected spec with podium run --spec", old.ID, err))
+	}
+	if err := s.checkBounds(ctx, spec); err != nil {
+		return nil, err
 	}
 	if err := s.checkSecrets(ctx, spec); err != nil {
 		return nil, err
