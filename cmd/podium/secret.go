@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -136,8 +137,8 @@ func runSecretLs(ctx context.Context, c *cli, cmd *command, args []string) int {
 			return nil, err
 		}
 		return resp.Msg.GetSecrets(), nil
-	}, []string{"NAME", "SET BY", "SET AT"}, func(s *podiumv1.Secret) []string {
-		return []string{s.GetName(), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339)}
+	}, []string{"NAME", "VERSION", "SET BY", "SET AT"}, func(s *podiumv1.Secret) []string {
+		return []string{s.GetName(), strconv.FormatInt(s.GetVersion(), 10), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339)}
 	})
 }
 

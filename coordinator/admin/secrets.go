@@ -50,7 +50,7 @@ func (s *Service) ListSecrets(ctx context.Context, _ *connect.Request[podiumv1.L
 	}
 	out := &podiumv1.ListSecretsResponse{}
 	for _, r := range rows {
-		out.Secrets = append(out.Secrets, &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt)})
+		out.Secrets = append(out.Secrets, &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt), Version: int64(r.Version)})
 	}
 	return connect.NewResponse(out), nil
 }
