@@ -3,9 +3,11 @@ package secrets_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -162,5 +164,69 @@ func TestVersionsPinnedKeptRotatedAndTrimmed(t *testing.T) {
 	}
 	if got := versions(t, st); !slices.Equal(got, []int32{3}) {
 		t.Fatalf("versions after every pinning task ended: %v, want only the current 3", got)
+	}
+}
+
+// Assignments pinning a secret while it is set again and again, and the
+// retention job trimming meanwhile: every attempt's adoption still gets
+// exactly the value its assignment got. (A pin is made under a shared lock
+// on the current row, so a set waits for it and keeps the value it
+// replaces; the trim never sees a version that could still be pinned.)
+func TestPinsRaceSetsAndTrims(t *testing.T) {
+	t.Parallel()
+	st, pool := openStore(t)
+	ctx := context.Background()
+	v := secrets.NewVault(newKey(t), st)
+	if _, err := v.Set(ctx, "db", []byte("value-0"), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	const tasks, sets = 40, 20
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("task_%02d", i)
+		runningTask(t, pool, ids[i])
+	}
+	assigned := make([]string, tasks)
+	errs := make(chan error, tasks+sets+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 1; i <= sets; i++ {
+			if _, err := v.Set(ctx, "db", fmt.Appendf(nil, "value-%d", i), "alice"); err != nil {
+				errs <- err
+			}
+		}
+	})
+	job := retention.NewJob(retention.Config{Batch: 2}, st, slog.New(slog.DiscardHandler))
+	wg.Go(func() {
+		for range sets {
+			if _, err := job.Pass(ctx); err != nil {
+				errs <- err
+			}
+		}
+	})
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < tasks; i += 4 {
+				got, err := v.ResolvePinned(ctx, ids[i], 1, []*podiumv1.SecretRef{{Name: "db"}})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				assigned[i] = string(got[0].GetValue())
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := job.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if got := value(t, v, id, false); got != assigned[i] {
+			t.Fatalf("%s was assigned %q and its adoption gets %q", id, assigned[i], got)
+		}
 	}
 }
