@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -184,13 +185,13 @@ func runSecretLs(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	admin := who.Msg.GetRole() == "admin"
 	tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-	header := "NAME\tSET BY\tSET AT"
+	header := "NAME\tVERSION\tSET BY\tSET AT"
 	if admin {
 		header += "\tALLOW"
 	}
 	fmt.Fprintln(tw, header)
 	for _, s := range items {
-		row := []string{s.GetName(), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339)}
+		row := []string{s.GetName(), strconv.FormatInt(s.GetVersion(), 10), s.GetSetBy(), s.GetSetAt().AsTime().Local().Format(time.RFC3339)}
 		if admin {
 			allow := strings.Join(s.GetAllow(), ",")
 			if allow == "" {

@@ -70,6 +70,16 @@ func TestSecretCommandsOnARealCoordinator(t *testing.T) {
 		!strings.Contains(out, "token") || strings.Contains(out, value) || strings.Contains(out, "big") {
 		t.Fatalf("secret ls: exit %d:\n%s%s", code, out, errOut)
 	}
+	// VERSION counts the values each has had: db-password was set three times.
+	versions := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			versions[f[0]] = f[1]
+		}
+	}
+	if versions["NAME"] != "VERSION" || versions["db-password"] != "3" || versions["deploy-key"] != "1" {
+		t.Fatalf("secret ls: want a VERSION column with db-password at 3 and deploy-key at 1:\n%s", out)
+	}
 	if code, out, _ := podium("", "secret", "ls", "--json"); code != 0 || !strings.Contains(out, `"name": "deploy-key"`) || strings.Contains(out, value) {
 		t.Fatalf("secret ls --json: exit %d:\n%s", code, out)
 	}

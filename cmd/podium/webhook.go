@@ -64,7 +64,7 @@ func runWebhookAdd(ctx context.Context, c *cli, cmd *command, args []string) int
 	w := resp.Msg.GetWebhook()
 	fmt.Fprintf(c.stderr, "→ webhook %s added for %s\n", w.GetId(), strings.Join(w.GetEvents(), ", "))
 	if s := resp.Msg.GetSecret(); s != "" {
-		fmt.Fprintf(c.stderr, "  its signing secret, shown this once (kept sealed as secret %s):\n", w.GetSecretName())
+		fmt.Fprintln(c.stderr, "  its signing secret, shown this once (the coordinator keeps it sealed, out of reach of tasks):")
 		fmt.Fprintln(c.stdout, s)
 	}
 	return exitOK

@@ -86,7 +86,7 @@ func (s *Service) ListSecrets(ctx context.Context, _ *connect.Request[podiumv1.L
 		if !all && !slices.Contains(usable, r.Name) {
 			continue
 		}
-		p := &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt)}
+		p := &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt), Version: int64(r.Version)}
 		if admin {
 			p.Allow = r.Allow
 		}

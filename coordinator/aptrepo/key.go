@@ -53,7 +53,7 @@ func StoredSigner(ctx context.Context, st *store.Store, key *secrets.Key, log *s
 	if err != nil {
 		return nil, fmt.Errorf("read the apt signing key from Postgres: %w", err)
 	}
-	raw, err := key.Open(store.AptKeyAAD, secrets.Sealed{Ciphertext: row.Ciphertext, Nonce: row.Nonce, KeyID: row.KeyID})
+	raw, err := key.Open(row.AAD, secrets.Sealed{Ciphertext: row.Ciphertext, Nonce: row.Nonce, KeyID: row.KeyID})
 	if err != nil {
 		return nil, fmt.Errorf("the stored apt signing key: %w", err)
 	}

@@ -5,11 +5,16 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -127,5 +132,73 @@ func TestLoadWithoutAnyKey(t *testing.T) {
 	repo, err = Load(ctx, Config{Dir: dir}, st, newSecretsKey(t), slog.New(slog.DiscardHandler))
 	if err != nil || repo == nil || len(repo.Packages) != 1 {
 		t.Fatalf("Load with a secrets key: %v, %v; want a repository of one package", repo, err)
+	}
+}
+
+// Issue 28, hole 7: the apt signing key used to be sealed with
+// "apt-signing-key" as associated data, which is also a valid secret name,
+// so its ciphertext set on a secret of that name opened as that secret (a
+// task naming it would receive the repository's private key), and a
+// secret's ciphertext on the key's row opened as the key (whoever can set
+// that secret chooses what the repository is signed with). Sealed under
+// store.AptKeyAAD, which no secret name can be, neither opens as the other.
+func TestAptKeyAndASecretOfItsOldNameDoNotOpenAsEachOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	log := slog.New(slog.DiscardHandler)
+	key := newSecretsKey(t)
+	vault := secrets.NewVault(key, st)
+	if p := taskspec.SecretNameProblem(store.LegacyAptKeyAAD); p != "" {
+		t.Fatalf("%s is not a valid secret name (%s): the test tests nothing", store.LegacyAptKeyAAD, p)
+	}
+	if p := taskspec.SecretNameProblem(store.AptKeyAAD); p == "" {
+		t.Fatalf("%s is a valid secret name: a secret could take it", store.AptKeyAAD)
+	}
+
+	signer, err := StoredSigner(ctx, st, key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := st.AptSigningKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key's sealed value copied onto a secret of the old name.
+	if _, err := pool.Exec(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
+		values ($1, $2, $3, $4, 'mallory')`, store.LegacyAptKeyAAD, row.Ciphertext, row.Nonce, row.KeyID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := vault.Resolve(ctx, []*podiumv1.SecretRef{{Name: store.LegacyAptKeyAAD, Env: "K"}})
+	if err == nil || !strings.Contains(err.Error(), "does not decrypt") {
+		t.Fatalf("the apt key's ciphertext as secret %s: %d value(s), %v; want it not to open", store.LegacyAptKeyAAD, len(got), err)
+	}
+
+	// A key of mallory's set as that secret, its sealed value copied onto
+	// the apt key's row.
+	raw, err := GenerateKey("mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vault.Set(ctx, store.LegacyAptKeyAAD, raw, "mallory"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update podium.apt_signing_key set (ciphertext, nonce) =
+		(select ciphertext, nonce from podium.secrets where name = $1)`, store.LegacyAptKeyAAD); err != nil {
+		t.Fatal(err)
+	}
+	s, err := StoredSigner(ctx, st, key, log)
+	if err == nil || !strings.Contains(err.Error(), "does not decrypt") {
+		t.Fatalf("a secret's ciphertext on the apt key's row: signer %v, %v; want it not to open (the key was %s)", s, err, signer.Fingerprint())
 	}
 }

@@ -179,8 +179,9 @@ func TestSetSecretRefusals(t *testing.T) {
 }
 
 // A node that comes back holding a task whose secret was deleted meanwhile
-// keeps the task (it already has the value), is sent the secrets that still
-// exist, and the coordinator's log says which task it cannot redact for.
+// keeps the task (it already has the value) and is sent every value the
+// attempt was assigned, the deleted one too: the attempt pins it, so it is
+// kept until the attempt ends, and the restarted agent goes on redacting it.
 // A value of exactly 64 KiB goes through the API.
 func TestAdoptAfterASecretWasDeleted(t *testing.T) {
 	t.Parallel()
@@ -224,11 +225,18 @@ func TestAdoptAfterASecretWasDeleted(t *testing.T) {
 		t.Fatalf("waiting for the HelloAck: %v", err)
 	}
 	adopt := m.GetHelloAck().GetAdopt()
-	if len(adopt) != 1 || !adopt[0].Keep || len(adopt[0].Secrets) != 1 || adopt[0].Secrets[0].Name != "kept" || !bytes.Equal(adopt[0].Secrets[0].Value, big) {
-		t.Fatalf("adopt %v, want the task kept with the secret that still exists", adopt)
+	if len(adopt) != 1 || !adopt[0].Keep || len(adopt[0].Secrets) != 2 || adopt[0].Secrets[0].Name != "kept" || !bytes.Equal(adopt[0].Secrets[0].Value, big) ||
+		adopt[0].Secrets[1].Name != "deleted" || string(adopt[0].Secrets[1].Value) != "value-deleted" || adopt[0].Secrets[1].File != "d" {
+		t.Fatalf("adopt of %s: keep %v with %d secret(s), want it kept with both values it was assigned, the deleted one too", task, len(adopt) == 1 && adopt[0].Keep, len(adopt[0].GetSecrets()))
 	}
-	if l := logs.String(); !strings.Contains(l, "no longer exist") || !strings.Contains(l, "secrets=[deleted]") || !strings.Contains(l, task) || strings.Contains(l, "value-deleted") {
-		t.Fatalf("the log should name the task whose deleted secret cannot be resent, and no value:\n%s", l)
+	if l := logs.String(); strings.Contains(l, "no longer exist") || strings.Contains(l, "value-deleted") {
+		t.Fatalf("the log warns of a secret that could not be resent, or holds a value:\n%s", l)
+	}
+	// A task submitted now that names it is refused, as before.
+	_, err = r.Tasks().Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: &podiumv1.TaskSpec{Image: "busybox",
+		Secrets: []*podiumv1.SecretRef{{Name: "deleted"}}}}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no secret named deleted") {
+		t.Fatalf("submit naming the deleted secret: %v, want FailedPrecondition naming it", err)
 	}
 }
 

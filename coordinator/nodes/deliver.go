@@ -127,7 +127,9 @@ func (d *deliverer) message(ctx context.Context, sess *Session, c store.PendingC
 		if err != nil {
 			return nil, d.failUnresolved(ctx, c, err)
 		}
-		vals, err := d.secrets.Resolve(ctx, c.TaskSpec.GetSecrets())
+		// The attempt pins the versions it is sent, so that its node gets the
+		// same ones again after a restart (adoption).
+		vals, err := d.secrets.ResolvePinned(ctx, c.TaskID, c.TaskAttempt, c.TaskSpec.GetSecrets())
 		if err != nil {
 			return nil, d.failUnresolved(ctx, c, err)
 		}

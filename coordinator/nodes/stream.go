@@ -311,7 +311,7 @@ func (s *Service) reconcile(ctx context.Context, node store.Node, running []*pod
 		}
 		adopt := &podiumv1.Adopt{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), Keep: held, AckedSeq: acked}
 		if held {
-			adopt.Secrets = s.adoptSecrets(ctx, node.ID, r.GetTaskId())
+			adopt.Secrets = s.adoptSecrets(ctx, node.ID, r.GetTaskId(), r.GetAttempt())
 		}
 		ack.Adopt = append(ack.Adopt, adopt)
 		if !held {
@@ -595,24 +595,26 @@ func (s *Service) costOf(ctx context.Context, taskID string) TaskCost {
 	return costOfSpec(t.Spec)
 }
 
-// adoptSecrets resolves again the secrets of a task the node keeps, so that
-// an agent that restarted goes on redacting them from the task's output. They
-// go only to the node holding the attempt. A secret that no longer exists
-// (deleted since) is left out with a warning and the others are still sent:
-// the task already has its value, and failing a running task for it would
-// help nobody.
-func (s *Service) adoptSecrets(ctx context.Context, nodeID, taskID string) []*podiumv1.SecretValue {
+// adoptSecrets resolves again the secrets of an attempt the node keeps, so
+// that an agent that restarted goes on redacting them from the task's
+// output: the versions the attempt was assigned (pinned), which is what the
+// container holds, not the current ones a `secret set` may have changed
+// since. They go only to the node holding the attempt. A secret with no
+// value to send (deleted, and the attempt pinned none) is left out with a
+// warning and the others are still sent: the task already has its value,
+// and failing a running task for it would help nobody.
+func (s *Service) adoptSecrets(ctx context.Context, nodeID, taskID string, attempt int32) []*podiumv1.SecretValue {
 	t, err := s.store.GetTask(ctx, taskID)
 	refs := t.Spec.GetSecrets()
 	if err != nil || len(refs) == 0 {
 		return nil
 	}
-	vals, err := s.secrets.Resolve(ctx, refs)
+	vals, err := s.secrets.ResolveAdopted(ctx, taskID, attempt, refs)
 	var missing *secrets.MissingError
 	if errors.As(err, &missing) {
 		s.log.Warn("secrets of an adopted task no longer exist; the node cannot redact them", "node", nodeID, "task", taskID, "secrets", missing.Names)
 		refs = slices.DeleteFunc(slices.Clone(refs), func(r *podiumv1.SecretRef) bool { return slices.Contains(missing.Names, r.GetName()) })
-		vals, err = s.secrets.Resolve(ctx, refs)
+		vals, err = s.secrets.ResolveAdopted(ctx, taskID, attempt, refs)
 	}
 	if err != nil {
 		s.log.Warn("secrets of an adopted task cannot be resolved; the node cannot redact them", "node", nodeID, "task", taskID, "error", err)

@@ -297,7 +297,8 @@ func (w *Worker) post(ctx context.Context, r store.OutboxRow) error {
 	req.Header.Set("User-Agent", "podium/"+version.Version)
 	req.Header.Set(HeaderEventID, r.EventID)
 	req.Header.Set(HeaderEventType, r.EventType)
-	if r.SecretName != "" {
+	switch {
+	case r.SecretName != "":
 		if err := w.authorizeSigning(ctx, r); err != nil {
 			return err
 		}
@@ -306,6 +307,15 @@ func (w *Worker) post(ctx context.Context, r store.OutboxRow) error {
 			return fmt.Errorf("open the signing secret %s: %w", r.SecretName, err)
 		}
 		req.Header.Set(HeaderSignature, Sign(vals[0].GetValue(), r.Body, w.now()))
+	case r.WebhookID != nil:
+		// A webhook added without --secret-name signs with the secret the
+		// coordinator generated for it, kept on its own row where no task
+		// can name it.
+		key, err := w.secrets.WebhookKey(ctx, *r.WebhookID)
+		if err != nil {
+			return fmt.Errorf("open the signing secret of webhook %s: %w", *r.WebhookID, err)
+		}
+		req.Header.Set(HeaderSignature, Sign(key, r.Body, w.now()))
 	}
 	c := w.open
 	if r.PerTask {

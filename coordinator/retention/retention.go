@@ -135,6 +135,9 @@ func (c Config) withDefaults(log *slog.Logger) Config {
 // Stats are what one pass of the Job removed, and its longest statement.
 type Stats struct {
 	Tasks, Logs, Artifacts, Tokens, Commands, Audit, Tombstones int
+	// SecretPins are pins of ended attempts released; SecretVersions old
+	// secret values deleted once no attempt pinned them.
+	SecretPins, SecretVersions int
 	// Statements is how many statements the pass ran, and Longest the
 	// longest of them: each is its own transaction, so Longest is also the
 	// longest any row was locked by the job.
@@ -144,7 +147,7 @@ type Stats struct {
 
 // Removed reports whether the pass removed anything.
 func (s Stats) Removed() bool {
-	return s.Tasks+s.Logs+s.Artifacts+s.Tokens+s.Commands+s.Audit+s.Tombstones > 0
+	return s.Tasks+s.Logs+s.Artifacts+s.Tokens+s.Commands+s.Audit+s.Tombstones+s.SecretPins+s.SecretVersions > 0
 }
 
 // Job expires what is past its retention. It is a leader.Worker.
@@ -188,6 +191,7 @@ func (j *Job) Run(ctx context.Context) error {
 			if st.Removed() {
 				j.log.Info("retention: expired", "tasks", st.Tasks, "logs", st.Logs, "artifacts", st.Artifacts,
 					"tokens", st.Tokens, "commands", st.Commands, "audit_rows", st.Audit, "tombstones", st.Tombstones,
+					"secret_pins", st.SecretPins, "secret_versions", st.SecretVersions,
 					"statements", st.Statements, "longest", st.Longest)
 			}
 		}
@@ -198,6 +202,9 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// noAge marks a step of Pass that is due by state, not by age.
+const noAge = -1
 
 // Pass removes everything that is due now, batch by batch, and says what it
 // removed. Tasks go first: a task that expires whole needs no separate pass
@@ -218,6 +225,11 @@ func (j *Job) Pass(ctx context.Context) (Stats, error) {
 		{&st.Commands, DeliveredCommand, j.store.ExpireCommands, "node commands"},
 		{&st.Audit, c.Audit, j.store.ExpireAudit, "audit rows"},
 		{&st.Tombstones, c.Audit, j.store.ExpireTombstones, "tombstones"},
+		// An old secret value is kept only while an attempt pins it (its
+		// node may need it again to redact), not for a time: the pins of
+		// ended attempts go first, then the values nothing pins.
+		{&st.SecretPins, noAge, j.store.ReleaseSecretPins, "secret pins"},
+		{&st.SecretVersions, noAge, j.store.TrimSecretVersions, "old secret versions"},
 	}
 	for _, s := range steps {
 		if s.keep == 0 {

@@ -21,18 +21,45 @@ type SecretRow struct {
 	// Allow are the principals granted its use besides admins: read by
 	// ListSecrets, and added to its grants by PutSecret.
 	Allow []string
+	// Version counts the values the secret has had: 1 for the first, one
+	// more each time it is set (podium.secrets.version). A task attempt
+	// pins the version it was assigned (secret_pins).
+	Version int32
 }
 
-// PutSecret stores a secret, replacing one of the same name, and grants it
-// to r.Allow (added to the grants it has) in the same transaction. It
-// reports whether the name was new. The call's audit row commits with it.
+// PutSecret stores a secret as its next version, replacing the current
+// value, and grants it to r.Allow (added to the grants it has) in the same
+// transaction. It reports whether the name was new. The value it replaces is
+// kept (podium.secret_versions) when an attempt pins it, so that the node
+// holding that attempt can be sent it again after a restart; the retention
+// job deletes it once no attempt pins it. The call's audit row commits with
+// it.
 func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
-		values ($1, $2, $3, $4, $5)
-		on conflict (name) do update set ciphertext = excluded.ciphertext, nonce = excluded.nonce,
-			key_id = excluded.key_id, set_by = excluded.set_by, set_at = now()
-		returning xmax = 0`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy).Scan(&created); err != nil {
+		// A new name starts past any version kept of a deleted secret of the
+		// same name, so that a pin never names two values.
+		tag, err := tx.Exec(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by, version)
+			values ($1, $2, $3, $4, $5,
+				coalesce((select max(version) from podium.secret_versions where name = $1), 0) + 1)
+			on conflict (name) do nothing`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			created = true
+			return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
+		}
+		// The row lock first: an assignment pinning the current version holds
+		// it shared (PinSecrets), so its pin is committed, and seen below,
+		// before the value it pins is replaced.
+		if _, err := tx.Exec(ctx, "select 1 from podium.secrets where name = $1 for update", r.Name); err != nil {
+			return err
+		}
+		if err := keepPinned(ctx, tx, r.Name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4, set_by = $5,
+			set_at = now(), version = version + 1 where name = $1`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy); err != nil {
 			return err
 		}
 		return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
@@ -40,26 +67,44 @@ func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err e
 	return created, err
 }
 
-// ListSecrets lists every secret by name with its grants, without its
-// sealed value.
+// keepPinned copies the current value of the secret name into
+// podium.secret_versions if an attempt pins it; the caller holds the row's
+// lock and is about to replace or delete it.
+func keepPinned(ctx context.Context, tx pgx.Tx, name string) error {
+	_, err := tx.Exec(ctx, `insert into podium.secret_versions (name, version, ciphertext, nonce, key_id, set_by, set_at)
+		select s.name, s.version, s.ciphertext, s.nonce, s.key_id, s.set_by, s.set_at from podium.secrets s
+		where s.name = $1 and exists (select 1 from podium.secret_pins p where p.name = s.name and p.version = s.version)
+		on conflict (name, version) do nothing`, name)
+	return err
+}
+
+// ListSecrets lists every secret by name with its version and grants,
+// without its sealed value.
 func (s *Store) ListSecrets(ctx context.Context) ([]SecretRow, error) {
-	rows, err := s.pool.Query(ctx, "select name, key_id, set_by, set_at, "+allowColumn+" from podium.secrets s order by name")
+	rows, err := s.pool.Query(ctx, "select name, key_id, set_by, set_at, version, "+allowColumn+" from podium.secrets s order by name")
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
 		var r SecretRow
-		err := row.Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt, &r.Allow)
+		err := row.Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt, &r.Version, &r.Allow)
 		return r, err
 	})
 }
 
 // DeleteSecret removes a secret and its grants; ErrNotFound when there is
-// none of that name. Tasks already assigned keep the value they were sent; tasks still queued
-// that name it fail to start (their assignment cannot be built). The call's
-// audit row commits with it.
+// none of that name. Tasks already assigned keep the value they were sent,
+// and the version they pin is kept until they end (their node may need it
+// again to redact); tasks still queued that name it fail to start (their
+// assignment cannot be built). The call's audit row commits with it.
 func (s *Store) DeleteSecret(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select 1 from podium.secrets where name = $1 for update", name); err != nil {
+			return err
+		}
+		if err := keepPinned(ctx, tx, name); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, "delete from podium.secrets where name = $1", name)
 		if err != nil {
 			return err
@@ -78,7 +123,7 @@ func (s *Store) SealedSecrets(ctx context.Context, names []string) (map[string]S
 	if len(names) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at
+	rows, err := s.pool.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at, version
 		from podium.secrets where name = any($1)`, names)
 	if err != nil {
 		return nil, err
@@ -86,7 +131,7 @@ func (s *Store) SealedSecrets(ctx context.Context, names []string) (map[string]S
 	defer rows.Close()
 	for rows.Next() {
 		var r SecretRow
-		if err := rows.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt); err != nil {
+		if err := rows.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt, &r.Version); err != nil {
 			return nil, err
 		}
 		out[r.Name] = r
@@ -108,12 +153,14 @@ func (s *Store) MissingSecrets(ctx context.Context, names []string) ([]string, e
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// SecretKeyIDs counts the stored secrets and registry logins by the key they
-// were sealed under,
-// so a coordinator can refuse to start without the key they need.
+// SecretKeyIDs counts the stored secrets (every version kept), registry
+// logins and webhook signing secrets by the key they were sealed under, so a
+// coordinator can refuse to start without the key they need.
 func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
 	rows, err := s.pool.Query(ctx, `select key_id, count(*) from (
-		select key_id from podium.secrets union all select key_id from podium.registries) k group by key_id`)
+		select key_id from podium.secrets union all select key_id from podium.secret_versions
+		union all select key_id from podium.registries
+		union all select signing_key_id from podium.webhooks where signing_key_id is not null) k group by key_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -130,44 +177,53 @@ func (s *Store) SecretKeyIDs(ctx context.Context) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// RotateSecrets rewrites every stored secret and registry password (and the
-// apt signing key) in one transaction: reseal gets each row (locked) and returns its new sealed
-// value. A registry login reaches reseal as a SecretRow named
-// RegistryAAD(host), the associated data it is sealed under. Either every
-// row is resealed or, when reseal or a write fails, none is. It returns how
-// many were resealed.
+// RotateSecrets rewrites every stored secret, every kept version of one,
+// every registry password, every webhook signing secret and the apt signing
+// key in one transaction: reseal gets each row (locked) and returns its new
+// sealed value. Each reaches reseal as a SecretRow named by the associated
+// data it is sealed under: a secret (any version) by its name, a registry
+// login as RegistryAAD(host), a webhook's secret as WebhookKeyAAD(id) (or
+// its former secret name, until it is re-sealed at start), the apt key as
+// AptKeyAAD (or LegacyAptKeyAAD). Either every row is resealed or, when
+// reseal or a write fails, none is: a version left under the old key would
+// fail the adoption of the task pinning it. It returns how many were
+// resealed.
 func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (SecretRow, error)) (int, error) {
 	n := 0
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at
-			from podium.secrets order by name for update`)
-		if err != nil {
-			return err
-		}
-		all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
-			var r SecretRow
-			err := row.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt)
-			return r, err
-		})
-		if err != nil {
-			return err
-		}
-		for _, r := range all {
-			nr, err := reseal(r)
+		// Current values and kept versions alike, each written back to its
+		// own table.
+		for _, table := range []string{"podium.secrets", "podium.secret_versions"} {
+			rows, err := tx.Query(ctx, `select name, ciphertext, nonce, key_id, set_by, set_at, version
+				from `+table+` order by name, version for update`)
 			if err != nil {
 				return err
 			}
-			if nr.Name != r.Name {
-				return errors.New("store: reseal renamed a secret")
+			all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretRow, error) {
+				var r SecretRow
+				err := row.Scan(&r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.SetBy, &r.SetAt, &r.Version)
+				return r, err
+			})
+			if err != nil {
+				return err
 			}
-			// set_by and set_at stay: rotation changes the key, not the value.
-			if _, err := tx.Exec(ctx, "update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4 where name = $1",
-				r.Name, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
-				return fmt.Errorf("secret %s: %w", r.Name, err)
+			for _, r := range all {
+				nr, err := reseal(r)
+				if err != nil {
+					return err
+				}
+				if nr.Name != r.Name {
+					return errors.New("store: reseal renamed a secret")
+				}
+				// set_by and set_at stay: rotation changes the key, not the value.
+				if _, err := tx.Exec(ctx, "update "+table+" set ciphertext = $3, nonce = $4, key_id = $5 where name = $1 and version = $2",
+					r.Name, r.Version, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
+					return fmt.Errorf("secret %s version %d: %w", r.Name, r.Version, err)
+				}
+				n++
 			}
-			n++
 		}
-		rows, err = tx.Query(ctx, `select host, username, ciphertext, nonce, key_id, set_by, set_at
+		rows, err := tx.Query(ctx, `select host, username, ciphertext, nonce, key_id, set_by, set_at
 			from podium.registries order by host for update`)
 		if err != nil {
 			return err
@@ -191,6 +247,11 @@ func (s *Store) RotateSecrets(ctx context.Context, reseal func(SecretRow) (Secre
 			}
 			n++
 		}
+		hooks, err := resealWebhookKeys(ctx, tx, reseal)
+		if err != nil {
+			return err
+		}
+		n += hooks
 		// The apt repository's signing key, when the coordinator made it
 		// (coordinator/aptrepo), is sealed under the same key.
 		if ok, err := resealAptKey(ctx, tx, reseal); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,24 @@ func scanWebhook(r pgx.Row, extra ...any) (Webhook, error) {
 	return w, err
 }
 
+// WebhookKeyAAD is the associated data a webhook's generated signing secret
+// is sealed under, and the name it reaches RotateSecrets's reseal under. It
+// holds ':', which no secret name can, so the signing secret is no secret a
+// task could name (--secret, notify[].secret), and no secret's ciphertext
+// opens as it.
+func WebhookKeyAAD(id string) string { return "podium:webhook:" + id }
+
+// legacyWebhookAAD is the secret name a generated signing secret was stored
+// under before it moved onto its webhook's row (migration 0033), and so the
+// associated data it opens under until it is re-sealed (ResealLegacy).
+func legacyWebhookAAD(id string) string {
+	return "webhook-" + strings.ToLower(strings.TrimPrefix(id, "hook_"))
+}
+
 // AddWebhook stores w (already valid) and, when secret is not nil, the
-// sealed secret the coordinator generated for it, in one transaction with
-// the call's audit row. It refuses a MaxWebhooks+1st webhook
+// signing secret the coordinator generated for it, sealed under
+// WebhookKeyAAD(w.ID), on the webhook's own row (never among the secrets
+// tasks name), in one transaction with the call's audit row. It refuses a MaxWebhooks+1st webhook
 // (ErrTooManyWebhooks) and a name taken already (ErrWebhookExists).
 func (s *Store) AddWebhook(ctx context.Context, w Webhook, secret *SecretRow) (Webhook, error) {
 	var out Webhook
@@ -69,17 +85,16 @@ func (s *Store) AddWebhook(ctx context.Context, w Webhook, secret *SecretRow) (W
 		if n >= MaxWebhooks {
 			return ErrTooManyWebhooks
 		}
+		var sealed SecretRow
 		if secret != nil {
-			if _, err := tx.Exec(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by)
-				values ($1, $2, $3, $4, $5)`, secret.Name, secret.Ciphertext, secret.Nonce, secret.KeyID, secret.SetBy); err != nil {
-				return err
-			}
+			sealed = *secret
 		}
 		var err error
 		out, err = scanWebhook(tx.QueryRow(ctx, `insert into podium.webhooks
-			(id, name, url, events, secret_name, generated_secret, created_by)
-			values ($1, $2, $3, $4, $5, $6, $7) returning `+webhookColumns,
-			w.ID, w.Name, w.URL, w.Events, w.SecretName, secret != nil, w.CreatedBy))
+			(id, name, url, events, secret_name, generated_secret, created_by, signing_ciphertext, signing_nonce, signing_key_id)
+			values ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, '')) returning `+webhookColumns,
+			w.ID, w.Name, w.URL, w.Events, w.SecretName, secret != nil, w.CreatedBy,
+			sealed.Ciphertext, sealed.Nonce, sealed.KeyID))
 		return err
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "webhooks_name" {
@@ -111,24 +126,76 @@ func (s *Store) ListWebhooks(ctx context.Context) ([]Webhook, error) {
 	return out, rows.Err()
 }
 
-// RemoveWebhook removes a webhook, its pending events, and the secret the
-// coordinator generated for it if it did, in one transaction with the
-// call's audit row. ErrNotFound if there is none with that id.
+// RemoveWebhook removes a webhook with its pending events and its generated
+// signing secret (on its row), in one transaction with the call's audit
+// row. ErrNotFound if there is none with that id.
 func (s *Store) RemoveWebhook(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		var secret string
-		var generated bool
-		err := tx.QueryRow(ctx, "delete from podium.webhooks where id = $1 returning secret_name, generated_secret", id).
-			Scan(&secret, &generated)
-		if errors.Is(err, pgx.ErrNoRows) {
+		tag, err := tx.Exec(ctx, "delete from podium.webhooks where id = $1", id)
+		if err == nil && tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		if err != nil || !generated {
-			return err
-		}
-		_, err = tx.Exec(ctx, "delete from podium.secrets where name = $1", secret)
 		return err
 	})
+}
+
+// WebhookSigningKey reads the generated signing secret of webhook id, sealed,
+// with Name the associated data it opens under; ErrNotFound when the webhook
+// is gone or signs with a stored secret it names instead (secret_name).
+func (s *Store) WebhookSigningKey(ctx context.Context, id string) (SecretRow, error) {
+	var r SecretRow
+	var legacy bool
+	err := s.pool.QueryRow(ctx, `select signing_ciphertext, signing_nonce, signing_key_id, signing_legacy
+		from podium.webhooks where id = $1 and signing_ciphertext is not null`, id).Scan(&r.Ciphertext, &r.Nonce, &r.KeyID, &legacy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, ErrNotFound
+	}
+	r.Name = WebhookKeyAAD(id)
+	if legacy {
+		r.Name = legacyWebhookAAD(id)
+	}
+	return r, err
+}
+
+// resealWebhookKeys reseals every webhook's generated signing secret in the
+// rotation's transaction tx, and says how many.
+func resealWebhookKeys(ctx context.Context, tx pgx.Tx, reseal func(SecretRow) (SecretRow, error)) (int, error) {
+	rows, err := tx.Query(ctx, `select id, signing_ciphertext, signing_nonce, signing_key_id, signing_legacy
+		from podium.webhooks where signing_ciphertext is not null order by id for update`)
+	if err != nil {
+		return 0, err
+	}
+	type hook struct {
+		id string
+		r  SecretRow
+	}
+	hooks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (hook, error) {
+		var h hook
+		var legacy bool
+		err := row.Scan(&h.id, &h.r.Ciphertext, &h.r.Nonce, &h.r.KeyID, &legacy)
+		h.r.Name = WebhookKeyAAD(h.id)
+		if legacy {
+			h.r.Name = legacyWebhookAAD(h.id)
+		}
+		return h, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range hooks {
+		nr, err := reseal(h.r)
+		if err != nil {
+			return 0, err
+		}
+		if nr.Name != h.r.Name {
+			return 0, errors.New("store: reseal renamed a webhook's signing secret")
+		}
+		if _, err := tx.Exec(ctx, `update podium.webhooks set signing_ciphertext = $2, signing_nonce = $3, signing_key_id = $4
+			where id = $1`, h.id, nr.Ciphertext, nr.Nonce, nr.KeyID); err != nil {
+			return 0, fmt.Errorf("webhook %s: %w", h.id, err)
+		}
+	}
+	return len(hooks), nil
 }
 
 // OutboxRow is one event on its way to one destination.

@@ -71,7 +71,8 @@ func CheckEvents(events []string) string {
 
 // Add registers a webhook, or refuses with the field named and stores
 // nothing. Without a secret name it generates a signing secret, stores it
-// sealed as a secret of the vault, and returns it this once.
+// sealed on the webhook's row (not among the secrets tasks name), and
+// returns it this once.
 func (s *Service) Add(ctx context.Context, req *connect.Request[podiumv1.WebhookServiceAddRequest]) (*connect.Response[podiumv1.WebhookServiceAddResponse], error) {
 	m := req.Msg
 	if p := taskspec.CheckWebhookURL(m.GetUrl()); p != "" {
@@ -118,14 +119,15 @@ func (s *Service) Add(ctx context.Context, req *connect.Request[podiumv1.Webhook
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
 		shown = hex.EncodeToString(raw)
-		// The secret's name follows the webhook's id, lower-cased: secret
-		// names are DNS labels.
-		w.SecretName = "webhook-" + strings.ToLower(strings.TrimPrefix(w.ID, "hook_"))
-		se, err := s.key.Seal(w.SecretName, []byte(shown))
+		// Kept on the webhook's own row, sealed under associated data no
+		// secret name can take: a task can name it neither in --secret nor
+		// in notify[].secret (it would sign or read with the coordinator's
+		// key).
+		se, err := s.key.Seal(store.WebhookKeyAAD(w.ID), []byte(shown))
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
-		sealed = &store.SecretRow{Name: w.SecretName, Ciphertext: se.Ciphertext, Nonce: se.Nonce, KeyID: se.KeyID, SetBy: who}
+		sealed = &store.SecretRow{Name: store.WebhookKeyAAD(w.ID), Ciphertext: se.Ciphertext, Nonce: se.Nonce, KeyID: se.KeyID, SetBy: who}
 	}
 	if a := store.AuditFrom(ctx); a != nil {
 		a.Target = w.ID
@@ -159,7 +161,7 @@ func (s *Service) List(ctx context.Context, _ *connect.Request[podiumv1.WebhookS
 }
 
 // Remove removes a webhook with its pending events, and its signing secret
-// when the coordinator generated it.
+// when the coordinator generated it (it is on the webhook's row).
 func (s *Service) Remove(ctx context.Context, req *connect.Request[podiumv1.WebhookServiceRemoveRequest]) (*connect.Response[podiumv1.WebhookServiceRemoveResponse], error) {
 	id := req.Msg.GetId()
 	if !ids.Valid("hook", id) {
