@@ -111,6 +111,16 @@ func (s secret) Set(v string) error {
 	return nil
 }
 
+// hostsFlag is a repeatable flag of host names.
+type hostsFlag []string
+
+func (h *hostsFlag) String() string { return strings.Join(*h, ",") }
+
+func (h *hostsFlag) Set(v string) error {
+	*h = append(*h, v)
+	return nil
+}
+
 // sizeFlag is a byte count written as a number with an optional binary unit:
 // 1073741824, 1GiB, 512MiB, 64KiB (K, M, G, T alone mean the same units).
 type sizeFlag struct{ n int64 }
@@ -218,6 +228,17 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	fs.DurationVar(&idleTimeout, "idle-timeout", idleTimeout, "close a connection that carried no request for this long (PODIUM_IDLE_TIMEOUT)")
 	advertise := fs.String("advertise", env("PODIUM_ADVERTISE", ""), "URL nodes reach this replica at (PODIUM_ADVERTISE); default http://<listen>")
+	publicURL := fs.String("public-url", env("PODIUM_PUBLIC_URL", ""), "URL people open the coordinator at when a proxy or load balancer stands in front, e.g. https://podium.example.com (PODIUM_PUBLIC_URL); "+
+		"its host is one the API and the console answer for, and an https one makes the console's cookies Secure")
+	var allowedHosts hostsFlag
+	for _, h := range strings.Split(env("PODIUM_ALLOWED_HOSTS", ""), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			allowedHosts = append(allowedHosts, h)
+		}
+	}
+	fs.Var(&allowedHosts, "allowed-host", "another host name the API and the console answer for, such as a proxy's; repeat for more (PODIUM_ALLOWED_HOSTS, comma-separated). "+
+		"They always answer for loopback, the --public-url's and --advertise's hosts and the tailnet's names; any other Host gets 421, which keeps web pages that rebind their name to this address out")
+	metricsToken := fs.String("metrics-token-file", env("PODIUM_METRICS_TOKEN_FILE", ""), "file holding a token /metrics wants as `Authorization: Bearer` (PODIUM_METRICS_TOKEN_FILE); /metrics answers anyone without it")
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
 	debugListen := fs.String("debug-listen", env("PODIUM_DEBUG_LISTEN", ""), "loopback address to serve Go's profiler on, e.g. 127.0.0.1:7071 (PODIUM_DEBUG_LISTEN); off when empty")
@@ -414,7 +435,7 @@ func serve(args []string, stderr io.Writer) int {
 		DatabaseURL: db, Listen: *listen, AllowNonLoopback: *allow, Token: token,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
-		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
+		Advertise: *advertise, PublicURL: *publicURL, AllowedHosts: allowedHosts, MetricsTokenFile: *metricsToken, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},
 		Retention: ret, Notify: hooks, NoConsole: !consoleOn,
