@@ -111,3 +111,22 @@ func TestCookiesSecureWhenThePublicURLIsHTTPS(t *testing.T) {
 	}
 	t.Fatalf("no session cookie: %s", res.Status)
 }
+
+// A task's notify URL (a chat webhook's URL is the credential to post there)
+// is on its page for its owner and admins only; others see that it is
+// hidden.
+func TestNotifyURLsHiddenForNonOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox",
+		Notify: []*podiumv1.Notify{{Url: "https://hooks.chat.example/services/T1/B2/webhook-credential-xyz"}}}, false)
+	for who, shown := range map[string]bool{"alice": true, "ada": true, "bob": false, "vera": false} {
+		_, body := get(t, e.as(who), e.srv.URL, "/console/tasks/"+id)
+		if got := strings.Contains(body, "webhook-credential"); got != shown {
+			t.Errorf("%s sees the notify URL: %t, want %t", who, got, shown)
+		}
+		if !shown && !strings.Contains(body, "hidden: only the task") {
+			t.Errorf("%s: the page does not say the notify URL is hidden:\n%s", who, body)
+		}
+	}
+}
