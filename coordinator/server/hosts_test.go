@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -160,6 +162,59 @@ func TestBadHostFlagsRefused(t *testing.T) {
 			PublicURL: c.public, AllowedHosts: c.hosts})
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("public URL %q, allowed hosts %q: %v; want a refusal naming %s", c.public, c.hosts, err, c.flag)
+		}
+	}
+}
+
+// With --metrics-token-file, /metrics wants the token: none is 401, the
+// right one 200. A token file that is missing, empty, short or more than a
+// token is refused at start, naming the flag.
+func TestMetricsTokenFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef"
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{MetricsTokenFile: write("token", token+"\n")})
+	get := func(auth string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, r.URL()+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized || !strings.Contains(body, "--metrics-token-file") {
+		t.Errorf("/metrics without the token: %d %s, want 401 naming --metrics-token-file", code, body)
+	}
+	if code, body := get("Bearer " + token); code != http.StatusOK || !strings.Contains(body, "podium_tasks") {
+		t.Errorf("/metrics with the token: %d %s, want 200", code, body)
+	}
+	for _, c := range []struct{ path, says string }{
+		{filepath.Join(dir, "absent"), "no such file"},
+		{write("empty", ""), "holds 0 bytes"},
+		{write("short", "tooshort\n"), "at least 32"},
+		{write("two", token + " " + token), "more than one word"},
+		{write("big", strings.Repeat("x", 5000)), "longer than 4096"},
+		{dir, "not a regular file"},
+	} {
+		_, err := server.New(context.Background(), server.Config{DatabaseURL: db.URL, Token: coordtest.Token, MetricsTokenFile: c.path})
+		if err == nil || !strings.Contains(err.Error(), "--metrics-token-file") || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("token file %s: %v; want a refusal naming --metrics-token-file saying %q", c.path, err, c.says)
 		}
 	}
 }

@@ -182,6 +182,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := checkHosts(cfg.PublicURL, cfg.AllowedHosts); err != nil {
 		return nil, err
 	}
+	var metricsToken string
+	if cfg.MetricsTokenFile != "" {
+		var err error
+		if metricsToken, err = loadMetricsToken(cfg.MetricsTokenFile); err != nil {
+			return nil, err
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -274,7 +281,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// because the metrics count its sessions and the node service records
 	// into the metrics.
 	sessions := nodes.NewRegistry()
-	m := metrics.New(st, sessions.Len, log)
+	m := metrics.NewWith(metrics.Config{Token: metricsToken}, st, sessions.Len, log)
 	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
 		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},
 		bus.Deps{Metrics: m, Log: log})
@@ -307,8 +314,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	// /metrics is unauthenticated like /healthz: it says how busy the fleet
-	// is, never what any task is. Keep the port off the internet.
+	// /metrics is unauthenticated like /healthz unless --metrics-token-file
+	// is set: it says how busy the fleet is, never what any task is. Its
+	// SQL-read gauges are cached (metrics.DefaultCacheFor), so scraping it
+	// costs the API's pool at most one read per interval.
 	mux.Handle("GET /metrics", m.Handler())
 	var con *console.Console
 	if !cfg.NoConsole {
