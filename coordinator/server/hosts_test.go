@@ -208,7 +208,7 @@ func TestMetricsTokenFile(t *testing.T) {
 		{filepath.Join(dir, "absent"), "no such file"},
 		{write("empty", ""), "holds 0 bytes"},
 		{write("short", "tooshort\n"), "at least 32"},
-		{write("two", token + " " + token), "more than one word"},
+		{write("two", token+" "+token), "more than one word"},
 		{write("big", strings.Repeat("x", 5000)), "longer than 4096"},
 		{dir, "not a regular file"},
 	} {
