@@ -45,6 +45,7 @@ commands:
   serve     serve the Podium API and node streams
   migrate   apply the database schema and exit
   secrets rotate --new-key-file F   reseal every stored secret under a new key
+  apt key   print the apt signing key's fingerprint, for install.sh's FINGERPRINT
   healthcheck  exit 0 if a coordinator's /readyz answers 200 (for container HEALTHCHECKs)
   version   print the version
 
@@ -174,6 +175,8 @@ func run(args []string, stderr io.Writer) int {
 		return migrate(args[1:], stderr)
 	case "secrets":
 		return secretsCmd(args[1:], stderr)
+	case "apt":
+		return aptCmd(args[1:], os.Stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version":
