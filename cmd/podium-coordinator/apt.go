@@ -73,4 +73,3 @@ func aptCmd(args []string, stdout, stderr io.Writer) int {
 		"  curl -fsSL https://COORDINATOR/install.sh | sudo FINGERPRINT=%s sh\n", fp, fp)
 	return 0
 }
-
