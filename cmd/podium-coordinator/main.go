@@ -47,6 +47,7 @@ commands:
   serve     serve the Podium API and node streams
   migrate   apply the database schema and exit
   secrets rotate --new-key-file F   reseal every stored secret under a new key
+  apt key   print the apt signing key's fingerprint, for install.sh's FINGERPRINT
   healthcheck  exit 0 if a coordinator's /readyz answers 200 (for container HEALTHCHECKs)
   version   print the version
 
@@ -113,6 +114,16 @@ func (s secret) Set(v string) error {
 	return nil
 }
 
+// hostsFlag is a repeatable flag of host names.
+type hostsFlag []string
+
+func (h *hostsFlag) String() string { return strings.Join(*h, ",") }
+
+func (h *hostsFlag) Set(v string) error {
+	*h = append(*h, v)
+	return nil
+}
+
 // sizeFlag is a byte count written as a number with an optional binary unit:
 // 1073741824, 1GiB, 512MiB, 64KiB (K, M, G, T alone mean the same units).
 type sizeFlag struct{ n int64 }
@@ -166,6 +177,8 @@ func run(args []string, stderr io.Writer) int {
 		return migrate(args[1:], stderr)
 	case "secrets":
 		return secretsCmd(args[1:], stderr)
+	case "apt":
+		return aptCmd(args[1:], os.Stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version":
@@ -220,6 +233,17 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	fs.DurationVar(&idleTimeout, "idle-timeout", idleTimeout, "close a connection that carried no request for this long (PODIUM_IDLE_TIMEOUT)")
 	advertise := fs.String("advertise", env("PODIUM_ADVERTISE", ""), "URL nodes reach this replica at (PODIUM_ADVERTISE); default http://<listen>")
+	publicURL := fs.String("public-url", env("PODIUM_PUBLIC_URL", ""), "URL people open the coordinator at when a proxy or load balancer stands in front, e.g. https://podium.example.com (PODIUM_PUBLIC_URL); "+
+		"its host is one the API and the console answer for, and an https one makes the console's cookies Secure")
+	var allowedHosts hostsFlag
+	for _, h := range strings.Split(env("PODIUM_ALLOWED_HOSTS", ""), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			allowedHosts = append(allowedHosts, h)
+		}
+	}
+	fs.Var(&allowedHosts, "allowed-host", "another host name the API and the console answer for, such as a proxy's; repeat for more (PODIUM_ALLOWED_HOSTS, comma-separated). "+
+		"They always answer for loopback, the --public-url's and --advertise's hosts and the tailnet's names; any other Host gets 421, which keeps web pages that rebind their name to this address out")
+	metricsToken := fs.String("metrics-token-file", env("PODIUM_METRICS_TOKEN_FILE", ""), "file holding a token /metrics wants as `Authorization: Bearer` (PODIUM_METRICS_TOKEN_FILE); /metrics answers anyone without it")
 	replica := fs.String("replica-id", env("PODIUM_REPLICA_ID", ""), "name of this replica (PODIUM_REPLICA_ID); a fresh id by default")
 	logFormat := fs.String("log-format", env("PODIUM_LOG_FORMAT", "text"), "text or json (PODIUM_LOG_FORMAT)")
 	debugListen := fs.String("debug-listen", env("PODIUM_DEBUG_LISTEN", ""), "loopback address to serve Go's profiler on, e.g. 127.0.0.1:7071 (PODIUM_DEBUG_LISTEN); off when empty")
@@ -427,7 +451,7 @@ func serve(args []string, stderr io.Writer) int {
 		DatabaseURL: db, Listen: *listen, AllowNonLoopback: *allow, Token: token,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
 		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
-		Advertise: *advertise, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
+		Advertise: *advertise, PublicURL: *publicURL, AllowedHosts: allowedHosts, MetricsTokenFile: *metricsToken, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},
 		Retention: ret, Notify: hooks, NoConsole: !consoleOn, MaxMemberPriority: int32(maxMemberPriority),

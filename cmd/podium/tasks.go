@@ -205,7 +205,7 @@ var taskGetCommand = &command{
 	name:      "task get",
 	synopsis:  "[--json] ID",
 	summary:   "Show one task.",
-	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it: with its env values only to the person who submitted it and to admins (env_hidden is true when they were taken out).`,
+	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it: with its env values only to the person who submitted it and to admins (env_hidden is true when they were taken out). Notify URLs, often credentials themselves, are likewise shown only to them: others see "(hidden)" (notify_hidden in --json).`,
 	usageExit: exitUsage,
 	run:       runTaskGet,
 }
@@ -228,6 +228,24 @@ func runTaskGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 	}
 	writeTask(c.stdout, resp.Msg.GetTask(), time.Now())
 	return exitOK
+}
+
+// notifyText lists a task's notify targets: each URL and its events, or
+// "(hidden)" where the API left the URL out (it is shown to the task's owner
+// and to admins only, as it is often a credential itself).
+func notifyText(ns []*podiumv1.Notify, hidden bool) string {
+	parts := make([]string, 0, len(ns))
+	for _, n := range ns {
+		u := n.GetUrl()
+		if u == "" && hidden {
+			u = "(hidden)"
+		}
+		if ev := n.GetEvents(); len(ev) > 0 {
+			u += " (" + strings.Join(ev, ", ") + ")"
+		}
+		parts = append(parts, u)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // writeTask prints a task as "key: value" lines, leaving out what is unset.
@@ -275,6 +293,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	if refs := s.GetSecrets(); len(refs) > 0 {
 		line("secrets", secretsText(refs))
 	}
+	line("notify", notifyText(s.GetNotify(), t.GetNotifyHidden()))
 	line("working dir", s.GetWorkingDir())
 	line("labels", strings.Join(s.GetLabels(), ", "))
 	line("resources", resourcesText(s.GetResources()))

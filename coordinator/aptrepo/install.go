@@ -86,10 +86,14 @@ func InstallScript(base string) ([]byte, error) {
 var installTemplate = template.Must(template.New("install.sh").Parse(`#!/bin/sh
 # Installs podium-agent from the apt repository of the Podium coordinator at
 # {{.Base}}:
-#   curl -fsSL {{.Base}}/install.sh | sudo sh
-# It adds the repository's signing key to /etc/apt/keyrings/podium.gpg, the
-# repository to /etc/apt/sources.list.d/podium.sources, and installs the
-# package. Running it again changes nothing but a new key or URL.
+#   curl -fsSL {{.Base}}/install.sh | sudo FINGERPRINT=... sh
+# FINGERPRINT is the repository signing key's, as 'podium-coordinator apt key'
+# prints it on the coordinator: the key downloaded is refused unless it has
+# it. Without FINGERPRINT the key is trusted as downloaded (on first use),
+# and its fingerprint printed to compare. It adds the key to
+# /etc/apt/keyrings/podium.gpg, the repository to
+# /etc/apt/sources.list.d/podium.sources, and installs the package. Running
+# it again changes nothing but a new key or URL.
 set -eu
 
 base='{{.Base}}'
@@ -101,7 +105,7 @@ fail() {
 	exit 1
 }
 
-[ "$(id -u)" -eq 0 ] || fail "run me as root: curl -fsSL $base/install.sh | sudo sh"
+[ "$(id -u)" -eq 0 ] || fail "run me as root: curl -fsSL $base/install.sh | sudo FINGERPRINT=... sh"
 command -v apt-get >/dev/null 2>&1 || fail "this is not a Debian-based system (no apt-get); install the podium-agent .deb by hand"
 arch=$(dpkg --print-architecture)
 case " {{.Archs}} " in
@@ -123,10 +127,72 @@ fetch() {
 	fi
 }
 
+# fingerprint FILE prints the OpenPGP v4 fingerprint of the first key in a
+# binary keyring (the SHA-1 of its public key packet, RFC 4880 12.2), as gpg
+# prints it, with nothing but od, dd and sha1sum: a minimal Debian has no gpg.
+fingerprint() {
+	# shellcheck disable=SC2046 # the bytes, one word each
+	set -- "$1" $(od -An -tu1 -N7 "$1")
+	[ $# -ge 3 ] && [ $(($2 & 128)) -ne 0 ] || return 1
+	if [ $(($2 & 64)) -ne 0 ]; then
+		tag=$(($2 & 63))
+		if [ "$3" -lt 192 ]; then
+			len=$3 hdr=2
+		elif [ "$3" -lt 224 ]; then
+			len=$(((($3 - 192) << 8) + $4 + 192)) hdr=3
+		elif [ "$3" -eq 255 ]; then
+			len=$((($4 << 24) + ($5 << 16) + ($6 << 8) + $7)) hdr=6
+		else
+			return 1
+		fi
+	else
+		tag=$((($2 >> 2) & 15))
+		case $(($2 & 3)) in
+		0) len=$3 hdr=2 ;;
+		1) len=$((($3 << 8) + $4)) hdr=3 ;;
+		2) len=$((($3 << 24) + ($4 << 16) + ($5 << 8) + $6)) hdr=5 ;;
+		*) return 1 ;;
+		esac
+	fi
+	[ "$tag" -eq 6 ] && [ "$len" -gt 0 ] && [ "$len" -lt 65536 ] || return 1
+	[ "$(od -An -tu1 -j "$hdr" -N1 "$1" | tr -d ' ')" = 4 ] || return 1
+	{
+		# shellcheck disable=SC2059 # the octal escapes are the format
+		printf "\\231\\$(printf %o $((len >> 8)))\\$(printf %o $((len & 255)))"
+		dd if="$1" bs=1 skip="$hdr" count="$len" 2>/dev/null
+	} | sha1sum | cut -d' ' -f1 | tr abcdef ABCDEF
+}
+
 echo "→ adding the signing key of $base/apt to $keyring" >&2
 install -d -m 0755 /etc/apt/keyrings
 fetch "$base/apt/podium.gpg" "$keyring.new" || fail "cannot download $base/apt/podium.gpg"
 [ -s "$keyring.new" ] || fail "$base/apt/podium.gpg is empty: is that a Podium coordinator serving its apt repository?"
+got=$(fingerprint "$keyring.new") || {
+	rm -f "$keyring.new"
+	fail "$base/apt/podium.gpg is not an OpenPGP v4 public key: is that a Podium coordinator serving its apt repository?"
+}
+want=$(printf '%s' "${FINGERPRINT:-}" | tr -d ' :' | tr abcdef ABCDEF)
+want=${want#0X}
+if [ -n "$want" ]; then
+	if [ "$got" != "$want" ]; then
+		rm -f "$keyring.new"
+		fail "the signing key at $base/apt/podium.gpg has fingerprint $got, not the FINGERPRINT you gave ($want). Nothing was installed. Either something between this machine and the coordinator replaced the key, or the coordinator's key is another: run 'podium-coordinator apt key' on the coordinator and compare"
+	fi
+	echo "→ the signing key's fingerprint is $got, as FINGERPRINT says" >&2
+else
+	cat >&2 <<EOF
+
+!! No FINGERPRINT given: the signing key was trusted as downloaded from
+!! $base, on first use. Its fingerprint is
+!!
+!!   $got
+!!
+!! Compare it with what 'podium-coordinator apt key' prints on the
+!! coordinator; pin it on the next machines with
+!!   curl -fsSL $base/install.sh | sudo FINGERPRINT=$got sh
+
+EOF
+fi
 chmod 0644 "$keyring.new"
 mv -f "$keyring.new" "$keyring"
 

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/access"
@@ -105,8 +107,58 @@ func (c *Console) csrfCookie(w http.ResponseWriter, r *http.Request) string {
 	}
 	tok := hex.EncodeToString(random(32))
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: "/console", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 	return tok
+}
+
+// secure reports whether the console's cookies are Secure: when the request
+// came over TLS, and when people reach the console at an https public URL,
+// through a proxy that ends TLS and speaks plain HTTP to the coordinator.
+// Without it a cookie set behind such a proxy would also be sent over plain
+// HTTP to the same name, where anyone on the path reads it.
+func (c *Console) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(c.cfg.PublicURL), "https://")
+}
+
+// sameOrigin refuses a form posted from another site: its Origin must be
+// the console's own (the request's Host, or the public URL's host), or, for
+// a browser that sends no Origin, Sec-Fetch-Site must say same-origin or
+// none (typed or bookmarked). A client that sends neither header is no
+// browser, which no other site can drive; the form's CSRF token still
+// guards it. The CSRF token alone would do while it stays secret; this
+// holds when it does not (read by a page that rebound its name to the
+// console's address, say) and for browsers that do not keep SameSite.
+func (c *Console) sameOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin != "" && origin != "null" {
+		u, err := url.Parse(origin)
+		if err == nil && u.Host != "" && (strings.EqualFold(u.Host, r.Host) || c.publicOrigin(u)) {
+			return nil
+		}
+		return fmt.Errorf("this form was sent from %.200s, another site than this console (%.200s): the console takes forms only from its own pages. "+
+			"Open the console at its own address and send the form from there", origin, r.Host)
+	}
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "same-origin", "none":
+		return nil
+	case "":
+		if origin == "" {
+			return nil
+		}
+		return errors.New("this form was sent from a page with no origin (Origin: null): the console takes forms only from its own pages; open the console at its own address and send the form from there")
+	default:
+		return fmt.Errorf("this form was sent from another site (Sec-Fetch-Site: %.40s): the console takes forms only from its own pages. "+
+			"Open the console at its own address and send the form from there", site)
+	}
+}
+
+// publicOrigin reports whether u is the public URL's origin.
+func (c *Console) publicOrigin(u *url.URL) bool {
+	if c.cfg.PublicURL == "" {
+		return false
+	}
+	p, err := url.Parse(c.cfg.PublicURL)
+	return err == nil && strings.EqualFold(p.Scheme, u.Scheme) && strings.EqualFold(p.Host, u.Host)
 }
 
 // csrfOK compares a form's token with the expected one in constant time.
@@ -140,6 +192,12 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Policy != nil {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
+		return
+	}
+	if err := c.sameOrigin(r); err != nil {
+		c.log.Warn("console: refused a sign-in sent from another site", "origin", r.Header.Get("Origin"),
+			"sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
+		c.fail(w, r, nil, http.StatusForbidden, err.Error())
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -188,7 +246,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("console sign-in", "who", who, "remote", r.RemoteAddr)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/console", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: int(c.cfg.SessionTTL.Seconds())})
+		Secure: c.secure(r), SameSite: http.SameSiteStrictMode, MaxAge: int(c.cfg.SessionTTL.Seconds())})
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
 
@@ -202,7 +260,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/console", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		Secure: c.secure(r), SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	if c.cfg.Policy != nil {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
 		return

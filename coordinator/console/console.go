@@ -66,6 +66,11 @@ type Config struct {
 	Policy *tailnet.Policy
 	// Resolver gives a tailnet person their role, as it does for the API.
 	Resolver *access.Resolver
+	// PublicURL is the URL people open the console at when a proxy stands
+	// in front (server.Config.PublicURL). When it is https the cookies are
+	// Secure even though the request reaching here is plain HTTP, and a
+	// form posted from its origin counts as the console's own.
+	PublicURL string
 	// SessionTTL is how long a session lasts; DefaultSessionTTL when 0.
 	SessionTTL time.Duration
 	// MaxFollow bounds one live-log connection; the browser reconnects
@@ -231,6 +236,12 @@ func (c *Console) authed(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if r.Method == http.MethodPost {
+			if err := c.sameOrigin(r); err != nil {
+				c.log.Warn("console: refused a form sent from another site", "path", r.URL.Path, "who", v.Name,
+					"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
+				c.fail(w, r, v, http.StatusForbidden, err.Error())
+				return
+			}
 			if err := r.ParseForm(); err != nil {
 				c.fail(w, r, v, http.StatusRequestEntityTooLarge, "The form could not be read ("+err.Error()+"); send less.")
 				return

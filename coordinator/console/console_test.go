@@ -52,6 +52,12 @@ type env struct {
 
 func newEnv(t *testing.T, tls bool) *env {
 	t.Helper()
+	return newEnvWith(t, tls, "")
+}
+
+// newEnvWith is newEnv with the console's public URL (console.Config).
+func newEnvWith(t *testing.T, tls bool, publicURL string) *env {
+	t.Helper()
 	ctx := context.Background()
 	db := pgtest.NewDatabase(t)
 	st, err := store.Open(ctx, db.URL)
@@ -72,7 +78,7 @@ func newEnv(t *testing.T, tls bool) *env {
 	t.Cleanup(func() { stop(); <-done })
 	svc := tasks.NewService(tasks.Deps{Store: st, Bus: b, Log: log})
 	adm := admin.NewService(admin.Config{Transport: "local"}, admin.Deps{Store: st, Log: log})
-	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute},
+	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute, PublicURL: publicURL},
 		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log})
 	var srv *httptest.Server
 	if tls {

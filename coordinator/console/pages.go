@@ -270,6 +270,12 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if t.GetNotifyHidden() {
+		// The view blanked them: say so rather than show an empty URL.
+		for _, n := range spec.GetNotify() {
+			n.Url = "(hidden: only the task's owner and admins see notify URLs)"
+		}
+	}
 	slices.SortFunc(p.Env, func(a, b envVar) int { return strings.Compare(a.Name, b.Name) })
 	if b, err := (protojson.MarshalOptions{Multiline: true, Indent: "  "}).Marshal(spec); err == nil {
 		p.SpecJSON = string(b)

@@ -1,11 +1,14 @@
 package logarchive
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"sync/atomic"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -17,16 +20,81 @@ import (
 // the task again and continue from the position already reached.
 var ErrReplaced = errors.New("the task's log archive was replaced since the task was read")
 
+// DefaultPageSize is how much of an archive kept in Postgres one query
+// reads: a reader holds one page, whatever the archive's size.
+const DefaultPageSize = 256 << 10
+
 // Reader reads tasks' archived logs, from the object store or Postgres.
 type Reader struct {
-	store   *store.Store
-	objects *artifacts.Service
+	store    *store.Store
+	objects  *artifacts.Service
+	pageSize int
+	// held is the most bytes of an archive in Postgres this reader has
+	// held at once (MaxHeld).
+	held atomic.Int64
 }
 
 // NewReader returns a Reader. objects may be nil (no object store): an
 // archive in the object store is then an error that says so.
 func NewReader(st *store.Store, objects *artifacts.Service) *Reader {
-	return &Reader{store: st, objects: objects}
+	return NewReaderPaged(st, objects, DefaultPageSize)
+}
+
+// NewReaderPaged is NewReader reading archives kept in Postgres pageSize
+// bytes at a time.
+func NewReaderPaged(st *store.Store, objects *artifacts.Service, pageSize int) *Reader {
+	if pageSize <= 0 {
+		pageSize = DefaultPageSize
+	}
+	return &Reader{store: st, objects: objects, pageSize: pageSize}
+}
+
+// MaxHeld is the most bytes of an archive kept in Postgres that this reader
+// has held in memory at once, over all its reads: one page at most.
+func (r *Reader) MaxHeld() int64 { return r.held.Load() }
+
+// pgArchive reads an archive kept in Postgres one page at a time (a
+// substring of the value), so a request for a log holds one page of it
+// whatever its size. Every page is of the archive with the SHA-256 the task
+// was read with; once it is replaced the read ends with ErrReplaced.
+type pgArchive struct {
+	r      *Reader
+	ctx    context.Context
+	taskID string
+	sha    string
+	off    int64
+	page   []byte
+	eof    bool
+}
+
+func (p *pgArchive) Read(b []byte) (int, error) {
+	if len(p.page) == 0 {
+		if p.eof {
+			return 0, io.EOF
+		}
+		page, err := p.r.store.LogArchivePage(p.ctx, p.taskID, p.sha, p.off, p.r.pageSize)
+		if errors.Is(err, store.ErrNotFound) {
+			return 0, ErrReplaced
+		}
+		if err != nil {
+			return 0, fmt.Errorf("task %s: read its log archive from Postgres at byte %d: %w", p.taskID, p.off, err)
+		}
+		for {
+			held := p.r.held.Load()
+			if int64(len(page)) <= held || p.r.held.CompareAndSwap(held, int64(len(page))) {
+				break
+			}
+		}
+		p.off += int64(len(page))
+		p.eof = len(page) < p.r.pageSize
+		p.page = page
+		if len(page) == 0 {
+			return 0, io.EOF
+		}
+	}
+	n := copy(b, p.page)
+	p.page = p.page[n:]
+	return n, nil
 }
 
 // Events calls fn, in order, for each event of task taskID's archive a whose
@@ -86,19 +154,17 @@ func (r *Reader) damaged(taskID string, a store.LogArchive, err error) error {
 // records.
 func (r *Reader) open(ctx context.Context, taskID string, a store.LogArchive) (io.Reader, func(), error) {
 	if a.Key == nil {
-		data, err := r.store.LogArchiveData(ctx, taskID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil, ErrReplaced
-		}
-		if err != nil {
+		// Twice through, a page at a time: once to check its size and
+		// SHA-256 before a byte is decoded, then to decode it. Either
+		// pass ends with ErrReplaced if the archive is replaced.
+		h := newHashCounter()
+		if _, err := io.Copy(h, io.LimitReader(&pgArchive{r: r, ctx: ctx, taskID: taskID, sha: *a.SHA256}, *a.Size+1)); err != nil {
 			return nil, nil, err
 		}
-		sp := newSpool()
-		_, _ = sp.Write(data)
-		if err := r.check(taskID, a, sp); err != nil {
+		if err := r.check(taskID, a, h); err != nil {
 			return nil, nil, err
 		}
-		return bytes.NewReader(data), func() {}, nil
+		return &pgArchive{r: r, ctx: ctx, taskID: taskID, sha: *a.SHA256}, func() {}, nil
 	}
 	if !r.objects.ObjectsEnabled() {
 		return nil, nil, fmt.Errorf("task %s: its log is archived in the object store (%s), but this coordinator has none configured: "+
@@ -131,7 +197,30 @@ func (r *Reader) open(ctx context.Context, taskID string, a store.LogArchive) (i
 	return rd, func() { _ = sp.Close() }, nil
 }
 
-func (r *Reader) check(taskID string, a store.LogArchive, sp *spool) error {
+// sized is what check compares with what the task records.
+type sized interface {
+	Size() int64
+	SHA256() string
+}
+
+// hashCounter hashes and counts what is written to it, and keeps nothing.
+type hashCounter struct {
+	n int64
+	h hash.Hash
+}
+
+func newHashCounter() *hashCounter { return &hashCounter{h: sha256.New()} }
+
+func (c *hashCounter) Write(p []byte) (int, error) {
+	c.h.Write(p)
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+func (c *hashCounter) Size() int64    { return c.n }
+func (c *hashCounter) SHA256() string { return hex.EncodeToString(c.h.Sum(nil)) }
+
+func (r *Reader) check(taskID string, a store.LogArchive, sp sized) error {
 	if sp.Size() != *a.Size || sp.SHA256() != *a.SHA256 {
 		size := fmt.Sprint(sp.Size())
 		if sp.Size() > *a.Size {

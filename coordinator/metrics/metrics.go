@@ -7,8 +7,12 @@ package metrics
 
 import (
 	"context"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,12 +35,39 @@ type Metrics struct {
 	busDeliveries   *prometheus.CounterVec
 	logsArchived    prometheus.Counter
 	archiveBytes    prometheus.Counter
+	sqlReads        prometheus.Counter
+	fleet           *fleet
+	// token is what /metrics wants as a bearer token; "" for none.
+	token string
 }
 
-// New registers the instruments and the SQL-backed collector. sessions reports
-// how many node streams this replica holds.
+// Config tunes the metrics.
+type Config struct {
+	// CacheFor is how long the gauges read from Postgres are served from the
+	// last reading; DefaultCacheFor when 0.
+	CacheFor time.Duration
+	// Token, when set, is the bearer token /metrics wants
+	// (Authorization: Bearer TOKEN); without it /metrics answers anyone.
+	Token string
+	// Now is the clock the cache goes by; time.Now when nil.
+	Now func() time.Time
+}
+
+// New registers the instruments and the SQL-backed collector with the
+// default Config. sessions reports how many node streams this replica holds.
 func New(st *store.Store, sessions func() int, log *slog.Logger) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	return NewWith(Config{}, st, sessions, log)
+}
+
+// NewWith is New with a Config.
+func NewWith(cfg Config, st *store.Store, sessions func() int, log *slog.Logger) *Metrics {
+	if cfg.CacheFor <= 0 {
+		cfg.CacheFor = DefaultCacheFor
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Metrics{reg: prometheus.NewRegistry(), token: cfg.Token}
 	m.dispatchLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "podium_dispatch_latency_seconds",
 		Help:    "Time from a task's submission to its assignment to a node (first attempts).",
@@ -60,20 +91,43 @@ func New(st *store.Store, sessions func() int, log *slog.Logger) *Metrics {
 		Name: "podium_log_archives_total", Help: "Task logs archived (or re-archived) by this replica's log archive job."})
 	m.archiveBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "podium_log_archive_bytes_total", Help: "Compressed bytes of the log archives this replica's job wrote."})
-	m.reg.MustRegister(m.logsArchived, m.archiveBytes, &archiveBacklog{store: st, log: log})
+	m.sqlReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "podium_metrics_sql_reads_total",
+		Help: "Times this replica read the fleet's gauges from Postgres; at most one per cache interval, however often /metrics is scraped."})
+	m.fleet = &fleet{store: st, log: log, cacheFor: cfg.CacheFor, now: cfg.Now, reads: m.sqlReads}
+	m.reg.MustRegister(m.logsArchived, m.archiveBytes, m.sqlReads)
 	m.reg.MustRegister(m.dispatchLatency, m.eventsIngested, m.bytesIngested, m.flushSeconds, m.beatsWritten,
 		m.busDeliveries, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "podium_node_sessions", Help: "Node streams held by this replica."},
 			func() float64 { return float64(sessions()) }),
-		&fleet{store: st, log: log})
+		m.fleet)
 	return m
 }
 
-// Handler serves the metrics.
+// Handler serves the metrics; with a token (Config.Token), only to requests
+// that carry it.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	if m.token == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(m.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="podium metrics"`)
+			http.Error(w, "/metrics wants the metrics token: send Authorization: Bearer followed by the content of the coordinator's "+
+				"--metrics-token-file (PODIUM_METRICS_TOKEN_FILE); in Prometheus, authorization: {credentials_file: …} in the scrape config",
+				http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
+
+// SQLReads is how many times the gauges were read from Postgres (the
+// podium_metrics_sql_reads_total counter).
+func (m *Metrics) SQLReads() int64 { return m.fleet.readCount.Load() }
 
 // Dispatched records a task's submit→assign latency.
 func (m *Metrics) Dispatched(d time.Duration) {
@@ -114,56 +168,83 @@ func (m *Metrics) Delivered(channel string) {
 }
 
 var (
-	tasksDesc = prometheus.NewDesc("podium_tasks", "Tasks by state, from Postgres.", []string{"state"}, nil)
-	nodesDesc = prometheus.NewDesc("podium_nodes", "Enrolled nodes by status, from Postgres.", []string{"status"}, nil)
+	tasksDesc   = prometheus.NewDesc("podium_tasks", "Tasks by state, from Postgres.", []string{"state"}, nil)
+	nodesDesc   = prometheus.NewDesc("podium_nodes", "Enrolled nodes by status, from Postgres.", []string{"status"}, nil)
+	backlogDesc = prometheus.NewDesc("podium_log_archive_backlog",
+		"Terminal tasks whose log is not (or no longer wholly) archived, from Postgres (its partial index).", nil, nil)
 )
 
-// fleet reads the tables at scrape time.
+// DefaultCacheFor is how long the gauges read from Postgres are served from
+// what was last read (Config.CacheFor).
+const DefaultCacheFor = 5 * time.Second
+
+// fleet reads the fleet's shape from Postgres for the gauges, at most once
+// per cacheFor however often and however many at once scrape: /metrics
+// answers anyone who reaches the port, and its queries run on the same small
+// pool as the API, so a scraper in a tight loop (or many replicas' worth of
+// them) must not become load on it. Concurrent scrapes of a stale reading
+// wait for the one refresh under way and share it.
 type fleet struct {
-	store *store.Store
-	log   *slog.Logger
+	store    *store.Store
+	log      *slog.Logger
+	cacheFor time.Duration
+	now      func() time.Time
+	reads    prometheus.Counter
+	// readCount counts the reads as reads does, for SQLReads.
+	readCount atomic.Int64
+
+	mu      sync.Mutex
+	readAt  time.Time
+	read    bool // a reading was taken (readAt is its time)
+	tasks   map[string]int64
+	nodes   map[string]int64
+	backlog int64
+	fleetOK bool
+	logOK   bool
+}
+
+// reading returns the cached reading, reading Postgres first when it is
+// older than cacheFor.
+func (f *fleet) reading() (tasks, nodes map[string]int64, backlog int64, fleetOK, logOK bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.read || f.now().Sub(f.readAt) >= f.cacheFor {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.reads.Inc()
+		f.readCount.Add(1)
+		var err error
+		f.tasks, f.nodes, err = f.store.FleetCounts(ctx)
+		if f.fleetOK = err == nil; err != nil {
+			f.log.Warn("metrics: read the fleet from Postgres", "err", err)
+		}
+		f.backlog, err = f.store.ArchiveBacklog(ctx)
+		if f.logOK = err == nil; err != nil {
+			f.log.Warn("metrics: read the log archive backlog from Postgres", "err", err)
+		}
+		f.read, f.readAt = true, f.now()
+	}
+	return f.tasks, f.nodes, f.backlog, f.fleetOK, f.logOK
 }
 
 func (f *fleet) Describe(ch chan<- *prometheus.Desc) {
 	ch <- tasksDesc
 	ch <- nodesDesc
+	ch <- backlogDesc
 }
 
 func (f *fleet) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	tasks, nodes, err := f.store.FleetCounts(ctx)
-	if err != nil {
-		f.log.Warn("metrics: read the fleet from Postgres", "err", err)
-		return
+	tasks, nodes, backlog, fleetOK, logOK := f.reading()
+	if fleetOK {
+		for _, s := range []string{store.Queued, store.Scheduled, store.Provisioning, store.Running,
+			store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+			ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(tasks[s]), s)
+		}
+		for _, s := range []string{"online", "unreachable", "offline"} {
+			ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(nodes[s]), s)
+		}
 	}
-	for _, s := range []string{store.Queued, store.Scheduled, store.Provisioning, store.Running,
-		store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
-		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(tasks[s]), s)
+	if logOK {
+		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(backlog))
 	}
-	for _, s := range []string{"online", "unreachable", "offline"} {
-		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(nodes[s]), s)
-	}
-}
-
-var backlogDesc = prometheus.NewDesc("podium_log_archive_backlog",
-	"Terminal tasks whose log is not (or no longer wholly) archived, from Postgres (its partial index).", nil, nil)
-
-// archiveBacklog reads the log archive job's queue at scrape time.
-type archiveBacklog struct {
-	store *store.Store
-	log   *slog.Logger
-}
-
-func (a *archiveBacklog) Describe(ch chan<- *prometheus.Desc) { ch <- backlogDesc }
-
-func (a *archiveBacklog) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := a.store.ArchiveBacklog(ctx)
-	if err != nil {
-		a.log.Warn("metrics: read the log archive backlog from Postgres", "err", err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(n))
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,7 +90,8 @@ func TestMetricsNameTheFleetFromTheDatabase(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	exec(t, db.URL, seed)
 	sessions := 4
-	m := metrics.New(openStore(t, db.URL), func() int { return sessions }, quiet)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := metrics.NewWith(metrics.Config{Now: func() time.Time { return now }}, openStore(t, db.URL), func() int { return sessions }, quiet)
 	m.Ingested(3, 100)
 	m.Flushed(5*time.Millisecond, 7)
 	m.Dispatched(50 * time.Millisecond)
@@ -117,11 +119,15 @@ func TestMetricsNameTheFleetFromTheDatabase(t *testing.T) {
 		`podium_bus_deliveries_total{channel="`+store.ChannelSubmit+`"} 2`,
 	)
 
-	// Nothing is cached: a change in the tables shows at the next scrape.
+	// The fleet's reading is kept for the cache's interval: a change in
+	// the tables shows at the first scrape after it; what this replica
+	// counts itself shows at once.
 	exec(t, db.URL,
 		"update podium.tasks set state = 'failed' where id = 'task_r'",
 		"update podium.nodes set status = 'unreachable' where id = 'node_2'")
 	sessions = 3
+	mustHave(t, scrape(t, m), `podium_tasks{state="running"} 1`, `podium_node_sessions 3`)
+	now = now.Add(metrics.DefaultCacheFor)
 	mustHave(t, scrape(t, m),
 		`podium_tasks{state="running"} 0`,
 		`podium_tasks{state="failed"} 1`,
@@ -158,4 +164,70 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.Flushed(time.Millisecond, 1)
 	m.Dispatched(time.Millisecond)
 	m.Delivered("x")
+}
+
+// However often and however many at once scrape, the gauges are read from
+// Postgres once per interval: 20 concurrent scrapes and 20 more in a row
+// make one read, counted by podium_metrics_sql_reads_total; the first
+// scrape after the interval makes the second.
+func TestScrapesShareOneSQLReadPerInterval(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	exec(t, db.URL, seed)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	m := metrics.NewWith(metrics.Config{CacheFor: 10 * time.Second, Now: clock}, openStore(t, db.URL), func() int { return 0 }, quiet)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `podium_tasks{state="queued"} 2`) {
+				t.Errorf("a concurrent scrape: %d\n%s", rec.Code, rec.Body.String())
+			}
+		})
+	}
+	wg.Wait()
+	for range 20 {
+		scrape(t, m)
+	}
+	if n := m.SQLReads(); n != 1 {
+		t.Errorf("40 scrapes within the interval read Postgres %d times, want 1", n)
+	}
+	mu.Lock()
+	now = now.Add(10 * time.Second)
+	mu.Unlock()
+	mustHave(t, scrape(t, m), "podium_metrics_sql_reads_total 2")
+	if n := m.SQLReads(); n != 2 {
+		t.Errorf("after the interval: %d reads, want 2", n)
+	}
+}
+
+// With a token, /metrics answers only a request that carries it as a
+// bearer token: none or a wrong one is 401 saying what to send.
+func TestMetricsToken(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	const token = "metrics-token-0123456789abcdef0123456789"
+	m := metrics.NewWith(metrics.Config{Token: token}, openStore(t, db.URL), func() int { return 0 }, quiet)
+	for _, auth := range []string{"", "Bearer", "Bearer wrong", "Basic " + token, "Bearer " + token + "x"} {
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "--metrics-token-file") ||
+			strings.Contains(rec.Body.String(), "podium_") {
+			t.Errorf("Authorization %q: %d %s; want 401 naming --metrics-token-file and no metrics", auth, rec.Code, rec.Body.String())
+		}
+	}
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "podium_node_sessions 0") {
+		t.Errorf("the right token: %d %s; want 200 and the metrics", rec.Code, rec.Body.String())
+	}
 }

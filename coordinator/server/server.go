@@ -79,6 +79,18 @@ type Config struct {
 	// Advertise is the URL nodes are told to reach this replica at; defaults to
 	// http://<Listen>.
 	Advertise string
+	// PublicURL is the URL people reach the coordinator at, when that is not
+	// Listen's address: a proxy's or a load balancer's. Its host is one the
+	// API and the console answer for (hosts.go), and when it is https the
+	// console's cookies are Secure though the proxy speaks plain HTTP here.
+	PublicURL string
+	// AllowedHosts are more host names (or addresses) the API and the
+	// console answer for, besides PublicURL's, Advertise's, loopback and the
+	// tailnet's names of this replica (hosts.go).
+	AllowedHosts []string
+	// MetricsTokenFile, when set, is a file whose content /metrics wants as
+	// a bearer token (metrics.Handler).
+	MetricsTokenFile string
 	// ReplicaID names this replica; a fresh id by default.
 	ReplicaID string
 	// Thresholds are the ones given explicitly (flags); they are stored for
@@ -172,6 +184,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Notify.Check(); err != nil {
 		return nil, err
 	}
+	if err := checkHosts(cfg.PublicURL, cfg.AllowedHosts); err != nil {
+		return nil, err
+	}
+	var metricsToken string
+	if cfg.MetricsTokenFile != "" {
+		var err error
+		if metricsToken, err = loadMetricsToken(cfg.MetricsTokenFile); err != nil {
+			return nil, err
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -264,7 +286,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// because the metrics count its sessions and the node service records
 	// into the metrics.
 	sessions := nodes.NewRegistry()
-	m := metrics.New(st, sessions.Len, log)
+	m := metrics.NewWith(metrics.Config{Token: metricsToken}, st, sessions.Len, log)
 	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
 		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},
 		bus.Deps{Metrics: m, Log: log})
@@ -299,8 +321,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	// /metrics is unauthenticated like /healthz: it says how busy the fleet
-	// is, never what any task is. Keep the port off the internet.
+	// /metrics is unauthenticated like /healthz unless --metrics-token-file
+	// is set: it says how busy the fleet is, never what any task is. Its
+	// SQL-read gauges are cached (metrics.DefaultCacheFor), so scraping it
+	// costs the API's pool at most one read per interval.
 	mux.Handle("GET /metrics", m.Handler())
 	var con *console.Console
 	if !cfg.NoConsole {
@@ -320,6 +344,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Transport == TransportLocal {
 		handler = newTokenGate(cfg.Token, st, handler)
 	}
+	guard := newHostGuard(s.ownHosts(), handler, log)
+	log.Info("the API and the console answer for these hosts only (--public-url, --allowed-host to add one)", "hosts", guard.Names())
+	handler = guard
 	handler = bodyLimits(handler, cfg.BodyReadTimeout)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -337,11 +364,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// ownHosts are the names this replica answers people for besides loopback:
+// the public URL's, the advertised URL's, the address it listens on when
+// that is one address, the tailnet's names, and those allowed explicitly.
+func (s *Server) ownHosts() []string {
+	hosts := append([]string{s.cfg.PublicURL, s.cfg.Advertise}, s.cfg.AllowedHosts...)
+	if h, _, err := net.SplitHostPort(s.addr); err == nil {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, h)
+		}
+	}
+	if s.endpoint != nil {
+		hosts = append(hosts, s.endpoint.URL)
+		hosts = append(hosts, s.endpoint.Names...)
+	}
+	return hosts
+}
+
 // consoleConfig identifies the console's callers as the API's are: on the
 // tailnet with the same policy and role resolver (transport.go), on the local
 // transport by the token, which the console's sign-in takes.
 func (s *Server) consoleConfig() console.Config {
-	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token}
+	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token, PublicURL: s.cfg.PublicURL}
 	if s.endpoint != nil {
 		t := s.cfg.Tailnet
 		cc.Token = ""

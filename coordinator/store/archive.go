@@ -314,3 +314,22 @@ func (s *Store) LogArchiveData(ctx context.Context, taskID string) ([]byte, erro
 	}
 	return data, err
 }
+
+// LogArchivePage returns at most n bytes of a task's archive kept in
+// Postgres, from byte off (0 first): one window of the value, so that a
+// reader holds one page of an archive of any size (package logarchive reads
+// it page by page). Every page is of the archive whose SHA-256 is sha: once
+// the task records another (it was archived again) or none (it is gone, or
+// its archive moved to the object store), it is ErrNotFound, so pages of two
+// archives never mix. Past the end it is empty.
+func (s *Store) LogArchivePage(ctx context.Context, taskID, sha string, off int64, n int) ([]byte, error) {
+	var page []byte
+	err := s.pool.QueryRow(ctx, `select substring(a.data from $3 for $4) from podium.task_log_archives a
+		join podium.tasks t on t.id = a.task_id
+		where a.task_id = $1 and t.log_archive_sha256 = $2 and t.log_archive_key is null`,
+		taskID, sha, off+1, n).Scan(&page)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return page, err
+}

@@ -194,6 +194,12 @@ func view(ctx context.Context, t store.Task) *podiumv1.Task {
 			sc.Env[k] = ""
 		}
 	}
+	// A notify URL is often a credential itself (a chat webhook's URL is
+	// all it takes to post there): only the owner and admins see it.
+	for _, n := range p.Spec.Notify {
+		n.Url = ""
+		p.NotifyHidden = true
+	}
 	return p
 }
 

@@ -39,7 +39,11 @@ func startBrowser() {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900))
+		chromedp.WindowSize(1280, 900),
+		// A name of an attacker's that resolves to this machine, as DNS
+		// rebinding makes one resolve to the coordinator's address
+		// (rebinding_test.go); no other test's name is touched.
+		chromedp.Flag("host-resolver-rules", "MAP *.rebind.test 127.0.0.1"))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
 	browser.ctx, browser.cancel = ctx, []context.CancelFunc{cancelCtx, cancelAlloc}
@@ -91,12 +95,18 @@ const defaultWait = 30 * time.Second
 
 func newPage(t *testing.T, s *stack) *page {
 	t.Helper()
+	return newPageAt(t, s.r.URL())
+}
+
+// newPageAt is a tab whose open loads paths under base.
+func newPageAt(t *testing.T, base string) *page {
+	t.Helper()
 	browser.once.Do(startBrowser)
 	if browser.err != nil {
 		t.Fatalf("browsertest: %v", browser.err)
 	}
 	ctx, cancel := chromedp.NewContext(browser.ctx, chromedp.WithNewBrowserContext())
-	p := &page{t: t, ctx: ctx, base: s.r.URL(), dir: screenshotDir(t), console: &syncBuffer{}}
+	p := &page{t: t, ctx: ctx, base: base, dir: screenshotDir(t), console: &syncBuffer{}}
 	// The first Do opens the tab and binds its life to the context it is
 	// given: ctx itself, since a deadline here would close the tab as
 	// soon as this returned.

@@ -137,7 +137,14 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	// The one line of README is curl ... | sh; this minimal Debian has no
 	// curl, so apt's own downloader fetches the script (which falls back
 	// to it as well).
-	fetch := "/usr/lib/apt/apt-helper -qq download-file " + coordURL + "/install.sh /root/install.sh >/dev/null && sh /root/install.sh"
+	// The fingerprint is pinned as README says: read on the coordinator
+	// with podium-coordinator apt key, given to install.sh as FINGERPRINT.
+	fpOut, fpErr, fpCode := h.run(time.Minute, "docker", "exec", coord.name, "podium-coordinator", "apt", "key")
+	fingerprint := strings.TrimSpace(fpOut)
+	if fpCode != 0 || len(fingerprint) != 40 {
+		t.Fatalf("podium-coordinator apt key: exit %d, printed %q\n%s", fpCode, fpOut, fpErr)
+	}
+	fetch := "/usr/lib/apt/apt-helper -qq download-file " + coordURL + "/install.sh /root/install.sh >/dev/null && FINGERPRINT=" + fingerprint + " sh /root/install.sh"
 	installOut := node.must(5*time.Minute, fetch+" 2>/root/install.log")
 	if !strings.Contains(installOut, "podium-agent enroll --coordinator "+coordURL+" --token TOKEN") {
 		t.Errorf("install.sh did not print the enroll command for %s:\n%s", coordURL, installOut)

@@ -29,6 +29,7 @@ import (
 	"tailscale.com/client/local"
 	"tailscale.com/client/tailscale/apitype"
 	"tailscale.com/ipn"
+	"tailscale.com/ipn/ipnstate"
 	"tailscale.com/tsnet"
 
 	"github.com/podiumhq/podium/coordinator/tailnet"
@@ -50,6 +51,12 @@ type Endpoint struct {
 	URL string
 	// Addr is the cleartext listener's tailnet address and port.
 	Addr string
+	// Names are the host names and addresses the device has on the
+	// tailnet (its MagicDNS name, that name's first label, its IPs): the
+	// names a request to it may carry in Host. The server answers people
+	// for these alone, so a page that rebinds a name of its own to the
+	// device's address gets nothing (DNS rebinding).
+	Names []string
 
 	stop func() error
 }
@@ -156,6 +163,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (*Endpoint, error) {
 		Listeners: []net.Listener{plain},
 		WhoIs:     whoIs{lc},
 		Addr:      net.JoinHostPort(ip4.String(), port),
+		Names:     deviceNames(st.Self, st.TailscaleIPs),
 	}
 	ep.URL = "http://" + ep.Addr
 	warmCtx, stopWarm := context.WithCancel(context.Background())
@@ -249,7 +257,27 @@ func host(ctx context.Context, lc *local.Client, port int, log *slog.Logger) (*E
 		return nil, fmt.Errorf("listen on the tailnet address %s: %w", addr, err)
 	}
 	log.Info("serving on the host's tailnet address", "addr", addr)
-	return &Endpoint{Listeners: []net.Listener{ln}, WhoIs: whoIs{lc}, Addr: addr, URL: "http://" + addr}, nil
+	return &Endpoint{Listeners: []net.Listener{ln}, WhoIs: whoIs{lc}, Addr: addr, URL: "http://" + addr,
+		Names: deviceNames(st.Self, st.TailscaleIPs)}, nil
+}
+
+// deviceNames are the names a device is reached by on the tailnet: its
+// MagicDNS name (without the root's dot), the short name MagicDNS also
+// answers for, and its addresses.
+func deviceNames(self *ipnstate.PeerStatus, ips []netip.Addr) []string {
+	var names []string
+	if self != nil {
+		if dns := strings.TrimSuffix(self.DNSName, "."); dns != "" {
+			names = append(names, dns)
+			if short, _, ok := strings.Cut(dns, "."); ok && short != "" {
+				names = append(names, short)
+			}
+		}
+	}
+	for _, ip := range ips {
+		names = append(names, ip.String())
+	}
+	return names
 }
 
 // whoIs adapts tailscale's local client to tailnet.WhoIser.

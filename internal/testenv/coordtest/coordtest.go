@@ -86,6 +86,11 @@ type Options struct {
 	// Notify is the replica's webhook delivery worker (see server.Config);
 	// tests give it short backoffs.
 	Notify notify.Config
+	// PublicURL, AllowedHosts and MetricsTokenFile are the server's (see
+	// server.Config).
+	PublicURL        string
+	AllowedHosts     []string
+	MetricsTokenFile string
 }
 
 // Start runs a replica on the database until the test ends.
@@ -116,6 +121,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 		Retention: opts.Retention, Schedules: opts.Schedules, Notify: opts.Notify,
+		PublicURL: opts.PublicURL, AllowedHosts: opts.AllowedHosts, MetricsTokenFile: opts.MetricsTokenFile,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {

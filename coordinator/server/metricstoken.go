@@ -1,0 +1,42 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+)
+
+// maxMetricsTokenFileBytes bounds what is read of the metrics token file: a
+// token is a line.
+const maxMetricsTokenFileBytes = 4096
+
+// loadMetricsToken reads the token /metrics wants from path (a file, like
+// the coordinator's other secrets, so it is not in ps or the environment),
+// without surrounding white space. It must be as long as the API token must:
+// long enough that guessing it is hopeless (`openssl rand -hex 32`).
+func loadMetricsToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("--metrics-token-file %s is not a regular file: give a file holding the token", path)
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, maxMetricsTokenFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	if len(raw) > maxMetricsTokenFileBytes {
+		return "", fmt.Errorf("--metrics-token-file %s is longer than %d bytes: it should hold one token, such as `openssl rand -hex 32` prints", path, maxMetricsTokenFileBytes)
+	}
+	tok := string(bytes.TrimSpace(raw))
+	if len(tok) < MinTokenBytes {
+		return "", fmt.Errorf("--metrics-token-file %s holds %d bytes of token, want at least %d: make one with `openssl rand -hex 32 > %s`", path, len(tok), MinTokenBytes, path)
+	}
+	if bytes.ContainsAny([]byte(tok), " \t\r\n") {
+		return "", fmt.Errorf("--metrics-token-file %s holds more than one word: it should hold one token, such as `openssl rand -hex 32` prints", path)
+	}
+	return tok, nil
+}
