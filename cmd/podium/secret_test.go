@@ -146,8 +146,8 @@ func TestSecretGrantCommandsOnARealCoordinator(t *testing.T) {
 		t.Fatalf("secret set: exit %d:\n%s", code, errOut)
 	}
 	code, out, errOut := admin("", "secret", "ls")
-	if code != 0 || !strings.Contains(out, "ALLOW") || !regexp.MustCompile(`deploy-key\s+token\s+\S+\s+alice,group:ml`).MatchString(out) ||
-		!regexp.MustCompile(`ci-token\s+token\s+\S+\s+admins only`).MatchString(out) {
+	if code != 0 || !strings.Contains(out, "ALLOW") || !regexp.MustCompile(`deploy-key\s+1\s+token\s+\S+\s+alice,group:ml`).MatchString(out) ||
+		!regexp.MustCompile(`ci-token\s+1\s+token\s+\S+\s+admins only`).MatchString(out) {
 		t.Fatalf("admin's secret ls: exit %d, want both with ALLOW:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = bob("", "secret", "ls")
