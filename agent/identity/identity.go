@@ -220,9 +220,18 @@ func Enroll(ctx context.Context, p EnrollParams) (*Identity, error) {
 
 func explainEnrollError(base string, err error) error {
 	switch connect.CodeOf(err) {
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+	case connect.CodeUnauthenticated:
 		return fmt.Errorf("the coordinator refused the enrollment token (%v): tokens are single-use and expire; "+
 			"ask an operator for a new one", err)
+	case connect.CodePermissionDenied:
+		// The token is good but the coordinator will not enroll this
+		// machine as asked (labels the token does not grant, an untagged
+		// tailnet device): its message says why and what to do.
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return fmt.Errorf("the coordinator refused the enrollment: %s", ce.Message())
+		}
+		return fmt.Errorf("the coordinator refused the enrollment: %w", err)
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
 		return fmt.Errorf("could not reach the coordinator at %s (%v): check the URL and that this machine can "+
 			"reach it", base, err)

@@ -25,8 +25,9 @@
 //	payload
 //	crc     4 bytes  big-endian CRC-32C of kind, length and payload
 //
-// H holds the assignment (protobuf, environment removed: it may hold secrets
-// and is not needed once the container exists). E holds the cursor's length
+// H holds the assignment (protobuf, without anything that may be a
+// credential: see withoutCredentials; none is needed once the container
+// exists). E holds the cursor's length
 // (4 bytes), the cursor and the event (protobuf). A holds the acknowledged
 // seq (8 bytes). C, written when a file is compacted, holds the last seq, the
 // acknowledged seq, a flags byte and the cursor, standing in for the records
@@ -69,9 +70,10 @@ const fileSuffix = ".spool"
 // Attempt is what a spool file held when the spool was opened.
 type Attempt struct {
 	attempt.Key
-	// Assign is the assignment the attempt was started with (without its
-	// environment, and with its secrets' names but not their values); nil for an attempt that only ever had an assignment
-	// rejected.
+	// Assign is the assignment the attempt was started with, without
+	// anything that may be a credential (see withoutCredentials: it keeps
+	// its secrets' names but not their values); nil for an attempt that only
+	// ever had an assignment rejected.
 	Assign *podiumv1.Assign
 	// LastSeq is the highest seq produced; Acked the highest acknowledged.
 	LastSeq, Acked uint64
@@ -221,22 +223,38 @@ func load(path string) (a *Attempt, f *file, err error) {
 		acked: a.Acked, lastSeq: a.LastSeq, cursor: a.Cursor, final: a.Final, ended: a.Ended}, nil
 }
 
+// withoutCredentials is a copy of a with every field that may hold a
+// credential emptied: the task's and its sidecars' environment, its secrets'
+// values, its private registry logins and its notify URLs (a chat webhook's
+// URL is itself the credential). The node's disk is not a place for them: a
+// backup, a cloned VM or a removed disk would carry them away. A restarted
+// agent needs none of them: it adopts containers that already exist (an
+// attempt whose container was never started is not resumed but lost, and
+// assigned afresh with everything), and the coordinator sends the secrets'
+// values again in its HelloAck. The secrets' names stay, so that a restarted
+// agent knows to hold the attempt's output until their values arrive.
+func withoutCredentials(a *podiumv1.Assign) *podiumv1.Assign {
+	hdr := proto.Clone(a).(*podiumv1.Assign)
+	if spec := hdr.GetSpec(); spec != nil {
+		spec.Env = nil
+		spec.Notify = nil
+		for _, sc := range spec.GetSidecars() {
+			sc.Env = nil
+		}
+	}
+	for _, v := range hdr.GetSecrets() {
+		v.Value = nil
+	}
+	hdr.RegistryAuths = nil
+	return hdr
+}
+
 // Begin starts the file of an attempt the node accepted, replacing any file
 // it had (a rejected assignment's). lastSeq is the seq its events continue
 // after, all of it already acknowledged.
 func (s *Spool) Begin(a *podiumv1.Assign, lastSeq uint64) error {
 	k := attempt.Of(a)
-	hdr := proto.Clone(a).(*podiumv1.Assign)
-	if hdr.GetSpec() != nil {
-		hdr.Spec.Env = nil
-	}
-	// The secrets' names stay, so that a restarted agent knows to hold the
-	// attempt's output until the coordinator sends their values again;
-	// their values are never written to disk.
-	for _, v := range hdr.GetSecrets() {
-		v.Value = nil
-	}
-	hb, err := proto.Marshal(hdr)
+	hb, err := proto.Marshal(withoutCredentials(a))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -157,5 +159,54 @@ func TestRemoveAndBeginAfterRejection(t *testing.T) {
 	_, got := open(t, dir)
 	if a := got["t1"]; a.LastSeq != 2 || a.Acked != 1 || len(a.Events) != 1 || a.Assign == nil {
 		t.Fatalf("reloaded %+v", a)
+	}
+}
+
+// TestSpoolKeepsNothingSecret: every field of an assignment that may hold a
+// credential (the task's and its sidecars' environment, its secrets' values,
+// its private registry logins, its notify URLs and their signing secrets'
+// names) stays off the node's disk, while the assignment the caller runs
+// keeps them all. A restarted agent needs none of them: it adopts containers
+// that exist already, and the coordinator sends secret values again.
+func TestSpoolKeepsNothingSecret(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir)
+	assign := &podiumv1.Assign{TaskId: "t1", Attempt: 1,
+		Spec: &podiumv1.TaskSpec{Image: "registry.example.com:5000/app:1",
+			Env: map[string]string{"API_TOKEN": "task-env-value-7f3a"},
+			Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "registry.example.com:5000/pg:16",
+				Env: map[string]string{"POSTGRES_PASSWORD": "sidecar-env-value-91cc"}}},
+			Notify: []*podiumv1.Notify{{Url: "https://hooks.example.com/services/T000/B000/notify-url-credential-5e1d"}}},
+		Secrets: []*podiumv1.SecretValue{{Name: "db-password", Value: []byte("secret-value-c0ffee"), Env: "PGPASSWORD"}},
+		RegistryAuths: []*podiumv1.RegistryAuth{{Host: "registry.example.com:5000", Username: "robot$ci",
+			Password: "registry-password-d00d"}}}
+	before := proto.Clone(assign)
+	if err := s.Begin(assign, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Append(statusEv("t1", 1, podiumv1.TaskState_TASK_STATE_PROVISIONING), []byte(`{"c":1}`))
+	_ = s.Close()
+	if !proto.Equal(assign, before) {
+		t.Fatal("Begin changed the caller's assignment")
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "t1-1.spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"task-env-value-7f3a", "sidecar-env-value-91cc", "secret-value-c0ffee",
+		"registry-password-d00d", "robot$ci", "notify-url-credential-5e1d"} {
+		if bytes.Contains(raw, []byte(secret)) {
+			t.Errorf("the spool file holds %q", secret)
+		}
+	}
+	_, got := open(t, dir)
+	a := got["t1"].Assign
+	if a.GetSpec().GetImage() != assign.GetSpec().GetImage() || len(a.GetSpec().GetSidecars()) != 1 ||
+		a.GetSpec().GetSidecars()[0].GetImage() != "registry.example.com:5000/pg:16" ||
+		len(a.GetSecrets()) != 1 || a.GetSecrets()[0].GetName() != "db-password" {
+		t.Fatalf("reloaded assignment lost what a restarted agent needs: %v", a)
+	}
+	if len(a.GetRegistryAuths()) != 0 || len(a.GetSpec().GetEnv()) != 0 || len(a.GetSpec().GetSidecars()[0].GetEnv()) != 0 {
+		t.Fatalf("reloaded assignment holds credentials: %v", a)
 	}
 }

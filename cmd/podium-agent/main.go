@@ -152,7 +152,9 @@ const enrollUsage = `Usage: podium-agent enroll --coordinator URL --token T [--l
 
 Joins this machine to a coordinator with a single-use enrollment token an
 operator created, saves the node's identity in the data directory and prints
-the node id.
+the node id. The node carries the token's labels; --label asking for others is
+refused (and the token left unused) unless the token was made with
+podium token create --allow-node-labels.
 
 The agent keeps its node's disk clean: images no task here has used for
 --image-gc-unused (24h) are removed, least recently used first, while the
@@ -174,7 +176,7 @@ func enroll(args []string, stdout, stderr io.Writer) int {
 	hostname := fs.String("hostname", "", "name the node reports (default: this machine's hostname)")
 	force := fs.Bool("force", false, "replace an existing identity (the old node stays behind at the coordinator)")
 	var labels stringList
-	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated)")
+	fs.Var(&labels, "label", "label to ask for, repeatable (also comma-separated); refused unless the token grants it or allows node labels")
 	ts := tsnetFlags(fs)
 	secFlags := securityFlags(fs)
 	if code := parse(fs, args, enrollUsage, stdout, stderr); code >= 0 {

@@ -75,7 +75,9 @@ var nodeLabelCommand = &command{
 	detail: `
 A label is a key or key=value, as in podium run --label: tasks that ask for a
 label run only on nodes that have it. Tasks already on the node are not
-affected.`,
+affected. Only an admin changes a node's labels once it is enrolled; a label
+added here shows in podium node get as added by the caller, even one the node
+had from its token or asked for itself (the admin now vouches for it).`,
 	usageExit: exitUsage,
 	run:       runNodeLabel,
 }
@@ -154,6 +156,36 @@ func runNodeGet(ctx context.Context, c *cli, cmd *command, args []string) int {
 	return exitPodium
 }
 
+// labelsWithSources is a node's labels, each with where it came from, so a
+// person deciding whether to trust a label sees who gave it:
+// "linux (token), gpu=a100 (node), prod (admin alice)". A coordinator that
+// sends no sources gets the labels alone.
+func labelsWithSources(n *podiumv1.Node) string {
+	src := n.GetLabelSources()
+	if len(src) != len(n.GetLabels()) {
+		return strings.Join(n.GetLabels(), ", ")
+	}
+	out := make([]string, len(src))
+	for i, l := range src {
+		from := l.GetSource()
+		switch from {
+		case "token":
+			from = "from the enrollment token"
+		case "node":
+			from = "asked for by the node"
+		case "admin":
+			from = "added by " + l.GetSetBy()
+			if l.GetSetBy() == "" {
+				from = "added by an admin"
+			}
+		case "unknown", "":
+			from = "source not recorded"
+		}
+		out[i] = fmt.Sprintf("%s (%s)", l.GetLabel(), from)
+	}
+	return strings.Join(out, ", ")
+}
+
 // writeNode prints a node as "key: value" lines, leaving out what is unset.
 func writeNode(w io.Writer, n *podiumv1.Node, coordinatorVersion string, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
@@ -175,7 +207,7 @@ func writeNode(w io.Writer, n *podiumv1.Node, coordinatorVersion string, now tim
 	if n.GetDraining() {
 		line("draining", "yes: it takes no new tasks")
 	}
-	line("labels", strings.Join(n.GetLabels(), ", "))
+	line("labels", labelsWithSources(n))
 	line("running", fmt.Sprint(n.GetRunningTasks()))
 	line("free slots", fmt.Sprint(n.GetFreeSlots()))
 	if capa.GetMaxTasks() != 0 {

@@ -15,13 +15,19 @@ import (
 
 var tokenCreateCommand = &command{
 	name:     "token create",
-	synopsis: "[--label L]... [--ttl DURATION]",
+	synopsis: "[--label L]... [--allow-node-labels] [--ttl DURATION]",
 	summary:  "Create a single-use enrollment token for a new node.",
 	detail: `
 Prints only the token on stdout, so that T=$(podium token create) works; the
 expiry goes to stderr. The token enrolls one node, once, before it expires;
-the coordinator keeps only its SHA-256, so it cannot be shown again. Nodes
-enrolled with it carry the given labels.`,
+the coordinator keeps only its SHA-256, so it cannot be shown again. The node
+enrolled with it carries exactly the given labels: labels decide which tasks,
+and so which secrets, reach a node, so a node does not choose its own, and
+podium-agent enroll --label asking for others is refused (the token stays
+unused). --allow-node-labels lets the node add labels of its own at
+enrollment; give it only to a token for a machine you trust to pick them.
+podium node label changes a node's labels later, and podium node get shows
+where each came from.`,
 	usageExit: exitUsage,
 	run:       runTokenCreate,
 }
@@ -30,6 +36,7 @@ func runTokenCreate(ctx context.Context, c *cli, cmd *command, args []string) in
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 	var labels stringList
 	fs.Var(&labels, "label", "give the enrolled node the `LABEL`, key or key=value (repeatable)")
+	allowNode := fs.Bool("allow-node-labels", false, "let the node add labels of its own (podium-agent enroll --label)")
 	ttl := fs.String("ttl", "", "keep the token usable for `DURATION`, e.g. 30m (default: the coordinator's, 1h)")
 	rest, done, code := c.parseFlags(cmd, fs, args)
 	if done {
@@ -55,7 +62,8 @@ func runTokenCreate(ctx context.Context, c *cli, cmd *command, args []string) in
 		return code
 	}
 	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {
-		return e.admin.CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels, TtlSeconds: ttlSeconds}))
+		return e.admin.CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: labels, TtlSeconds: ttlSeconds,
+			AllowNodeLabels: *allowNode}))
 	})
 	if err != nil {
 		return c.failed(cl, err, "")
@@ -72,6 +80,11 @@ func runTokenCreate(ctx context.Context, c *cli, cmd *command, args []string) in
 	}
 	if len(m.GetLabels()) > 0 {
 		fmt.Fprintf(c.stderr, "→ the node gets the labels %s\n", strings.Join(m.GetLabels(), ", "))
+	}
+	if m.GetAllowNodeLabels() {
+		fmt.Fprintln(c.stderr, "→ the node may add labels of its own (podium-agent enroll --label): they steer tasks and their secrets to it")
+	} else if *allowNode {
+		fmt.Fprintf(c.stderr, "podium: the coordinator at %s did not make the token allow node labels: upgrade it; the node carries only the token's labels\n", cl.server())
 	}
 	return exitOK
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -57,7 +58,9 @@ func NewService(cfg Config, deps Deps) *Service {
 }
 
 // CreateEnrollmentToken makes a single-use token. The token is shown once;
-// only its SHA-256 is stored.
+// only its SHA-256 is stored. The node it enrolls carries exactly its labels
+// unless allow_node_labels lets the node add its own: labels steer work, and
+// secrets with it, so by default a node does not choose them.
 func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Request[podiumv1.CreateEnrollmentTokenRequest]) (*connect.Response[podiumv1.CreateEnrollmentTokenResponse], error) {
 	ttl := time.Duration(req.Msg.GetTtlSeconds()) * time.Second
 	switch {
@@ -75,12 +78,14 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 	}
 	token, hash := nodes.NewSecret(nodes.TokenPrefix)
 	expires := time.Now().Add(ttl)
-	if err := s.store.CreateToken(ctx, hash, req.Msg.GetLabels(), expires); err != nil {
+	allow := req.Msg.GetAllowNodeLabels()
+	if err := s.store.CreateToken(ctx, hash, req.Msg.GetLabels(), allow, expires); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	s.log.Info("enrollment token created", "labels", req.Msg.GetLabels(), "expires", expires)
+	s.log.Info("enrollment token created", "labels", req.Msg.GetLabels(), "allow_node_labels", allow,
+		"expires", expires, "by", callerName(ctx))
 	return connect.NewResponse(&podiumv1.CreateEnrollmentTokenResponse{
-		Token: token, ExpiresAt: timestamppb.New(expires), Labels: req.Msg.GetLabels()}), nil
+		Token: token, ExpiresAt: timestamppb.New(expires), Labels: req.Msg.GetLabels(), AllowNodeLabels: allow}), nil
 }
 
 // ListNodes lists every enrolled node with its stored health.
@@ -159,7 +164,8 @@ func (s *Service) SetNodeSlots(ctx context.Context, req *connect.Request[podiumv
 	return connect.NewResponse(&podiumv1.SetNodeSlotsResponse{Node: n}), nil
 }
 
-// SetNodeLabels adds and removes a node's labels.
+// SetNodeLabels adds and removes a node's labels. Labels it adds are the
+// caller's (source "admin"), whatever gave them before.
 func (s *Service) SetNodeLabels(ctx context.Context, req *connect.Request[podiumv1.SetNodeLabelsRequest]) (*connect.Response[podiumv1.SetNodeLabelsResponse], error) {
 	for _, l := range append(append([]string{}, req.Msg.GetAdd()...), req.Msg.GetRemove()...) {
 		if p := taskspec.LabelProblem(l); p != "" {
@@ -169,10 +175,17 @@ func (s *Service) SetNodeLabels(ctx context.Context, req *connect.Request[podium
 	if len(req.Msg.GetAdd()) == 0 && len(req.Msg.GetRemove()) == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("nothing to change: give labels to add or remove"))
 	}
-	n, err := s.change(ctx, req.Msg.GetNodeId(), store.NodeChange{AddLabels: req.Msg.GetAdd(), RemoveLabels: req.Msg.GetRemove()})
+	for _, l := range req.Msg.GetAdd() {
+		if slices.Contains(req.Msg.GetRemove(), l) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("label %q is both added and removed: give it once", l))
+		}
+	}
+	n, err := s.change(ctx, req.Msg.GetNodeId(), store.NodeChange{AddLabels: req.Msg.GetAdd(), RemoveLabels: req.Msg.GetRemove(),
+		By: callerName(ctx)})
 	if err != nil {
 		return nil, err
 	}
+	s.log.Info("node labels changed", "node", n.Id, "added", req.Msg.GetAdd(), "removed", req.Msg.GetRemove(), "by", callerName(ctx))
 	return connect.NewResponse(&podiumv1.SetNodeLabelsResponse{Node: n}), nil
 }
 
@@ -212,11 +225,7 @@ func (s *Service) RekeyNode(ctx context.Context, req *connect.Request[podiumv1.R
 	if err := s.store.CreateRekeyToken(ctx, hash, id, expires); err != nil {
 		return nil, s.nodeError(err, id)
 	}
-	who := "unknown"
-	if c, ok := tailnet.CallerFrom(ctx); ok {
-		who = c.Name()
-	}
-	s.log.Info("rekey token created", "node", id, "by", who, "expires", expires)
+	s.log.Info("rekey token created", "node", id, "by", callerName(ctx), "expires", expires)
 	return connect.NewResponse(&podiumv1.RekeyNodeResponse{Token: token, ExpiresAt: timestamppb.New(expires), NodeId: id}), nil
 }
 
@@ -274,6 +283,9 @@ func nodeProto(n store.Node) *podiumv1.Node {
 	}
 	if n.SessionReplica != nil {
 		p.Replica = *n.SessionReplica
+	}
+	for _, l := range n.LabelSources {
+		p.LabelSources = append(p.LabelSources, &podiumv1.NodeLabel{Label: l.Label, Source: l.Source, SetBy: l.SetBy})
 	}
 	for _, g := range n.GPUs {
 		p.Gpus = append(p.Gpus, &podiumv1.Gpu{Index: g.Index, Uuid: g.UUID, Model: g.Model, MemoryMb: g.MemoryMB})

@@ -207,7 +207,8 @@ func TestEnrollmentTokens(t *testing.T) {
 	r, db := coordtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: []string{"gpu"}}))
+	tok, err := r.Admin().CreateEnrollmentToken(ctx, connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{Labels: []string{"gpu"},
+		AllowNodeLabels: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

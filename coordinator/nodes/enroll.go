@@ -66,16 +66,30 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 	// On the tailnet the node is bound to the device it enrolls from, so its
 	// key is worth nothing anywhere else (see authenticate).
 	caller, _ := tailnet.CallerFrom(ctx)
-	out, err := s.store.Enroll(ctx, Hash(token), store.NewNode{
+	audit := enrollAudit(caller, peer, req.Msg)
+	out, err := s.store.Enroll(store.WithAudit(ctx, audit), Hash(token), store.NewNode{
 		ID: ids.New("node"), KeyHash: keyHash, Hostname: req.Msg.GetHostname(),
 		AgentVersion: req.Msg.GetAgentVersion(), Labels: req.Msg.GetLabels(),
 		DeviceID: caller.DeviceID, Device: caller.Device,
 	})
+	var notGranted *store.LabelsNotGrantedError
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenUsed), errors.Is(err, store.ErrTokenExpired):
 		s.enrollLimit.failed(peer)
 		s.log.Warn("enrollment refused", "peer", peer, "device", caller.Device, "why", err)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	case errors.As(err, &notGranted):
+		// A node asking for labels is how it would get itself sent work
+		// (and secrets) meant for trusted nodes: refused, said at warning
+		// level and audited, and counted against the peer like a bad token.
+		s.enrollLimit.failed(peer)
+		s.log.Warn("enrollment refused: the node asked for labels its token does not grant", "peer", peer,
+			"device", caller.Device, "hostname", req.Msg.GetHostname(), "labels", notGranted.Labels, "rekey_node", notGranted.NodeID)
+		code := connect.CodePermissionDenied
+		if werr := s.store.WriteAudit(context.WithoutCancel(ctx), audit, code.String()); werr != nil {
+			s.log.Error("audit row not written", "action", audit.Action, "who", audit.Who, "target", audit.Target, "err", werr)
+		}
+		return nil, connect.NewError(code, err)
 	case err != nil:
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("enroll: %w", err))
 	}
@@ -96,6 +110,30 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 			"device", caller.Device, "device_id", caller.DeviceID)
 	}
 	return connect.NewResponse(&podiumv1.EnrollResponse{NodeId: out.NodeID, NodeKey: key, Labels: out.Labels}), nil
+}
+
+// enrollAudit is the audit row of an enrollment: who enrolled (the tailnet
+// device, or the peer's address over the local transport), the hostname and
+// the labels the node asked for. It is written with the node, or on its own
+// when the labels are refused; an enrollment with a token that is unknown,
+// used or expired is only logged, since anyone who reaches the coordinator
+// could fill the audit log with those.
+func enrollAudit(caller tailnet.Caller, peer string, m *podiumv1.EnrollRequest) *store.Audit {
+	a := &store.Audit{Action: "NodeService.Enroll", Role: "node", Transport: "local",
+		Who: "node enrolling from " + host(peer)}
+	if caller.OnTailnet() {
+		a.Who, a.Transport = caller.Name(), "tailnet"
+	}
+	a.Target = m.GetHostname()
+	if len(m.GetLabels()) > 0 {
+		a.Target += " asking for labels " + strings.Join(m.GetLabels(), ",")
+	}
+	// Bounded like every audit target: hostname and labels are bounded
+	// (checkEnroll), but together they could be long.
+	if len(a.Target) > 512 {
+		a.Target = strings.ToValidUTF8(a.Target[:512], "") + "…"
+	}
+	return a
 }
 
 // authenticate checks a node id and key against the stored hash in constant time.

@@ -13,11 +13,13 @@ import (
 
 // Node is a row of podium.nodes plus what is derived from the tasks table.
 type Node struct {
-	ID               string
-	KeyHash          []byte
-	Hostname         string
-	AgentVersion     string
-	Labels           []string
+	ID           string
+	KeyHash      []byte
+	Hostname     string
+	AgentVersion string
+	Labels       []string
+	// LabelSources says where each of Labels came from, in the same order.
+	LabelSources     []NodeLabel
 	Draining         bool
 	MaxTasksOverride int32
 	CPUCores         float64
@@ -40,6 +42,37 @@ type Node struct {
 	// GPUsInUse the sum of gpus over the tasks the control plane holds there.
 	GPUs      []NodeGPU
 	GPUsInUse int32
+}
+
+// NodeLabel is one of a node's labels and who gave it.
+type NodeLabel struct {
+	Label string
+	// Source is LabelFromToken, LabelFromNode, LabelFromAdmin or
+	// LabelFromUnknown.
+	Source string
+	// SetBy names the admin for LabelFromAdmin; empty otherwise.
+	SetBy string
+}
+
+// labelSource is a value of podium.nodes.label_sources (JSON), keyed by
+// the label.
+type labelSource struct {
+	Source string `json:"source"`
+	SetBy  string `json:"set_by,omitempty"`
+}
+
+// labelSources orders the stored sources as labels are; a label with no
+// source stored is LabelFromUnknown.
+func labelSources(labels []string, stored map[string]labelSource) []NodeLabel {
+	out := make([]NodeLabel, 0, len(labels))
+	for _, l := range labels {
+		src, ok := stored[l]
+		if !ok || src.Source == "" {
+			src = labelSource{Source: LabelFromUnknown}
+		}
+		out = append(out, NodeLabel{Label: l, Source: src.Source, SetBy: src.SetBy})
+	}
+	return out
 }
 
 // NodeGPU is one GPU of a node as its agent found it, stored as an element
@@ -102,15 +135,19 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
 	n.allow_privileged_sidecars,
 	n.gpus, (select coalesce(sum(t.gpus), 0) from podium.tasks t where t.node_id = n.id
-	   and t.state in ('scheduled', 'provisioning', 'running'))::int`
+	   and t.state in ('scheduled', 'provisioning', 'running'))::int,
+	n.label_sources`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
+	var sources map[string]labelSource
 	err := row.Scan(&n.ID, &n.KeyHash, &n.Hostname, &n.AgentVersion, &n.Labels, &n.Draining,
 		&n.MaxTasksOverride, &n.CPUCores, &n.MemoryMB, &n.DiskFreeMB, &n.MaxTasks, &n.Status,
 		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
 		&n.RunningTasks, &n.Limits.MaxCPU, &n.Limits.MaxMemoryMB, &n.Limits.MaxPids, &n.Limits.MaxTimeoutSeconds,
-		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars, &n.GPUs, &n.GPUsInUse)
+		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars, &n.GPUs, &n.GPUsInUse,
+		&sources)
+	n.LabelSources = labelSources(n.Labels, sources)
 	return n, err
 }
 
@@ -381,19 +418,26 @@ type NodeChange struct {
 	MaxTasksOverride *int32
 	AddLabels        []string
 	RemoveLabels     []string
+	// By names the admin making the change: the source of AddLabels.
+	By string
 }
 
 // ChangeNode writes the durable half of an operator's change and queues a
 // config command, so a connected node gets the live half from whichever replica
-// holds it. It returns the node as it now is.
+// holds it. It returns the node as it now is. A label added becomes the
+// admin's (source "admin", set by c.By) even if the node had it already: the
+// admin has now vouched for it. A label removed loses its source with it.
 func (s *Store) ChangeNode(ctx context.Context, nodeID string, c NodeChange) (Node, error) {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update podium.nodes set
 				draining = coalesce($2, draining),
 				max_tasks_override = coalesce($3, max_tasks_override),
 				labels = array(select distinct l from unnest(labels || $4::text[]) as l
-				               where l <> all($5::text[]) order by l)
-			where id = $1`, nodeID, c.Draining, c.MaxTasksOverride, nonNil(c.AddLabels), nonNil(c.RemoveLabels))
+				               where l <> all($5::text[]) order by l),
+				label_sources = (label_sources - $5::text[]) || coalesce((select jsonb_object_agg(l,
+					jsonb_build_object('source', 'admin', 'set_by', $6::text)) from unnest($4::text[]) as l
+					where l <> all($5::text[])), '{}'::jsonb)
+			where id = $1`, nodeID, c.Draining, c.MaxTasksOverride, nonNil(c.AddLabels), nonNil(c.RemoveLabels), c.By)
 		if err != nil {
 			return err
 		}

@@ -88,8 +88,10 @@ type Enrolled struct {
 
 // Enroll spends a token of either kind. An ordinary token creates the node n
 // describes; a rekey token gives its node n's key, device, hostname and
-// agent version, keeps everything else, and asks whichever replica holds the
-// node's stream (on the old key) to end it.
+// agent version, keeps everything else (its labels and their sources
+// included), and asks whichever replica holds the node's stream (on the old
+// key) to end it. Under either, labels the token does not give are refused
+// (LabelsNotGrantedError) and the token stays unused.
 func (s *Store) Enroll(ctx context.Context, tokenHash []byte, n NewNode) (Enrolled, error) {
 	var rekey *string
 	err := s.pool.QueryRow(ctx, "select rekey_node from podium.enrollment_tokens where token_hash = $1", tokenHash).Scan(&rekey)
@@ -120,6 +122,21 @@ func (s *Store) Enroll(ctx context.Context, tokenHash []byte, n NewNode) (Enroll
 				return ErrTokenUsed
 			}
 			return ErrTokenExpired
+		}
+		// A rekeyed node keeps its labels and gains none: the rekey token
+		// names a node, not labels, and the node does not choose its own.
+		// Asking for labels it has already is harmless (the same command
+		// line that enrolled it). The refusal rolls the token's use back.
+		var have []string
+		err = tx.QueryRow(ctx, "select labels from podium.nodes where id = $1 for update", out.NodeID).Scan(&have)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrTokenUnknown
+		}
+		if err != nil {
+			return err
+		}
+		if extra := missing(n.Labels, have); len(extra) > 0 {
+			return &LabelsNotGrantedError{Labels: extra, Rekey: true, NodeID: out.NodeID}
 		}
 		err = tx.QueryRow(ctx, `update podium.nodes set key_hash = $2,
 				tailscale_device_id = nullif($3, ''), tailscale_device = $4,
