@@ -291,7 +291,10 @@ func TestRerun(t *testing.T) {
 	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte("s3cret")})); err != nil {
+	// Granted to every member, so that bob's refusal below is for the
+	// task, not the secret.
+	if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "db-password", Value: []byte("s3cret"),
+		Allow: []string{"role:member"}})); err != nil {
 		t.Fatal(err)
 	}
 	alice, bob := as(r, addUser(t, r, "alice", "member")), as(r, addUser(t, r, "bob", "member"))
@@ -345,13 +348,19 @@ func TestRerun(t *testing.T) {
 		t.Errorf("admin's rerun: %v, want rerun_of %s and not alice's", adm.Msg.Task, old.Id)
 	}
 	// A secret deleted since is refused as at submit: the new task could
-	// not be given it.
+	// not be given it. To a member a missing secret reads as one they may
+	// not use (which secrets exist is for admins to know); to an admin it
+	// is missing.
 	if _, err := r.Admin().DeleteSecret(ctx, connect.NewRequest(&podiumv1.DeleteSecretRequest{Name: "db-password"})); err != nil {
 		t.Fatal(err)
 	}
 	_, err = alice.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: old.Id}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "may not use secret db-password") {
+		t.Errorf("alice's rerun naming a deleted secret: %v, want PermissionDenied naming it", err)
+	}
+	_, err = r.Tasks().Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: old.Id}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "no secret named db-password") {
-		t.Errorf("rerun naming a deleted secret: %v, want FailedPrecondition naming it", err)
+		t.Errorf("the admin's rerun naming a deleted secret: %v, want FailedPrecondition naming it", err)
 	}
 	_, err = alice.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: "task_nope"}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {

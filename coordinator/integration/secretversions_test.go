@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,17 @@ func TestAdoptionResendsTheVersionTheTaskWasAssigned(t *testing.T) {
 	ls, err := r.Admin().ListSecrets(ctx, connect.NewRequest(&podiumv1.ListSecretsRequest{}))
 	if err != nil || len(ls.Msg.Secrets) != 1 || ls.Msg.Secrets[0].Version != 2 {
 		t.Fatalf("ListSecrets after setting db-password twice: %v, %v; want it at version 2", ls, err)
+	}
+	// The version kept for the first task is sealed like the current one:
+	// neither value is in the database's dump, in the clear or as hex.
+	dump := pgDump(t, db)
+	if !strings.Contains(dump, "secret_versions") {
+		t.Fatalf("pg_dump has no podium.secret_versions table; is it the right database?\n%.2000s", dump)
+	}
+	for _, v := range []string{oldValue, newValue} {
+		if strings.Contains(dump, v) || strings.Contains(dump, hex.EncodeToString([]byte(v))) {
+			t.Fatalf("pg_dump holds the value %q of db-password (a kept version must be sealed)", v)
+		}
 	}
 }
 

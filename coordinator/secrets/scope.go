@@ -122,8 +122,9 @@ var bootstrapName = string(tailnet.KindToken)
 //     applies at submit, so a task is never accepted that its assignment
 //     would then refuse.
 //
-// A user row named "token" wins over the bootstrap token's standing, the
-// safe way round.
+// "token" is a reserved user name: the store ignores a row of that name
+// left from before the reservation (it cannot sign in either), so such a
+// row never changes what the bootstrap token's tasks may use.
 func StandingOf(ctx context.Context, st *store.Store, owner string) (Standing, error) {
 	u, err := st.UserByName(ctx, owner)
 	switch {
