@@ -159,3 +159,60 @@ func TestChurningTablesHaveEarlyVacuumSettings(t *testing.T) {
 		}
 	}
 }
+
+// 0035 records where each node label came from. Nodes enrolled before it
+// get "token" for the labels their still-stored enrollment token gave and
+// "unknown" for the rest (nobody recorded whether the node asked for them
+// or an admin added them); a rekey token's (empty) labels give nothing.
+func TestNodeLabelSourcesMigrationFillsEnrolledNodes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "drop schema podium cascade"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.MigrateThrough(ctx, c, "0031_user_groups"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`insert into podium.nodes (id, key_hash, hostname, labels) values
+			('node_tok', '\x00', 'a', '{linux,gpu,prod-trusted}'),
+			('node_gone', '\x00', 'b', '{ssd}'),
+			('node_bare', '\x00', 'c', '{}')`,
+		`insert into podium.enrollment_tokens (token_hash, labels, expires_at, used_at, used_by_node) values
+			('\x01', '{linux,gpu}', now(), now(), 'node_tok')`,
+		// A rekey token used by the node names no labels.
+		`insert into podium.enrollment_tokens (token_hash, labels, expires_at, used_at, used_by_node, rekey_node) values
+			('\x02', '{}', now(), now(), 'node_tok', 'node_tok')`,
+	} {
+		if _, err := c.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := schema.Migrate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"node_tok":  `{"gpu": {"source": "token"}, "linux": {"source": "token"}, "prod-trusted": {"source": "unknown"}}`,
+		"node_gone": `{"ssd": {"source": "unknown"}}`,
+		"node_bare": `{}`,
+	}
+	for id, w := range want {
+		var got string
+		if err := c.QueryRow(ctx, "select label_sources::text from podium.nodes where id = $1", id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != w {
+			t.Errorf("%s: label_sources %s, want %s", id, got, w)
+		}
+	}
+	var allow bool
+	if err := c.QueryRow(ctx, `select allow_node_labels from podium.enrollment_tokens where token_hash = '\x01'`).Scan(&allow); err != nil || allow {
+		t.Errorf("a token made before 0035 allows node labels: %v, %v", allow, err)
+	}
+}

@@ -31,6 +31,10 @@ type Security struct {
 	// this machine nor on the tailnet, for when something else encrypts the
 	// path (a VPN other than Tailscale, say).
 	InsecurePlaintext bool
+	// TailnetInterface is the network interface tailscaled encrypts
+	// through; "" means tailscale0. Plain http:// to a tailnet address is
+	// allowed only when the route to it goes out this interface.
+	TailnetInterface string
 }
 
 type securityKey struct{}
@@ -64,27 +68,64 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// The tailnet's address ranges: a connection to one of them goes through
-// WireGuard, which encrypts it.
+// The tailnet's address ranges. An address in one is the tailnet's only when
+// the route to it goes out the tailnet's interface: 100.64.0.0/10 is also
+// the carrier-grade NAT range (RFC 6598), which ISPs and clouds hand out on
+// ordinary, unencrypted networks.
 var (
 	tailnetV4 = netip.MustParsePrefix("100.64.0.0/10")
 	tailnetV6 = netip.MustParsePrefix("fd7a:115c:a1e0::/48")
 )
 
+// DefaultTailnetInterface is the interface tailscaled makes, unless told
+// otherwise with its --tun flag.
+const DefaultTailnetInterface = "tailscale0"
+
 // ErrPlaintext is the refusal of a plain http:// connection that would
 // carry the node key across a network nothing encrypts.
 var ErrPlaintext = errors.New("plain http:// only reaches a coordinator on this machine or on the tailnet")
 
-// plaintextOK reports whether plain HTTP to ip stays encrypted or local.
-func plaintextOK(ip netip.Addr) bool {
+// errNoRoute is the kernel's answer for an address nothing routes to.
+var errNoRoute = errors.New("no route")
+
+// plaintextProblem says why plain HTTP to ip would not stay on this machine
+// or inside WireGuard, or "" when it would: ip is a loopback address, or a
+// tailnet address the kernel routes out the tailnet's interface.
+func plaintextProblem(ip netip.Addr, sec Security) string {
 	ip = ip.Unmap()
-	return ip.IsLoopback() || tailnetV4.Contains(ip) || tailnetV6.Contains(ip)
+	if ip.IsLoopback() {
+		return ""
+	}
+	if !tailnetV4.Contains(ip) && !tailnetV6.Contains(ip) {
+		return fmt.Sprintf("%s is neither", ip)
+	}
+	want := sec.TailnetInterface
+	if want == "" {
+		want = DefaultTailnetInterface
+	}
+	iface, err := routeInterface(ip)
+	switch {
+	case errors.Is(err, errNoRoute):
+		return fmt.Sprintf("%s is in the tailnet's address range, but this machine has no route to it, "+
+			"so it is not reached through the tailnet interface %s (is tailscaled up?)", ip, want)
+	case err != nil:
+		return fmt.Sprintf("%s is in the tailnet's address range, but which interface reaches it could not be read (%v), "+
+			"so nothing says WireGuard encrypts it", ip, err)
+	case iface != want && ip.Is4():
+		return fmt.Sprintf("%s is in the tailnet's address range, but the route to it goes out %s, not the tailnet "+
+			"interface %s: 100.64.0.0/10 is also carrier-grade NAT's range, and there nothing encrypts the path", ip, iface, want)
+	case iface != want:
+		return fmt.Sprintf("%s is in the tailnet's address range, but the route to it goes out %s, not the tailnet "+
+			"interface %s, and there nothing encrypts the path", ip, iface, want)
+	}
+	return ""
 }
 
-func plaintextRefusal(host string) error {
-	return fmt.Errorf("%w: %s is neither, so the node key and task secrets would cross the network in clear text; "+
-		"use an https:// URL (with --ca-file for a private CA), or pass --insecure-plaintext (PODIUM_INSECURE_PLAINTEXT) "+
-		"if something else encrypts the path", ErrPlaintext, host)
+func plaintextRefusal(why string) error {
+	return fmt.Errorf("%w: %s, so the node key and task secrets would cross the network in clear text; "+
+		"use an https:// URL (with --ca-file for a private CA), join the tailnet (tailscale up, or podium-agent --tsnet), "+
+		"pass --tailnet-interface NAME if tailscaled's interface has another name, or pass --insecure-plaintext "+
+		"(PODIUM_INSECURE_PLAINTEXT) if something else encrypts the path", ErrPlaintext, why)
 }
 
 // checkPlaintextDial is the net.Dialer's ControlContext for http:// clients:
@@ -92,18 +133,23 @@ func plaintextRefusal(host string) error {
 // name that resolves into the tailnet passes and anything else is refused
 // before a byte is sent.
 func checkPlaintextDial(ctx context.Context, _, address string, _ syscall.RawConn) error {
-	if securityFrom(ctx).InsecurePlaintext {
+	sec := securityFrom(ctx)
+	if sec.InsecurePlaintext {
 		return nil
 	}
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !plaintextOK(ap.Addr()) {
-		return plaintextRefusal(address)
+	if err != nil {
+		return plaintextRefusal(fmt.Sprintf("%s is not an address this agent can check", address))
+	}
+	if why := plaintextProblem(ap.Addr(), sec); why != "" {
+		return plaintextRefusal(why)
 	}
 	return nil
 }
 
 // CheckPlaintext refuses, before anything is sent, an http:// coordinator URL
-// that is neither on this machine nor on the tailnet, so that a mistaken URL
+// that is neither on this machine nor on the tailnet (reached out the
+// tailnet's interface, see plaintextProblem), so that a mistaken URL
 // stops the agent at start with the reason, not at every reconnect. A name is
 // resolved to decide; a name that does not resolve is left to the check made
 // on every connection (which also covers the addresses learned later).
@@ -111,13 +157,14 @@ func checkPlaintextDial(ctx context.Context, _, address string, _ syscall.RawCon
 // always encrypted and are not checked.
 func CheckPlaintext(ctx context.Context, rawURL string) error {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "http" || securityFrom(ctx).InsecurePlaintext || dialerFrom(ctx) != nil {
+	sec := securityFrom(ctx)
+	if err != nil || u.Scheme != "http" || sec.InsecurePlaintext || dialerFrom(ctx) != nil {
 		return nil
 	}
 	host := u.Hostname()
 	if ip, err := netip.ParseAddr(host); err == nil {
-		if !plaintextOK(ip) {
-			return plaintextRefusal(host)
+		if why := plaintextProblem(ip, sec); why != "" {
+			return plaintextRefusal(why)
 		}
 		return nil
 	}
@@ -131,8 +178,8 @@ func CheckPlaintext(ctx context.Context, rawURL string) error {
 		return nil
 	}
 	for _, ip := range ips {
-		if !plaintextOK(ip) {
-			return plaintextRefusal(fmt.Sprintf("%s (%s)", host, ip))
+		if why := plaintextProblem(ip, sec); why != "" {
+			return plaintextRefusal(fmt.Sprintf("%s resolves to %s, and %s", host, ip, why))
 		}
 	}
 	return nil

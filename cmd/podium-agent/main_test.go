@@ -61,11 +61,17 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"enroll", "--coordinator", "http://192.0.2.1:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "--insecure-plaintext"},
 		{args: []string{"enroll", "--coordinator", "http://192.0.2.1:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "https://"},
 		{args: []string{"run", "--data-dir", plainDir}, code: exitFail, stderr: "--insecure-plaintext"},
+		// 100.80.0.9 is in 100.64.0.0/10 but this machine has no tailscale0
+		// to route it out (issue 28): carrier-grade NAT, not the tailnet.
+		{args: []string{"enroll", "--coordinator", "http://100.80.0.9:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "tailnet interface tailscale0"},
+		{args: []string{"enroll", "--coordinator", "http://100.80.0.9:7070", "--token", "t", "--data-dir", dir}, code: exitFail, stderr: "--tailnet-interface NAME"},
+		{args: []string{"enroll", "--coordinator", "http://100.80.0.9:7070", "--token", "t", "--data-dir", dir, "--tailnet-interface", "ts/0"}, code: exitFail, stderr: `--tailnet-interface "ts/0" is not an interface name`},
+		{args: []string{"run", "--data-dir", plainDir, "--tailnet-interface", strings.Repeat("t", 16)}, code: exitFail, stderr: "at most 15 characters"},
 		{args: []string{"enroll", "--coordinator", "https://c", "--token", "t", "--ca-file", badCA, "--data-dir", dir}, code: exitFail, stderr: "holds no PEM certificate"},
 		{args: []string{"run", "--data-dir", plainDir, "--ca-file", "/nonexistent/ca.pem"}, code: exitFail, stderr: "CA file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			for _, v := range []string{"PODIUM_ENROLL_TOKEN", "PODIUM_CA_FILE", "PODIUM_INSECURE_PLAINTEXT", "PODIUM_TSNET_AUTHKEY"} {
+			for _, v := range []string{"PODIUM_ENROLL_TOKEN", "PODIUM_CA_FILE", "PODIUM_INSECURE_PLAINTEXT", "PODIUM_TSNET_AUTHKEY", "PODIUM_TAILNET_INTERFACE"} {
 				t.Setenv(v, "")
 			}
 			var stdout, stderr bytes.Buffer
