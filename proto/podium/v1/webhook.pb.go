@@ -31,8 +31,10 @@ type Webhook struct {
 	Url  string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
 	// events are the event types sent: task.finished, task.lost, node.offline.
 	Events []string `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
-	// secret_name is the stored secret whose value signs the events; for a
-	// webhook added without one it is the secret the coordinator generated.
+	// secret_name is the stored secret whose value signs the events; empty
+	// for a webhook added without one, which signs with a secret the
+	// coordinator generated and keeps on the webhook's own row, where no task
+	// can name it.
 	SecretName string                 `protobuf:"bytes,5,opt,name=secret_name,json=secretName,proto3" json:"secret_name,omitempty"`
 	CreatedBy  string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
