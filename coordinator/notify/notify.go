@@ -368,11 +368,18 @@ func (w *Worker) authorizeSigning(ctx context.Context, r store.OutboxRow) error 
 	if err := json.Unmarshal(r.Body, &ev); err != nil || ev.Task.ID == "" {
 		return fmt.Errorf("signing secret %s: the event names no task whose owner could use it", r.SecretName)
 	}
-	_, err := w.secrets.Authorize(ctx, ev.Task.User, []string{r.SecretName})
+	// A signing is a use of the secret like a task's: audited either way,
+	// by name, before the body leaves (a failed audit write is retried with
+	// the delivery).
+	what := ev.Task.ID + " notify"
+	sd, err := w.secrets.Authorize(ctx, ev.Task.User, []string{r.SecretName})
 	if err == nil {
+		if aerr := secrets.RecordUse(ctx, w.store, sd, what, []string{r.SecretName}); aerr != nil {
+			return fmt.Errorf("signing secret %s: audit its use: %w", r.SecretName, aerr)
+		}
 		return nil
 	}
-	if aerr := secrets.RecordRefused(ctx, w.store, ev.Task.ID, err); aerr != nil {
+	if aerr := secrets.RecordRefused(ctx, w.store, what, err); aerr != nil {
 		w.log.Warn("webhooks: the refused signing's audit row was not written", "event", r.EventID, "err", aerr)
 	}
 	return fmt.Errorf("not signed, not sent: %w", err)

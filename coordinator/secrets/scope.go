@@ -318,6 +318,13 @@ func (u *Use) Record(ctx context.Context) error {
 	return u.store.AuditSecretUses(ctx, uses(u.sd.Name, u.sd.Role, u.taskID, u.names, "ok"))
 }
 
+// RecordUse writes the audit rows (secret.use, "ok") of a use Authorize
+// allowed sd outside an assignment, for what (e.g. "task_… notify": a
+// notify body signed with the secret).
+func RecordUse(ctx context.Context, st *store.Store, sd Standing, what string, names []string) error {
+	return st.AuditSecretUses(ctx, uses(sd.Name, sd.Role, what, names, "ok"))
+}
+
 // RecordRefused writes the audit rows of a use Authorize refused with err
 // for what (a task's id, "schedule NAME"); other errors record nothing.
 func RecordRefused(ctx context.Context, st *store.Store, what string, err error) error {
