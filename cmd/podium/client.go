@@ -294,7 +294,13 @@ func describeAt(server string, hasToken bool, err error, notFound string) string
 	case connect.CodeDeadlineExceeded:
 		return fmt.Sprintf("the coordinator at %s did not answer in time: %s", c.server, msg)
 	case connect.CodeCanceled:
-		return "interrupted"
+		// connect gives a request whose connection the server broke while
+		// it was written (broken pipe, reset) the code of the person's own
+		// Ctrl-C; only a cancelled context is an interruption.
+		if errors.Is(err, context.Canceled) {
+			return "interrupted"
+		}
+		return fmt.Sprintf("the coordinator at %s is unavailable: it closed the connection (%s); check that a podium-coordinator is running there and reachable", c.server, msg)
 	case connect.CodeUnavailable:
 		return fmt.Sprintf("the coordinator at %s is unavailable: %s (retry shortly; check that it is running and reachable)", c.server, msg)
 	}

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -435,5 +439,26 @@ func TestHTTP1OnlyServer(t *testing.T) {
 	// the coordinator is not usable at that address.
 	if e := cli.errOut.String(); !strings.Contains(e, "speaks only HTTP/1.1") && !strings.Contains(e, "is unavailable") {
 		t.Errorf("stderr:\n%s", e)
+	}
+}
+
+// connect reports a request whose connection the server broke while it was
+// being written (broken pipe, reset) as Canceled, the code it also uses for
+// the person's own Ctrl-C. Only the latter is an interruption; the former
+// is a coordinator that is not answering as one, and says so. (An HTTP/1.1
+// server closing on the HTTP/2 preface made TestHTTP1OnlyServer print
+// "interrupted" about one run in four.)
+func TestCanceledIsAnInterruptOnlyWhenTheContextWas(t *testing.T) {
+	broken := connect.NewError(connect.CodeCanceled, &url.Error{Op: "Post", URL: "http://127.0.0.1:7070/podium.v1.TaskService/List",
+		Err: &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}})
+	got := describeAt("http://127.0.0.1:7070", true, broken, "")
+	if strings.Contains(got, "interrupted") || !strings.Contains(got, "is unavailable") || !strings.Contains(got, "broken pipe") {
+		t.Errorf("a broken pipe reads %q; want the coordinator unavailable, naming the broken pipe", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	interrupted := connect.NewError(connect.CodeCanceled, ctx.Err())
+	if got := describeAt("http://127.0.0.1:7070", true, interrupted, ""); got != "interrupted" {
+		t.Errorf("a cancelled context reads %q; want interrupted", got)
 	}
 }
