@@ -58,7 +58,7 @@ const (
 // (nil: none was written) and the engine's facts.
 //
 // The exit record sits in a file the task can write, as it can write its own
-// exit code (DESIGN.md §10): so its figures are bounded by what the task
+// exit code, and a task is untrusted code: so its figures are bounded by what the task
 // could have used whatever it wrote: CPU time by wall time × the CPUs it was
 // allowed, peak memory by its memory limit (a cgroup cannot pass its own
 // limit). A figure past its bound is cut to it and one that cannot be a

@@ -27,8 +27,8 @@ type Config struct {
 	// SafetyPass is how often a pass runs when nothing says one is needed
 	// (5 s). The leader otherwise reads the queue only when a doorbell rang,
 	// when its last pass filled its batch or left tasks waiting, and at the
-	// start of a term; a doorbell that was lost (NOTIFY is only a doorbell,
-	// DESIGN.md §2) costs at most this much latency, never a task.
+	// start of a term; a doorbell that was lost (NOTIFY only says "look";
+	// the tables are the truth) costs at most this much latency, never a task.
 	SafetyPass time.Duration
 	// Batch is how many queued tasks one pass claims (256).
 	Batch int

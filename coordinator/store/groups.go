@@ -27,7 +27,7 @@ type Group struct {
 // MaxGroupWeights bounds how many groups carry a weight of their own. Only
 // an admin adds a row, and a weight set back to 1 removes it, so the bound is
 // far above any real team's use; it keeps a runaway script from growing the
-// table without end (DESIGN.md §11).
+// table without end (every table has a bound and an owner that trims it).
 const MaxGroupWeights = 10000
 
 // ErrTooMany means a bound on the number of rows was reached.
