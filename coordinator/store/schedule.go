@@ -348,8 +348,7 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 	// After the commit, as its own statement: Postgres serialises notifying
 	// commits on one cluster-wide lock, so the pass's own commit does not
 	// take it (a notifying commit would queue behind every other one). Sent
-	// in the same pipeline, it costs no round
-	// trip of its own.
+	// in the same pipeline, it costs no round trip of its own.
 	if chans, payloads := doorbells(placed); len(chans) > 0 {
 		b.Queue("select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", chans, payloads)
 	}
