@@ -280,7 +280,7 @@ func TestMemberGroupBounded(t *testing.T) {
 	// She leaves ml: a rerun of her ml task is refused as a submit would be.
 	zero := int32(0)
 	id, key := enroll(t, r)
-	node := connectWith(t, context.Background(), r, id, key, &podiumv1.Capacity{MaxTasks: 4})
+	node := connectWith(t, ctx, r, id, key, &podiumv1.Capacity{MaxTasks: 4})
 	if a := assignOf(t, node); a.TaskId != sub.Msg.Task.Id {
 		// The admin's ops task may come first; take the next.
 		node.send(t, status(a.TaskId, 1, 1, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
@@ -365,8 +365,14 @@ func TestTokenIsAReservedUserName(t *testing.T) {
 	if tk := getTask(t, ctx, r, admins); tk.State != podiumv1.TaskState_TASK_STATE_QUEUED {
 		t.Errorf("the bootstrap token's task is %s, want queued", tk.State)
 	}
+	// The bootstrap token's schedules are not that row's: removing the row
+	// leaves them running.
+	createSchedule(t, ctx, r.Schedules(), "bootstraps", "* * * * *", "allow")
 	if _, err := r.Admin().RemoveUser(ctx, connect.NewRequest(&podiumv1.RemoveUserRequest{Name: "token"})); err != nil {
 		t.Fatalf("user rm token: %v", err)
+	}
+	if sc := scheduleOf(t, ctx, r.Schedules(), "bootstraps").Schedule; sc.Paused || sc.PausedReason != "" {
+		t.Errorf("removing the left-over token row paused the bootstrap token's schedule: %q", sc.PausedReason)
 	}
 }
 
@@ -441,9 +447,15 @@ func TestSchedulesPausedWhenTheirOwnerMayNoLongerSubmit(t *testing.T) {
 		}
 	}
 
-	// Resuming is refused while the owner may not submit, naming why.
+	// Resuming is refused while the owner may not submit, naming why; an
+	// admin pausing it by hand first changes nothing of that.
 	_, err := r.Schedules().Resume(ctx, connect.NewRequest(&podiumv1.ScheduleServiceResumeRequest{Name: "alices"}))
 	wantCode(t, "resuming alice's schedule", err, connect.CodeFailedPrecondition, "cannot resume schedule alices", "alice")
+	if _, err := r.Schedules().Pause(ctx, connect.NewRequest(&podiumv1.ScheduleServicePauseRequest{Name: "alices"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Schedules().Resume(ctx, connect.NewRequest(&podiumv1.ScheduleServiceResumeRequest{Name: "alices"}))
+	wantCode(t, "resuming alice's schedule after an admin paused it by hand", err, connect.CodeFailedPrecondition, "cannot resume schedule alices", "alice")
 	_, err = r.Schedules().RunNow(ctx, connect.NewRequest(&podiumv1.ScheduleServiceRunNowRequest{Name: "bobs"}))
 	wantCode(t, "running bob's schedule now", err, connect.CodeFailedPrecondition, "its owner bob is a viewer")
 	// Bob is a member again and resumes his own: the reason clears and the

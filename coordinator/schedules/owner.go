@@ -42,6 +42,11 @@ func ownerMayNot(ctx context.Context, st *store.Store, b tasks.Bounds, sc store.
 		// Paused for its owner, who had a row then (only such an owner's
 		// schedule gets a reason) and has none now: still removed.
 		return sc.PausedReason, nil
+	case !known && !store.IsLogin(sc.CreatedBy):
+		// A local user with no row was removed (before RemoveUser paused
+		// schedules too, or by hand in SQL): the schedule may not run.
+		return fmt.Sprintf("its owner %s is no longer a Podium user, and its tasks run as its owner: add %s again (podium user add) and resume it, or remove it",
+			sc.CreatedBy, sc.CreatedBy), nil
 	case !known:
 		return "", nil
 	}

@@ -134,6 +134,9 @@ func StandingOf(ctx context.Context, st *store.Store, owner string) (Standing, e
 		return Standing{}, err
 	case owner == bootstrapName:
 		return Standing{Name: owner, Role: string(access.Admin)}, nil
+	case !store.IsLogin(owner):
+		// A local user with no row was removed: no role, no secret.
+		return Standing{Name: owner}, nil
 	}
 	return Standing{Name: owner, Role: string(access.Member)}, nil
 }
@@ -172,6 +175,9 @@ func (e *DeniedError) Error() string {
 	switch {
 	case e.Who == "":
 		msg = fmt.Sprintf("a task with no owner may not use %s: only a person can be granted a secret; submit it again as yourself", what)
+	case e.Role == "":
+		msg = fmt.Sprintf("%s may not use %s: %s is no longer a Podium user, and only users are granted secrets; an admin adds them again with `podium user add %s`",
+			e.Who, what, e.Who, e.Who)
 	case e.Role == string(access.Viewer):
 		msg = fmt.Sprintf("%s may not use %s: %s is a viewer, and viewers use no secret; ask an admin: `podium user set-role %s member`, then `podium secret grant %s %s`",
 			e.Who, what, e.Who, e.Who, e.Names[0], e.Who)

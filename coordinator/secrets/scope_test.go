@@ -112,6 +112,10 @@ func TestAuthorizeByStanding(t *testing.T) {
 		t.Errorf("carol, granted by login and role: %v", err)
 	}
 	denied("carol, in no group", may("carol@example.com", "by-group"), "carol@example.com may not use secret by-group")
+	// A local name with no row is a removed user (a login may have a role
+	// from the tailnet policy; a local name only its row): their queued
+	// tasks use no secret, even one granted to role:member.
+	denied("ghost, a removed local user", may("ghost", "by-role"), "ghost is no longer a Podium user", "podium user add ghost")
 	// Admins: every secret; a missing one is missing.
 	for _, admin := range []string{"root", "token"} {
 		if err := may(admin, "admins", "by-name"); err != nil {

@@ -120,14 +120,16 @@ func (s *Store) ScheduleTicks(ctx context.Context, scheduleID string, limit int)
 }
 
 // SetSchedulePaused pauses a schedule (next nil: no tick fires) or resumes
-// it from next. Either way a reason the coordinator gave for pausing it is
-// cleared: a person acted on it since. ErrNotFound if there is none called
-// name.
+// it from next. Resuming clears a reason the coordinator gave for pausing
+// it (the caller checked that the owner may submit again); pausing keeps it,
+// so a person's pause never hides why the schedule may not run. ErrNotFound
+// if there is none called name.
 func (s *Store) SetSchedulePaused(ctx context.Context, name string, paused bool, next *time.Time) (Schedule, error) {
 	var out Schedule
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		out, err = scanSchedule(tx.QueryRow(ctx, `update podium.schedules set paused = $2, next_run_at = $3, paused_reason = ''
+		out, err = scanSchedule(tx.QueryRow(ctx, `update podium.schedules set paused = $2, next_run_at = $3,
+			paused_reason = case when $2 then paused_reason else '' end
 			where name = $1 returning `+scheduleColumns, name, paused, next))
 		return err
 	})
