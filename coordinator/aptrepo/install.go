@@ -127,12 +127,12 @@ fetch() {
 	fi
 }
 
-# fingerprint FILE prints the OpenPGP v4 fingerprint of the first key in a
-# binary keyring (the SHA-1 of its public key packet, RFC 4880 12.2), as gpg
-# prints it, with nothing but od, dd and sha1sum: a minimal Debian has no gpg.
-fingerprint() {
+# packet FILE OFFSET reads the header of the OpenPGP packet at OFFSET
+# (RFC 4880 4.2): it sets tag, len (the body's) and hdr (the header's
+# length), and fails on what a keyring never holds (partial lengths).
+packet() {
 	# shellcheck disable=SC2046 # the bytes, one word each
-	set -- "$1" $(od -An -tu1 -N7 "$1")
+	set -- "$1" $(od -An -tu1 -j "$2" -N6 "$1")
 	[ $# -ge 3 ] && [ $(($2 & 128)) -ne 0 ] || return 1
 	if [ $(($2 & 64)) -ne 0 ]; then
 		tag=$(($2 & 63))
@@ -154,12 +154,32 @@ fingerprint() {
 		*) return 1 ;;
 		esac
 	fi
+}
+
+# fingerprint FILE prints the OpenPGP v4 fingerprint of the one key in a
+# binary keyring (the SHA-1 of its public key packet, RFC 4880 12.2), as gpg
+# prints it, with nothing but od, dd and sha1sum: a minimal Debian has no gpg.
+# It fails unless the file holds exactly one primary key: apt trusts every
+# key of a Signed-By keyring, so a second key appended after the pinned one
+# would be trusted as well as it.
+fingerprint() {
+	size=$(wc -c <"$1")
+	[ "$size" -gt 0 ] && [ "$size" -le 1048576 ] || return 1
+	packet "$1" 0 || return 1
 	[ "$tag" -eq 6 ] && [ "$len" -gt 0 ] && [ "$len" -lt 65536 ] || return 1
 	[ "$(od -An -tu1 -j "$hdr" -N1 "$1" | tr -d ' ')" = 4 ] || return 1
+	first_len=$len first_hdr=$hdr
+	off=$((hdr + len))
+	while [ "$off" -lt "$size" ]; do
+		packet "$1" "$off" || return 1
+		[ "$tag" -ne 6 ] || return 1
+		off=$((off + hdr + len))
+	done
+	[ "$off" -eq "$size" ] || return 1
 	{
 		# shellcheck disable=SC2059 # the octal escapes are the format
-		printf "\\231\\$(printf %o $((len >> 8)))\\$(printf %o $((len & 255)))"
-		dd if="$1" bs=1 skip="$hdr" count="$len" 2>/dev/null
+		printf "\\231\\$(printf %o $((first_len >> 8)))\\$(printf %o $((first_len & 255)))"
+		dd if="$1" bs=1 skip="$first_hdr" count="$first_len" 2>/dev/null
 	} | sha1sum | cut -d' ' -f1 | tr abcdef ABCDEF
 }
 
@@ -169,7 +189,7 @@ fetch "$base/apt/podium.gpg" "$keyring.new" || fail "cannot download $base/apt/p
 [ -s "$keyring.new" ] || fail "$base/apt/podium.gpg is empty: is that a Podium coordinator serving its apt repository?"
 got=$(fingerprint "$keyring.new") || {
 	rm -f "$keyring.new"
-	fail "$base/apt/podium.gpg is not an OpenPGP v4 public key: is that a Podium coordinator serving its apt repository?"
+	fail "$base/apt/podium.gpg is not one OpenPGP v4 public key (a keyring of more than one key, or no key): is that a Podium coordinator serving its apt repository?"
 }
 want=$(printf '%s' "${FINGERPRINT:-}" | tr -d ' :' | tr abcdef ABCDEF)
 want=${want#0X}

@@ -145,4 +145,22 @@ func TestInstallScriptPinsTheKeyFingerprint(t *testing.T) {
 	if run.code != 0 || !strings.Contains(run.stderr, "No FINGERPRINT given") || !strings.Contains(run.stderr, "FINGERPRINT="+fp+" sh") {
 		t.Errorf("no FINGERPRINT: exit %d, stderr:\n%s\nwant a loud trust-on-first-use warning with the fingerprint", run.code, run.stderr)
 	}
+
+	// apt trusts every key of a Signed-By keyring: the genuine key with an
+	// attacker's appended after it passes a check of the first key alone,
+	// so a keyring of more than one key is refused, pinned or not.
+	appended := append(append([]byte(nil), s.PublicKey()...), signer(t).PublicKey()...)
+	evil := http.NewServeMux()
+	evil.HandleFunc(Prefix+"podium.gpg", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(appended) })
+	evil.Handle(Prefix, repo)
+	evil.Handle(InstallPath, repo.InstallHandler())
+	evilSrv := httptest.NewServer(evil)
+	t.Cleanup(evilSrv.Close)
+	for _, env := range [][]string{{"FINGERPRINT=" + fp}, nil} {
+		run = runInstall(t, evilSrv.URL, env...)
+		if run.code == 0 || !strings.Contains(run.stderr, "is not one OpenPGP v4 public key") || run.keyring != nil || len(run.aptCalls) != 0 {
+			t.Errorf("a keyring with a second key appended (env %v): exit %d, keyring %d bytes, apt-get %q, stderr:\n%s\nwant it refused, nothing installed",
+				env, run.code, len(run.keyring), run.aptCalls, run.stderr)
+		}
+	}
 }
