@@ -36,33 +36,43 @@ type SecretRow struct {
 // it.
 func (s *Store) PutSecret(ctx context.Context, r SecretRow) (created bool, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		// A new name starts past any version kept of a deleted secret of the
-		// same name, so that a pin never names two values.
-		tag, err := tx.Exec(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by, version)
-			values ($1, $2, $3, $4, $5,
-				coalesce((select max(version) from podium.secret_versions where name = $1), 0) + 1)
-			on conflict (name) do nothing`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 1 {
-			created = true
+		// Insert, or lock the row and replace it. A delete committed
+		// between the two finds no row to lock: then the name is new again,
+		// so go round (a set must never report success and store nothing).
+		for range 3 {
+			// A new name starts past any version kept of a deleted secret of
+			// the same name, so that a pin never names two values.
+			tag, err := tx.Exec(ctx, `insert into podium.secrets (name, ciphertext, nonce, key_id, set_by, version)
+				values ($1, $2, $3, $4, $5,
+					coalesce((select max(version) from podium.secret_versions where name = $1), 0) + 1)
+				on conflict (name) do nothing`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				created = true
+				return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
+			}
+			// The row lock first: an assignment pinning the current version
+			// holds it shared (PinSecrets), so its pin is committed, and seen
+			// below, before the value it pins is replaced.
+			locked, err := tx.Exec(ctx, "select 1 from podium.secrets where name = $1 for update", r.Name)
+			if err != nil {
+				return err
+			}
+			if locked.RowsAffected() == 0 {
+				continue // deleted meanwhile
+			}
+			if err := keepPinned(ctx, tx, r.Name); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4, set_by = $5,
+				set_at = now(), version = version + 1 where name = $1`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy); err != nil {
+				return err
+			}
 			return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
 		}
-		// The row lock first: an assignment pinning the current version holds
-		// it shared (PinSecrets), so its pin is committed, and seen below,
-		// before the value it pins is replaced.
-		if _, err := tx.Exec(ctx, "select 1 from podium.secrets where name = $1 for update", r.Name); err != nil {
-			return err
-		}
-		if err := keepPinned(ctx, tx, r.Name); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `update podium.secrets set ciphertext = $2, nonce = $3, key_id = $4, set_by = $5,
-			set_at = now(), version = version + 1 where name = $1`, r.Name, r.Ciphertext, r.Nonce, r.KeyID, r.SetBy); err != nil {
-			return err
-		}
-		return grantSecret(ctx, tx, r.Name, r.Allow, r.SetBy)
+		return fmt.Errorf("secret %s was deleted and set again by others while this set ran; set it again", r.Name)
 	})
 	return created, err
 }
