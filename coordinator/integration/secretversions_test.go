@@ -145,3 +145,37 @@ func TestWebhookSigningSecretIsNoTaskSecret(t *testing.T) {
 		t.Fatalf("ListSecrets after adding a webhook: %v, %v; want no secret", ls, err)
 	}
 }
+
+// A node that gives an assignment back never started its container, so the
+// attempt offered again is a new delivery of the secrets: it carries the
+// version current then, not the one the given-back offer pinned (a value
+// rotated out while the task waited for a slot).
+func TestGivenBackAssignmentPinsTheCurrentVersion(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	set := func(v string) {
+		t.Helper()
+		if _, err := r.Admin().SetSecret(ctx, connect.NewRequest(&podiumv1.SetSecretRequest{Name: "api-key", Value: []byte(v)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("rotated-out-value")
+	id, key := enroll(t, r)
+	node := connectWith(t, ctx, r, id, key, &podiumv1.Capacity{MaxTasks: 1})
+	next := receiveHeartbeating(t, ctx, node, 0)
+	task := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Secrets: []*podiumv1.SecretRef{{Name: "api-key", Env: "API_KEY"}}})
+	a := next()
+	if len(a.Secrets) != 1 || string(a.Secrets[0].Value) != "rotated-out-value" {
+		t.Fatalf("first offer of %s carries %v", task, a.Secrets)
+	}
+	set("current-value")
+	node.send(t, giveBack(task, a.Attempt, 1))
+	b := next()
+	if b.TaskId != task || b.Attempt != a.Attempt || len(b.Secrets) != 1 || string(b.Secrets[0].Value) != "current-value" {
+		t.Fatalf("the offer after the give-back is %s attempt %d with %v; want attempt %d with the value set since",
+			b.TaskId, b.Attempt, b.Secrets, a.Attempt)
+	}
+}

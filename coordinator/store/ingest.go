@@ -288,6 +288,11 @@ func writeRows(ctx context.Context, tx pgx.Tx, items []IngestItem, p *ingestPlan
 		// otherwise, so the scheduler does not hand it the task straight
 		// back.
 		b.Queue("update podium.tasks set attempt_given_back = true where id = any($1)", tasks)
+		// Nor did its container ever hold the secrets it was sent: the
+		// attempt offered again pins the versions current then, not a
+		// value rotated out while it waited.
+		b.Queue(`delete from podium.secret_pins p using podium.tasks t
+			where t.id = any($1) and p.task_id = t.id and p.attempt = t.attempt`, tasks)
 		b.Queue(`update podium.nodes n set busy_slots = greatest(n.busy_slots,
 				(case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end)
 				- (select count(*) from podium.tasks t where t.node_id = n.id
