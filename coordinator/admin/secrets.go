@@ -86,9 +86,9 @@ func (s *Service) ListSecrets(ctx context.Context, _ *connect.Request[podiumv1.L
 		if !all && !slices.Contains(usable, r.Name) {
 			continue
 		}
-		p := &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt), Version: int64(r.Version)}
-		if admin {
-			p.Allow = r.Allow
+		p := secretProto(r)
+		if !admin {
+			p.Allow = nil
 		}
 		out.Secrets = append(out.Secrets, p)
 	}
@@ -127,7 +127,7 @@ func grantRequest(name string, principals []string) ([]string, error) {
 }
 
 func secretProto(r store.SecretRow) *podiumv1.Secret {
-	return &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt), Allow: r.Allow}
+	return &podiumv1.Secret{Name: r.Name, SetBy: r.SetBy, SetAt: timestamppb.New(r.SetAt), Allow: r.Allow, Version: int64(r.Version)}
 }
 
 // GrantSecret lets principals use a secret, from their next submit on (and

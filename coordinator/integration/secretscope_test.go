@@ -42,6 +42,9 @@ func grant(t *testing.T, ctx context.Context, r *coordtest.Replica, name string,
 	if err != nil {
 		t.Fatalf("grant %s to %v: %v", name, principals, err)
 	}
+	if res.Msg.Secret.GetVersion() < 1 {
+		t.Fatalf("grant %s answered %v: the secret as it is, version included, is what an admin reads back", name, res.Msg.Secret)
+	}
 	return res.Msg.Secret
 }
 

@@ -353,8 +353,10 @@ func deref(s *string) string {
 // submit: a signature over a body the owner knows is the secret's use, and
 // the grant may have been revoked since. The owner is the event's
 // task.user, which the coordinator wrote (requested_by). An admin's
-// webhook (not per task) is signed with the coordinator's own secret and is
-// not checked. A refusal is audited.
+// webhook (not per task) is not checked: it signs with the secret the
+// coordinator generated for it, or with the stored secret an admin named
+// when adding it. Every signing, and every refusal, is audited (a receiver
+// that keeps failing is retried, and each retry is a signing).
 func (w *Worker) authorizeSigning(ctx context.Context, r store.OutboxRow) error {
 	if !r.PerTask {
 		return nil

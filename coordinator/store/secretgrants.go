@@ -65,8 +65,8 @@ func grantSecret(ctx context.Context, tx pgx.Tx, name string, principals []strin
 // grants in tx, locking the row; ErrNotFound when there is none.
 func secretWithGrants(ctx context.Context, tx pgx.Tx, name string) (SecretRow, error) {
 	var r SecretRow
-	err := tx.QueryRow(ctx, `select name, key_id, set_by, set_at, `+allowColumn+`
-		from podium.secrets s where name = $1 for update`, name).Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt, &r.Allow)
+	err := tx.QueryRow(ctx, `select name, key_id, set_by, set_at, version, `+allowColumn+`
+		from podium.secrets s where name = $1 for update`, name).Scan(&r.Name, &r.KeyID, &r.SetBy, &r.SetAt, &r.Version, &r.Allow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
