@@ -100,6 +100,12 @@ func TestPlaintextOnlyThroughTheTailnetInterface(t *testing.T) {
 				t.Errorf("%s (routed out tailscale0): %v", ok, err)
 			}
 		}
+		// This machine's own tailnet address (a coordinator beside the
+		// agent, bound to it) is routed through lo: it never leaves the
+		// machine, as loopback does not.
+		if err := CheckPlaintext(ctx, "http://100.100.1.1:7070"); err != nil {
+			t.Errorf("100.100.1.1, this machine's own address on tailscale0: %v", err)
+		}
 		if err := checkPlaintextDial(ctx, "tcp", "100.100.1.2:7070", nil); err != nil {
 			t.Errorf("dialling 100.100.1.2 (routed out tailscale0): %v", err)
 		}

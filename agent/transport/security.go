@@ -104,6 +104,14 @@ func plaintextProblem(ip netip.Addr, sec Security) string {
 		want = DefaultTailnetInterface
 	}
 	iface, err := routeInterface(ip)
+	if err == nil {
+		// This machine's own address (a coordinator beside the agent,
+		// bound to its tailnet address) is routed through the loopback
+		// interface: it never leaves the machine.
+		if i, ierr := net.InterfaceByName(iface); ierr == nil && i.Flags&net.FlagLoopback != 0 {
+			return ""
+		}
+	}
 	switch {
 	case errors.Is(err, errNoRoute):
 		return fmt.Sprintf("%s is in the tailnet's address range, but this machine has no route to it, "+
