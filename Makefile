@@ -28,9 +28,10 @@ build:
 
 # Every part the tests need (a Docker engine, Postgres 15's binaries, gcc for
 # the race detector, Chromium, lintian and debootstrap, the Debian image the
-# packaging test boots, versitygw, golangci-lint), installed and started where
-# missing; on a machine that has them it only looks. A user who is not root
-# is told to run `sudo make test-deps` once, before anything is built.
+# packaging test boots, versitygw), installed and started where missing; on a
+# machine that has them it only looks. The tests run as root (some boot
+# systemd in Docker, make network namespaces, mount), so a user who is not
+# root is told to run `sudo make test`, before anything is built.
 test-deps:
 	@scripts/test-deps.sh
 
@@ -52,7 +53,8 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
 # the same packages and their tests; go test's own subset would repeat a
 # part of that over every package and its dependencies (some 280 vet runs).
-test: test-deps build lint fuzz
+test: test-deps
+	@$(MAKE) --no-print-directory build lint fuzz
 	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add

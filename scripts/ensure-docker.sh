@@ -3,9 +3,6 @@
 # engine (Debian's docker.io, started if it is not running), iptables and
 # iproute2, Debian's busybox-static (the local test image is built from it,
 # since no registry is reachable) and the Postgres 15 binaries.
-# With PODIUM_CHECK_ONLY=1 it installs nothing: it exits 3 when it would
-# have to (scripts/test-deps.sh asks so before telling a non-root user to run
-# `sudo make test-deps`).
 set -euo pipefail
 
 need=()
@@ -18,14 +15,6 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
-if [ -n "${PODIUM_CHECK_ONLY:-}" ]; then
-  [ ${#need[@]} -eq 0 ] || exit 3
-  # A running engine this user may not use is not root's to fix here.
-  if ! docker info >/dev/null 2>&1 && ! pgrep -x dockerd >/dev/null 2>&1; then
-    exit 3
-  fi
-  exit 0
-fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "podium: missing ${need[*]}; install them with: sudo apt-get install ${need[*]}" >&2
