@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -211,10 +212,32 @@ func TestMetricsTokenFile(t *testing.T) {
 		{write("two", token+" "+token), "more than one word"},
 		{write("big", strings.Repeat("x", 5000)), "longer than 4096"},
 		{dir, "not a regular file"},
+		{fifo(t, dir), "not a regular file"},
+		{loose(t, write("loose", token)), "readable by others"},
 	} {
 		_, err := server.New(context.Background(), server.Config{DatabaseURL: db.URL, Token: coordtest.Token, MetricsTokenFile: c.path})
 		if err == nil || !strings.Contains(err.Error(), "--metrics-token-file") || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("token file %s: %v; want a refusal naming --metrics-token-file saying %q", c.path, err, c.says)
 		}
 	}
+}
+
+// fifo makes a named pipe in dir: a token file that is one must be refused
+// at once, not block the coordinator's start on a read nobody answers.
+func fifo(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// loose makes p readable by others than its owner.
+func loose(t *testing.T, p string) string {
+	t.Helper()
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // maxMetricsTokenFileBytes bounds what is read of the metrics token file: a
@@ -16,13 +17,19 @@ const maxMetricsTokenFileBytes = 4096
 // without surrounding white space. It must be as long as the API token must:
 // long enough that guessing it is hopeless (`openssl rand -hex 32`).
 func loadMetricsToken(path string) (string, error) {
-	f, err := os.Open(path)
+	// Non-blocking, so that a named pipe is refused below instead of
+	// holding the start on a read nobody answers.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fmt.Errorf("--metrics-token-file: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("--metrics-token-file %s is not a regular file: give a file holding the token", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("--metrics-token-file %s has mode %04o, readable by others than its owner: run `chmod 600 %s`", path, perm, path)
 	}
 	raw, err := io.ReadAll(io.LimitReader(f, maxMetricsTokenFileBytes+1))
 	if err != nil {
