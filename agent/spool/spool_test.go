@@ -164,8 +164,7 @@ func TestRemoveAndBeginAfterRejection(t *testing.T) {
 
 // TestSpoolKeepsNothingSecret: every field of an assignment that may hold a
 // credential (the task's and its sidecars' environment, its secrets' values,
-// its private registry logins, its notify URLs and their signing secrets'
-// names) stays off the node's disk, while the assignment the caller runs
+// its private registry logins, its notify entries) stays off the node's disk, while the assignment the caller runs
 // keeps them all. A restarted agent needs none of them: it adopts containers
 // that exist already, and the coordinator sends secret values again.
 func TestSpoolKeepsNothingSecret(t *testing.T) {

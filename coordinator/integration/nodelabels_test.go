@@ -42,8 +42,8 @@ func nodeByID(t *testing.T, ctx context.Context, r *coordtest.Replica, id string
 	return nil
 }
 
-// auditRows lists the audit log's NodeService.Enroll rows, oldest first, as
-// "who|target|result".
+// enrollAuditRows lists the audit log's NodeService.Enroll rows, oldest
+// first, as "role|target|result".
 func enrollAuditRows(t *testing.T, ctx context.Context, r *coordtest.Replica) []string {
 	t.Helper()
 	res, err := r.Admin().ListAudit(ctx, connect.NewRequest(&podiumv1.ListAuditRequest{}))

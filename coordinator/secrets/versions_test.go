@@ -167,12 +167,14 @@ func TestVersionsPinnedKeptRotatedAndTrimmed(t *testing.T) {
 	}
 }
 
-// Assignments pinning a secret while it is set again and again, and the
-// retention job trimming meanwhile: every attempt's adoption still gets
+// Assignments pinning a secret while it is set again and again, with the
+// retention job passing meanwhile: every attempt's adoption still gets
 // exactly the value its assignment got. (A pin is made under a shared lock
 // on the current row, so a set waits for it and keeps the value it
-// replaces; the trim never sees a version that could still be pinned.)
-func TestPinsRaceSetsAndTrims(t *testing.T) {
+// replaces.) Every task here runs on, so the passes release no pin; that
+// trimming deletes only what no attempt pins is
+// TestVersionsPinnedKeptRotatedAndTrimmed's.
+func TestPinsRaceSetsWhileRetentionPasses(t *testing.T) {
 	t.Parallel()
 	st, pool := openStore(t)
 	ctx := context.Background()

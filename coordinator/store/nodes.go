@@ -435,9 +435,9 @@ func (s *Store) ChangeNode(ctx context.Context, nodeID string, c NodeChange) (No
 				labels = array(select distinct l from unnest(labels || $4::text[]) as l
 				               where l <> all($5::text[]) order by l),
 				label_sources = (label_sources - $5::text[]) || coalesce((select jsonb_object_agg(l,
-					jsonb_build_object('source', 'admin', 'set_by', $6::text)) from unnest($4::text[]) as l
+					jsonb_build_object('source', $7::text, 'set_by', $6::text)) from unnest($4::text[]) as l
 					where l <> all($5::text[])), '{}'::jsonb)
-			where id = $1`, nodeID, c.Draining, c.MaxTasksOverride, nonNil(c.AddLabels), nonNil(c.RemoveLabels), c.By)
+			where id = $1`, nodeID, c.Draining, c.MaxTasksOverride, nonNil(c.AddLabels), nonNil(c.RemoveLabels), c.By, LabelFromAdmin)
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,8 @@ alter table podium.enrollment_tokens
 
 -- Where each of a node's labels came from, so a person deciding whether to
 -- trust a label can see who gave it: an object of label -> {"source":
--- "token" | "node" | "admin", "set_by": the admin's name for "admin"}.
+-- "token" | "node" | "admin" | "unknown" (from before this migration, see
+-- below), "set_by": the admin's name for "admin"}.
 -- nodes.labels stays the truth the scheduler matches on; this column is kept
 -- beside it in the same statements. It lives on the node's row because it
 -- is read with the node and is as small as its labels (at most 64).
