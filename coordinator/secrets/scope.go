@@ -54,7 +54,7 @@ func CheckPrincipal(p string) error {
 		return fmt.Errorf("%s: the only role a secret is granted to is role:member (admins use every secret already)", clip(p))
 	case strings.HasPrefix(p, GroupPrefix):
 		g := strings.TrimPrefix(p, GroupPrefix)
-		if g == "" || strings.Contains(g, "=") || len(g) > taskspec.MaxGroupBytes || taskspec.LabelProblem(g) != "" {
+		if !taskspec.ValidGroup(g) {
 			return fmt.Errorf("%s: %q is not a group name: use letters, digits and . _ / -, at most %d bytes, as a spec's group", clip(p), clip(g), taskspec.MaxGroupBytes)
 		}
 		return nil

@@ -75,7 +75,7 @@ func Validate(spec *podiumv1.TaskSpec) error {
 			return fieldErr("spec.working_dir", "is %d bytes, longer than any path can be (%d)", len(wd), MaxWorkingDirBytes)
 		}
 	}
-	if g := spec.GetGroup(); g != "" && (len(g) > MaxGroupBytes || !isLabelWord(g)) {
+	if g := spec.GetGroup(); g != "" && !ValidGroup(g) {
 		return fieldErr("spec.group", "%q is not a group name: use letters, digits and . _ / -, at most %d bytes (or leave it out to share as the submitter)", clip(g), MaxGroupBytes)
 	}
 	if n := len(spec.GetLabels()); n > MaxLabels {
@@ -508,6 +508,11 @@ func envKeyProblem(k string) string {
 // MaxGroupBytes bounds a spec's group: a name people type and read in a
 // why-queued reason, not a payload.
 const MaxGroupBytes = 64
+
+// ValidGroup reports whether g is a group's name as a spec's group may be:
+// letters, digits and . _ / -, at most MaxGroupBytes. A user's groups and a
+// secret's group:NAME grants name the same groups, so they are held to it.
+func ValidGroup(g string) bool { return g != "" && len(g) <= MaxGroupBytes && isLabelWord(g) }
 
 // labelProblem keeps labels to a charset that survives being a Docker label,
 // a SQL array element and a shell word without quoting.
