@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
+
 	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -46,12 +48,13 @@ type hostGuard struct {
 	names map[string]bool // lower-case host names and IP addresses, no port
 	next  http.Handler
 	log   *slog.Logger
+	errs  *connect.ErrorWriter
 }
 
 // newHostGuard allows the loopback names and addresses and every host (a
 // name, an address, or a URL whose host is taken) in allowed.
 func newHostGuard(allowed []string, next http.Handler, log *slog.Logger) *hostGuard {
-	g := &hostGuard{names: map[string]bool{"localhost": true}, next: next, log: log}
+	g := &hostGuard{names: map[string]bool{"localhost": true}, next: next, log: log, errs: connect.NewErrorWriter()}
 	for _, a := range allowed {
 		if h := hostOf(a); h != "" {
 			g.names[h] = true
@@ -133,13 +136,20 @@ func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		host, strings.Join(g.Names(), ", "), host, hostOf(host))
 	g.log.Warn("refused a request for another host (a misconfigured proxy, or a web page rebinding its name to this address)",
 		"host", host, "path", r.URL.Path, "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"))
-	// A Connect client reads the message from a JSON body, whatever the
-	// status; everything else (a browser, curl) reads the text.
-	if isPeopleAPI(r.URL.Path) && strings.HasPrefix(r.Header.Get("Content-Type"), "application/") &&
-		!strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+	// A Connect unary client reads the message from a JSON body, whatever
+	// the status; a streaming or gRPC client (following a task's log) reads
+	// it only where its protocol puts errors, which connect's ErrorWriter
+	// knows; everything else (a browser, curl) reads the text.
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case !isPeopleAPI(r.URL.Path):
+	case ct == "application/json" || ct == "application/proto":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusMisdirectedRequest)
 		_ = json.NewEncoder(w).Encode(map[string]string{"code": "permission_denied", "message": msg})
+		return
+	case g.errs.IsSupported(r):
+		_ = g.errs.Write(w, r, connect.NewError(connect.CodePermissionDenied, errors.New(msg)))
 		return
 	}
 	http.Error(w, msg, http.StatusMisdirectedRequest)

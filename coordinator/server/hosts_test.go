@@ -90,6 +90,19 @@ func TestOtherHostsAreMisdirected(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not answer for host") {
 		t.Errorf("WhoAmI through a Connect client with Host evil.example: %v; want the refusal's reason", err)
 	}
+	// So does a streaming one (following a task's log), where its protocol
+	// puts errors rather than in a unary JSON body.
+	events, err := podiumv1connect.NewTaskServiceClient(&http.Client{Transport: hostRewriter{host: "evil.example", next: http.DefaultTransport}}, r.URL()).
+		Events(context.Background(), connect.NewRequest(&podiumv1.EventsRequest{Id: "task_01J0000000000000000000000", Follow: true}))
+	if err == nil {
+		for events.Receive() {
+		}
+		err = events.Err()
+		_ = events.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "does not answer for host") || connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("Events through a streaming Connect client with Host evil.example: %v; want permission_denied with the refusal's reason", err)
+	}
 	if n := countRows(t, db, "podium.enrollment_tokens"); n != 0 {
 		t.Errorf("%d enrollment tokens after refused calls, want 0", n)
 	}
