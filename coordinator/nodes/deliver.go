@@ -191,6 +191,11 @@ func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, 
 	} else if !errors.As(cause, &missing) && !errors.Is(cause, secrets.ErrNoKey) && !errors.Is(cause, secrets.ErrWrongKey) {
 		return cause
 	}
+	// The refusal is audited before the task fails, so that whoever sees
+	// the failure finds its row; a failed write retries the delivery.
+	if err := secrets.RecordRefused(ctx, d.store, c.TaskID, cause); err != nil {
+		return err
+	}
 	reason := "secrets: " + cause.Error()
 	moved, err := d.store.FailAssignment(ctx, c.TaskID, c.TaskAttempt, reason)
 	if err != nil {
@@ -198,9 +203,6 @@ func (d *deliverer) failUnresolved(ctx context.Context, c store.PendingCommand, 
 	}
 	if moved {
 		d.log.Warn("task failed: its secrets cannot be resolved", "task", c.TaskID, "error", cause)
-		if err := secrets.RecordRefused(ctx, d.store, c.TaskID, cause); err != nil {
-			d.log.Error("the refused secret use's audit row was not written", "task", c.TaskID, "err", err)
-		}
 		_ = d.store.Notify(ctx, store.ChannelTaskEvents, c.TaskID)
 		_ = d.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet)
 	}

@@ -2,6 +2,7 @@ package schedules_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,7 @@ func TestTwoLeadersFireEachTickOnce(t *testing.T) {
 		return st
 	}
 	a, b := open(), open()
+	addOwner(t, a)
 	start := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
 	const n = 20
 	for i := range n {
@@ -120,6 +122,7 @@ func TestTicksAreTrimmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	addOwner(t, st)
 	start := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
 	next := start.Add(30 * time.Second)
 	sc, err := st.CreateSchedule(ctx, store.Schedule{ID: "sched_trim", Name: "trim", Cron: "* * * * *", Timezone: "UTC",
@@ -141,5 +144,16 @@ func TestTicksAreTrimmed(t *testing.T) {
 	}
 	if len(ticks) != store.KeptTicks || !ticks[0].Tick.Equal(start.Add(fired*time.Minute-30*time.Second)) {
 		t.Errorf("%d ticks kept, newest %v; want the latest %d", len(ticks), ticks[0].Tick, store.KeptTicks)
+	}
+}
+
+// addOwner adds alice, the member the tests' schedules belong to: a tick
+// runs as its owner, and a local name with no user row is a removed user,
+// whose schedules pause instead of firing.
+func addOwner(t *testing.T, st *store.Store) {
+	t.Helper()
+	h := sha256.Sum256([]byte("alice's token"))
+	if _, err := st.AddUser(context.Background(), "alice", "member", h[:], "token"); err != nil {
+		t.Fatal(err)
 	}
 }
