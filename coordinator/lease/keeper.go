@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/podiumhq/podium/coordinator/store"
 )
 
 // Keeper keeps a replica's lease connection open, opening a new one after the
@@ -37,7 +39,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			k.log.Warn("lease: cannot open the lease connection; retrying", "err", err, "in", backoff)
+			k.log.Warn("lease: cannot open the lease connection; retrying", "err", store.Explain(err), "in", backoff)
 			select {
 			case <-ctx.Done():
 				return nil

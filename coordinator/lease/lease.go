@@ -14,6 +14,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,11 +47,27 @@ type Lease struct {
 	done   chan struct{}
 }
 
+// IdleTimeout is how long Postgres keeps the lease connection while it hears
+// nothing from the replica (idle_session_timeout, set on this connection
+// alone). A healthy replica pings it every second (watch); one cut off from
+// Postgres cannot, and its locks, the nodes' and the leader's, are released
+// when Postgres ends the session, so that another replica can take them. Left
+// to TCP, a connection whose peer went silent can stay up for hours, and the
+// locks with it.
+const IdleTimeout = 10 * time.Second
+
+// pingEvery and pingTimeout: how often the lease connection is pinged, and
+// how long a ping may take before the connection is given up for lost.
+const (
+	pingEvery   = time.Second
+	pingTimeout = 3 * time.Second
+)
+
 // Open connects the lease connection and starts watching it. It must be a
 // direct connection: behind PgBouncer in transaction mode session advisory locks
 // are not held across statements.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Lease, error) {
-	conn, err := store.ConnectDirect(ctx, url)
+	conn, err := store.ConnectDirect(ctx, url, "idle_session_timeout", strconv.Itoa(int(IdleTimeout/time.Millisecond)))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +81,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Lease, error) {
 // when nothing else uses it.
 func (l *Lease) watch(ctx context.Context) {
 	defer close(l.done)
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(pingEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -74,7 +91,7 @@ func (l *Lease) watch(ctx context.Context) {
 			return
 		case <-t.C:
 			l.mu.Lock()
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err := l.conn.Ping(pctx)
 			cancel()
 			l.mu.Unlock()
@@ -143,6 +160,11 @@ func (l *Lease) Close() {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_ = l.conn.Close(context.Background())
+	// Closing sends Postgres a goodbye; on a dead link it would wait for it.
+	// Either way the locks go: with the connection, or with the session
+	// Postgres ends once it has been idle IdleTimeout.
+	cctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	_ = l.conn.Close(cctx)
 	l.markLost()
 }

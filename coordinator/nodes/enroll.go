@@ -86,7 +86,10 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 		s.log.Warn("enrollment refused: the node asked for labels its token does not grant", "peer", peer,
 			"device", caller.Device, "hostname", req.Msg.GetHostname(), "labels", notGranted.Labels, "rekey_node", notGranted.NodeID)
 		code := connect.CodePermissionDenied
-		if werr := s.store.WriteAudit(context.WithoutCancel(ctx), audit, code.String()); werr != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		werr := s.store.WriteAudit(actx, audit, code.String())
+		cancel()
+		if werr != nil {
 			s.log.Error("audit row not written", "action", audit.Action, "who", audit.Who, "target", audit.Target, "err", werr)
 		}
 		return nil, connect.NewError(code, err)

@@ -22,6 +22,12 @@ import (
 // node's log knows why a container they can see was torn down.
 const CancelReasonNotOurs = "reconciliation: the control plane no longer holds this task on this node"
 
+// cleanupTimeout bounds each step of winding down that touches Postgres (a
+// session's row, its lock, the last heartbeats): a replica that cannot reach
+// Postgres must still end its streams, so that its nodes reconnect to a
+// replica that can.
+const cleanupTimeout = 3 * time.Second
+
 var (
 	// ErrSessionClosed is returned when a message is sent to a session that ended.
 	ErrSessionClosed = errors.New("nodes: session closed")
@@ -319,7 +325,9 @@ func (s *Service) flushLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			s.flush(context.WithoutCancel(ctx))
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			s.flush(fctx)
+			cancel()
 			return
 		case <-t.C:
 			s.flush(ctx)

@@ -108,7 +108,11 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		return nil, nil, nil, err
 	}
 	key := lease.NodeKey(node.ID)
-	undo = append(undo, func() { _ = l.Unlock(context.WithoutCancel(ctx), key) })
+	undo = append(undo, func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = l.Unlock(uctx, key)
+	})
 
 	capa := hello.GetCapacity()
 	limits := nodeLimits(capa.GetLimits())
@@ -126,9 +130,14 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 	sess.configure(node.Labels, node.Draining, node.MaxTasksOverride)
 	sess.seen(capa)
 	undo = append(undo, func() { close(sess.ended) }, func() {
-		ctx := context.WithoutCancel(ctx)
+		// Bounded: the stream closes only once this returns, and a
+		// replica that lost Postgres must let its nodes go to another.
+		// The row left behind names an epoch the node's next session
+		// replaces, wherever it starts.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
 		if err := s.store.EndSession(ctx, node.ID, sess.Epoch); err != nil {
-			s.log.Warn("nodes: end session", "node", node.ID, "err", err)
+			s.log.Warn("nodes: end session (the node's next session replaces its row)", "node", node.ID, "err", err)
 		}
 		s.fleetChanged() // one candidate fewer
 	})

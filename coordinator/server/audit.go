@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -44,7 +45,12 @@ func (au auditor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			result = connect.CodeOf(err).String()
 		}
-		if werr := au.store.WriteAudit(context.WithoutCancel(ctx), a, result); werr != nil {
+		// The call is answered once this returns; a Postgres that does not
+		// answer must not hold the caller forever.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		werr := au.store.WriteAudit(actx, a, result)
+		cancel()
+		if werr != nil {
 			au.log.Error("audit row not written", "action", a.Action, "who", a.Who, "target", a.Target, "result", result, "err", werr)
 		}
 		return res, err

@@ -72,6 +72,10 @@ type Config struct {
 	// IdleTimeout closes connections idle for this long; DefaultIdleTimeout
 	// when 0.
 	IdleTimeout time.Duration
+	// PostgresLostAfter is how long Postgres may fail to answer this replica
+	// before it ends its node streams and refuses calls, so that nodes and
+	// clients go to a replica that reaches it (DefaultPostgresLostAfter).
+	PostgresLostAfter time.Duration
 	// Transport is TransportLocal (the default), TransportTailnet or
 	// TransportHost; see transport.go.
 	Transport string
@@ -141,6 +145,7 @@ type Server struct {
 	store     *store.Store
 	bus       *bus.Bus
 	leases    *lease.Keeper
+	pg        *pgLink
 	nodes     *nodes.Service
 	leader    *leader.Elector
 	tasks     *tasks.Service
@@ -286,6 +291,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// because the metrics count its sessions and the node service records
 	// into the metrics.
 	sessions := nodes.NewRegistry()
+	s.pg = newPGLink(st, sessions, cfg.PostgresLostAfter, log)
 	m := metrics.NewWith(metrics.Config{Token: metricsToken}, st, sessions.Len, log)
 	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
 		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},
@@ -344,6 +350,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Transport == TransportLocal {
 		handler = newTokenGate(cfg.Token, st, handler)
 	}
+	// Outside the token gate, which may ask Postgres who a token is.
+	handler = s.pg.guard(handler)
 	guard := newHostGuard(s.ownHosts(), handler, log)
 	log.Info("the API and the console answer for these hosts only (--public-url, --allowed-host to add one)", "hosts", guard.Names())
 	handler = guard
@@ -471,7 +479,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	what, reason := "", ""
 	if err := s.store.Ping(ctx); err != nil {
-		what, reason = "Postgres does not answer", err.Error()
+		what, reason = "Postgres does not answer", store.Explain(err).Error()
+		if store.TooManyConnections(err) {
+			what = "Postgres refuses new connections (all of max_connections are in use)"
+		}
 	} else if err := s.leases.Ready(); err != nil {
 		// Without its lease connection the replica can hold no node's
 		// stream and cannot lead: nodes sent here would be refused.
@@ -554,6 +565,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"artifact store", s.artifacts.Run},
 		{"leader", s.leader.Run},
 		{"webhook delivery", s.notify.Run},
+		{"Postgres link", s.pg.Run},
 	} {
 		loops.Add(1)
 		g.Go(func() error {

@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -51,6 +53,8 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
+	tuneConn(&cfg.ConnConfig.Config)
+	setDefault(&cfg.ConnConfig.Config, "idle_in_transaction_session_timeout", strconv.Itoa(int(idleInTransaction/time.Millisecond)))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -68,10 +72,18 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // other pool_ parameters, which size the pool Open makes) are left out: sent
 // as they are, Postgres would refuse them as unknown settings, and a URL an
 // operator wrote to size the pool would stop the replica from starting.
-func ConnectDirect(ctx context.Context, url string) (*pgx.Conn, error) {
+//
+// Like the pool's, the connection finds a silent peer in seconds (tuneConn).
+// settings are session settings ("name", "value", ...) the URL does not
+// override, e.g. the lease's idle_session_timeout.
+func ConnectDirect(ctx context.Context, url string, settings ...string) (*pgx.Conn, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	tuneConn(&cfg.ConnConfig.Config)
+	for i := 0; i+1 < len(settings); i += 2 {
+		setDefault(&cfg.ConnConfig.Config, settings[i], settings[i+1])
 	}
 	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
 }
