@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,6 +37,9 @@ type client struct {
 	cur atomic.Int32
 	// hasToken says whether a token is sent, to word a refusal.
 	hasToken bool
+	// note says that a call moved on from one address to the next (nil:
+	// said nowhere). The CLI writes it on stderr.
+	note func(string)
 }
 
 // endpoint is one address of the coordinator.
@@ -48,6 +52,11 @@ type endpoint struct {
 	schedules podiumv1connect.ScheduleServiceClient
 	// webhooks is WebhookService (podium webhook …).
 	webhooks podiumv1connect.WebhookServiceClient
+	// hc and base reach the replica's /readyz.
+	hc   *http.Client
+	base string
+	// ready says /readyz answered 200 once: it is not asked again.
+	ready atomic.Bool
 }
 
 // newClient builds the clients for servers (comma-separated URLs), sending
@@ -87,6 +96,8 @@ func newClient(servers, token, caFile string) (*client, error) {
 		base := u.String()
 		cl.endpoints = append(cl.endpoints, &endpoint{
 			server:    base,
+			hc:        hc,
+			base:      strings.TrimSuffix(base, "/"),
 			tasks:     podiumv1connect.NewTaskServiceClient(hc, base),
 			admin:     podiumv1connect.NewAdminServiceClient(hc, base),
 			schedules: podiumv1connect.NewScheduleServiceClient(hc, base),
@@ -323,7 +334,12 @@ func isDefinitive(err error) bool {
 
 // unary runs f with the per-call deadline against the endpoint in use and, if
 // that one cannot be reached, against the others in turn. The endpoint that
-// answers becomes the one in use.
+// answers becomes the one in use. With more than one address, an endpoint is
+// first asked whether it is ready (notReady), and one that says no or does not
+// answer is passed over for the next, with a note saying so: a replica cut
+// off from Postgres may accept the call and answer it only when the call's
+// deadline has passed. The last address is called whatever it says, so that
+// the error the user reads is the coordinator's own.
 func unary[T any](ctx context.Context, cl *client, f func(context.Context, *endpoint) (T, error)) (T, error) {
 	start := int(cl.cur.Load())
 	var (
@@ -332,17 +348,71 @@ func unary[T any](ctx context.Context, cl *client, f func(context.Context, *endp
 	)
 	for i := range cl.endpoints {
 		n := (start + i) % len(cl.endpoints)
+		ep := cl.endpoints[n]
+		next := cl.endpoints[(n+1)%len(cl.endpoints)]
 		cl.cur.Store(int32(n))
+		last := i == len(cl.endpoints)-1
+		if !last {
+			if why := ep.notReady(ctx); why != "" {
+				cl.movedOn(ep, next, why)
+				continue
+			}
+		}
 		v, err = func() (T, error) {
 			ctx, cancel := context.WithTimeout(ctx, callTimeout)
 			defer cancel()
-			return f(ctx, cl.endpoints[n])
+			return f(ctx, ep)
 		}()
 		if err == nil || ctx.Err() != nil || !unreachable(err) {
 			return v, err
 		}
+		if !last {
+			cl.movedOn(ep, next, describeAt(ep.server, cl.hasToken, err, ""))
+		}
 	}
 	return v, err
+}
+
+// readyTimeout bounds the question to /readyz: a replica that does not answer
+// it in this time is passed over.
+const readyTimeout = 3 * time.Second
+
+// notReady asks the replica's /readyz and says why it is not ready (it answers
+// 503, or nothing), or "" once it has answered otherwise (then it is not
+// asked again).
+func (ep *endpoint) notReady(ctx context.Context) string {
+	if ep.ready.Load() {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.base+"/readyz", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := ep.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Sprintf("it did not answer /readyz within %s", readyTimeout)
+		}
+		return fmt.Sprintf("cannot reach it: %v", err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_ = resp.Body.Close()
+	// 503 is a coordinator saying what is wrong; anything else is left to
+	// the call itself to find out and say.
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return fmt.Sprintf("it is not ready (%s)", strings.TrimSpace(string(body)))
+	}
+	ep.ready.Store(true)
+	return ""
+}
+
+// movedOn says that a call went from one address to the next, and why.
+func (cl *client) movedOn(from, to *endpoint, why string) {
+	if cl.note != nil {
+		cl.note(fmt.Sprintf("the coordinator at %s: %s; trying %s", from.server, why, to.server))
+	}
 }
 
 // unreachable reports whether err says the request never reached a working
@@ -368,6 +438,7 @@ func (c *cli) dial(cmd *command) (cl *client, code int, ok bool) {
 		fmt.Fprintf(c.stderr, "podium %s: %v\n", cmd.name, err)
 		return nil, cmd.usageExit, false
 	}
+	cl.note = func(s string) { fmt.Fprintf(c.stderr, "podium: %s\n", s) }
 	return cl, 0, true
 }
 

@@ -331,6 +331,9 @@ var errStopped = errors.New("stopped by a second interrupt")
 // returns the exit code it maps to.
 func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, o *runOptions) int {
 	p := newPrinter(c.stdout, c.stderr, o.quiet)
+	// A move to another address is progress, said as such (and not when
+	// quiet: stderr is then the task's own).
+	cl.note = p.note
 
 	// Signals are caught before Submit: a Ctrl-C while the request is in
 	// flight must not leave a task running that nobody is watching.
