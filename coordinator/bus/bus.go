@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
 
+	"github.com/podiumhq/podium/coordinator/backoff"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/store"
 )
@@ -33,7 +34,16 @@ type Bus struct {
 	channels  int
 	conn      *pgx.Conn
 	listening int
+	// retry spaces out reconnects while they fail; it is reset once a
+	// connection listens on every channel.
+	retry backoff.Backoff
 }
+
+// Reconnects after a failure wait from retryMin, doubling up to retryMax.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
 
 // ErrNotListening is what Ready says while the listener connection is down
 // or has not yet listened on every channel.
@@ -61,7 +71,8 @@ type Deps struct {
 // New makes a bus. Nothing is heard until Run.
 func New(cfg Config, deps Deps) *Bus {
 	log := deps.Log
-	b := &Bus{log: log, metrics: deps.Metrics, subs: map[string]map[string]map[*sub]struct{}{}}
+	b := &Bus{log: log, metrics: deps.Metrics, subs: map[string]map[string]map[*sub]struct{}{},
+		retry: backoff.Backoff{Min: retryMin, Max: retryMax}}
 	b.l = pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			b.setConn(nil)
@@ -71,13 +82,26 @@ func New(cfg Config, deps Deps) *Bus {
 			}
 			return conn, err
 		},
-		LogError: func(_ context.Context, err error) {
+		LogError: func(ctx context.Context, err error) {
 			// Every error pgxlisten reports but a handler's (which ours never
-			// return) ends the connection.
+			// return) ends the connection. The wait before the next try is
+			// here, not pgxlisten's fixed delay: it grows while the tries
+			// fail, so that a Postgres refusing connections is not asked
+			// (and the log not written) every second.
 			b.setConn(nil)
-			log.Warn("bus: listener", "err", err)
+			b.mu.Lock()
+			wait := b.retry.Next()
+			b.mu.Unlock()
+			log.Warn("bus: listener lost; doorbells are late until it is back", "err", store.Explain(err), "retry_in", wait.Round(100*time.Millisecond))
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
 		},
-		ReconnectDelay: time.Second,
+		// Negative: no delay of pgxlisten's own; LogError waits.
+		ReconnectDelay: -1,
 	}
 	b.channels = len(cfg.Channels)
 	for _, c := range cfg.Channels {
@@ -101,6 +125,9 @@ func (h handler) HandleBacklog(_ context.Context, channel string, conn *pgx.Conn
 	h.b.mu.Lock()
 	if h.b.conn == conn {
 		h.b.listening++
+		if h.b.listening == h.b.channels {
+			h.b.retry.Reset()
+		}
 	}
 	h.b.mu.Unlock()
 	h.b.ringAll(channel)

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/backoff"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -45,6 +46,10 @@ var Events = []string{EventTaskFinished, EventTaskLost, EventNodeOffline}
 
 // TaskEvents are the event types a task's own notify: entry may ask for.
 var TaskEvents = taskspec.TaskEvents
+
+// retryMax is the longest wait between two reads of the outbox while they
+// fail.
+const retryMax = 30 * time.Second
 
 // Production defaults of Config.
 const (
@@ -209,18 +214,29 @@ func refusePrivate(_, address string, _ syscall.RawConn) error {
 
 // Run delivers until ctx ends.
 func (w *Worker) Run(ctx context.Context) error {
-	t := time.NewTicker(w.cfg.PollInterval)
-	defer t.Stop()
+	// While reading the outbox fails (Postgres away, or refusing
+	// connections), the reads are spaced out from the poll interval up to
+	// retryMax, so that the log gets a warning per retry, not per poll.
+	retry := backoff.Backoff{Min: w.cfg.PollInterval, Max: max(retryMax, w.cfg.PollInterval)}
 	for {
 		n, err := w.Pass(ctx)
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("webhooks: read the outbox (retrying)", "err", err)
+		wait := w.cfg.PollInterval
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			wait = retry.Next()
+			w.log.Warn("webhooks: read the outbox", "err", store.Explain(err), "retry_in", wait.Round(100*time.Millisecond))
+		default:
+			retry.Reset()
+			if n == w.cfg.Batch {
+				continue // more may be due
+			}
 		}
-		if n == w.cfg.Batch && err == nil {
-			continue // more may be due
-		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
 		}
