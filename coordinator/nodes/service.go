@@ -28,6 +28,13 @@ const CancelReasonNotOurs = "reconciliation: the control plane no longer holds t
 // replica that can.
 const cleanupTimeout = 3 * time.Second
 
+// loopTimeout bounds each statement of the service's background loops
+// (heartbeat flushes, the replica list, takeover requests, the fleet
+// doorbell): one that Postgres does not answer fails and is retried on the
+// loop's next turn, instead of stalling the loop until the connection is
+// found dead.
+const loopTimeout = 10 * time.Second
+
 var (
 	// ErrSessionClosed is returned when a message is sent to a session that ended.
 	ErrSessionClosed = errors.New("nodes: session closed")
@@ -232,7 +239,9 @@ func (s *Service) closeStaleSessions(ctx context.Context) {
 	for i, sess := range all {
 		ids[i], epochs[i] = sess.NodeID, sess.Epoch
 	}
-	wanted, err := s.store.TakeoverRequests(ctx, ids, epochs)
+	qctx, cancel := context.WithTimeout(ctx, loopTimeout)
+	wanted, err := s.store.TakeoverRequests(qctx, ids, epochs)
+	cancel()
 	if err != nil {
 		s.log.Warn("nodes: read takeover requests", "err", err)
 		return
@@ -268,7 +277,12 @@ func (s *Service) replicasLoop(ctx context.Context) {
 	defer unsubscribe()
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
-	last, _ := s.store.ReplicaAddresses(ctx, replicasWindow)
+	read := func() ([]string, error) {
+		qctx, cancel := context.WithTimeout(ctx, loopTimeout)
+		defer cancel()
+		return s.store.ReplicaAddresses(qctx, replicasWindow)
+	}
+	last, _ := read()
 	for {
 		select {
 		case <-ctx.Done():
@@ -276,7 +290,7 @@ func (s *Service) replicasLoop(ctx context.Context) {
 		case <-bell:
 		case <-tick.C:
 		}
-		addrs, err := s.store.ReplicaAddresses(ctx, replicasWindow)
+		addrs, err := read()
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("nodes: list replicas (nodes keep the list they have)", "err", err)
@@ -306,7 +320,10 @@ func (s *Service) fleetLoop(ctx context.Context) {
 			return
 		case <-s.fleetBell:
 		}
-		if err := s.store.Notify(ctx, store.ChannelSubmit, store.PayloadFleet); err != nil && ctx.Err() == nil {
+		nctx, cancel := context.WithTimeout(ctx, loopTimeout)
+		err := s.store.Notify(nctx, store.ChannelSubmit, store.PayloadFleet)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("nodes: ring the fleet doorbell (the scheduler reads the fleet every second anyway)", "err", err)
 		}
 		select {
@@ -330,9 +347,14 @@ func (s *Service) flushLoop(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
-			s.flush(ctx)
+			fctx, cancel := context.WithTimeout(ctx, loopTimeout)
+			s.flush(fctx)
+			cancel()
 		case <-touch.C:
-			if err := s.store.TouchReplica(ctx, s.cfg.Replica); err != nil {
+			tctx, cancel := context.WithTimeout(ctx, loopTimeout)
+			err := s.store.TouchReplica(tctx, s.cfg.Replica)
+			cancel()
+			if err != nil {
 				s.log.Warn("nodes: touch replica row", "err", err)
 			}
 		}
