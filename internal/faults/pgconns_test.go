@@ -130,7 +130,7 @@ func TestPostgresConnectionsExhausted(t *testing.T) {
 	if !strings.Contains(during, "max_connections") {
 		t.Errorf("the replica's log never named max_connections during the exhaustion:\n%s", during)
 	}
-	for _, loop := range []string{`msg="bus: listener`, `msg="webhooks: read the outbox"`} {
+	for _, loop := range []string{`msg="bus: listener`, `msg="webhooks: read the outbox`} {
 		n := strings.Count(during, loop)
 		t.Logf("%d warnings %s… in %s", n, loop, window)
 		if n >= 12 {
