@@ -223,3 +223,62 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 // pausedRe is the note of a task whose output waits for room on its node's
 // disk: when that began and when the task fails unless room comes.
 var pausedRe = regexp.MustCompile(`paused: node disk full since \S+; fails at \S+ unless space frees`)
+
+// TestNodeDiskFullRetriedElsewhere (issue 29): a task its node failed
+// because the node's disk filled is the node's trouble, not the task's:
+// under retry_on_node_loss with an attempt left it goes back to the queue
+// and runs on a node with room. "small" (a 20 MiB data disk, 4 MiB floor,
+// --disk-full-after 3s) is the only node taking work when a task printing 40
+// MB is submitted; the other is then undrained. The first attempt fails on
+// small with "node disk full"; the task's log says the next attempt comes
+// because its node failed it, and attempt 2 succeeds on the other node.
+func TestNodeDiskFullRetriedElsewhere(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabaseIn(t, pgtest.NewCluster(t))
+	r := StartReplica(t, db.URL)
+	small := EnrollAgent(t, r, r.URL())
+	onSmallDisk(t, small, "20m")
+	small.Args = []string{"--disk-full-after", "3s", "--min-free-disk-mb", "4"}
+	small.Start()
+	other := EnrollAgent(t, r, r.URL())
+	other.Start()
+	r.WaitNode(t, small.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	r.WaitNode(t, other.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	drain := func(draining bool) {
+		t.Helper()
+		if _, err := r.Admin().DrainNode(context.Background(), connect.NewRequest(&podiumv1.DrainNodeRequest{
+			NodeId: other.Node, Draining: draining})); err != nil {
+			t.Fatalf("drain %t the other node: %v", draining, err)
+		}
+	}
+	drain(true)
+
+	spec := filepath.Join(t.TempDir(), "flood.yaml")
+	if err := os.WriteFile(spec, []byte("image: "+dockertest.EnsureImage(t)+"\n"+
+		"command: [sh, -c, 'yes 0123456789abcdef | head -c 40000000']\n"+
+		"timeout: 3m\nmax_attempts: 2\nretry_on_node_loss: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := StartRun(t, []string{r.URL()}, "--spec", spec)
+	id := run.TaskID(t)
+	wait.For(t, runWithin, "the task's first attempt to start on the small node", func() bool {
+		tk := r.Task(t, id)
+		return tk.GetNodeId() == small.Node && tk.State == podiumv1.TaskState_TASK_STATE_RUNNING
+	})
+	drain(false)
+	if code := run.Wait(t); code != 0 {
+		t.Fatalf("podium run exited %d, want 0 (the second attempt, on a node with room, succeeds); stderr:\n%s", code, run.Stderr())
+	}
+	tk := r.Task(t, id)
+	if tk.State != podiumv1.TaskState_TASK_STATE_SUCCEEDED || tk.GetAttempt() != 2 || tk.GetNodeId() != other.Node {
+		t.Fatalf("task %s ended %s (%q) on attempt %d on node %s; want succeeded on attempt 2 on %s",
+			id, tk.State, tk.GetReason(), tk.GetAttempt(), tk.GetNodeId(), other.Node)
+	}
+	logs := StartPodium(t, []string{r.URL()}, "logs", id)
+	logs.Wait(t)
+	if !strings.Contains(logs.Stderr(), "attempt 2 of 2 after its node failed it (node disk full") {
+		t.Fatalf("the task's log does not say why attempt 2 came; podium logs printed on stderr:\n%s", lastLines(logs.Stderr(), 30))
+	}
+	NothingLeft(t, small.Node)
+	NothingLeft(t, other.Node)
+}
