@@ -148,8 +148,10 @@ type Config struct {
 	DataDir string
 	// MaxTasks is how many tasks run at once; 0 means one per CPU.
 	MaxTasks int
-	// MinFreeDiskMB stops the node taking work while the data disk has less
-	// free space; 0 disables the check.
+	// MinFreeDiskMB is the data disk's free-space floor: below it the node
+	// takes no new task (it gives each assignment back, and its heartbeats
+	// say since when it is below, so the scheduler places nothing there);
+	// 0 disables the check. podium-agent's default is DefaultMinFreeDiskMB.
 	MinFreeDiskMB int64
 	// Logger is the one logger everything logs through; nil means
 	// slog.Default().
@@ -362,6 +364,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		a.log.Warn("ignoring the kept list of coordinator replicas; the coordinator sends a new one", "err", err)
 	}
+	floor := &diskFloor{dir: cfg.DataDir, floorMB: cfg.MinFreeDiskMB, log: a.log}
 	a.sess, err = session.New(session.Config{
 		CoordinatorURL: id.CoordinatorURL,
 		Coordinators:   cfg.Coordinators,
@@ -378,9 +381,18 @@ func New(cfg Config) (*Agent, error) {
 		MaxTasks:      cfg.MaxTasks,
 		MinFreeDiskMB: cfg.MinFreeDiskMB,
 		Runner:        a.exec,
-		Refuse:        a.exec.GPURefusal,
+		Refuse: func(as *podiumv1.Assign) string {
+			if why := floor.refusal(); why != "" {
+				// The scheduler learns it from the next heartbeat; send
+				// it now, so it stops offering this node tasks.
+				a.sess.HeartbeatNow()
+				return why
+			}
+			return a.exec.GPURefusal(as)
+		},
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
+			floor.report(c)
 			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
 			c.Gpus = a.reportedGPUs()

@@ -71,14 +71,22 @@ func (r *run) watchNodeDisk(ctx context.Context) (stop func()) {
 				continue
 			}
 			if free := int64(st.Bavail) * st.Bsize; free < nodeDiskLow {
+				since := time.Now()
 				r.log.Warn("the node's disk is full; the task's output waits for room", "dir", r.dir, "free_bytes", free)
-				r.note("the node's disk is full (%s free in %s): the task's output waits for room, and the task is stopped "+
-					"if it still has none after %s (podium-agent --disk-full-after)", sizeText(free), r.e.tasksDir, r.e.diskFullAfter)
+				r.note("%s", pausedNote(since, r.e.diskFullAfter, free, r.e.tasksDir))
 				return
 			}
 		}
 	}()
 	return func() { cancel(); wg.Wait() }
+}
+
+// pausedNote is the note of a task whose output found the node's disk full
+// at since: it is held, and stopped after diskFullAfter unless room comes.
+func pausedNote(since time.Time, diskFullAfter time.Duration, free int64, dir string) string {
+	return fmt.Sprintf("paused: %s since %s; fails at %s unless space frees (%s free in %s: the task's output waits for room, "+
+		"for at most podium-agent --disk-full-after %s)", ReasonNodeDiskFull, since.UTC().Format(time.RFC3339),
+		since.Add(diskFullAfter).UTC().Format(time.RFC3339), sizeText(free), dir, diskFullAfter)
 }
 
 // DefaultWorkspaceCheck is how often a running task's disk use is measured

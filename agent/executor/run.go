@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -303,6 +304,13 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 		return st
 	}
 	if r.prepErr != nil {
+		if errors.Is(r.prepErr, syscall.ENOSPC) || errors.Is(r.prepErr, syscall.EDQUOT) {
+			// The node's trouble, not the task's: the reason says so as
+			// a full disk met while the task ran does.
+			return failed("%s: the task's directory on the node could not be prepared: %v (free space in %s, "+
+				"or raise podium-agent --min-free-disk-mb so that the node stops taking tasks before its disk fills)",
+				ReasonNodeDiskFull, r.prepErr, r.e.tasksDir)
+		}
 		return failed("the task's directory on the node could not be prepared: %v (check the agent's data directory and its free space)", r.prepErr)
 	}
 	img, st := r.ensureImage(ctx, spec.GetImage(), spec.GetPull())

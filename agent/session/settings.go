@@ -82,7 +82,7 @@ func (s *Session) freeSlots() int32 {
 	s.mu.Lock()
 	draining := s.draining
 	diskLow := s.cfg.MinFreeDiskMB > 0 && s.lastCap != nil &&
-		s.lastCap.GetDiskFreeMb() > 0 && s.lastCap.GetDiskFreeMb() < s.cfg.MinFreeDiskMB
+		(s.lastCap.GetDiskFreeMb() > 0 && s.lastCap.GetDiskFreeMb() < s.cfg.MinFreeDiskMB || s.lastCap.GetDiskLowSince() != nil)
 	s.mu.Unlock()
 	if draining || diskLow {
 		return 0

@@ -277,7 +277,16 @@ printed. Sizes are bytes or take a unit: 100MiB, 1GiB, 500MB.
 A task whose output finds the data disk full waits, blocked on its next
 write, for --disk-full-after (5m); if the disk is still full then, the task
 is stopped and fails with a reason starting "node disk full", keeping the
-output written before.
+output written before. Meanwhile its log says it is paused, since when, and
+when it fails unless space frees.
+
+While the data disk has less than --min-free-disk-mb free (1024 MiB; 0: no
+floor) the node takes no new tasks: it reports the floor, and since when it
+is below it, with its heartbeats, so the scheduler places nothing there and a
+task that waits for it says why (podium task get); an assignment that reaches
+it anyway is given back, not failed. A finished attempt's directory goes as
+soon as the coordinator has stored its status, which is what usually frees
+the disk.
 
 A sidecar whose spec says privileged: true (a docker:dind sidecar a task
 builds images against) runs only on a node started with
@@ -307,7 +316,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var coordinators stringList
 	fs.Var(&coordinators, "coordinator", "another coordinator `URL` to try when the enrolled one cannot be reached, after it and before the replicas it named (repeatable)")
 	maxTasks := fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
-	minFreeDisk := fs.Int64("min-free-disk-mb", 0, "take no new tasks while the data disk has less free space (0: no check)")
+	minFreeDisk := fs.Int64("min-free-disk-mb", agent.DefaultMinFreeDiskMB,
+		"the data disk's free-space floor in MiB: below it the node takes no new tasks, and says so (0: no floor)")
 	runnerPath := fs.String("runner", "", "the podium-runner binary (default: podium-runner next to podium-agent)")
 	exitOnDrain := fs.Bool("exit-on-drain", false, "exit 0 once the node is draining and its last task has ended")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -349,6 +359,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		if st, err := os.Stat(*nvidiaSMI); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return usageErr("--nvidia-smi %s: not an executable file; give the path of nvidia-smi, or leave the flag out to use the one on PATH", *nvidiaSMI)
 		}
+	}
+	if *minFreeDisk < 0 {
+		return usageErr("--min-free-disk-mb %d: give 0 (no floor) or more, e.g. 1024", *minFreeDisk)
 	}
 	if *diskFullAfter < time.Second || *diskFullAfter > 24*time.Hour {
 		return usageErr("--disk-full-after %s: give a duration between 1s and 24h, e.g. 5m", *diskFullAfter)

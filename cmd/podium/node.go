@@ -222,6 +222,12 @@ func writeNode(w io.Writer, n *podiumv1.Node, coordinatorVersion string, now tim
 	if capa.GetDiskFreeMb() != 0 {
 		line("disk free", fmt.Sprintf("%d MiB", capa.GetDiskFreeMb()))
 	}
+	if f := capa.GetMinFreeDiskMb(); f != 0 {
+		line("disk floor", fmt.Sprintf("%d MiB (podium-agent --min-free-disk-mb)", f))
+	}
+	if low := capa.GetDiskLowSince(); low != nil {
+		line("disk", "below its free-space floor since "+timeText(low, now)+": it takes no new tasks until space frees")
+	}
 	line("task limits", limitsText(capa.GetLimits()))
 	if n.GetAllowPrivilegedSidecars() {
 		line("privileged sidecars", "allowed (podium-agent --allow-privileged-sidecars)")

@@ -270,6 +270,10 @@ func nodeProto(n store.Node) *podiumv1.Node {
 		RunningTasks: n.RunningTasks, FreeSlots: n.FreeSlots(), EnrolledAt: timestamppb.New(n.EnrolledAt),
 		AllowPrivilegedSidecars: n.Limits.AllowPrivilegedSidecars, AgentVersion: n.AgentVersion,
 	}
+	p.Capacity.MinFreeDiskMb = n.Disk.MinFreeMB
+	if n.Disk.LowSince != nil {
+		p.Capacity.DiskLowSince = timestamppb.New(*n.Disk.LowSince)
+	}
 	switch n.Status {
 	case "online":
 		p.Status = podiumv1.NodeStatus_NODE_STATUS_ONLINE

@@ -51,6 +51,14 @@ type Candidate struct {
 	// CommittedGPUs the sum of gpus over the tasks active on it.
 	GPUs          []GPU
 	CommittedGPUs int32
+	// DiskFreeMB is the free space of the node's data disk and
+	// MinFreeDiskMB its floor (podium-agent --min-free-disk-mb), as its
+	// agent last reported them; DiskLowSince is when the disk went below
+	// the floor, zero while it is above. A node below its floor takes no
+	// new task: each would fail there, or fill the disk further.
+	DiskFreeMB    int64
+	MinFreeDiskMB int64
+	DiskLowSince  time.Time
 }
 
 // GPU is one of a node's GPUs as placement needs it: what a task's
@@ -150,9 +158,10 @@ func ParseEgress(ranges []string) []netip.Prefix {
 }
 
 // FreeSlots is what is left of the slot limit; a draining node has none, so
-// it finishes what it runs and takes nothing new.
+// it finishes what it runs and takes nothing new, and neither has a node
+// whose data disk is below its free-space floor.
 func (c *Candidate) FreeSlots() int32 {
-	if c.Draining || c.Running >= c.SlotLimit {
+	if c.Draining || !c.DiskLowSince.IsZero() || c.Running >= c.SlotLimit {
 		return 0
 	}
 	return c.SlotLimit - c.Running
@@ -336,10 +345,11 @@ func thousands(n int64) string {
 // matching GPUs as it needs and a free slot, the one with the most free
 // slots, which spreads work instead of filling one node first; ties go to
 // the node assigned longest ago, then the lowest id, so equal nodes take
-// turns and the choice is the same on every run. It returns the index into
+// turns and the choice is the same on every run. A node whose data disk is
+// below its free-space floor takes nothing. It returns the index into
 // cands, or -1 and the reason when none fits, checked in an order that names
-// the first thing a user has to fix (labels before draining before a node's
-// limits before GPU model and memory before size before GPUs all taken
+// the first thing a user has to fix (labels before draining before a full
+// data disk before a node's limits before GPU model and memory before size before GPUs all taken
 // before a full fleet). A task that asks for more than every node allows
 // waits with a reason naming the limit and the most any node allows, rather
 // than being sent to a node that would refuse it: the node's refusal is only
@@ -352,7 +362,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
 	}
-	labelled, undrained, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false
+	labelled, undrained, diskOK, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false, false
 	var mostFreeGPUs int32 // among the nodes with matching GPUs and room, for the reason
 	var match gpuMatch
 	if n.GPUs > 0 {
@@ -369,6 +379,10 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		undrained = true
+		if !c.DiskLowSince.IsZero() {
+			continue
+		}
+		diskOK = true
 		if c.refuses(n) != 0 {
 			continue
 		}
@@ -415,6 +429,8 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
 	case !undrained:
 		return -1, "every node with the labels the task needs is draining"
+	case !diskOK:
+		return -1, diskLowReason(n, cands)
 	case !allowed:
 		return -1, limitsReason(n, cands)
 	case !gpuMatched:
@@ -431,6 +447,28 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		return -1, Busy
 	}
 	return best, ""
+}
+
+// diskLowReason says why no undrained node with the task's labels takes it:
+// each is below its data disk's free-space floor. It names the one that went
+// below longest ago, which is likely to stay there longest too.
+func diskLowReason(n Need, cands []*Candidate) string {
+	var low *Candidate
+	for _, c := range cands {
+		if !c.hasLabels(n.Labels) || c.Draining || c.DiskLowSince.IsZero() {
+			continue
+		}
+		if low == nil || c.DiskLowSince.Before(low.DiskLowSince) {
+			low = c
+		}
+	}
+	which := "every undrained node"
+	if len(n.Labels) > 0 {
+		which = "every undrained node with the labels the task needs"
+	}
+	return fmt.Sprintf("%s is below its data disk's free-space floor (node %s: %d MiB free, floor %d MiB, since %s; "+
+		"podium-agent --min-free-disk-mb): it waits for room", which, low.ID, low.DiskFreeMB, low.MinFreeDiskMB,
+		low.DiskLowSince.UTC().Format(time.RFC3339))
 }
 
 // gpuFilter names what a task asks of each GPU, for a reason: ` matching

@@ -50,6 +50,11 @@ func assigned(at time.Time) func(*placement.Candidate) {
 
 func draining(c *placement.Candidate) { c.Draining = true }
 
+// diskLow has the node's data disk below its floor (1024 MiB, 3 free) since at.
+func diskLow(at time.Time) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.DiskFreeMB, c.MinFreeDiskMB, c.DiskLowSince = 3, 1024, at }
+}
+
 func limits(l placement.Limits) func(*placement.Candidate) {
 	return func(c *placement.Candidate) { c.Limits = l }
 }
@@ -89,6 +94,22 @@ func TestPlace(t *testing.T) {
 		{name: "no node has the labels, and the reason names them",
 			need:  placement.Need{Labels: []string{"gpu", "ssd"}},
 			cands: []*placement.Candidate{node("a", labels("gpu"))}, why: "no connected node has every label the task needs (gpu, ssd)"},
+
+		// The data disk's free-space floor.
+		{name: "a node below its disk's free-space floor takes nothing, even with the most free slots",
+			cands: []*placement.Candidate{node("a", diskLow(t0), slots(8, 0)), node("b", slots(4, 3))}, want: "b"},
+		{name: "a node below its floor: the reason names it, what it has free, its floor and since when",
+			cands: []*placement.Candidate{node("a", diskLow(t0))},
+			why: "every undrained node is below its data disk's free-space floor (node a: 3 MiB free, floor 1024 MiB, since " +
+				t0.UTC().Format(time.RFC3339) + "; podium-agent --min-free-disk-mb): it waits for room"},
+		{name: "every labelled node below its floor: the reason names the one below longest",
+			need: placement.Need{Labels: []string{"ssd"}},
+			cands: []*placement.Candidate{node("a", labels("ssd"), diskLow(t0.Add(time.Minute))), node("b", labels("ssd"), diskLow(t0)),
+				node("c")},
+			why: "every undrained node with the labels the task needs is below its data disk's free-space floor (node b:"},
+		{name: "with one node draining and the other below its floor, the reason is the floor",
+			cands: []*placement.Candidate{node("a", draining), node("b", diskLow(t0))},
+			why:   "every undrained node is below its data disk's free-space floor (node b:"},
 
 		// CPU and memory.
 		{name: "free CPU is what is left after what the node is committed to",

@@ -366,7 +366,8 @@ type lockedRows struct {
 	// cancelReasons say why the control plane asked to stop a task, for the
 	// tasks it did.
 	cancelReasons map[string]string
-	// retries are the retry policies of the tasks that have one.
+	// retries are the retry policies of the failing tasks that have one,
+	// or retry_on_node_loss.
 	retries map[string]*retryRule
 }
 
@@ -384,8 +385,8 @@ func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, er
 	b.Queue(`select a.task_id, a.attempt, a.node_id, a.acked_seq from podium.attempts a
 		join unnest($1::text[], $2::int[]) as u(task_id, attempt) on a.task_id = u.task_id and a.attempt = u.attempt
 		order by a.task_id, a.attempt for update of a`, k.attTasks, k.attNums)
-	b.Queue(`select id, cancel_reason, case when id = any($2) then spec->'retry' end, max_attempts from podium.tasks
-		where id = any($1) and (cancel_reason is not null or (id = any($2) and spec ? 'retry'))`, k.taskIDs, k.failing)
+	b.Queue(`select id, cancel_reason, case when id = any($2) then spec->'retry' end, max_attempts, retry_on_node_loss from podium.tasks
+		where id = any($1) and (cancel_reason is not null or (id = any($2) and (spec ? 'retry' or retry_on_node_loss)))`, k.taskIDs, k.failing)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	l := lockedRows{epochs: map[string]int64{}, attempts: map[attemptID]lockedAttempt{}, cancelReasons: map[string]string{},
@@ -418,7 +419,8 @@ func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, er
 	var reason *string
 	var retry []byte
 	var maxAttempts int32
-	if _, err := pgx.ForEachRow(rows, []any{&id, &reason, &retry, &maxAttempts}, func() error {
+	var onNodeLoss bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &reason, &retry, &maxAttempts, &onNodeLoss}, func() error {
 		if reason != nil {
 			l.cancelReasons[id] = *reason
 		}
@@ -429,6 +431,12 @@ func lockForIngest(ctx context.Context, tx pgx.Tx, k ingestKeys) (lockedRows, er
 			if err := protojson.Unmarshal(retry, p); err == nil {
 				l.retries[id] = &retryRule{policy: p, maxAttempts: maxAttempts}
 			}
+		}
+		if onNodeLoss {
+			if l.retries[id] == nil {
+				l.retries[id] = &retryRule{maxAttempts: maxAttempts}
+			}
+			l.retries[id].onNodeLoss = true
 		}
 		return nil
 	}); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/podiumhq/podium/internal/taskspec"
@@ -291,8 +292,11 @@ var allowedFrom = map[string][]string{
 
 // retryRule is a task's retry policy and its budget of attempts.
 type retryRule struct {
-	policy      *podiumv1.RetryPolicy
+	policy      *podiumv1.RetryPolicy // nil: none
 	maxAttempts int32
+	// onNodeLoss is the spec's retry_on_node_loss, which also retries an
+	// attempt its node failed (nodeFailure).
+	onNodeLoss bool
 }
 
 // retryJitter is the wait before a retry: its backoff plus up to a tenth
@@ -310,14 +314,44 @@ func retryTransition(taskID string, attempt int32, st *podiumv1.StatusChange, ca
 	if r == nil || cancelReason != "" || attempt >= r.maxAttempts {
 		return nil
 	}
-	cause, ok := taskspec.RetryCause(r.policy, st.ExitCode, st.GetReason())
-	if !ok {
-		return nil
-	}
 	next := attempt + 1
-	wait := retryJitter(taskspec.RetryBackoff(r.policy, next))
+	var cause string
+	var wait time.Duration
+	switch {
+	case nodeFailure(st):
+		if !r.onNodeLoss {
+			return nil
+		}
+		cause, wait = "its node failed it ("+st.GetReason()+")", retryJitter(nodeFailureBackoff)
+	case r.policy == nil:
+		return nil
+	default:
+		var ok bool
+		if cause, ok = taskspec.RetryCause(r.policy, st.ExitCode, st.GetReason()); !ok {
+			return nil
+		}
+		wait = retryJitter(taskspec.RetryBackoff(r.policy, next))
+	}
 	reason := fmt.Sprintf("attempt %d of %d after %s, in %s", next, r.maxAttempts, cause, waitText(wait))
 	return &Transition{TaskID: taskID, From: Active, To: Queued, Attempt: attempt, Reason: &reason, RetryAfter: wait}
+}
+
+// nodeDiskFull starts the reason of an attempt its node stopped, or could
+// not prepare, because the node's data disk was full (the agent's
+// executor.ReasonNodeDiskFull).
+const nodeDiskFull = "node disk full"
+
+// nodeFailureBackoff is the wait before the next attempt of one its node
+// failed: short, since the next attempt goes to a node with room (a node
+// below its disk floor is placed nothing), plus retryJitter's tenth.
+const nodeFailureBackoff = time.Second
+
+// nodeFailure says whether a failed attempt failed for its node's trouble,
+// not the task's own: the node's disk was full. Such a failure is retried as
+// a lost node is, under retry_on_node_loss while attempts remain
+// (retryTransition), whatever the task's retry policy says.
+func nodeFailure(st *podiumv1.StatusChange) bool {
+	return st.ExitCode == nil && strings.HasPrefix(st.GetReason(), nodeDiskFull)
 }
 
 // waitText says a wait as the retry line does: whole seconds under a

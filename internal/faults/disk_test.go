@@ -2,11 +2,15 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+
+	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
@@ -54,7 +58,9 @@ func TestFullDataDisk(t *testing.T) {
 	r := StartReplica(t, db.URL)
 	a := EnrollAgent(t, r, r.URL())
 	onSmallDisk(t, a, "20m")
-	a.Args = []string{"--disk-full-after", "3s"}
+	// A floor under the small disk's size: the default (1 GiB) would keep
+	// the node from taking any task.
+	a.Args = []string{"--disk-full-after", "3s", "--min-free-disk-mb", "4"}
 	a.Start()
 	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 
@@ -82,7 +88,7 @@ func TestFullDataDisk(t *testing.T) {
 	}
 	logs := StartPodium(t, []string{r.URL()}, "logs", id)
 	logs.Wait(t)
-	held := strings.Index(logs.Stderr(), "→ the node's disk is full (")
+	held := strings.Index(logs.Stderr(), "→ paused: node disk full since ")
 	ended := strings.Index(logs.Stderr(), "→ node disk full: ")
 	if held < 0 || ended < held {
 		t.Fatalf("the task's log lacks a note that its output waits for room on the node's disk, "+
@@ -100,4 +106,179 @@ func TestFullDataDisk(t *testing.T) {
 		t.Fatalf("the next task: exit %d, stdout %q; stderr:\n%s", code, next.Stdout(), next.Stderr())
 	}
 	NothingLeft(t, a.Node)
+}
+
+// TestFullDiskNodeTakesNoWork (issue 29: a full data disk made its node a
+// black hole, failing every task it was given with "no space left on
+// device"). Two nodes: "small" keeps its data directory on a 20 MiB disk
+// with a free-space floor of 4 MiB (--min-free-disk-mb), the other on the
+// host's. A task pinned to small prints 168 MB and fills its disk. While it
+// waits for room: the node reports that it is below its floor (`podium node
+// get`); a task only small may run waits queued, its reason (`podium task
+// get`) naming the floor, rather than failing there; tasks any node may run
+// run on the other one; and the flooding task's log says it is paused since
+// when and when it fails. Then the flooding task fails "node disk full" as
+// before, its attempt's directory goes (the disk is free again), and the
+// waiting task runs on small and succeeds.
+func TestFullDiskNodeTakesNoWork(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabaseIn(t, pgtest.NewCluster(t))
+	r := StartReplica(t, db.URL)
+	small := EnrollAgent(t, r, r.URL())
+	onSmallDisk(t, small, "20m")
+	small.Args = []string{"--disk-full-after", "60s", "--min-free-disk-mb", "4"}
+	small.Start()
+	other := EnrollAgent(t, r, r.URL())
+	other.Start()
+	r.WaitNode(t, small.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	r.WaitNode(t, other.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	if _, err := r.Admin().SetNodeLabels(context.Background(), connect.NewRequest(&podiumv1.SetNodeLabelsRequest{
+		NodeId: small.Node, Add: []string{"disk=small"}})); err != nil {
+		t.Fatalf("label the small node: %v", err)
+	}
+	img := dockertest.EnsureImage(t)
+
+	flood := StartRun(t, []string{r.URL()}, "--label", "disk=small", "--image", img, "--timeout", "3m", "--",
+		"sh", "-c", "yes 0123456789abcdef | head -c 168000000")
+	floodID := flood.TaskID(t)
+	wait.For(t, runWithin, "the small node's data disk to fill (under 1 MiB free)", func() bool {
+		var st syscall.Statfs_t
+		return syscall.Statfs(small.DataDir, &st) == nil && int64(st.Bavail)*st.Bsize < 1<<20
+	})
+
+	pinned := StartRun(t, []string{r.URL()}, "--label", "disk=small", "--image", img, "--", "echo", "next-runs")
+	pinnedID := pinned.TaskID(t)
+	elsewhere := make([]*Run, 2)
+	for i := range elsewhere {
+		elsewhere[i] = StartRun(t, []string{r.URL()}, "--image", img, "--", "echo", "elsewhere")
+	}
+	for i, run := range elsewhere {
+		id := run.TaskID(t)
+		if code := run.Wait(t); code != 0 || string(run.Stdout()) != "elsewhere\n" {
+			t.Fatalf("task %d (%s), which any node may run: exit %d, stdout %q; stderr:\n%s", i, id, code, run.Stdout(), run.Stderr())
+		}
+		if n := r.Task(t, id).GetNodeId(); n != other.Node {
+			t.Fatalf("task %s ran on node %s, want the node with room, %s", id, n, other.Node)
+		}
+	}
+	wait.For(t, nodeWithin, "the task only the full node may run to wait queued, its reason naming the node's free-space floor", func() bool {
+		tk := r.Task(t, pinnedID)
+		if tk.State == podiumv1.TaskState_TASK_STATE_FAILED {
+			t.Fatalf("the task pinned to the full node failed there (%q) rather than waiting for room", tk.GetReason())
+		}
+		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), "free-space floor")
+	})
+	get := StartPodium(t, []string{r.URL()}, "task", "get", pinnedID)
+	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), "free-space floor") {
+		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", pinnedID, code, get.Stdout())
+	}
+
+	// The node says why it takes nothing new.
+	wait.For(t, nodeWithin, "podium node get to say the small node is below its free-space floor", func() bool {
+		get := StartPodium(t, []string{r.URL()}, "node", "get", small.Node)
+		get.Wait(t)
+		return strings.Contains(string(get.Stdout()), "below its free-space floor")
+	})
+
+	// The flooding task's log says it is paused, since when, and until when.
+	follow := StartPodium(t, []string{r.URL()}, "logs", "-f", floodID)
+	wait.For(t, nodeWithin, "podium logs -f of the flooding task to say it is paused for the full disk, since when and until when", func() bool {
+		return pausedRe.MatchString(follow.Stderr())
+	})
+	if tk := r.Task(t, floodID); tk.State != podiumv1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("the flooding task is %s (%q) once its note says it is paused; want running", tk.State, tk.GetReason())
+	}
+
+	// It fails as before; its attempt's data goes, and the pinned task runs.
+	if code := flood.Wait(t); code != 125 {
+		t.Fatalf("podium run of the flooding task exited %d, want 125; stderr:\n%s", code, flood.Stderr())
+	}
+	if tk := r.Task(t, floodID); tk.State != podiumv1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(tk.GetReason(), "node disk full") {
+		t.Fatalf("the flooding task ended %s (%q), want failed, \"node disk full…\"", tk.State, tk.GetReason())
+	}
+	tasks := filepath.Join(small.DataDir, "tasks")
+	wait.For(t, nodeWithin, "the flooding attempt's directory to be removed from the small node's data directory", func() bool {
+		entries, err := os.ReadDir(tasks)
+		if err != nil {
+			return false
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), floodID) {
+				return false
+			}
+		}
+		return true
+	})
+	follow.Wait(t)
+	if code := pinned.Wait(t); code != 0 || string(pinned.Stdout()) != "next-runs\n" {
+		t.Fatalf("the task pinned to the small node: exit %d, stdout %q; stderr:\n%s", code, pinned.Stdout(), pinned.Stderr())
+	}
+	if n := r.Task(t, pinnedID).GetNodeId(); n != small.Node {
+		t.Fatalf("the pinned task ran on %s, want %s", n, small.Node)
+	}
+	NothingLeft(t, small.Node)
+	NothingLeft(t, other.Node)
+}
+
+// pausedRe is the note of a task whose output waits for room on its node's
+// disk: when that began and when the task fails unless room comes.
+var pausedRe = regexp.MustCompile(`paused: node disk full since \S+; fails at \S+ unless space frees`)
+
+// TestNodeDiskFullRetriedElsewhere (issue 29): a task its node failed
+// because the node's disk filled is the node's trouble, not the task's:
+// under retry_on_node_loss with an attempt left it goes back to the queue
+// and runs on a node with room. "small" (a 20 MiB data disk, 4 MiB floor,
+// --disk-full-after 3s) is the only node taking work when a task printing 40
+// MB is submitted; the other is then undrained. The first attempt fails on
+// small with "node disk full"; the task's log says the next attempt comes
+// because its node failed it, and attempt 2 succeeds on the other node.
+func TestNodeDiskFullRetriedElsewhere(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabaseIn(t, pgtest.NewCluster(t))
+	r := StartReplica(t, db.URL)
+	small := EnrollAgent(t, r, r.URL())
+	onSmallDisk(t, small, "20m")
+	small.Args = []string{"--disk-full-after", "3s", "--min-free-disk-mb", "4"}
+	small.Start()
+	other := EnrollAgent(t, r, r.URL())
+	other.Start()
+	r.WaitNode(t, small.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	r.WaitNode(t, other.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	drain := func(draining bool) {
+		t.Helper()
+		if _, err := r.Admin().DrainNode(context.Background(), connect.NewRequest(&podiumv1.DrainNodeRequest{
+			NodeId: other.Node, Draining: draining})); err != nil {
+			t.Fatalf("drain %t the other node: %v", draining, err)
+		}
+	}
+	drain(true)
+
+	spec := filepath.Join(t.TempDir(), "flood.yaml")
+	if err := os.WriteFile(spec, []byte("image: "+dockertest.EnsureImage(t)+"\n"+
+		"command: [sh, -c, 'yes 0123456789abcdef | head -c 40000000']\n"+
+		"timeout: 3m\nmax_attempts: 2\nretry_on_node_loss: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := StartRun(t, []string{r.URL()}, "--spec", spec)
+	id := run.TaskID(t)
+	wait.For(t, runWithin, "the task's first attempt to start on the small node", func() bool {
+		tk := r.Task(t, id)
+		return tk.GetNodeId() == small.Node && tk.State == podiumv1.TaskState_TASK_STATE_RUNNING
+	})
+	drain(false)
+	if code := run.Wait(t); code != 0 {
+		t.Fatalf("podium run exited %d, want 0 (the second attempt, on a node with room, succeeds); stderr:\n%s", code, run.Stderr())
+	}
+	tk := r.Task(t, id)
+	if tk.State != podiumv1.TaskState_TASK_STATE_SUCCEEDED || tk.GetAttempt() != 2 || tk.GetNodeId() != other.Node {
+		t.Fatalf("task %s ended %s (%q) on attempt %d on node %s; want succeeded on attempt 2 on %s",
+			id, tk.State, tk.GetReason(), tk.GetAttempt(), tk.GetNodeId(), other.Node)
+	}
+	logs := StartPodium(t, []string{r.URL()}, "logs", id)
+	logs.Wait(t)
+	if !strings.Contains(logs.Stderr(), "attempt 2 of 2 after its node failed it (node disk full") {
+		t.Fatalf("the task's log does not say why attempt 2 came; podium logs printed on stderr:\n%s", lastLines(logs.Stderr(), 30))
+	}
+	NothingLeft(t, small.Node)
+	NothingLeft(t, other.Node)
 }

@@ -364,7 +364,8 @@
 // with). Never retried: a success, a cancel, a timeout, and a failure
 // without an exit code (the image could not be pulled, the node's engine
 // went away: the node's trouble, not the task's; retry_on_node_loss covers a
-// lost node). The next attempt waits backoff (1s to 1h, absent 10s) after
+// lost node, and an attempt its node failed for a full disk, reason "node
+// disk full", which comes back after a second rather than a backoff). The next attempt waits backoff (1s to 1h, absent 10s) after
 // the failed one ended, twice that before the attempt after, and so on up to
 // max_backoff (at most 1h, absent 5m or the backoff if longer), plus a
 // jitter of up to a tenth more so that tasks failing together do not come

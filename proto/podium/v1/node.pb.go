@@ -35,7 +35,15 @@ type Capacity struct {
 	Limits *TaskLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
 	// gpus are the node's GPUs as it found them (agent/gpu), reported in every
 	// Hello and heartbeat so a rediscovery (SIGHUP) reaches the scheduler.
-	Gpus          []*Gpu `protobuf:"bytes,6,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Gpus []*Gpu `protobuf:"bytes,6,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// min_free_disk_mb is the node's free-space floor on its data disk
+	// (podium-agent --min-free-disk-mb); 0 means none.
+	MinFreeDiskMb int64 `protobuf:"varint,7,opt,name=min_free_disk_mb,json=minFreeDiskMb,proto3" json:"min_free_disk_mb,omitempty"`
+	// disk_low_since is when the node's data disk went below
+	// min_free_disk_mb, unset while it is above it. A node below its floor
+	// takes no new task: the scheduler places none there and says why a task
+	// waits for it.
+	DiskLowSince  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=disk_low_since,json=diskLowSince,proto3" json:"disk_low_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +116,20 @@ func (x *Capacity) GetLimits() *TaskLimits {
 func (x *Capacity) GetGpus() []*Gpu {
 	if x != nil {
 		return x.Gpus
+	}
+	return nil
+}
+
+func (x *Capacity) GetMinFreeDiskMb() int64 {
+	if x != nil {
+		return x.MinFreeDiskMb
+	}
+	return 0
+}
+
+func (x *Capacity) GetDiskLowSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DiskLowSince
 	}
 	return nil
 }
@@ -2017,7 +2039,7 @@ var File_podium_v1_node_proto protoreflect.FileDescriptor
 
 const file_podium_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xd6\x01\n" +
+	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xc1\x02\n" +
 	"\bCapacity\x12\x1b\n" +
 	"\tcpu_cores\x18\x01 \x01(\x01R\bcpuCores\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12 \n" +
@@ -2025,7 +2047,9 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"diskFreeMb\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\x05R\bmaxTasks\x12-\n" +
 	"\x06limits\x18\x05 \x01(\v2\x15.podium.v1.TaskLimitsR\x06limits\x12\"\n" +
-	"\x04gpus\x18\x06 \x03(\v2\x0e.podium.v1.GpuR\x04gpus\"b\n" +
+	"\x04gpus\x18\x06 \x03(\v2\x0e.podium.v1.GpuR\x04gpus\x12'\n" +
+	"\x10min_free_disk_mb\x18\a \x01(\x03R\rminFreeDiskMb\x12@\n" +
+	"\x0edisk_low_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fdiskLowSince\"b\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
@@ -2204,46 +2228,47 @@ var file_podium_v1_node_proto_goTypes = []any{
 	(*ArtifactMeta)(nil),           // 22: podium.v1.ArtifactMeta
 	(*UploadArtifactRequest)(nil),  // 23: podium.v1.UploadArtifactRequest
 	(*UploadArtifactResponse)(nil), // 24: podium.v1.UploadArtifactResponse
-	(*TaskEvent)(nil),              // 25: podium.v1.TaskEvent
-	(*TaskSpec)(nil),               // 26: podium.v1.TaskSpec
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*TaskEvent)(nil),              // 26: podium.v1.TaskEvent
+	(*TaskSpec)(nil),               // 27: podium.v1.TaskSpec
 }
 var file_podium_v1_node_proto_depIdxs = []int32{
 	2,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
 	1,  // 1: podium.v1.Capacity.gpus:type_name -> podium.v1.Gpu
-	0,  // 2: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
-	5,  // 3: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
-	8,  // 4: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
-	7,  // 5: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
-	0,  // 6: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	25, // 7: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
-	6,  // 8: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
-	10, // 9: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
-	11, // 10: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	26, // 11: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
-	8,  // 12: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
-	14, // 13: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
-	9,  // 14: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	13, // 15: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	15, // 16: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	16, // 17: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	17, // 18: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	19, // 19: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	18, // 20: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	21, // 21: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
-	22, // 22: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	27, // 23: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 24: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	12, // 25: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	23, // 26: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	4,  // 27: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	20, // 28: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	24, // 29: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	27, // [27:30] is the sub-list for method output_type
-	24, // [24:27] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	25, // 2: podium.v1.Capacity.disk_low_since:type_name -> google.protobuf.Timestamp
+	0,  // 3: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
+	5,  // 4: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
+	8,  // 5: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
+	7,  // 6: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
+	0,  // 7: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
+	26, // 8: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	6,  // 9: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
+	10, // 10: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
+	11, // 11: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
+	27, // 12: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	8,  // 13: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
+	14, // 14: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
+	9,  // 15: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	13, // 16: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	15, // 17: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	16, // 18: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	17, // 19: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	19, // 20: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	18, // 21: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	21, // 22: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	22, // 23: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	25, // 24: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 25: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	12, // 26: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	23, // 27: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	4,  // 28: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	20, // 29: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	24, // 30: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	28, // [28:31] is the sub-list for method output_type
+	25, // [25:28] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
