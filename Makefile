@@ -62,13 +62,13 @@ test: test-deps
 # runs just those). They read what a person, a node or a task can hand
 # Podium: a spec file, a spec from the API, a runner log the task can write
 # into, a spool file a crash left, a log archive read back from the object
-# store. A failure writes the input to the
+# store, a task id the agent makes a file name of. A failure writes the input to the
 # package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
 # looks harder. -vet=off: go test's vet pass runs over every dependency of
 # the package (for its cross-package facts), some 350 vet runs for one
 # target here, and `make lint` runs vet's analyzers anyway.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode
+FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode agent/attempt:FuzzFileName
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
