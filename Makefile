@@ -53,9 +53,16 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
 # the same packages and their tests; go test's own subset would repeat a
 # part of that over every package and its dependencies (some 280 vet runs).
+# testreport runs go test -json and prints what go test alone would (each
+# package's result as it comes, a failing test's whole output), then every
+# skip and stand-in that ran and why; it exits with go test's status, or 1
+# for a skip or stand-in that README.md's expected-skips section does not
+# list.
 test: test-deps
 	@$(MAKE) --no-print-directory build lint fuzz
-	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
+	@$(GO) build -o $(BIN)/testreport ./internal/testenv/testreport
+	$(BIN)/testreport -expected README.md -- \
+		$(GO) test -json -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
