@@ -10,7 +10,7 @@
 // The section lies between the lines <!-- expected-skips --> and
 // <!-- /expected-skips -->; each entry is a line
 //
-//	- skip `agent/taskfile` `TestDevicesAreNotOpened`: the machine condition, and why
+//   - skip `agent/taskfile` `TestDevicesAreNotOpened`: the machine condition, and why
 //
 // (or "- stand-in ..."), naming the package by its path in the module and
 // the test, which covers its subtests. Other lines in the section are
