@@ -165,6 +165,9 @@ func (r *reporter) handle(ev event) {
 	case ev.Test == "":
 		switch ev.Action {
 		case "output":
+			if ev.Output == "PASS\n" {
+				break // go test without -v prints only the ok line after it
+			}
 			if strings.HasPrefix(ev.Output, "FAIL") {
 				// Its failing tests' lines go above the package's verdict.
 				r.flushPackage(ev.Package)

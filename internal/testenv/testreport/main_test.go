@@ -43,6 +43,9 @@ func sample(t *testing.T) string {
 		[4]string{"skip", pkg, "TestDevice/walk", ""},
 		[4]string{"output", pkg, "TestPrivileged", "    x_test.go:20: STAND-IN: the engine cannot start privileged containers\n"},
 		[4]string{"pass", pkg, "TestPrivileged", ""},
+		[4]string{"output", pkg + "/ok", "", "PASS\n"},
+		[4]string{"output", pkg + "/ok", "", "ok  \t" + pkg + "/ok\t0.1s\n"},
+		[4]string{"pass", pkg + "/ok", "", ""},
 		[4]string{"output", pkg, "", "FAIL\n"},
 		[4]string{"output", pkg, "", "FAIL\t" + pkg + "\t0.1s\n"},
 		[4]string{"fail", pkg, "", ""},
@@ -57,8 +60,10 @@ func TestReportPrintsFailuresAndListsSkipsAndStandIns(t *testing.T) {
 	unexpected := rep.summary([]expectation{{kind: skip, pkg: "agent/x", test: "TestDevice"}}, "README.md")
 	got := out.String()
 	for _, want := range []string{
-		"    x_test.go:9: the last line before it failed\n--- FAIL: TestFail (0.00s)\nFAIL\nFAIL\t" + pkg,
+		"    x_test.go:9: the last line before it failed\n--- FAIL: TestFail (0.00s)\n",
+		"FAIL\nFAIL\t" + pkg + "\t0.1s\n",
 		"not json, passed on\n",
+		"ok  \t" + pkg + "/ok\t0.1s\n",
 		"  skip " + pkg + " TestDevice/walk (expected): cannot make a device node here\n",
 		"  stand-in " + pkg + " TestPrivileged (NOT EXPECTED): the engine cannot start privileged containers\n",
 		"1 skip(s) or stand-in(s) above are not in the expected list of README.md",
@@ -67,7 +72,7 @@ func TestReportPrintsFailuresAndListsSkipsAndStandIns(t *testing.T) {
 			t.Errorf("the report lacks %q; it is:\n%s", want, got)
 		}
 	}
-	for _, gone := range []string{"passing chatter", "=== RUN"} {
+	for _, gone := range []string{"passing chatter", "=== RUN", "PASS\n"} {
 		if strings.Contains(got, gone) {
 			t.Errorf("the report shows %q, which go test without -json would not:\n%s", gone, got)
 		}
