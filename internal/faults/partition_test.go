@@ -190,9 +190,9 @@ func final(s podiumv1.TaskState) bool {
 // attempt last after earlier attempts were stopped: each chunk of each
 // attempt is stored once (checkEventsOnce); the last attempt's stored
 // stdout is every line once, in order, then the task's own sha256 of those
-// bytes; each earlier attempt's is the workload's first lines, whole, once
-// each and in order (a stopped attempt's output is cut, never doubled or
-// mixed with another's); and podium run printed exactly the stored stdout
+// bytes; each earlier attempt's is the start of the workload's output, its
+// first lines once each and in order (a stopped attempt's output is cut,
+// never doubled or mixed with another's); and podium run printed exactly the stored stdout
 // up to the task's end, in the log's order.
 func (w Workload) checkAttemptsOutput(t *testing.T, r *Replica, run *Run, task string, last int32) {
 	t.Helper()
@@ -217,9 +217,10 @@ func (w Workload) checkAttemptsOutput(t *testing.T, r *Replica, run *Run, task s
 	}
 	for a := int32(1); a < last; a++ {
 		got := byAttempt[a]
-		if !bytes.HasPrefix(w.want(), got) || (len(got) > 0 && got[len(got)-1] != '\n') {
-			t.Errorf("task %s: attempt %d's stored stdout is:\n%s\nwant the workload's first lines, whole, once each and in order", task, a, got)
+		if !bytes.HasPrefix(w.want(), got) {
+			t.Errorf("task %s: attempt %d's stored stdout is:\n%s\nwant the start of the workload's output: its first lines once each, in order", task, a, got)
 		}
+		t.Logf("task %s: attempt %d, stopped, stored %d bytes of its output (%d whole lines)", task, a, len(got), bytes.Count(got, []byte("\n")))
 	}
 	if printed := run.Stdout(); !bytes.Equal(printed, untilEnd) {
 		t.Errorf("podium run printed %d bytes of stdout, the stored stdout up to the task's end is %d:\nprinted:\n%s\nstored:\n%s",
@@ -273,7 +274,7 @@ func notes(t *testing.T, r *Replica, task string) string {
 // back A is online again, and the task ends as attempt 2 of 2 with two rows
 // in podium.attempts; podium run exits with the task's code. Attempt 2's
 // stored output is byte-exact against its own checksum, attempt 1's is the
-// workload's first lines once each, and podium run printed exactly what was
+// start of the workload's output, and podium run printed exactly what was
 // stored (checkAttemptsOutput); the engine's start/die record shows both
 // attempts' containers and never the two at once (checkNeverTwoCopies).
 func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
@@ -336,7 +337,7 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 // looping through assignments the node gives back ("no free slot"), and
 // never two attempts at once by the engine's start/die record
 // (checkNeverTwoCopies). Attempt 2's stored output is byte-exact against its
-// own checksum, attempt 1's is the workload's first lines once each, and
+// own checksum, attempt 1's is the start of the workload's output, and
 // podium run printed exactly what was stored (checkAttemptsOutput).
 func TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo(t *testing.T) {
 	t.Parallel()
