@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/wait"
 )
 
@@ -35,8 +37,9 @@ type Lifecycle struct {
 }
 
 // containerLife is one container's start and death. A zero Start is a
-// container that started before the watch (its die was seen); a zero Die
-// one that had not died when last looked at.
+// container that started before the watch (listed running when it began,
+// or its die was seen); a zero Die one that had not died when last looked
+// at.
 type containerLife struct {
 	ID         string
 	Labels     map[string]string
@@ -46,8 +49,9 @@ type containerLife struct {
 // WatchLifecycle subscribes to the engine's container start and die events
 // for containers carrying every label given ("podium.role=task",
 // "podium.node=ID"), from this moment (the subscription asks the engine for
-// events since now, so none is lost while it connects). The watch ends
-// with the test, or at Stop.
+// events since now, so none is lost while it connects); those already
+// running are recorded as started before the watch. The watch ends with
+// the test, or at Stop.
 func WatchLifecycle(t testing.TB, c *client.Client, labels ...string) *Lifecycle {
 	t.Helper()
 	f := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)),
@@ -79,6 +83,27 @@ func WatchLifecycle(t testing.TB, c *client.Client, labels ...string) *Lifecycle
 		}
 	}()
 	t.Cleanup(func() { _ = l.Stop() })
+	// What already runs has no start event to come: it is recorded as
+	// running from before the watch. Listed after subscribing, so that a
+	// container is either listed or has its start on the stream (or both:
+	// the start event's stamp wins).
+	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer lcancel()
+	lf := filters.NewArgs(filters.Arg("status", "running"))
+	for _, lb := range labels {
+		lf.Add("label", lb)
+	}
+	running, err := c.ContainerList(lctx, container.ListOptions{Filters: lf})
+	if err != nil {
+		t.Fatalf("list the running containers labelled %v: %v", labels, err)
+	}
+	l.mu.Lock()
+	for _, ct := range running {
+		if l.lives[ct.ID] == nil {
+			l.lives[ct.ID] = &containerLife{ID: ct.ID, Labels: ct.Labels}
+		}
+	}
+	l.mu.Unlock()
 	return l
 }
 
@@ -242,5 +267,77 @@ func TestMostAtOnceCountsAnyOverlap(t *testing.T) {
 		if got, when := tc.l.MostAtOnce(all, tc.group); got != tc.want {
 			t.Errorf("%s: MostAtOnce = %d (%s), want %d", tc.name, got, when, tc.want)
 		}
+	}
+}
+
+// copies watches the engine's start/die record of the task's containers
+// from now until stop is called, which returns the most attempts of the
+// task that ran at the same instant and, when that is more than one, the
+// first such instant. A container of the task already running when the
+// watch began counts as running from then. Two attempts of one task
+// running at the same moment are what fencing exists to prevent.
+func copies(t *testing.T, task string) (stop func() (most int, when []string)) {
+	t.Helper()
+	life := WatchLifecycle(t, dockertest.Client(t), "podium.task="+task, "podium.role=task")
+	return func() (int, []string) {
+		if err := life.Stop(); err != nil {
+			t.Error(err)
+		}
+		all := func(map[string]string) bool { return true }
+		most, when := life.MostAtOnce(all, labelOf("podium.attempt"))
+		if most > 1 {
+			return most, []string{when}
+		}
+		return most, nil
+	}
+}
+
+// The record against the real engine: a container already running when the
+// watch begins is in it as started before, one started during it with the
+// engine's stamp, both with their deaths; the two overlapped; a container
+// without the label is not in it.
+func TestLifecycleRecordsTheEnginesStartsAndDies(t *testing.T) {
+	t.Parallel()
+	c := dockertest.Client(t)
+	image := dockertest.EnsureImage(t)
+	label := "faults.test-lifecycle=" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + fmt.Sprint(time.Now().UnixNano())
+	key, value, _ := strings.Cut(label, "=")
+	ctx := context.Background()
+	t.Cleanup(func() { dockertest.RemoveAllFor(c, label) })
+	start := func(name string, labels map[string]string) string {
+		t.Helper()
+		res, err := c.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sleep", "600"}, Labels: labels}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if err := c.ContainerStart(ctx, res.ID, container.StartOptions{}); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		return res.ID
+	}
+	before := start("before", map[string]string{key: value, "name": "before"})
+	life := WatchLifecycle(t, c, label)
+	during := start("during", map[string]string{key: value, "name": "during"})
+	other := start("other", map[string]string{key + "-other": value})
+	t.Cleanup(func() { _ = c.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}) })
+	for _, id := range []string{before, during} {
+		if err := c.ContainerKill(ctx, id, "KILL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := func(map[string]string) bool { return true }
+	life.WaitDied(t, "labelled", all)
+	if err := life.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]containerLife{}
+	for _, cl := range life.Containers(all) {
+		got[cl.ID] = cl
+	}
+	if len(got) != 2 || got[before].Start != 0 || got[before].Die == 0 || got[during].Start == 0 || got[during].Die <= got[during].Start {
+		t.Fatalf("the record holds %+v; want %s started before the watch and died, %s started and died in it, nothing else", got, before, during)
+	}
+	if most, when := life.MostAtOnce(all, labelOf("name")); most != 2 {
+		t.Errorf("MostAtOnce = %d (%s), want 2: both ran until killed", most, when)
 	}
 }
