@@ -292,41 +292,42 @@ func copies(t *testing.T, task string) (stop func() (most int, when []string)) {
 	}
 }
 
-// The record against the real engine: a container already running when the
-// watch begins is in it as started before, one started during it with the
-// engine's stamp, both with their deaths; the two overlapped; a container
-// without the label is not in it.
+// The record against the real engine, on containers labelled as two
+// attempts of a task: one already running when the watch begins is in it
+// as started before, one started during it with the engine's stamp, both
+// with their deaths; the two overlapped, which copies reports; a container
+// of the task that is not its task container (a sidecar) is not counted.
 func TestLifecycleRecordsTheEnginesStartsAndDies(t *testing.T) {
 	t.Parallel()
 	c := dockertest.Client(t)
 	image := dockertest.EnsureImage(t)
-	label := "faults.test-lifecycle=" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + fmt.Sprint(time.Now().UnixNano())
-	key, value, _ := strings.Cut(label, "=")
+	task := fmt.Sprintf("task_lifecycle_test_%d", time.Now().UnixNano())
 	ctx := context.Background()
-	t.Cleanup(func() { dockertest.RemoveAllFor(c, label) })
-	start := func(name string, labels map[string]string) string {
+	t.Cleanup(func() { dockertest.RemoveAllFor(c, "podium.task="+task) })
+	start := func(role, attempt string) string {
 		t.Helper()
+		labels := map[string]string{"podium.task": task, "podium.role": role, "podium.attempt": attempt}
 		res, err := c.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sleep", "600"}, Labels: labels}, nil, nil, nil, "")
 		if err != nil {
-			t.Fatalf("create %s: %v", name, err)
+			t.Fatalf("create the %s of attempt %s: %v", role, attempt, err)
 		}
 		if err := c.ContainerStart(ctx, res.ID, container.StartOptions{}); err != nil {
-			t.Fatalf("start %s: %v", name, err)
+			t.Fatalf("start the %s of attempt %s: %v", role, attempt, err)
 		}
 		return res.ID
 	}
-	before := start("before", map[string]string{key: value, "name": "before"})
-	life := WatchLifecycle(t, c, label)
-	during := start("during", map[string]string{key: value, "name": "during"})
-	other := start("other", map[string]string{key + "-other": value})
-	t.Cleanup(func() { _ = c.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}) })
-	for _, id := range []string{before, during} {
+	before := start("task", "1")
+	life := WatchLifecycle(t, c, "podium.task="+task, "podium.role=task")
+	two := copies(t, task)
+	during := start("task", "2")
+	sidecar := start("sidecar", "3")
+	for _, id := range []string{before, during, sidecar} {
 		if err := c.ContainerKill(ctx, id, "KILL"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	all := func(map[string]string) bool { return true }
-	life.WaitDied(t, "labelled", all)
+	life.WaitDied(t, "the task's", all)
 	if err := life.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,10 @@ func TestLifecycleRecordsTheEnginesStartsAndDies(t *testing.T) {
 	if len(got) != 2 || got[before].Start != 0 || got[before].Die == 0 || got[during].Start == 0 || got[during].Die <= got[during].Start {
 		t.Fatalf("the record holds %+v; want %s started before the watch and died, %s started and died in it, nothing else", got, before, during)
 	}
-	if most, when := life.MostAtOnce(all, labelOf("name")); most != 2 {
+	if most, when := life.MostAtOnce(all, labelOf("podium.attempt")); most != 2 {
 		t.Errorf("MostAtOnce = %d (%s), want 2: both ran until killed", most, when)
+	}
+	if most, when := two(); most != 2 || len(when) != 1 {
+		t.Errorf("copies saw %d attempts at once (%v), want 2 and when", most, when)
 	}
 }
