@@ -53,22 +53,29 @@ SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./in
 # -vet=off: `make lint` has just run all of go vet's analyzers (and more) on
 # the same packages and their tests; go test's own subset would repeat a
 # part of that over every package and its dependencies (some 280 vet runs).
+# testreport runs go test -json and prints what go test alone would (each
+# package's result as it comes, a failing test's whole output), then every
+# skip and stand-in that ran and why; it exits with go test's status, or 1
+# for a skip or stand-in that README.md's expected-skips section does not
+# list.
 test: test-deps
 	@$(MAKE) --no-print-directory build lint fuzz
-	$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
+	@$(GO) build -o $(BIN)/testreport ./internal/testenv/testreport
+	$(BIN)/testreport -expected README.md -- \
+		$(GO) test -json -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
 # runs just those). They read what a person, a node or a task can hand
 # Podium: a spec file, a spec from the API, a runner log the task can write
 # into, a spool file a crash left, a log archive read back from the object
-# store. A failure writes the input to the
+# store, a task id the agent makes a file name of. A failure writes the input to the
 # package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
 # looks harder. -vet=off: go test's vet pass runs over every dependency of
 # the package (for its cross-package facts), some 350 vet runs for one
 # target here, and `make lint` runs vet's analyzers anyway.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode
+FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode agent/attempt:FuzzFileName
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -12,6 +12,7 @@ import (
 
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
+	"github.com/podiumhq/podium/internal/testenv"
 	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -142,7 +143,8 @@ func machineCaps(t *testing.T) (all, bounding uint64) {
 // engine does not hold, and `docker run --privileged` fails there too.
 // There, and only there, the test checks the stand-in it can: the engine
 // is asked for a privileged container, refuses, and the attempt fails with
-// the reason that tells the operator why. It says so in its log.
+// the reason that tells the operator why. It says so (testenv.StandIn), and
+// `make test` lists it.
 func TestPrivilegedSidecarHasEveryCapabilityAndTheTaskNone(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -157,7 +159,7 @@ func TestPrivilegedSidecarHasEveryCapabilityAndTheTaskNone(t *testing.T) {
 	}}
 	all, bounding := machineCaps(t)
 	if bounding != all {
-		t.Logf("STAND-IN: this machine's capability bounding set is %016x, short of the kernel's %016x, so its Docker engine "+
+		testenv.StandIn(t, "this machine's capability bounding set is %016x, short of the kernel's %016x, so its Docker engine "+
 			"cannot start a privileged container; checking that the attempt fails saying so instead of measuring CapEff", bounding, all)
 		rec, key := e.run(t, spec)
 		st := rec.final(t, key)

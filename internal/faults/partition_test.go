@@ -1,17 +1,18 @@
 package faults
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -108,59 +109,123 @@ func retrySpec(t *testing.T) string {
 	return p
 }
 
-// copies watches the engine for the task's running attempts until stop is
-// called, and returns the most that ran at once with the samples that saw
-// them. Two attempts of one task running at the same moment are what
-// fencing exists to prevent.
-func copies(t *testing.T, task string) (stop func() (most int, when []string)) {
+// watchCopies starts the engine's start/die record of task containers
+// (every node's, on the host engine), before the task is submitted so that
+// its first attempt is in it too.
+func watchCopies(t *testing.T) *Lifecycle {
 	t.Helper()
-	c := dockertest.Client(t)
-	var (
-		mu   sync.Mutex
-		best int
-		seen []string
-	)
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		f := filters.NewArgs(filters.Arg("label", "podium.task="+task), filters.Arg("label", "podium.role=task"),
-			filters.Arg("status", "running"))
-		for {
-			cs, err := c.ContainerList(context.Background(), container.ListOptions{Filters: f})
-			if err == nil {
-				attempts := map[string]bool{}
-				for _, ct := range cs {
-					attempts[ct.Labels["podium.attempt"]] = true
-				}
-				mu.Lock()
-				if len(attempts) > best {
-					best = len(attempts)
-				}
-				if len(attempts) > 1 && len(seen) < 5 { // the first few say when
-					var as []string
-					for a := range attempts {
-						as = append(as, a)
-					}
-					seen = append(seen, time.Now().Format(time.StampMilli)+": attempts "+strings.Join(as, ", "))
-				}
-				mu.Unlock()
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(wait.Poll):
+	return WatchLifecycle(t, dockertest.Client(t), "podium.role=task")
+}
+
+// checkNeverTwoCopies checks, once the task has ended and its containers
+// are gone, the engine's record of its containers: each attempt in want
+// started a container, and at no instant did containers of two attempts
+// run at once (two attempts of one task running at the same moment are what
+// fencing exists to prevent). The record is the engine's own start and die
+// stamps, so an overlap of any length is seen.
+func checkNeverTwoCopies(t *testing.T, life *Lifecycle, task string, want ...string) {
+	t.Helper()
+	isTask := labelIs("podium.task", task)
+	life.WaitDied(t, "task "+task, isTask)
+	if err := life.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var lives []string
+	for _, c := range life.Containers(isTask) {
+		seen[c.Labels["podium.attempt"]] = true
+		lives = append(lives, fmt.Sprintf("attempt %s on %s: %s to %s", c.Labels["podium.attempt"], c.Labels["podium.node"],
+			time.Unix(0, c.Start).UTC().Format("15:04:05.000000"), time.Unix(0, c.Die).UTC().Format("15:04:05.000000")))
+	}
+	for _, a := range want {
+		if !seen[a] {
+			t.Errorf("the engine recorded no container of attempt %s of the task; it recorded:\n%s", a, strings.Join(lives, "\n"))
+		}
+	}
+	if most, when := life.MostAtOnce(isTask, labelOf("podium.attempt")); most > 1 {
+		t.Errorf("%d attempts of the task ran at once, first %s; the containers:\n%s", most, when, strings.Join(lives, "\n"))
+	}
+}
+
+// storedStdout is the task's stored stdout: each attempt's, and what a
+// follower of the task was shown, every attempt's chunks in the log's
+// order up to the event that ended the task.
+func storedStdout(t *testing.T, r *Replica, task string) (byAttempt map[int32][]byte, untilEnd []byte) {
+	t.Helper()
+	stream, err := r.Tasks().Events(context.Background(), connect.NewRequest(&podiumv1.EventsRequest{Id: task}))
+	if err != nil {
+		t.Fatalf("events of %s: %v", task, err)
+	}
+	defer stream.Close()
+	byAttempt = map[int32][]byte{}
+	ended := false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if l := ev.GetLog(); l != nil && l.GetStream() != podiumv1.LogStream_LOG_STREAM_STDERR {
+			byAttempt[ev.GetAttempt()] = append(byAttempt[ev.GetAttempt()], l.GetData()...)
+			if !ended {
+				untilEnd = append(untilEnd, l.GetData()...)
 			}
 		}
-	}()
-	var once sync.Once
-	stop = func() (int, []string) {
-		once.Do(func() { close(done); <-stopped })
-		mu.Lock()
-		defer mu.Unlock()
-		return best, seen
+		if st := ev.GetStatus(); st != nil && final(st.GetState()) {
+			ended = true
+		}
 	}
-	t.Cleanup(func() { stop() })
-	return stop
+	if err := stream.Err(); err != nil {
+		t.Fatalf("events of %s: %v", task, err)
+	}
+	return byAttempt, untilEnd
+}
+
+func final(s podiumv1.TaskState) bool {
+	switch s {
+	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
+		podiumv1.TaskState_TASK_STATE_CANCELLED, podiumv1.TaskState_TASK_STATE_LOST:
+		return true
+	}
+	return false
+}
+
+// checkAttemptsOutput checks the output of a workload task that ended as
+// attempt last after earlier attempts were stopped: each chunk of each
+// attempt is stored once (checkEventsOnce); the last attempt's stored
+// stdout is every line once, in order, then the task's own sha256 of those
+// bytes; each earlier attempt's is the start of the workload's output, its
+// first lines once each and in order (a stopped attempt's output is cut,
+// never doubled or mixed with another's); and podium run printed exactly the stored stdout
+// up to the task's end, in the log's order.
+func (w Workload) checkAttemptsOutput(t *testing.T, r *Replica, run *Run, task string, last int32) {
+	t.Helper()
+	checkEventsOnce(t, r.Tasks(), task)
+	byAttempt, untilEnd := storedStdout(t, r, task)
+	for a, out := range byAttempt {
+		if a < 1 || a > last {
+			t.Errorf("task %s stored stdout of attempt %d, which never ran (it ended as attempt %d):\n%s", task, a, last, out)
+		}
+	}
+	out := byAttempt[last]
+	body, sum, ok := splitChecksum(out)
+	switch {
+	case !ok:
+		t.Errorf("task %s: attempt %d's stored stdout does not end with the task's checksum line:\n%s", task, last, out)
+	case !bytes.Equal(body, w.want()):
+		t.Errorf("task %s: attempt %d's stored stdout before the checksum line is:\n%s\nwant lines 1..%d once each, in order", task, last, body, w.Lines)
+	default:
+		if got := sha256.Sum256(body); hex.EncodeToString(got[:]) != sum {
+			t.Errorf("task %s: attempt %d's stored stdout has sha256 %x, the task's own checksum says %s", task, last, got, sum)
+		}
+	}
+	for a := int32(1); a < last; a++ {
+		got := byAttempt[a]
+		if !bytes.HasPrefix(w.want(), got) {
+			t.Errorf("task %s: attempt %d's stored stdout is:\n%s\nwant the start of the workload's output: its first lines once each, in order", task, a, got)
+		}
+		t.Logf("task %s: attempt %d, stopped, stored %d bytes of its output (%d whole lines)", task, a, len(got), bytes.Count(got, []byte("\n")))
+	}
+	if printed := run.Stdout(); !bytes.Equal(printed, untilEnd) {
+		t.Errorf("podium run printed %d bytes of stdout, the stored stdout up to the task's end is %d:\nprinted:\n%s\nstored:\n%s",
+			len(printed), len(untilEnd), printed, untilEnd)
+	}
 }
 
 // attemptRows counts the task's rows in podium.attempts: one per placement
@@ -207,7 +272,11 @@ func notes(t *testing.T, r *Replica, task string) string {
 // fences itself first: it stops attempt 1, says so in its log and the task's
 // notes, so at no moment do two attempts of the task run. When the link comes
 // back A is online again, and the task ends as attempt 2 of 2 with two rows
-// in podium.attempts; podium run exits with the task's code.
+// in podium.attempts; podium run exits with the task's code. Attempt 2's
+// stored output is byte-exact against its own checksum, attempt 1's is the
+// start of the workload's output, and podium run printed exactly what was
+// stored (checkAttemptsOutput); the engine's start/die record shows both
+// attempts' containers and never the two at once (checkNeverTwoCopies).
 func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.NewCluster(t)
@@ -220,10 +289,10 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 
 	w := Workload{Lines: 30, Every: 500 * time.Millisecond, Code: 4}
+	life := watchCopies(t)
 	run := StartRun(t, []string{r.URL()}, append([]string{"--spec", retrySpec(t)}, w.Args(t)...)...)
 	id := run.TaskID(t)
 	run.WaitStdout(t, w.Line(2))
-	running := copies(t, id)
 	// Node B, reached without the proxy, is where the task can go next.
 	b := EnrollAgent(t, r, r.URL())
 	b.Start()
@@ -251,14 +320,13 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 	if n := attemptRows(t, db.URL, id); n != 2 {
 		t.Errorf("podium.attempts holds %d rows for the task, want 2", n)
 	}
-	if most, when := running(); most > 1 {
-		t.Errorf("two attempts of the task ran at once:\n%s", strings.Join(when, "\n"))
-	}
 	wait.For(t, 30*time.Second, "node A's note on the fenced attempt in the task's log", func() bool {
 		return strings.Contains(notes(t, r, id), "fenced: this node reached no coordinator replica")
 	})
+	w.checkAttemptsOutput(t, r, run, id, 2)
 	NothingLeft(t, a.Node)
 	NothingLeft(t, b.Node)
+	checkNeverTwoCopies(t, life, id, "1", "2")
 }
 
 // TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo is the partition of
@@ -267,7 +335,10 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 // cut off, and when the link comes back the same node runs it again. It
 // ends as attempt 2 of 2 with at most two rows in podium.attempts, never
 // looping through assignments the node gives back ("no free slot"), and
-// never two attempts at once.
+// never two attempts at once by the engine's start/die record
+// (checkNeverTwoCopies). Attempt 2's stored output is byte-exact against its
+// own checksum, attempt 1's is the start of the workload's output, and
+// podium run printed exactly what was stored (checkAttemptsOutput).
 func TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.NewCluster(t)
@@ -283,10 +354,10 @@ func TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo(t *testing.T) {
 	// Long enough that an attempt left running through the hole is still
 	// running when the link comes back.
 	w := Workload{Lines: 60, Every: 400 * time.Millisecond, Code: 0}
+	life := watchCopies(t)
 	run := StartRun(t, []string{r.URL()}, append([]string{"--spec", retrySpec(t)}, w.Args(t)...)...)
 	id := run.TaskID(t)
 	run.WaitStdout(t, w.Line(2))
-	running := copies(t, id)
 
 	link.BlackHole()
 	wait.For(t, 60*time.Second, "the control plane to give the node up and requeue the task", func() bool {
@@ -305,11 +376,10 @@ func TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo(t *testing.T) {
 	if n := attemptRows(t, db.URL, id); n > 2 {
 		t.Errorf("podium.attempts holds %d rows for the task, want at most 2", n)
 	}
-	if most, when := running(); most > 1 {
-		t.Errorf("two attempts of the task ran at once:\n%s", strings.Join(when, "\n"))
-	}
 	if n := strings.Count(a.Log(), "rejecting assignment: no free slot"); n > 0 {
 		t.Errorf("the node gave back %d assignments of the task after the partition", n)
 	}
+	w.checkAttemptsOutput(t, r, run, id, 2)
 	NothingLeft(t, a.Node)
+	checkNeverTwoCopies(t, life, id, "1", "2")
 }
