@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -369,4 +370,31 @@ func columns(ctx context.Context, t testing.TB, c *pgx.Conn) map[string]column {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestReplicaBehindTheSchemaSaysSo: a replica started on a database that a
+// newer release has migrated (a migration it does not know is applied)
+// serves, and logs which migrations it does not know and to finish the
+// upgrade: what the previous release's replicas of a later roll will say.
+func TestReplicaBehindTheSchemaSaysSo(t *testing.T) {
+	t.Parallel()
+	const newer = "9999_from_a_newer_release"
+	pg := pgtest.NewCluster(t)
+	db := pgtest.NewDatabaseIn(t, pg)
+	ctx, cancel := context.WithTimeout(context.Background(), readyWithin)
+	defer cancel()
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, "insert into podium.schema_migrations (version) values ($1)", newer); err != nil {
+		t.Fatal(err)
+	}
+	r := StartReplica(t, db.URL) // waits for /readyz 200: it serves
+	log := r.Log()
+	warning := regexp.MustCompile(`level=WARN msg="the database holds migrations this build does not know[^\n]*finish the upgrade[^\n]*unknown=\[` + newer + `\]`)
+	if !warning.MatchString(log) {
+		t.Errorf("the replica did not warn that the database holds the migration %s it does not know, and to finish the upgrade; its log:\n%s", newer, lastLines(log, 30))
+	}
 }
