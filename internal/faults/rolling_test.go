@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"os/exec"
@@ -33,13 +34,15 @@ import (
 // by this tree's on the same data directory (the same node). Checked:
 //   - the tasks the old release finished (succeeded, failed, cancelled) read
 //     back through the new replicas as the old ones stored them;
-//   - a task running throughout, followed by the old CLI across both
-//     replacements, ends with its own code and byte-exact output
+//   - a task of some 40 s started before the upgrade, followed by the old
+//     CLI while the replicas are replaced (how far it is at each step is
+//     logged), ends with its own code and byte-exact output
 //     (Workload.Check), as do the tasks run in the mixed deployment and the
 //     one the old agent runs for the new coordinator;
-//   - a task running on the old agent takes a message sent through the old
-//     replica and, once the new agent has adopted it, one sent through the
-//     new replica, and prints both once, in order, as attempt 1;
+//   - a task running on the old agent from the start to the end, followed
+//     by the old CLI through every replacement, takes a message sent through
+//     the old replica and, once the new agent has adopted it, one sent
+//     through the new replica, and prints both once, in order, as attempt 1;
 //   - a task queued under the old release runs once the new agent is there;
 //
 // and nothing is left in Docker.
@@ -89,11 +92,14 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("task %s, which asks for a label no node has, is %s; want queued", queuedID, s)
 	}
 
-	// Running throughout, followed by the old CLI: some 40 s of output,
-	// longer than the replicas' replacement takes.
+	// Some 40 s of output, followed by the old CLI, meant to outlast the
+	// replacement of the replicas; progress logs how far it got at each step.
 	long := Workload{Lines: 200, Every: 200 * time.Millisecond, Code: 0}
 	runLong := StartRunFrom(t, old, both, long.Args(t)...)
 	runLong.WaitStdout(t, long.Line(3))
+	progress := func(step string) {
+		t.Logf("%s: the 40 s task has printed %d of its %d lines", step, bytes.Count(runLong.Stdout(), []byte("\n")), long.Lines)
+	}
 
 	// Running across the agent's replacement: it waits for two messages.
 	runInbox := StartRunFrom(t, old, both, "--image", image, "--", "sh", "-c",
@@ -102,6 +108,7 @@ func TestRollingUpgrade(t *testing.T) {
 	inboxID := runInbox.TaskID(t)
 
 	// Replica A becomes this tree's build, which migrates the schema.
+	progress("before replica A's replacement")
 	A.Replace("")
 	if missing := missingMigrations(t, db.URL); len(missing) > 0 {
 		t.Fatalf("after this tree's replica started, the database lacks its migrations %v", missing)
@@ -131,7 +138,9 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// Replica B becomes this tree's build: the old agent now has only new
 	// replicas to talk to.
+	progress("before replica B's replacement")
 	B.Replace("")
+	progress("after replica B's replacement")
 	B.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 	oldAgent := Workload{Lines: 5, Every: 20 * time.Millisecond, Code: 0}
 	runOldAgent := StartRunFrom(t, "", both, oldAgent.Args(t)...)
@@ -174,7 +183,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("task %s stored stdout %q and stderr %q", queuedID, out, errs)
 	}
 
-	// The task that ran throughout, and a new one on the new agent.
+	// The 40 s task, and a new one on the new agent.
 	long.Check(t, A, runLong)
 	onNewAgent := Workload{Lines: 5, Every: 20 * time.Millisecond, Code: 0}
 	runOnNewAgent := StartRunFrom(t, "", both, onNewAgent.Args(t)...)
