@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/podiumhq/podium/internal/testenv/binaries"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/internal/testenv/s3test"
 	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/schema"
@@ -26,7 +28,8 @@ import (
 // TestRollingUpgrade rolls a running deployment from the previous release
 // (packaging/previous-release, built from git) to this tree, the way
 // docs/operations.md ("Upgrades") says to: two replicas and an agent of the
-// previous release on one Postgres, with tasks in every state; then replica
+// previous release on one Postgres and one object store, with tasks in every
+// state; then replica
 // A is replaced by this tree's build (which migrates the schema forward)
 // while B still runs the old one, and the old B is restarted on the
 // migrated schema; tasks are submitted and run through both, with both
@@ -44,6 +47,9 @@ import (
 //     the old replica and, once the new agent has adopted it, one sent
 //     through the new replica, and prints both once, in order, as attempt 1;
 //   - a task queued under the old release runs once the new agent is there;
+//   - an artifact the old agent uploaded through an old replica downloads
+//     byte-exact through the new replicas with either CLI, and so does the
+//     one the adopted task left for the new agent;
 //
 // and nothing is left in Docker.
 func TestRollingUpgrade(t *testing.T) {
@@ -54,12 +60,14 @@ func TestRollingUpgrade(t *testing.T) {
 	db := pgtest.NewDatabaseIn(t, pg)
 	emptyDatabase(t, db.URL)
 	image := dockertest.EnsureImage(t)
+	s3 := s3test.Start(t)
+	store := []string{"--s3-endpoint", s3.URL(), "--s3-access-key", s3.AccessKey, "--s3-secret-key", s3.SecretKey}
 
 	// The previous release, running: replicas A and B (the first makes the
-	// schema with its own migrations), an agent enrolled and running from
-	// the same build.
-	A := StartReplicaFrom(t, old, db.URL, FreeAddr(t))
-	B := StartReplicaFrom(t, old, db.URL, FreeAddr(t))
+	// schema with its own migrations) storing artifacts in one object store,
+	// an agent enrolled and running from the same build.
+	A := StartReplicaFrom(t, old, db.URL, FreeAddr(t), store...)
+	B := StartReplicaFrom(t, old, db.URL, FreeAddr(t), store...)
 	oldMigrations := slices.Sorted(maps.Keys(releaseMigrations(t, commit)))
 	if applied := appliedMigrations(t, db.URL); !slices.Equal(applied, oldMigrations) {
 		t.Fatalf("the previous release's replicas applied %v; want its own migrations %v", applied, oldMigrations)
@@ -85,6 +93,14 @@ func TestRollingUpgrade(t *testing.T) {
 	runCancelled.Wait(t)
 	checkCancelled(t, B, cancelledID)
 
+	// An artifact, uploaded by the old agent through an old replica.
+	runArtifact := StartRunFrom(t, old, both, "--image", image, "--", "sh", "-c",
+		"mkdir -p /workspace/.podium/artifacts && seq 1 5000 > /workspace/.podium/artifacts/old.txt && echo written")
+	if code := runArtifact.Wait(t); code != 0 {
+		t.Fatalf("the artifact task's podium run exited %d; stderr:\n%s", code, runArtifact.Stderr())
+	}
+	artifactID := runArtifact.TaskID(t)
+
 	// Queued until the node has a label added after the upgrade.
 	queuedID := MustPodium(t, old, both, "run", "--detach", "--label", "rolled=yes", "--image", image, "--",
 		"sh", "-c", "echo queued under the old release; echo ran under the new one >&2")
@@ -101,9 +117,11 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Logf("%s: the 40 s task has printed %d of its %d lines", step, bytes.Count(runLong.Stdout(), []byte("\n")), long.Lines)
 	}
 
-	// Running across the agent's replacement: it waits for two messages.
+	// Running across the agent's replacement: it waits for two messages,
+	// then leaves an artifact for the new agent to upload.
 	runInbox := StartRunFrom(t, old, both, "--image", image, "--", "sh", "-c",
-		"echo waiting; podium-runner ask; podium-runner ask; echo done")
+		"echo waiting; podium-runner ask; podium-runner ask; "+
+			"mkdir -p /workspace/.podium/artifacts && seq 1 3000 > /workspace/.podium/artifacts/inbox.txt; echo done")
 	runInbox.WaitStdout(t, "waiting\n")
 	inboxID := runInbox.TaskID(t)
 
@@ -121,6 +139,7 @@ func TestRollingUpgrade(t *testing.T) {
 	succeeded.Check(t, A, runSucceeded)
 	failed.Check(t, A, runFailed)
 	checkCancelled(t, A, cancelledID)
+	checkArtifact(t, "", A, artifactID, "old.txt", seq(5000))
 
 	// Mixed versions: a task through each replica, each with its own
 	// version's CLI; each read back through the other replica too.
@@ -170,6 +189,9 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("the inbox task ended %s (%q), attempt %d on %q; want succeeded as attempt 1 on %s (adopted, not run again)",
 			tk.State, tk.Reason, tk.Attempt, tk.NodeId, a.Node)
 	}
+
+	checkArtifact(t, old, B, artifactID, "old.txt", seq(5000))
+	checkArtifact(t, "", B, inboxID, "inbox.txt", seq(3000))
 
 	// The task queued under the old release runs on the new agent.
 	MustPodium(t, "", both, "node", "label", "--add", "rolled=yes", a.Node)
@@ -406,4 +428,30 @@ func TestReplicaBehindTheSchemaSaysSo(t *testing.T) {
 	if !warning.MatchString(log) {
 		t.Errorf("the replica did not warn that the database holds the migration %s it does not know, and to finish the upgrade; its log:\n%s", newer, lastLines(log, 30))
 	}
+}
+
+// checkArtifact waits until `podium artifact get` (from bin, "" for this
+// tree's) through r downloads the task's artifact name, and checks that it
+// is want, byte for byte.
+func checkArtifact(t testing.TB, bin string, r *Replica, id, name string, want []byte) {
+	t.Helper()
+	var got []byte
+	var errs string
+	var code int
+	wait.For(t, runWithin, "podium artifact get "+id+" "+name+" through "+r.Addr+" to succeed", func() bool {
+		got, errs, code = Podium(t, bin, []string{r.URL()}, "artifact", "get", "-o", "-", id, name)
+		return code == 0
+	})
+	if !bytes.Equal(got, want) {
+		t.Errorf("artifact %s of %s through %s: %d bytes, want the %d the task wrote; stderr:\n%s", name, id, r.Addr, len(got), len(want), errs)
+	}
+}
+
+// seq is what `seq 1 n` prints.
+func seq(n int) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.Bytes()
 }
