@@ -114,7 +114,17 @@ func TestRollingUpgrade(t *testing.T) {
 	runLong := StartRunFrom(t, old, both, long.Args(t)...)
 	runLong.WaitStdout(t, long.Line(3))
 	progress := func(step string) {
-		t.Logf("%s: the 40 s task has printed %d of its %d lines", step, bytes.Count(runLong.Stdout(), []byte("\n")), long.Lines)
+		holder := "no replica"
+		if n, err := A.Node(a.Node); err == nil {
+			switch n.Replica {
+			case A.ID():
+				holder = "replica A"
+			case B.ID():
+				holder = "replica B"
+			}
+		}
+		t.Logf("%s: the 40 s task has printed %d of its %d lines; the node's stream is on %s",
+			step, bytes.Count(runLong.Stdout(), []byte("\n")), long.Lines, holder)
 	}
 
 	// Running across the agent's replacement: it waits for two messages,
@@ -134,6 +144,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// The old replica still starts and serves on the migrated schema.
 	B.Restart()
 	A.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+	progress("after replica A's replacement and the old B's restart")
 
 	// What the old release finished reads the same through the new replica.
 	succeeded.Check(t, A, runSucceeded)
