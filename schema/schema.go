@@ -119,3 +119,27 @@ func migrate(ctx context.Context, conn *pgx.Conn, ms []Migration) (applied []str
 	}
 	return applied, nil
 }
+
+// Unknown lists the migrations the database has applied that this build
+// does not have: a newer release migrated it. A build of the release before
+// that one runs on such a schema during a rolling upgrade, since the
+// migrations between releases only add; an older one is not supported.
+func Unknown(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	known := make([]string, len(ms))
+	for i, m := range ms {
+		known[i] = m.Version
+	}
+	rows, err := conn.Query(ctx, "select version from podium.schema_migrations where version <> all($1) order by version", known)
+	if err != nil {
+		return nil, fmt.Errorf("schema: read the applied migrations: %w", err)
+	}
+	unknown, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("schema: read the applied migrations: %w", err)
+	}
+	return unknown, nil
+}

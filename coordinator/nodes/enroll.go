@@ -53,6 +53,10 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 		s.log.Warn("enrollment refused", "peer", peer, "why", err)
 		return nil, err
 	}
+	if err := checkAgentVersion(req.Msg.GetAgentVersion()); err != nil {
+		s.log.Warn("enrollment refused", "peer", peer, "why", err)
+		return nil, err
+	}
 	token := strings.TrimSpace(req.Msg.GetToken())
 	if token == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("token: required: pass the enrollment token from `podium token create`"))

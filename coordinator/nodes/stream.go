@@ -98,6 +98,10 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
 		return nil, nil, nil, err
 	}
+	if err := checkAgentVersion(hello.GetAgentVersion()); err != nil {
+		s.log.Warn("node stream refused", "node", node.ID, "peer", stream.Peer().Addr, "err", err)
+		return nil, nil, nil, err
+	}
 	if err := s.reserveNode(); err != nil {
 		s.log.Warn("node stream refused", "node", node.ID, "peer", stream.Peer().Addr, "err", err)
 		return nil, nil, nil, err

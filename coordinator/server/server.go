@@ -39,6 +39,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/coordinator/webhooks"
 	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/version"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/schema"
 )
@@ -416,6 +417,16 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) error {
 	}
 	if len(applied) > 0 {
 		log.Info("schema migrated", "applied", applied)
+	}
+	unknown, err := schema.Unknown(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(unknown) > 0 {
+		log.Warn("the database holds migrations this build does not know: a newer release migrated it. "+
+			"This build runs beside the next release's replicas while a rolling upgrade goes on; finish the upgrade "+
+			"(docs/operations.md, \"Upgrades\"), and do not run a build older than the release before the newest one here",
+			"unknown", unknown, "version", version.Version)
 	}
 	return nil
 }

@@ -32,6 +32,14 @@
 // "--advertise", proxy.URL(), so that the replica list the agent keeps leads
 // back through the proxy too (see the black-hole row).
 //
+// A row that runs another build gives its directory: StartReplicaFrom,
+// EnrollAgentFrom (the agent keeps running from it), StartRunFrom and
+// StartPodiumFrom; "" is this tree's. PreviousRelease(t) builds the release
+// recorded in packaging/previous-release from git, once per commit into
+// ~/.cache/podium/releases; Replica.Replace and Agent.Replace swap a running
+// process for another build on the same address or data directory (see the
+// rolling-upgrade row).
+//
 // Thresholds are shortened with the coordinator's own flags
 // (--unreachable-after, --offline-after, ...) given to StartReplica, so that
 // a row stays short. Waits poll a condition with a deadline (wait.For);

@@ -133,8 +133,12 @@ func FreeAddr(t testing.TB) string {
 type Replica struct {
 	// Addr is the "127.0.0.1:PORT" it listens on, kept across restarts.
 	Addr string
-	t    testing.TB
-	db   string
+	// Bin is the directory whose podium-coordinator Start runs; "" is this
+	// tree's (binDir). Setting it while the replica is stopped replaces its
+	// build at the next Start (a rolling upgrade).
+	Bin string
+	t   testing.TB
+	db  string
 	// Flags are added to `serve`; a Restart uses them again.
 	flags []string
 	log   *logBuffer
@@ -155,7 +159,14 @@ func StartReplica(t testing.TB, databaseURL string, flags ...string) *Replica {
 // StartReplicaAt is StartReplica on a given address (FreeAddr).
 func StartReplicaAt(t testing.TB, databaseURL, addr string, flags ...string) *Replica {
 	t.Helper()
-	r := &Replica{Addr: addr, t: t, db: databaseURL, flags: flags, log: &logBuffer{}}
+	return StartReplicaFrom(t, "", databaseURL, addr, flags...)
+}
+
+// StartReplicaFrom is StartReplicaAt with the podium-coordinator in bin (""
+// for binDir): its Bin.
+func StartReplicaFrom(t testing.TB, bin, databaseURL, addr string, flags ...string) *Replica {
+	t.Helper()
+	r := &Replica{Addr: addr, Bin: bin, t: t, db: databaseURL, flags: flags, log: &logBuffer{}}
 	t.Cleanup(func() {
 		// A replica that crashed fails the test even if nothing the test
 		// waited for noticed: a panic is a bug whatever else went right.
@@ -217,9 +228,9 @@ func (r *Replica) Start() {
 		r.mu.Unlock()
 		r.t.Fatalf("replica %s is already running", r.Addr)
 	}
-	fmt.Fprintf(r.log, "=== harness: start replica %s %v\n", r.Addr, r.flags)
+	fmt.Fprintf(r.log, "=== harness: start replica %s %v from %s\n", r.Addr, r.flags, binOr(r.Bin))
 	from := len(r.log.Bytes())
-	cmd := exec.Command(filepath.Join(binDir, "podium-coordinator"), append([]string{"serve", "--listen", r.Addr}, r.flags...)...)
+	cmd := exec.Command(filepath.Join(binOr(r.Bin), "podium-coordinator"), append([]string{"serve", "--listen", r.Addr}, r.flags...)...)
 	cmd.Env = append(os.Environ(), "PODIUM_DATABASE_URL="+r.db, "PODIUM_TOKEN="+coordtest.Token)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	r.p = startProc(r.t, cmd)
@@ -385,6 +396,10 @@ type Agent struct {
 	Node string
 	// DataDir is its --data-dir, kept across restarts.
 	DataDir string
+	// Bin is the directory whose podium-agent Start runs; "" is this tree's
+	// (binDir). Setting it while the agent is stopped replaces its build at
+	// the next Start.
+	Bin string
 	// Args are added to every `podium-agent run` (e.g. "--coordinator",
 	// URL); Env to its environment (e.g. "DOCKER_HOST=unix:///..." for a
 	// private engine). Set them before Start.
@@ -403,12 +418,19 @@ type Agent struct {
 // printed and whatever its node left in the engine is removed.
 func EnrollAgent(t testing.TB, r *Replica, url string, enrollArgs ...string) *Agent {
 	t.Helper()
+	return EnrollAgentFrom(t, "", r, url, enrollArgs...)
+}
+
+// EnrollAgentFrom is EnrollAgent with the podium-agent in bin ("" for
+// binDir), which the returned agent also runs (its Bin).
+func EnrollAgentFrom(t testing.TB, bin string, r *Replica, url string, enrollArgs ...string) *Agent {
+	t.Helper()
 	tok, err := r.Admin().CreateEnrollmentToken(context.Background(), connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{}))
 	if err != nil {
 		t.Fatalf("create an enrollment token at %s: %v", r.Addr, err)
 	}
-	a := &Agent{DataDir: t.TempDir(), t: t, log: &logBuffer{}}
-	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"enroll", "--coordinator", url,
+	a := &Agent{DataDir: t.TempDir(), Bin: bin, t: t, log: &logBuffer{}}
+	cmd := exec.Command(filepath.Join(binOr(bin), "podium-agent"), append([]string{"enroll", "--coordinator", url,
 		"--token", tok.Msg.Token, "--data-dir", a.DataDir}, enrollArgs...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -440,10 +462,10 @@ func (a *Agent) Start() {
 	if a.p != nil {
 		a.t.Fatalf("agent %s is already running", a.Node)
 	}
-	fmt.Fprintf(a.log, "=== harness: start agent %v\n", a.Args)
+	fmt.Fprintf(a.log, "=== harness: start agent %v from %s\n", a.Args, binOr(a.Bin))
 	// No warm network pool (see internal/e2e's startAgent): the engine's 31
 	// address pools are shared by every agent the suites run at once.
-	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)...)
+	cmd := exec.Command(filepath.Join(binOr(a.Bin), "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)...)
 	cmd.Env = append(os.Environ(), a.Env...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	a.p = startProc(a.t, cmd)
@@ -494,7 +516,13 @@ func StartRun(t testing.TB, servers []string, args ...string) *Run {
 // StartPodium starts `podium --server S1,S2,... ARGS...` with the test token.
 func StartPodium(t testing.TB, servers []string, args ...string) *Run {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "podium"), append([]string{"--server", strings.Join(servers, ",")}, args...)...)
+	return StartPodiumFrom(t, "", servers, args...)
+}
+
+// StartPodiumFrom is StartPodium with the podium CLI in bin ("" for binDir).
+func StartPodiumFrom(t testing.TB, bin string, servers []string, args ...string) *Run {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binOr(bin), "podium"), append([]string{"--server", strings.Join(servers, ",")}, args...)...)
 	cmd.Env = append(os.Environ(), "PODIUM_TOKEN="+coordtest.Token)
 	r := &Run{stdout: &logBuffer{}, stderr: &logBuffer{}}
 	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
@@ -508,6 +536,14 @@ func StartPodium(t testing.TB, servers []string, args ...string) *Run {
 		}
 	})
 	return r
+}
+
+// binOr is bin, or binDir when bin is "".
+func binOr(bin string) string {
+	if bin == "" {
+		return binDir
+	}
+	return bin
 }
 
 // Stdout is what the command has printed on stdout so far.

@@ -18,11 +18,11 @@ import (
 	"github.com/podiumhq/podium/schema"
 )
 
-// previousRelease is the last migration of the release before issue 14
-// (0007 and 0008 came with it).
-const previousRelease = "0006_node_limits"
+// oldSchema is the last migration of an early release, thirty migrations
+// back: the schema TestUpgradeFromOldSchema writes rows into by hand.
+const oldSchema = "0006_node_limits"
 
-// oldEvent is a row of podium.task_events as the previous release wrote it.
+// oldEvent is a row of podium.task_events as that release wrote it.
 type oldEvent struct {
 	attempt int32
 	nodeSeq int64 // 0: none (an event the control plane wrote itself)
@@ -74,7 +74,7 @@ func note(attempt int32, text string) oldEvent {
 	return oldEvent{attempt: attempt, kind: "note", text: text}
 }
 
-// insertOld writes the task as the previous release's store did: the task
+// insertOld writes the task as that release's store did: the task
 // row (spec as protobuf JSON, the placement columns 0006 added), its
 // attempts and its log, with last_seq at its newest event.
 func insertOld(ctx context.Context, t *testing.T, c *pgx.Conn, o oldTask) {
@@ -138,7 +138,7 @@ func insertOld(ctx context.Context, t *testing.T, c *pgx.Conn, o oldTask) {
 	}
 }
 
-// oldNode is the node the previous release's tasks ran on. Its machine is
+// oldNode is the node that release's tasks ran on. Its machine is
 // gone: no agent will ever connect as it again.
 const oldNode = "node_01J0000000000000000000GONE"
 
@@ -200,8 +200,8 @@ func storedEvents(t testing.TB, r *Replica, id string) []string {
 	return out
 }
 
-// TestUpgradeFromPreviousRelease starts today's coordinator and a real agent
-// on a database the previous release's schema (through 0006) holds, with
+// TestUpgradeFromOldSchema starts today's coordinator and a real agent on a
+// database an early release's schema (through 0006) holds, with
 // tasks in every state that release could leave: waiting, assigned to,
 // starting on and running on a node whose machine is gone (the control
 // plane was stopped and the node never came back), and finished in each way,
@@ -218,7 +218,12 @@ func storedEvents(t testing.TB, r *Replica, id string) []string {
 //     the ack deadline and run again;
 //
 // and nothing is left in Docker.
-func TestUpgradeFromPreviousRelease(t *testing.T) {
+//
+// TestRollingUpgrade runs the previous release's own binaries and rolls them
+// to today's; this row keeps what that one cannot reach: rows from a release
+// thirty migrations back, every migration since applied over them at once,
+// and tasks left held by a node whose machine never comes back.
+func TestUpgradeFromOldSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pg := pgtest.NewCluster(t)
@@ -231,8 +236,8 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if _, err := c.Exec(ctx, "drop schema podium cascade"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := schema.MigrateThrough(ctx, c, previousRelease); err != nil {
-		t.Fatalf("migrate through %s: %v", previousRelease, err)
+	if _, err := schema.MigrateThrough(ctx, c, oldSchema); err != nil {
+		t.Fatalf("migrate through %s: %v", oldSchema, err)
 	}
 	// The gone node, as a control plane stopped while it was online left it.
 	if _, err := c.Exec(ctx, `insert into podium.nodes (id, key_hash, hostname, agent_version, status, max_tasks,
@@ -308,8 +313,8 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the applied migrations: %v", err)
 	}
-	if len(applied) == 0 || applied[len(applied)-1] <= previousRelease {
-		t.Fatalf("today's coordinator applied nothing after %s: %v", previousRelease, applied)
+	if len(applied) == 0 || applied[len(applied)-1] <= oldSchema {
+		t.Fatalf("today's coordinator applied nothing after %s: %v", oldSchema, applied)
 	}
 
 	// Finished tasks read back exactly as stored, before anything runs.
@@ -324,7 +329,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 
 	// Wait for every task to end.
 	const settleWithin = 5 * time.Minute
-	wait.For(t, settleWithin, "every task of the previous release to end", func() bool {
+	wait.For(t, settleWithin, "every task of the old release to end", func() bool {
 		for _, o := range old {
 			if s := r.Task(t, o.id).State; s < podiumv1.TaskState_TASK_STATE_SUCCEEDED {
 				return false
@@ -417,7 +422,7 @@ func at(s []string, i int) string {
 	return s[i]
 }
 
-// checkOld checks that a task the previous release finished reads back
+// checkOld checks that a task the old release finished reads back
 // through the API exactly as it was stored.
 func checkOld(t *testing.T, r *Replica, o oldTask) {
 	t.Helper()

@@ -21,8 +21,26 @@ const module = "github.com/podiumhq/podium/cmd/"
 // which on a fresh CI machine is minutes of compiling saved. The go tool's
 // output goes to stderr.
 func Build(dir string) error {
-	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/",
-		module+"podium", module+"podium-agent", module+"podium-coordinator", module+"podium-runner")
+	return BuildVersion(dir, "", commands...)
+}
+
+// BuildVersion is Build of the named commands (all four when none) stamped
+// with version, as scripts/ldflags.sh stamps a release ("" leaves the
+// binaries' own "dev"): for a test that needs binaries that say they are of
+// some release. Only the linking differs from Build's, so the two share
+// what they compile.
+func BuildVersion(dir, version string, cmds ...string) error {
+	if len(cmds) == 0 {
+		cmds = commands
+	}
+	args := []string{"build", "-trimpath", "-o", dir + "/"}
+	if version != "" {
+		args = append(args, "-ldflags", "-X github.com/podiumhq/podium/internal/version.Version="+version)
+	}
+	for _, c := range cmds {
+		args = append(args, module+c)
+	}
+	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
