@@ -217,7 +217,9 @@ func (c *cluster) onAnyReplica(d time.Duration, fn func(ctx context.Context, url
 	}
 }
 
-func tasksAt(url string) podiumv1connect.TaskServiceClient { return coordtest.TaskClient(httpClient, url) }
+func tasksAt(url string) podiumv1connect.TaskServiceClient {
+	return coordtest.TaskClient(httpClient, url)
+}
 func adminAt(url string) podiumv1connect.AdminServiceClient {
 	return coordtest.AdminClient(httpClient, url)
 }
@@ -265,7 +267,6 @@ func (c *cluster) readyAll() error {
 	}
 	return nil
 }
-
 
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
