@@ -143,8 +143,9 @@ type checker struct {
 	watches []*engineWatch
 	v       *violations
 	// counts for the summary
-	tasks  int
-	states map[string]int
+	tasks   int
+	states  map[string]int
+	reasons map[string]int
 }
 
 // checkTask holds one finished task to the invariants about it.
@@ -155,6 +156,11 @@ func (k *checker) checkTask(tk *podiumv1.Task, s *submitted, runs []run) {
 		return
 	}
 	k.states[strings.TrimPrefix(tk.State.String(), "TASK_STATE_")]++
+	if (tk.State == podiumv1.TaskState_TASK_STATE_FAILED && tk.ExitCode == nil) || tk.State == podiumv1.TaskState_TASK_STATE_LOST {
+		// Podium's failures, not the task's: what the faults cost.
+		reason, _, _ := strings.Cut(tk.Reason, ":")
+		k.reasons[strings.ToLower(strings.TrimPrefix(tk.State.String(), "TASK_STATE_"))+" ("+reason+")"]++
+	}
 	max := maxAttempts(tk.Spec)
 	if int(tk.Attempt) > max {
 		k.v.add("task %s (%s) is at attempt %d, more than its %d", id, kindOf(s, tk), tk.Attempt, max)

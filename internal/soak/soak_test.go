@@ -122,7 +122,7 @@ func TestSoak(t *testing.T) {
 			runs[r.task] = append(runs[r.task], r)
 		}
 	}
-	k := &checker{c: c, h: h, n: n, watches: watches, v: v, states: map[string]int{}}
+	k := &checker{c: c, h: h, n: n, watches: watches, v: v, states: map[string]int{}, reasons: map[string]int{}}
 	full := map[string]*podiumv1.Task{}
 	for id := range byID {
 		var tk *podiumv1.Task
@@ -175,6 +175,14 @@ func TestSoak(t *testing.T) {
 		states = append(states, fmt.Sprintf("%s=%d", strings.ToLower(s), n))
 	}
 	sort.Strings(states)
+	var reasons []string
+	for r, n := range k.reasons {
+		reasons = append(reasons, fmt.Sprintf("%d %s", n, r))
+	}
+	sort.Strings(reasons)
+	if len(reasons) == 0 {
+		reasons = []string{"none"}
+	}
 	var breaks []string
 	for _, w := range watches {
 		w.mu.Lock()
@@ -186,8 +194,9 @@ func TestSoak(t *testing.T) {
 	h.mu.Unlock()
 	summary := fmt.Sprintf("soak summary: seed %d (replay: SOAK_SEED=%d SOAK_TIME=%s SOAK_FAULTS=%s make soak)\n"+
 		"  faults injected: %s\n  tasks run: %d (%s); submitted by kind: %s\n"+
+		"  ended by Podium, not by the task: %s\n"+
 		"  engine event streams resubscribed: %s; workload actions no replica took: %d\n  violations: %d",
-		seed, seed, durText, kindNames(kinds), n.summary(), k.tasks, strings.Join(states, " "), strings.Join(kinds2, " "),
+		seed, seed, durText, kindNames(kinds), n.summary(), k.tasks, strings.Join(states, " "), strings.Join(kinds2, " "), strings.Join(reasons, "; "),
 		strings.Join(breaks, " "), len(werrs), len(v.lines))
 	t.Log(summary)
 	fmt.Println(summary)
