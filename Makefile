@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test test-deps fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
+.PHONY: all build test test-deps soak fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -38,7 +38,7 @@ test-deps:
 # The packages that drive real binaries, containers and Postgres clusters take
 # minutes each; they are named first so that go test starts them first, and the
 # quick ones fill the other core around them instead of ahead of them.
-SLOW_TEST_PKGS := ./internal/faults ./internal/e2e ./internal/packagingtest ./internal/browsertest
+SLOW_TEST_PKGS := ./internal/soak ./internal/faults ./internal/e2e ./internal/packagingtest ./internal/browsertest
 
 # golangci-lint runs govet among its linters, so `make vet` is not run again
 # here: on a fresh machine it is minutes of compiling for nothing new.
@@ -63,6 +63,17 @@ test: test-deps
 	@$(GO) build -o $(BIN)/testreport ./internal/testenv/testreport
 	$(BIN)/testreport -expected README.md -- \
 		$(GO) test -json -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
+
+# The seeded chaos soak (internal/soak, docs/operations.md "Soak"): the
+# whole fleet under a mixed workload while faults are injected at random,
+# then every invariant checked. `make test` runs it for 3 minutes; this
+# runs it for SOAK_TIME. SOAK_SEED=N replays a run's choices (it prints
+# its seed); SOAK_FAULTS=a,b narrows the fault kinds. The timeout leaves
+# 15 minutes past SOAK_TIME for the fleet to start and settle.
+SOAK_TIME ?= 10m
+export SOAK_TIME
+soak: build
+	$(GO) test -race -count=1 -v -run TestSoak -timeout $$(( $$(echo '$(SOAK_TIME)' | sed -E 's/^([0-9]+)m$$/\1/; s/^([0-9]+)h$$/\1*60/; s/^([0-9]+)s$$/(\1+59)\/60/') + 15 ))m ./internal/soak
 
 # The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
