@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,9 @@ type Replica struct {
 	db   string
 	// Flags are added to `serve`; a Restart uses them again.
 	flags []string
+	// wrap, when set, is a command the replica is run through, its own
+	// path and arguments appended (startReplicaWrapped).
+	wrap []string
 	log   *logBuffer
 	mu    sync.Mutex
 	p     *proc
@@ -155,7 +159,13 @@ func StartReplica(t testing.TB, databaseURL string, flags ...string) *Replica {
 // StartReplicaAt is StartReplica on a given address (FreeAddr).
 func StartReplicaAt(t testing.TB, databaseURL, addr string, flags ...string) *Replica {
 	t.Helper()
-	r := &Replica{Addr: addr, t: t, db: databaseURL, flags: flags, log: &logBuffer{}}
+	return startReplica(t, databaseURL, addr, nil, flags)
+}
+
+// startReplica is StartReplicaAt with the replica run through wrap, if set.
+func startReplica(t testing.TB, databaseURL, addr string, wrap, flags []string) *Replica {
+	t.Helper()
+	r := &Replica{Addr: addr, t: t, db: databaseURL, flags: flags, wrap: wrap, log: &logBuffer{}}
 	t.Cleanup(func() {
 		// A replica that crashed fails the test even if nothing the test
 		// waited for noticed: a panic is a bug whatever else went right.
@@ -219,7 +229,9 @@ func (r *Replica) Start() {
 	}
 	fmt.Fprintf(r.log, "=== harness: start replica %s %v\n", r.Addr, r.flags)
 	from := len(r.log.Bytes())
-	cmd := exec.Command(filepath.Join(binDir, "podium-coordinator"), append([]string{"serve", "--listen", r.Addr}, r.flags...)...)
+	argv := append([]string{filepath.Join(binDir, "podium-coordinator"), "serve", "--listen", r.Addr}, r.flags...)
+	argv = append(slices.Clone(r.wrap), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "PODIUM_DATABASE_URL="+r.db, "PODIUM_TOKEN="+coordtest.Token)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	r.p = startProc(r.t, cmd)
@@ -387,9 +399,12 @@ type Agent struct {
 	DataDir string
 	// Args are added to every `podium-agent run` (e.g. "--coordinator",
 	// URL); Env to its environment (e.g. "DOCKER_HOST=unix:///..." for a
-	// private engine). Set them before Start.
+	// private engine). Set them before Start. Wrap, when set, is a command
+	// the agent is run through, its own path and arguments appended (e.g.
+	// "prlimit", "--nofile=64:64").
 	Args []string
 	Env  []string
+	Wrap []string
 	t    testing.TB
 	log  *logBuffer
 	mu   sync.Mutex
@@ -443,7 +458,9 @@ func (a *Agent) Start() {
 	fmt.Fprintf(a.log, "=== harness: start agent %v\n", a.Args)
 	// No warm network pool (see internal/e2e's startAgent): the engine's 31
 	// address pools are shared by every agent the suites run at once.
-	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)...)
+	argv := append([]string{filepath.Join(binDir, "podium-agent"), "run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)
+	argv = append(slices.Clone(a.Wrap), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), a.Env...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	a.p = startProc(a.t, cmd)
