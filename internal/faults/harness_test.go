@@ -141,10 +141,10 @@ type Replica struct {
 	// wrap, when set, is a command the replica is run through, its own
 	// path and arguments appended (startReplicaWrapped).
 	wrap []string
-	log   *logBuffer
-	mu    sync.Mutex
-	p     *proc
-	id    string
+	log  *logBuffer
+	mu   sync.Mutex
+	p    *proc
+	id   string
 }
 
 // StartReplica starts a replica on a free port against databaseURL (the
