@@ -139,7 +139,7 @@ type Replica struct {
 	// Flags are added to `serve`; a Restart uses them again.
 	flags []string
 	// wrap, when set, is a command the replica is run through, its own
-	// path and arguments appended (startReplicaWrapped).
+	// path and arguments appended (startReplica).
 	wrap []string
 	log  *logBuffer
 	mu   sync.Mutex
