@@ -202,6 +202,10 @@ type Config struct {
 	// full before the task is stopped ("node disk full"; 0: the
 	// executor's default).
 	DiskFullAfter time.Duration
+	// FDWait is how long a task that finds too few file descriptors to
+	// start waits for them before it fails ("node out of file
+	// descriptors"; 0: the executor's default).
+	FDWait time.Duration
 	// ImageGCUnused is how long an image must go unused by this node's
 	// tasks before it may be removed (0: imagegc.DefaultUnused), and
 	// ImageGCLowFree the share of free space (percent) on the data disk or
@@ -343,6 +347,7 @@ func New(cfg Config) (*Agent, error) {
 		OutputLimit:    cfg.OutputLimit,
 		MaxOutputLimit: cfg.MaxOutputLimit,
 		DiskFullAfter:  cfg.DiskFullAfter,
+		FDWait:         cfg.FDWait,
 		// Image uses go to the collector's record; a task's end may make
 		// its images unneeded, which the collector looks at if the disk
 		// is short.

@@ -268,6 +268,10 @@ type Config struct {
 	// node's disk before the task is stopped, failing with the reason
 	// ReasonNodeDiskFull; 0 means DefaultDiskFullAfter.
 	DiskFullAfter time.Duration
+	// FDWait is how long a task that finds too few file descriptors to
+	// start waits for them before it fails with ReasonNoFileDescriptors
+	// (fds.go); 0 means DefaultFDWait.
+	FDWait time.Duration
 	// Stored reports whether the coordinator has stored an attempt's
 	// events up to seq. With it, the runner logs of an attempt whose
 	// terminal status is stored go at once, even while its artifacts
@@ -332,6 +336,8 @@ type Executor struct {
 	imageUsed                            func(string)
 	ended                                func()
 	gpus                                 *gpu.Allocator
+	// fds admits starting tasks while descriptors are to spare (fds.go).
+	fds *fdGate
 
 	// imageMu is held by HoldImages while a collector decides on and
 	// removes an image, and by register as it enters a run: no attempt
@@ -431,6 +437,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: a warm pool of %d networks; give 0 or more", cfg.NetworkPool)
 	}
 	e.pool = newPool(e, cfg.NetworkPool)
+	e.fds = newFDGate(cfg.FDWait, e.log)
 	e.gpus = cfg.GPUs
 	e.diskFullAfter = cfg.DiskFullAfter
 	if e.diskFullAfter <= 0 {

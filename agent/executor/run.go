@@ -313,6 +313,16 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 		}
 		return failed("the task's directory on the node could not be prepared: %v (check the agent's data directory and its free space)", r.prepErr)
 	}
+	// Descriptors for its start, or a wait for them (fds.go).
+	release, st, ok := r.e.fds.acquire(ctx, r.note, r.isCancelled)
+	if !ok {
+		st, _ := r.interrupted(ctx)
+		return r.unprepared(st)
+	}
+	if st != nil {
+		return r.unprepared(st)
+	}
+	defer release()
 	img, st := r.ensureImage(ctx, spec.GetImage(), spec.GetPull())
 	if img == nil {
 		return r.unprepared(st)
@@ -338,6 +348,7 @@ func (r *run) execute(ctx context.Context) *podiumv1.StatusChange {
 	}
 
 	id, started, st := r.launch(ctx, argv, sidecars)
+	release()
 	// The pool makes the network this attempt took again now, not while
 	// the attempt was still calling the engine to start its container.
 	r.e.pool.refill()

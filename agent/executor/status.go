@@ -55,7 +55,7 @@ func (r *run) cancelStatus(exit *int32) *podiumv1.StatusChange {
 
 func failed(format string, args ...any) *podiumv1.StatusChange {
 	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED,
-		Reason: strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD")}
+		Reason: withFDAdvice(strings.ToValidUTF8(fmt.Sprintf(format, args...), "\uFFFD"))}
 }
 
 func (r *run) reportTailError(err error) {

@@ -241,7 +241,7 @@ const runUsage = `Usage: podium-agent run [--data-dir D] [--hostname H] [--coord
                         [--default-cpu|--default-memory|--default-pids|--default-timeout|--default-user V]...
                         [--max-cpu|--max-memory|--max-pids|--max-timeout V]... [--workspace-limit SIZE]
                         [--output-limit SIZE] [--max-output-limit SIZE] [--pending-memory SIZE] [--pending-disk SIZE]
-                        [--disk-full-after DURATION] [--network-pool N] [--allow-privileged-sidecars]
+                        [--disk-full-after DURATION] [--fd-wait DURATION] [--network-pool N] [--allow-privileged-sidecars]
                         [--nvidia-smi PATH]
 
 Connects to the coordinator the node enrolled with and runs the tasks it is
@@ -287,6 +287,12 @@ task that waits for it says why (podium task get); an assignment that reaches
 it anyway is given back, not failed. A finished attempt's directory goes as
 soon as the coordinator has stored its status, which is what usually frees
 the disk.
+
+A task starts only while the agent has file descriptors to spare (about 6
+while it starts, 4 while it runs, and some for the agent's own work). One
+that finds too few waits for running tasks to free some, for --fd-wait (1m),
+then fails with a reason starting "node out of file descriptors" that says
+to raise LimitNOFILE in the unit (or lower --max-tasks).
 
 A sidecar whose spec says privileged: true (a docker:dind sidecar a task
 builds images against) runs only on a node started with
@@ -342,6 +348,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
 	diskFullAfter := fs.Duration("disk-full-after", executor.DefaultDiskFullAfter,
 		"how long a task's output may find the data disk full before the task is stopped (\"node disk full\"); between 1s and 24h")
+	fdWait := fs.Duration("fd-wait", executor.DefaultFDWait,
+		"how long a task that finds too few file descriptors to start waits for running tasks to free some before it fails (\"node out of file descriptors\"); between 1s and 24h")
 	ts := tsnetFlags(fs)
 	limitFlags := taskLimitFlags(fs)
 	secFlags := securityFlags(fs)
@@ -365,6 +373,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	if *diskFullAfter < time.Second || *diskFullAfter > 24*time.Hour {
 		return usageErr("--disk-full-after %s: give a duration between 1s and 24h, e.g. 5m", *diskFullAfter)
+	}
+	if *fdWait < time.Second || *fdWait > 24*time.Hour {
+		return usageErr("--fd-wait %s: give a duration between 1s and 24h, e.g. 1m", *fdWait)
 	}
 	if maxOutputLimit == 0 {
 		maxOutputLimit = outputLimit
@@ -445,6 +456,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		MaxTasks:       *maxTasks,
 		MinFreeDiskMB:  *minFreeDisk,
 		DiskFullAfter:  *diskFullAfter,
+		FDWait:         *fdWait,
 		Logger:         log,
 		RunnerPath:     *runnerPath,
 		ExitOnDrain:    *exitOnDrain,

@@ -214,6 +214,11 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	fs.IntVar(&maxConns, "max-connections", maxConns, "connections served at once; more wait to be accepted (each node holds one) (PODIUM_MAX_CONNECTIONS)")
+	shed, memoryLimit, err := shedFlags(fs)
+	if err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	maxNodes, err := envInt("PODIUM_MAX_NODES", 0)
 	if err != nil {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
@@ -437,6 +442,10 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "podium-coordinator:", err)
 		return 2
 	}
+	if err := shed.memory(*memoryLimit, log); err != nil {
+		fmt.Fprintln(stderr, "podium-coordinator:", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *debugListen != "" {
@@ -450,7 +459,7 @@ func serve(args []string, stderr io.Writer) int {
 	cfg := server.Config{
 		DatabaseURL: db, Listen: *listen, AllowNonLoopback: *allow, Token: token,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, InsecurePlaintext: *insecure,
-		MaxConnections: maxConns, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
+		MaxConnections: maxConns, Shed: shed.ShedConfig, BodyReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Advertise: *advertise, PublicURL: *publicURL, AllowedHosts: allowedHosts, MetricsTokenFile: *metricsToken, ReplicaID: *replica, Logger: log, Artifacts: art, Archive: archive,
 		Transport: *ts.transport, Tailnet: ts.config(), Thresholds: th, SecretsKeyFile: *secretsKey,
 		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},

@@ -144,6 +144,9 @@ type Service struct {
 	checked bool          // a check has finished
 	probing chan struct{} // closed when the probe in flight ends; nil if none
 	kick    chan struct{}
+	// abandoned are the keys of failed puts whose multipart upload may still
+	// be open on the store (abandoned.go).
+	abandoned map[string]struct{}
 }
 
 // New checks the configuration and returns the service. It does not contact
@@ -212,20 +215,29 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Run checks the object store until ctx ends: at once, then every probe
 // interval while it answers and every 2 s while it does not, and at once when
-// an upload failed. The first successful check creates the bucket if needed.
+// an upload failed. The first successful check creates the bucket if needed;
+// each one after a failed one (and the first) aborts the multipart uploads
+// that failed puts left open (abandoned.go).
 // It returns nil when ctx ends, or at once when no object store is configured.
 func (s *Service) Run(ctx context.Context) error {
 	if s.obj == nil {
 		return nil
 	}
+	wasReady := false
 	for {
 		s.probe(ctx)
 		s.mu.Lock()
+		ready := s.ready
 		wait := s.cfg.ProbeInterval
 		if !s.ready {
 			wait = 2 * time.Second
 		}
 		s.mu.Unlock()
+		// Once the store answers again, abort what the outage left open.
+		if ready && (!wasReady || s.abortsOwed() > 0) {
+			s.sweepAbandoned(ctx)
+		}
+		wasReady = ready
 		select {
 		case <-ctx.Done():
 			return nil

@@ -38,7 +38,9 @@ func (s *Service) PutObject(ctx context.Context, key string, r io.Reader, size i
 		ContentType: contentType, PartSize: uint64(s.cfg.PartSize),
 	})
 	if err != nil {
-		return s.putFailed(ctx, err)
+		err = s.putFailed(ctx, err)
+		s.abandon(ctx, key)
+		return err
 	}
 	return nil
 }

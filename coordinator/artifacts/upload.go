@@ -152,7 +152,9 @@ func (s *Service) stream(ctx context.Context, up Upload, key string, next func()
 	// and aborts the multipart upload, which removes the parts already sent.
 	abort := func(err error) (int64, string, error) {
 		pw.CloseWithError(err)
-		<-put //nolint:errcheck // the uploader failing because of err: err says why, its echo would not
+		if <-put != nil {
+			s.abandon(ctx, key)
+		}
 		return 0, "", err
 	}
 	h := sha256.New()
@@ -182,12 +184,16 @@ func (s *Service) stream(ctx context.Context, up Upload, key string, next func()
 		h.Write(b)
 		if _, err := pw.Write(b); err != nil {
 			// The uploader gave up; its error is the one that explains why.
-			return 0, "", s.putFailed(ctx, <-put)
+			err = s.putFailed(ctx, <-put)
+			s.abandon(ctx, key)
+			return 0, "", err
 		}
 	}
 	pw.Close()
 	if err := <-put; err != nil {
-		return 0, "", s.putFailed(ctx, err)
+		err = s.putFailed(ctx, err)
+		s.abandon(ctx, key)
+		return 0, "", err
 	}
 	return size, hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -66,6 +66,9 @@ type Config struct {
 	// MaxConnections bounds the connections served at once, across all
 	// listeners; DefaultMaxConnections when 0.
 	MaxConnections int
+	// Shed bounds the people's API calls served at once and sheds them near
+	// the memory limit (shed.go).
+	Shed ShedConfig
 	// BodyReadTimeout bounds how long a request's body may take to arrive
 	// (the node stream and artifact uploads excepted);
 	// DefaultBodyReadTimeout when 0.
@@ -357,6 +360,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log.Info("the API and the console answer for these hosts only (--public-url, --allowed-host to add one)", "hosts", guard.Names())
 	handler = guard
 	handler = bodyLimits(handler, cfg.BodyReadTimeout)
+	handler = newShedder(cfg.Shed, handler, log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

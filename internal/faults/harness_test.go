@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,10 +142,13 @@ type Replica struct {
 	db  string
 	// Flags are added to `serve`; a Restart uses them again.
 	flags []string
-	log   *logBuffer
-	mu    sync.Mutex
-	p     *proc
-	id    string
+	// wrap, when set, is a command the replica is run through, its own
+	// path and arguments appended (startReplica).
+	wrap []string
+	log  *logBuffer
+	mu   sync.Mutex
+	p    *proc
+	id   string
 }
 
 // StartReplica starts a replica on a free port against databaseURL (the
@@ -166,7 +170,13 @@ func StartReplicaAt(t testing.TB, databaseURL, addr string, flags ...string) *Re
 // for binDir): its Bin.
 func StartReplicaFrom(t testing.TB, bin, databaseURL, addr string, flags ...string) *Replica {
 	t.Helper()
-	r := &Replica{Addr: addr, Bin: bin, t: t, db: databaseURL, flags: flags, log: &logBuffer{}}
+	return startReplica(t, bin, databaseURL, addr, nil, flags)
+}
+
+// startReplica is StartReplicaFrom with the replica run through wrap, if set.
+func startReplica(t testing.TB, bin, databaseURL, addr string, wrap, flags []string) *Replica {
+	t.Helper()
+	r := &Replica{Addr: addr, Bin: bin, t: t, db: databaseURL, flags: flags, wrap: wrap, log: &logBuffer{}}
 	t.Cleanup(func() {
 		// A replica that crashed fails the test even if nothing the test
 		// waited for noticed: a panic is a bug whatever else went right.
@@ -230,7 +240,9 @@ func (r *Replica) Start() {
 	}
 	fmt.Fprintf(r.log, "=== harness: start replica %s %v from %s\n", r.Addr, r.flags, binOr(r.Bin))
 	from := len(r.log.Bytes())
-	cmd := exec.Command(filepath.Join(binOr(r.Bin), "podium-coordinator"), append([]string{"serve", "--listen", r.Addr}, r.flags...)...)
+	argv := append([]string{filepath.Join(binOr(r.Bin), "podium-coordinator"), "serve", "--listen", r.Addr}, r.flags...)
+	argv = append(slices.Clone(r.wrap), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "PODIUM_DATABASE_URL="+r.db, "PODIUM_TOKEN="+coordtest.Token)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	r.p = startProc(r.t, cmd)
@@ -402,9 +414,12 @@ type Agent struct {
 	Bin string
 	// Args are added to every `podium-agent run` (e.g. "--coordinator",
 	// URL); Env to its environment (e.g. "DOCKER_HOST=unix:///..." for a
-	// private engine). Set them before Start.
+	// private engine). Set them before Start. Wrap, when set, is a command
+	// the agent is run through, its own path and arguments appended (e.g.
+	// "prlimit", "--nofile=64:64").
 	Args []string
 	Env  []string
+	Wrap []string
 	t    testing.TB
 	log  *logBuffer
 	mu   sync.Mutex
@@ -465,7 +480,9 @@ func (a *Agent) Start() {
 	fmt.Fprintf(a.log, "=== harness: start agent %v from %s\n", a.Args, binOr(a.Bin))
 	// No warm network pool (see internal/e2e's startAgent): the engine's 31
 	// address pools are shared by every agent the suites run at once.
-	cmd := exec.Command(filepath.Join(binOr(a.Bin), "podium-agent"), append([]string{"run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)...)
+	argv := append([]string{filepath.Join(binOr(a.Bin), "podium-agent"), "run", "--data-dir", a.DataDir, "--max-tasks", "4", "--network-pool", "0"}, a.Args...)
+	argv = append(slices.Clone(a.Wrap), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), a.Env...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	a.p = startProc(a.t, cmd)
