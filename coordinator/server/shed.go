@@ -126,26 +126,30 @@ func cgroupMemoryLimit() (int64, string) {
 		if len(parts) != 3 {
 			continue
 		}
-		var file string
+		// In a container without a cgroup namespace the group's path names
+		// the host's hierarchy, and the container sees its own group at the
+		// mount's root: try both.
+		var files []string
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			file = filepath.Join("/sys/fs/cgroup", parts[2], "memory.max")
+			files = []string{filepath.Join("/sys/fs/cgroup", parts[2], "memory.max"), "/sys/fs/cgroup/memory.max"}
 		case strings.Contains(","+parts[1]+",", ",memory,"):
-			file = filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.limit_in_bytes")
+			files = []string{filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.limit_in_bytes"), "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 		default:
 			continue
 		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			continue
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			// v2 says "max"; v1 says a page-rounded huge number.
+			if err != nil || n <= 0 || n >= 1<<60 {
+				continue
+			}
+			return n, file
 		}
-		v := strings.TrimSpace(string(b))
-		n, err := strconv.ParseInt(v, 10, 64)
-		// v2 says "max"; v1 says a page-rounded huge number.
-		if err != nil || n <= 0 || n >= 1<<60 {
-			continue
-		}
-		return n, file
 	}
 	return 0, ""
 }

@@ -177,8 +177,8 @@ var archiveKeyRe = regexp.MustCompile(`^tasks/task_[0-9A-Z]{26}/log-[0-9]+\.zst$
 // TestObjectStoreDownMidLogArchive: a finished task's log (about 24 MB of
 // incompressible text, so that its archive is a multipart upload) is moved
 // from Postgres to the object store by the log archive job; the store is
-// killed while the archive is being written. Once it is back the job
-// archives the log: the bucket holds exactly one archive object for the
+// killed while the archive is being written, and the job says it is paused.
+// Once it is back the job archives the log: the bucket holds exactly one archive object for the
 // task and no multipart upload left open, and `podium logs` prints the
 // task's output byte-exact (its own checksum), as `podium run` printed it.
 func TestObjectStoreDownMidLogArchive(t *testing.T) {
@@ -207,6 +207,10 @@ func TestObjectStoreDownMidLogArchive(t *testing.T) {
 		t.Fatalf("podium run printed %d bytes with sha256 %x; the task printed %s", len(body), got, sum)
 	}
 
+	// The job met the outage: its put failed and it backs off.
+	wait.For(t, nodeWithin, "the replica to log that the log archive is paused", func() bool {
+		return strings.Contains(r.Log(), "log archive: paused")
+	})
 	if err := s3.Restart(); err != nil {
 		t.Fatal(err)
 	}
