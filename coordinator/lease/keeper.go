@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,6 +21,9 @@ type Keeper struct {
 	mu    sync.Mutex
 	cur   *Lease
 	ready chan struct{} // closed while cur is usable
+	// openErr is why the last try to open a lease connection failed, nil
+	// once one opened: what Ready says besides ErrNoLease.
+	openErr error
 }
 
 // NewKeeper returns a keeper; Run opens the connections.
@@ -39,6 +43,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			k.mu.Lock()
+			k.openErr = err
+			k.mu.Unlock()
 			k.log.Warn("lease: cannot open the lease connection; retrying", "err", store.Explain(err), "in", backoff)
 			select {
 			case <-ctx.Done():
@@ -50,7 +57,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		k.mu.Lock()
-		k.cur = l
+		k.cur, k.openErr = l, nil
 		close(k.ready)
 		k.mu.Unlock()
 		select {
@@ -72,12 +79,16 @@ func (k *Keeper) Run(ctx context.Context) error {
 var ErrNoLease = errors.New("lease: no lease connection (reconnecting)")
 
 // Ready says whether the keeper holds a live lease connection now: nil if it
-// does, ErrNoLease while it is (re)connecting.
+// does, ErrNoLease while it is (re)connecting, joined with why the last try
+// to open one failed if one did.
 func (k *Keeper) Ready() error {
 	k.mu.Lock()
-	cur := k.cur
+	cur, openErr := k.cur, k.openErr
 	k.mu.Unlock()
 	if cur == nil {
+		if openErr != nil {
+			return fmt.Errorf("%w: %w", ErrNoLease, openErr)
+		}
 		return ErrNoLease
 	}
 	select {

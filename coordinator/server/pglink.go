@@ -20,24 +20,26 @@ import (
 // before it gives up its nodes and its callers (Config.PostgresLostAfter).
 const DefaultPostgresLostAfter = 5 * time.Second
 
-// pgProbeEvery and pgProbeTimeout: how often the link to Postgres is probed,
-// and how long one probe may take.
-const (
-	pgProbeEvery   = time.Second
-	pgProbeTimeout = 2 * time.Second
-)
+// pgProbeEvery is how often the link to Postgres is looked at.
+const pgProbeEvery = time.Second
 
-// pgLink watches this replica's link to Postgres. A replica cut off from
+// pgLink watches this replica's link to Postgres: its lease connection, which
+// is pinged every second and given up after 3 s without an answer, and which
+// is reopened at once when Postgres answers (coordinator/lease). Not a pooled
+// connection: a pool whose connections are all busy makes a probe wait
+// without Postgres being away, and a replica under load would drop its
+// nodes for it. A replica cut off from
 // Postgres while the others are not can store nothing its nodes send and
 // answer nothing its callers ask; kept, they would wait on it until the link
 // came back (or a node fenced itself and its tasks were declared lost). Once
-// Postgres has not answered for lostAfter, pgLink ends every node stream (the
+// the lease connection has been down for lostAfter, pgLink ends every node stream (the
 // nodes reconnect, to a replica that answers, with what they have not had
 // acknowledged), cancels the API calls in flight (a follower moves on) and
 // refuses new ones as Unavailable, which agents and the CLI read as "try
 // another replica", until a probe succeeds again.
 type pgLink struct {
-	store     *store.Store
+	// probe says why the link is down, nil while it is up.
+	probe     func() error
 	sessions  *nodes.Registry
 	lostAfter time.Duration
 	log       *slog.Logger
@@ -53,16 +55,16 @@ type pgLink struct {
 	tooMany  bool      // the last failure was Postgres refusing for max_connections
 }
 
-func newPGLink(st *store.Store, sessions *nodes.Registry, lostAfter time.Duration, log *slog.Logger) *pgLink {
+func newPGLink(probe func() error, sessions *nodes.Registry, lostAfter time.Duration, log *slog.Logger) *pgLink {
 	if lostAfter <= 0 {
 		lostAfter = DefaultPostgresLostAfter
 	}
-	p := &pgLink{store: st, sessions: sessions, lostAfter: lostAfter, log: log, errs: connect.NewErrorWriter()}
+	p := &pgLink{probe: probe, sessions: sessions, lostAfter: lostAfter, log: log, errs: connect.NewErrorWriter()}
 	p.lost, p.markLost = context.WithCancel(context.Background())
 	return p
 }
 
-// Run probes Postgres until ctx ends, then returns nil.
+// Run watches the lease connection until ctx ends, then returns nil.
 func (p *pgLink) Run(ctx context.Context) error {
 	t := time.NewTicker(pgProbeEvery)
 	defer t.Stop()
@@ -72,13 +74,7 @@ func (p *pgLink) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, pgProbeTimeout)
-		err := p.store.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		p.observe(time.Now(), err)
+		p.observe(time.Now(), p.probe())
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // flight is cancelled and a new API call is refused 503 (Unavailable) while
 // /readyz still goes through; one probe that passes serves calls again.
 func TestPGLinkRefusesAndCancelsOnceLost(t *testing.T) {
-	p := newPGLink(nil, nodes.NewRegistry(), 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := newPGLink(func() error { return nil }, nodes.NewRegistry(), 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	started := make(chan struct{})
 	ended := make(chan error, 1)
 	h := p.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

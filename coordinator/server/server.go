@@ -76,8 +76,8 @@ type Config struct {
 	// IdleTimeout closes connections idle for this long; DefaultIdleTimeout
 	// when 0.
 	IdleTimeout time.Duration
-	// PostgresLostAfter is how long Postgres may fail to answer this replica
-	// before it ends its node streams and refuses calls, so that nodes and
+	// PostgresLostAfter is how long this replica's lease connection to
+	// Postgres may be down before it ends its node streams and refuses calls, so that nodes and
 	// clients go to a replica that reaches it (DefaultPostgresLostAfter).
 	PostgresLostAfter time.Duration
 	// Transport is TransportLocal (the default), TransportTailnet or
@@ -295,7 +295,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// because the metrics count its sessions and the node service records
 	// into the metrics.
 	sessions := nodes.NewRegistry()
-	s.pg = newPGLink(st, sessions, cfg.PostgresLostAfter, log)
+	// The lease keeper is made below; the link asks it once it runs.
+	s.pg = newPGLink(func() error { return s.leases.Ready() }, sessions, cfg.PostgresLostAfter, log)
 	m := metrics.NewWith(metrics.Config{Token: metricsToken}, st, sessions.Len, log)
 	s.bus = bus.New(bus.Config{DatabaseURL: cfg.DatabaseURL, Channels: []string{
 		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},

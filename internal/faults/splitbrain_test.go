@@ -18,8 +18,9 @@ import (
 
 // handoverBound is what docs/operations.md promises for a replica cut off
 // from Postgres alone: its nodes are online on a healthy replica within it.
-// The replica notices in about 5 s and closes its node streams; Postgres
-// frees the locks it held once its lease connection has been idle 10 s.
+// The cut replica gives its lease connection up after 3 s without an answer
+// and closes its node streams; Postgres frees the locks it held once that
+// connection has been idle 10 s.
 const handoverBound = 30 * time.Second
 
 // TestReplicaCutFromPostgresHandsItsNodesOver cuts one replica (B) off from
