@@ -111,7 +111,7 @@ func TestFullDataDisk(t *testing.T) {
 // TestFullDiskNodeTakesNoWork (issue 29: a full data disk made its node a
 // black hole, failing every task it was given with "no space left on
 // device"). Two nodes: "small" keeps its data directory on a 20 MiB disk
-// with a free-space floor of 4 MiB (--min-free-disk-mb), the other on the
+// with a free-space floor of 8 MiB (--min-free-disk-mb), the other on the
 // host's. A task pinned to small prints 168 MB and fills its disk. While it
 // waits for room: the node reports that it is below its floor (`podium node
 // get`); a task only small may run waits queued, its reason (`podium task
@@ -126,7 +126,7 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 	r := StartReplica(t, db.URL)
 	small := EnrollAgent(t, r, r.URL())
 	onSmallDisk(t, small, "20m")
-	small.Args = []string{"--disk-full-after", "60s", "--min-free-disk-mb", "4"}
+	small.Args = []string{"--disk-full-after", "90s", "--min-free-disk-mb", "8"}
 	small.Start()
 	other := EnrollAgent(t, r, r.URL())
 	other.Start()
@@ -138,20 +138,57 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 	}
 	img := dockertest.EnsureImage(t)
 
-	flood := StartRun(t, []string{r.URL()}, "--label", "disk=small", "--image", img, "--timeout", "3m", "--",
+	flood := StartRun(t, []string{r.URL()}, "--label", "disk=small", "--image", img, "--timeout", "5m", "--",
 		"sh", "-c", "yes 0123456789abcdef | head -c 168000000")
 	floodID := flood.TaskID(t)
-	wait.For(t, runWithin, "the small node's data disk to fill (under 1 MiB free)", func() bool {
-		var st syscall.Statfs_t
-		return syscall.Statfs(small.DataDir, &st) == nil && int64(st.Bavail)*st.Bsize < 1<<20
+	// Once the flooding task's output is held (a note says the disk is
+	// full), what the disk has free stays put: before, the agent's spool
+	// still frees room now and then as the coordinator stores what it holds.
+	follow := StartPodium(t, []string{r.URL()}, "logs", "-f", floodID)
+	wait.For(t, runWithin, "a note in the flooding task's log that the small node's disk is full", func() bool {
+		return fullNoteRe.MatchString(follow.Stderr())
+	})
+	// The node says why it takes nothing new. (Waited for before the next
+	// tasks: the spool's last room goes a moment after the note.)
+	wait.For(t, nodeWithin, "podium node get to say the small node is below its free-space floor", func() bool {
+		get := StartPodium(t, []string{r.URL()}, "node", "get", small.Node)
+		get.Wait(t)
+		return strings.Contains(string(get.Stdout()), "below its free-space floor")
 	})
 
 	pinned := StartRun(t, []string{r.URL()}, "--label", "disk=small", "--image", img, "--", "echo", "next-runs")
-	pinnedID := pinned.TaskID(t)
 	elsewhere := make([]*Run, 2)
 	for i := range elsewhere {
 		elsewhere[i] = StartRun(t, []string{r.URL()}, "--image", img, "--", "echo", "elsewhere")
 	}
+	pinnedID := pinned.TaskID(t)
+
+	// What holds only while the disk is full comes first: the flooding task
+	// fails --disk-full-after (90s) after its output found no room.
+	wait.For(t, nodeWithin, "the task only the full node may run to wait queued, its reason naming the node's free-space floor", func() bool {
+		tk := r.Task(t, pinnedID)
+		switch tk.State {
+		case podiumv1.TaskState_TASK_STATE_FAILED:
+			t.Fatalf("the task pinned to the full node failed there (%q) rather than waiting for room", tk.GetReason())
+		case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_RUNNING:
+			t.Fatalf("the task pinned to the full node is %s on %s: the node took it below its floor", tk.State, tk.GetNodeId())
+		}
+		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), "free-space floor")
+	})
+	get := StartPodium(t, []string{r.URL()}, "task", "get", pinnedID)
+	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), "free-space floor") {
+		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", pinnedID, code, get.Stdout())
+	}
+	// The flooding task's log says it is paused, since when, and until when.
+	if !pausedRe.MatchString(follow.Stderr()) {
+		t.Fatalf("the flooding task's log does not say it is paused, since when and until when; podium logs -f printed on stderr:\n%s",
+			follow.Stderr())
+	}
+	if tk := r.Task(t, floodID); tk.State != podiumv1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("the flooding task is %s (%q) once its note says it is paused; want running", tk.State, tk.GetReason())
+	}
+
+	// Tasks any node may run run on the other one.
 	for i, run := range elsewhere {
 		id := run.TaskID(t)
 		if code := run.Wait(t); code != 0 || string(run.Stdout()) != "elsewhere\n" {
@@ -160,33 +197,6 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 		if n := r.Task(t, id).GetNodeId(); n != other.Node {
 			t.Fatalf("task %s ran on node %s, want the node with room, %s", id, n, other.Node)
 		}
-	}
-	wait.For(t, nodeWithin, "the task only the full node may run to wait queued, its reason naming the node's free-space floor", func() bool {
-		tk := r.Task(t, pinnedID)
-		if tk.State == podiumv1.TaskState_TASK_STATE_FAILED {
-			t.Fatalf("the task pinned to the full node failed there (%q) rather than waiting for room", tk.GetReason())
-		}
-		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), "free-space floor")
-	})
-	get := StartPodium(t, []string{r.URL()}, "task", "get", pinnedID)
-	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), "free-space floor") {
-		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", pinnedID, code, get.Stdout())
-	}
-
-	// The node says why it takes nothing new.
-	wait.For(t, nodeWithin, "podium node get to say the small node is below its free-space floor", func() bool {
-		get := StartPodium(t, []string{r.URL()}, "node", "get", small.Node)
-		get.Wait(t)
-		return strings.Contains(string(get.Stdout()), "below its free-space floor")
-	})
-
-	// The flooding task's log says it is paused, since when, and until when.
-	follow := StartPodium(t, []string{r.URL()}, "logs", "-f", floodID)
-	wait.For(t, nodeWithin, "podium logs -f of the flooding task to say it is paused for the full disk, since when and until when", func() bool {
-		return pausedRe.MatchString(follow.Stderr())
-	})
-	if tk := r.Task(t, floodID); tk.State != podiumv1.TaskState_TASK_STATE_RUNNING {
-		t.Fatalf("the flooding task is %s (%q) once its note says it is paused; want running", tk.State, tk.GetReason())
 	}
 
 	// It fails as before; its attempt's data goes, and the pinned task runs.
@@ -223,6 +233,10 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 // pausedRe is the note of a task whose output waits for room on its node's
 // disk: when that began and when the task fails unless room comes.
 var pausedRe = regexp.MustCompile(`paused: node disk full since \S+; fails at \S+ unless space frees`)
+
+// fullNoteRe is any note that the node's disk is full, in the words of this
+// version (pausedRe) or of the one before it.
+var fullNoteRe = regexp.MustCompile(`→ (paused: node disk full since |the node's disk is full \()`)
 
 // TestNodeDiskFullRetriedElsewhere (issue 29): a task its node failed
 // because the node's disk filled is the node's trouble, not the task's:
@@ -261,9 +275,12 @@ func TestNodeDiskFullRetriedElsewhere(t *testing.T) {
 	}
 	run := StartRun(t, []string{r.URL()}, "--spec", spec)
 	id := run.TaskID(t)
-	wait.For(t, runWithin, "the task's first attempt to start on the small node", func() bool {
+	wait.For(t, runWithin, "the task's first attempt to be given to the small node", func() bool {
 		tk := r.Task(t, id)
-		return tk.GetNodeId() == small.Node && tk.State == podiumv1.TaskState_TASK_STATE_RUNNING
+		if tk.GetAttempt() > 1 {
+			t.Fatalf("task %s is on attempt %d (%s, %q) before its first was seen on the small node", id, tk.GetAttempt(), tk.State, tk.GetReason())
+		}
+		return tk.GetNodeId() == small.Node
 	})
 	drain(false)
 	if code := run.Wait(t); code != 0 {
