@@ -151,6 +151,7 @@ func startCluster(t *testing.T) *cluster {
 			a.args = append(a.args, "--coordinator", r.nodeLink.URL())
 		}
 		a.env = []string{"DOCKER_HOST=" + e.Host()}
+		markAgentConnections(t, a, i)
 		c.agents = append(c.agents, a)
 		t.Cleanup(func() {
 			crashed := a.crashed()
