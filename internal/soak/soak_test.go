@@ -123,28 +123,45 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	k := &checker{c: c, h: h, n: n, watches: watches, v: v, states: map[string]int{}, reasons: map[string]int{}}
+	// Four tasks at a time: an hour's soak leaves thousands, some with
+	// megabytes of log each.
 	full := map[string]*podiumv1.Task{}
-	for id := range byID {
-		var tk *podiumv1.Task
-		err := c.onAnyReplica(time.Minute, func(ctx context.Context, url string) error {
-			res, err := tasksAt(url).Get(ctx, connectReq(id))
-			if err != nil {
-				return err
+	var fullMu sync.Mutex
+	ids := make(chan string)
+	var checkers sync.WaitGroup
+	for range 4 {
+		checkers.Add(1)
+		go func() {
+			defer checkers.Done()
+			for id := range ids {
+				var tk *podiumv1.Task
+				err := c.onAnyReplica(time.Minute, func(ctx context.Context, url string) error {
+					res, err := tasksAt(url).Get(ctx, connectReq(id))
+					if err != nil {
+						return err
+					}
+					tk = res.Msg.Task
+					return nil
+				})
+				if err != nil {
+					v.add("get task %s: %v", id, err)
+					continue
+				}
+				fullMu.Lock()
+				full[id] = tk
+				fullMu.Unlock()
+				h.mu.Lock()
+				s := h.tasks[id]
+				h.mu.Unlock()
+				k.checkTask(tk, s, runs[id])
 			}
-			tk = res.Msg.Task
-			return nil
-		})
-		if err != nil {
-			v.add("get task %s: %v", id, err)
-			continue
-		}
-		full[id] = tk
-		h.mu.Lock()
-		s := h.tasks[id]
-		h.mu.Unlock()
-		k.tasks++
-		k.checkTask(tk, s, runs[id])
+		}()
 	}
+	for id := range byID {
+		ids <- id
+	}
+	close(ids)
+	checkers.Wait()
 	k.checkConcurrency(full, runs)
 	dbCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	k.checkDrains(dbCtx)
