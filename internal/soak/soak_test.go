@@ -17,8 +17,8 @@ import (
 )
 
 // settle bounds how long, once the faults are healed and the workload has
-// stopped submitting, the fleet has to finish every task it accepted and
-// bring every node back: a task that is still not terminal after it is a
+// stopped submitting, the fleet has to bring every node back and finish
+// every task it accepted: a task that is still not terminal after it is a
 // violation (stuck), not a slow run.
 const settle = 8 * time.Minute
 
@@ -85,16 +85,17 @@ func TestSoak(t *testing.T) {
 	pauseSchedule(t, c)
 
 	v := &violations{}
+	settleBy := time.Now().Add(settle)
 	// Every replica back and every node online: the faults are healed.
 	if err := c.readyAll(); err != nil {
 		v.add("after the faults were healed: %v", err)
 	}
-	if err := c.waitNodesOnline(settle); err != nil {
+	if err := c.waitNodesOnline(time.Until(settleBy)); err != nil {
 		v.add("after the faults were healed: %v", err)
 	}
 	// Every task the coordinator accepted reaches a terminal state.
 	var left []*podiumv1.Task
-	_ = waitUntil(settle, "every task to reach a terminal state", func() bool {
+	_ = waitUntil(max(time.Until(settleBy), time.Minute), "every task to reach a terminal state", func() bool {
 		var err error
 		left, err = c.listTasks(activeStates...)
 		return err == nil && len(left) == 0
