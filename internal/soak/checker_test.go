@@ -143,6 +143,7 @@ type checker struct {
 	watches []*engineWatch
 	v       *violations
 	// counts for the summary
+	mu      sync.Mutex
 	tasks   int
 	states  map[string]int
 	reasons map[string]int
@@ -155,12 +156,15 @@ func (k *checker) checkTask(tk *podiumv1.Task, s *submitted, runs []run) {
 		k.v.add("task %s (%s) never reached a terminal state: %s (%q), attempt %d", id, kindOf(s, tk), tk.State, tk.Reason, tk.Attempt)
 		return
 	}
+	k.mu.Lock()
+	k.tasks++
 	k.states[strings.TrimPrefix(tk.State.String(), "TASK_STATE_")]++
 	if (tk.State == podiumv1.TaskState_TASK_STATE_FAILED && tk.ExitCode == nil) || tk.State == podiumv1.TaskState_TASK_STATE_LOST {
 		// Podium's failures, not the task's: what the faults cost.
 		reason, _, _ := strings.Cut(tk.Reason, ":")
 		k.reasons[strings.ToLower(strings.TrimPrefix(tk.State.String(), "TASK_STATE_"))+" ("+reason+")"]++
 	}
+	k.mu.Unlock()
 	max := maxAttempts(tk.Spec)
 	if int(tk.Attempt) > max {
 		k.v.add("task %s (%s) is at attempt %d, more than its %d", id, kindOf(s, tk), tk.Attempt, max)

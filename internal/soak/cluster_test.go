@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/internal/testenv/coordtest"
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
@@ -90,6 +91,20 @@ func startCluster(t *testing.T) *cluster {
 	db := pgtest.NewDatabaseIn(t, c.pg)
 	c.dbName = db.Name
 	c.standby = pgtest.NewStandby(t, c.pg, true)
+	// Cleanups run last first: before the standby stops, the primary (if
+	// it still is one, and up) stops waiting for it, or dropping the test's
+	// database would wait for a standby that is gone, for ever.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.pg.URL("postgres"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "alter system reset synchronous_standby_names")
+		_, _ = conn.Exec(ctx, "select pg_reload_conf()")
+	})
 	c.s3 = s3test.Start(t)
 
 	// Each replica reaches both Postgres clusters through links of its
@@ -151,6 +166,7 @@ func startCluster(t *testing.T) *cluster {
 			a.args = append(a.args, "--coordinator", r.nodeLink.URL())
 		}
 		a.env = []string{"DOCKER_HOST=" + e.Host()}
+		markAgentConnections(t, a, i)
 		c.agents = append(c.agents, a)
 		t.Cleanup(func() {
 			crashed := a.crashed()

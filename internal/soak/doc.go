@@ -22,13 +22,12 @@
 // two cores with the other suites. A process with a private engine of its
 // own has everything the faults need: its engine can be killed and
 // restarted without touching anyone else's, its disk filled, and its links
-// cut. What a container would add (an agent's own network namespace) is
-// what the agent partition stands in for: the agent frozen with SIGSTOP,
-// its containers running on, which is to the replicas and to the agent
-// exactly the silence a black-holed link makes (TCP connections stay open,
-// nothing moves), and then SIGCONT, as the link coming back. The agent
-// cannot be cut with proxies alone, as it learns the replicas' advertised
-// addresses and would go round them.
+// cut. What a container's own network would give, a partition of that one
+// agent, the kernel gives instead: each agent runs as root with a group id
+// of its own, its TCP connections are marked by that group (an iptables
+// mangle rule), and a partition drops every packet of a marked connection
+// both ways (partition_test.go). Proxies alone cannot cut one agent off:
+// it learns the replicas' advertised addresses and would go round them.
 //
 // # The workload
 //
@@ -46,13 +45,15 @@
 //
 // One fault at a time, at a random moment, healed after a random while
 // (SOAK_FAULTS selects kinds; every kind by default): replica-kill,
-// replica-restart, leader-kill, agent-kill, agent-restart, agent-partition,
-// engine-restart (a private engine stopped with SIGTERM or SIGKILL, then
-// started), pg-partition, node-partition and replica-partition (one
-// replica cut off from Postgres, from its nodes, or both), pg-restart (the
-// primary stopped fast or immediate, then started), pg-standby-down,
-// pg-failover (once: the primary quits, the standby is promoted), s3-stop,
-// disk-full (an agent's data disk filled for real) and drain.
+// replica-restart, leader-kill, agent-kill, agent-restart, agent-partition
+// (the agent's own connections black-holed), agent-freeze (SIGSTOP, a hung
+// agent: its containers run on, it cannot fence them), engine-restart (a
+// private engine stopped with SIGTERM or SIGKILL, then started),
+// pg-partition, node-partition and replica-partition (one replica cut off
+// from Postgres, from its nodes, or both), pg-restart (the primary stopped
+// fast or immediate, then started), pg-standby-down, pg-failover (once:
+// the primary quits, the standby is promoted), s3-stop, disk-full (an
+// agent's data disk filled for real) and drain.
 //
 // # The invariants
 //

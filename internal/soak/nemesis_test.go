@@ -67,10 +67,17 @@ var faultKinds = []faultKind{
 	}},
 	{"agent-partition", true, func(n *nemesis) (string, func() error, bool, error) {
 		a := n.pickAgent()
+		if err := a.partition(true); err != nil {
+			return "", nil, false, err
+		}
+		return "cut agent " + a.name + " off from every replica", func() error { return a.partition(false) }, false, nil
+	}},
+	{"agent-freeze", true, func(n *nemesis) (string, func() error, bool, error) {
+		a := n.pickAgent()
 		if err := a.freeze(true); err != nil {
 			return "", nil, false, err
 		}
-		return "cut agent " + a.name + " off from every replica (SIGSTOP)", func() error { return a.freeze(false) }, false, nil
+		return "freeze agent " + a.name + " (SIGSTOP), as a hung process", func() error { return a.freeze(false) }, false, nil
 	}},
 	{"engine-restart", true, func(n *nemesis) (string, func() error, bool, error) {
 		i := n.rng.IntN(len(n.c.engines))

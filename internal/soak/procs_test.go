@@ -236,9 +236,14 @@ type agent struct {
 	env     []string
 	log     *logBuffer
 
+	// gid and mark: see partition_test.go.
+	gid  uint32
+	mark string
+
 	mu     sync.Mutex
 	p      *child
 	frozen bool
+	cut    bool
 }
 
 func (a *agent) start() error {
@@ -251,6 +256,7 @@ func (a *agent) start() error {
 	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.dataDir,
 		"--max-tasks", "3", "--network-pool", "0"}, a.args...)...)
 	cmd.Env = append(os.Environ(), a.env...)
+	cmd.SysProcAttr = a.credential()
 	cmd.Stdout, cmd.Stderr = a.log, a.log
 	p, err := spawn(cmd)
 	if err != nil {

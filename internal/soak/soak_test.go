@@ -17,8 +17,8 @@ import (
 )
 
 // settle bounds how long, once the faults are healed and the workload has
-// stopped submitting, the fleet has to finish every task it accepted and
-// bring every node back: a task that is still not terminal after it is a
+// stopped submitting, the fleet has to bring every node back and finish
+// every task it accepted: a task that is still not terminal after it is a
 // violation (stuck), not a slow run.
 const settle = 8 * time.Minute
 
@@ -85,16 +85,17 @@ func TestSoak(t *testing.T) {
 	pauseSchedule(t, c)
 
 	v := &violations{}
+	settleBy := time.Now().Add(settle)
 	// Every replica back and every node online: the faults are healed.
 	if err := c.readyAll(); err != nil {
 		v.add("after the faults were healed: %v", err)
 	}
-	if err := c.waitNodesOnline(settle); err != nil {
+	if err := c.waitNodesOnline(time.Until(settleBy)); err != nil {
 		v.add("after the faults were healed: %v", err)
 	}
 	// Every task the coordinator accepted reaches a terminal state.
 	var left []*podiumv1.Task
-	_ = waitUntil(settle, "every task to reach a terminal state", func() bool {
+	_ = waitUntil(max(time.Until(settleBy), time.Minute), "every task to reach a terminal state", func() bool {
 		var err error
 		left, err = c.listTasks(activeStates...)
 		return err == nil && len(left) == 0
@@ -123,28 +124,45 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	k := &checker{c: c, h: h, n: n, watches: watches, v: v, states: map[string]int{}, reasons: map[string]int{}}
+	// Four tasks at a time: an hour's soak leaves thousands, some with
+	// megabytes of log each.
 	full := map[string]*podiumv1.Task{}
-	for id := range byID {
-		var tk *podiumv1.Task
-		err := c.onAnyReplica(time.Minute, func(ctx context.Context, url string) error {
-			res, err := tasksAt(url).Get(ctx, connectReq(id))
-			if err != nil {
-				return err
+	var fullMu sync.Mutex
+	ids := make(chan string)
+	var checkers sync.WaitGroup
+	for range 4 {
+		checkers.Add(1)
+		go func() {
+			defer checkers.Done()
+			for id := range ids {
+				var tk *podiumv1.Task
+				err := c.onAnyReplica(time.Minute, func(ctx context.Context, url string) error {
+					res, err := tasksAt(url).Get(ctx, connectReq(id))
+					if err != nil {
+						return err
+					}
+					tk = res.Msg.Task
+					return nil
+				})
+				if err != nil {
+					v.add("get task %s: %v", id, err)
+					continue
+				}
+				fullMu.Lock()
+				full[id] = tk
+				fullMu.Unlock()
+				h.mu.Lock()
+				s := h.tasks[id]
+				h.mu.Unlock()
+				k.checkTask(tk, s, runs[id])
 			}
-			tk = res.Msg.Task
-			return nil
-		})
-		if err != nil {
-			v.add("get task %s: %v", id, err)
-			continue
-		}
-		full[id] = tk
-		h.mu.Lock()
-		s := h.tasks[id]
-		h.mu.Unlock()
-		k.tasks++
-		k.checkTask(tk, s, runs[id])
+		}()
 	}
+	for id := range byID {
+		ids <- id
+	}
+	close(ids)
+	checkers.Wait()
 	k.checkConcurrency(full, runs)
 	dbCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	k.checkDrains(dbCtx)
