@@ -34,6 +34,12 @@ const (
 	// spool, runner logs and artifacts of three tasks at a time fit with
 	// room to spare, and the disk-full fault fills it for real.
 	agentDisk = "96m"
+	// agentDiskFloorMB is each agent's free-space floor
+	// (--min-free-disk-mb): the default, 1 GiB, is more than the whole
+	// disk, and the node would take no task at all. A sixth of it keeps the
+	// floor working, so a filled disk stops the node taking work as it
+	// would in production.
+	agentDiskFloorMB = "16"
 )
 
 // Thresholds shortened so that a node lost to a fault is noticed, and its

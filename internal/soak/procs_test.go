@@ -254,7 +254,7 @@ func (a *agent) start() error {
 	}
 	fmt.Fprintf(a.log, "=== soak: start agent %s\n", a.name)
 	cmd := exec.Command(filepath.Join(binDir, "podium-agent"), append([]string{"run", "--data-dir", a.dataDir,
-		"--max-tasks", "3", "--network-pool", "0"}, a.args...)...)
+		"--max-tasks", "3", "--network-pool", "0", "--min-free-disk-mb", agentDiskFloorMB}, a.args...)...)
 	cmd.Env = append(os.Environ(), a.env...)
 	cmd.SysProcAttr = a.credential()
 	cmd.Stdout, cmd.Stderr = a.log, a.log
