@@ -571,6 +571,9 @@ func loseTask(ctx context.Context, tx pgx.Tx, t Task, why string) (requeued bool
 		if err != nil || !moved {
 			return false, err
 		}
+		if err := endAttempt(ctx, tx, t.ID, t.Attempt); err != nil {
+			return false, err
+		}
 		if err := appendNote(ctx, tx, t.ID, t.Attempt, "node lost: "+why); err != nil {
 			return false, err
 		}
@@ -581,10 +584,20 @@ func loseTask(ctx context.Context, tx pgx.Tx, t Task, why string) (requeued bool
 	if err != nil || !moved {
 		return false, err
 	}
-	if _, err := tx.Exec(ctx, "update podium.attempts set finished_at = now() where task_id = $1 and attempt = $2", t.ID, t.Attempt); err != nil {
+	if err := endAttempt(ctx, tx, t.ID, t.Attempt); err != nil {
 		return false, err
 	}
 	return true, appendNote(ctx, tx, t.ID, t.Attempt, fmt.Sprintf("node lost: %s; requeued for attempt %d of %d", why, t.Attempt+1, t.MaxAttempts))
+}
+
+// endAttempt records that an attempt the control plane gave up on has
+// ended: a lost attempt is over for everything that reads attempts (usage
+// counts attempts by the day they ended), though its node never said so. A
+// node that comes back and reports the end later only confirms it.
+func endAttempt(ctx context.Context, tx pgx.Tx, taskID string, attempt int32) error {
+	_, err := tx.Exec(ctx, "update podium.attempts set finished_at = coalesce(finished_at, now()) where task_id = $1 and attempt = $2",
+		taskID, attempt)
+	return err
 }
 
 // tasksOnNode lists the tasks the control plane holds on a node.
