@@ -85,11 +85,11 @@ func Explain(err error) error {
 	}
 	switch pgErr.Code {
 	case "53300": // too_many_connections
-		return fmt.Errorf("Postgres refuses new connections: every connection max_connections allows is in use "+
+		return fmt.Errorf("no new connection to Postgres: every connection its max_connections allows is in use "+
 			"(each coordinator replica takes its pool, pool_max_conns in the database URL, and two more); "+
 			"close other clients' connections or raise max_connections on the server: %w", err)
 	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
-		return fmt.Errorf("Postgres is shutting down, restarting or recovering: %w", err)
+		return fmt.Errorf("the Postgres server is shutting down, restarting or recovering: %w", err)
 	}
 	return err
 }

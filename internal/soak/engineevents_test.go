@@ -67,7 +67,11 @@ func (w *engineWatch) loop(ctx context.Context) {
 				return
 			case m := <-msgs:
 				w.record(m)
-			case <-errs:
+			case err := <-errs:
+				// The stream ended (its engine stopped, or the call
+				// failed): counted, and subscribed again below from
+				// the last event seen.
+				_ = err
 				break stream
 			}
 		}
