@@ -370,6 +370,7 @@ func New(cfg Config) (*Agent, error) {
 		a.log.Warn("ignoring the kept list of coordinator replicas; the coordinator sends a new one", "err", err)
 	}
 	floor := &diskFloor{dir: cfg.DataDir, floorMB: cfg.MinFreeDiskMB, log: a.log}
+	engine := &engineWatch{answers: a.exec.EngineAnswers, host: a.docker.DaemonHost(), log: a.log}
 	a.sess, err = session.New(session.Config{
 		CoordinatorURL: id.CoordinatorURL,
 		Coordinators:   cfg.Coordinators,
@@ -387,7 +388,11 @@ func New(cfg Config) (*Agent, error) {
 		MinFreeDiskMB: cfg.MinFreeDiskMB,
 		Runner:        a.exec,
 		Refuse: func(as *podiumv1.Assign) string {
-			if why := floor.refusal(); why != "" {
+			why := floor.refusal()
+			if why == "" {
+				why = engine.refusal(context.Background())
+			}
+			if why != "" {
 				// The scheduler learns it from the next heartbeat; send
 				// it now, so it stops offering this node tasks.
 				a.sess.HeartbeatNow()
@@ -398,6 +403,7 @@ func New(cfg Config) (*Agent, error) {
 		Capacity: func(ctx context.Context) *podiumv1.Capacity {
 			c := capacity.Measure(ctx, cfg.DataDir, a.log)
 			floor.report(c)
+			engine.report(ctx, c)
 			c.Limits = a.exec.Limits().TaskLimits()
 			c.Limits.PermitEgress = permit
 			c.Gpus = a.reportedGPUs()

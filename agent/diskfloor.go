@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,8 +26,7 @@ type diskFloor struct {
 	floorMB int64 // 0: no floor
 	log     *slog.Logger
 
-	mu    sync.Mutex
-	since time.Time // when the disk went below the floor; zero while above
+	low condition
 }
 
 // check measures the disk and returns its free bytes and since when it has
@@ -44,20 +42,16 @@ func (d *diskFloor) check() (free int64, since time.Time) {
 		return 0, time.Time{}
 	}
 	free = int64(st.Bavail) * st.Bsize
-	low := free < d.floorMB<<20
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	since, began, lasted := d.low.update(free < d.floorMB<<20)
 	switch {
-	case low && d.since.IsZero():
-		d.since = time.Now()
+	case began:
 		d.log.Warn("the data disk is below its free-space floor; the node takes no new tasks until space frees",
 			"dir", d.dir, "free_mib", free>>20, "floor_mib", d.floorMB)
-	case !low && !d.since.IsZero():
+	case lasted > 0:
 		d.log.Info("the data disk is above its free-space floor again; the node takes tasks", "dir", d.dir,
-			"free_mib", free>>20, "floor_mib", d.floorMB, "was_below_for", time.Since(d.since).Round(time.Second))
-		d.since = time.Time{}
+			"free_mib", free>>20, "floor_mib", d.floorMB, "was_below_for", lasted.Round(time.Second))
 	}
-	return free, d.since
+	return free, since
 }
 
 // report adds the floor, and since when the disk is below it, to a

@@ -19,14 +19,50 @@ package executor
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/docker/docker/client"
+
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // ReasonEngineRestarted starts the reason of a task whose container the node's
 // Docker engine stopped because the engine itself stopped or restarted.
 const ReasonEngineRestarted = "engine restarted"
+
+// ReasonEngineDown starts the reason of an attempt the node gave back, or
+// failed, because its Docker engine could not be reached as the attempt was
+// prepared: the node's trouble, not the task's. A failed one has no exit
+// code (`podium run` exits 125), and the coordinator retries it as it does
+// an attempt lost with its node (retry_on_node_loss).
+const ReasonEngineDown = "node engine down"
+
+// engineUnreachable says whether err is the engine's client failing to
+// reach the engine at all ("Cannot connect to the Docker daemon"), as
+// opposed to an answer of the engine's.
+func engineUnreachable(err error) bool { return client.IsErrConnectionFailed(err) }
+
+// givenBack is the status that gives an attempt nothing of which has
+// started back to the coordinator, which places it again without using an
+// attempt: the node could not reach its engine (err).
+func givenBack(what string, err error) *podiumv1.StatusChange {
+	return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_QUEUED,
+		Reason: fmt.Sprintf("%s: %s: %v (the node takes no new tasks until its engine answers)", ReasonEngineDown, what, err)}
+}
+
+// prepFailed is failed for a step of an attempt's preparation that failed
+// with err: when err says the engine could not be reached, the reason
+// starts with ReasonEngineDown, the node's failure rather than the task's.
+func prepFailed(err error, format string, args ...any) *podiumv1.StatusChange {
+	st := failed(format, args...)
+	if engineUnreachable(err) {
+		st.Reason = ReasonEngineDown + ": " + st.Reason
+	}
+	return st
+}
 
 // How long a fresh connection to the engine may take to answer a ping before
 // the engine counts as gone. A healthy engine answers in milliseconds; a
@@ -60,10 +96,11 @@ const (
 	teardownRetryMax = time.Minute
 )
 
-// engineAnswers reports whether the engine answers a ping on a new
+// EngineAnswers reports whether the engine answers a ping on a new
 // connection within engineProbeTimeout. The client's own connections will
 // not do: it keeps them open, and a stopping engine still answers on those.
-func (e *Executor) engineAnswers(ctx context.Context) bool {
+// The agent asks it before it takes a task, and for every heartbeat.
+func (e *Executor) EngineAnswers(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
 	defer cancel()
 	conn, err := e.docker.Dialer()(pctx)
@@ -95,7 +132,7 @@ func (e *Executor) engineAnswers(ctx context.Context) bool {
 // (learnEngine): its configuration may have changed with its restart.
 func (e *Executor) awaitEngine(ctx context.Context) bool {
 	delay := engineRetryMin
-	for !e.engineAnswers(ctx) {
+	for !e.EngineAnswers(ctx) {
 		if !sleep(ctx, delay) {
 			return false
 		}
@@ -170,7 +207,7 @@ func (r *run) teardownUntilDone(ctx context.Context) {
 			return
 		}
 		var waited bool
-		if ctx.Err() == nil && !r.e.engineAnswers(ctx) {
+		if ctx.Err() == nil && !r.e.EngineAnswers(ctx) {
 			r.log.Warn("tearing down the task failed and the Docker engine does not answer; trying again once it does",
 				"try", try, "err", err)
 			waited = r.e.awaitEngine(ctx)

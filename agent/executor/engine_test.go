@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
@@ -245,4 +246,42 @@ func TestEngineRestartWithLiveRestoreLeavesTheTaskToItsOwnEnd(t *testing.T) {
 		t.Fatalf("stdout %q, want %q", got, "started\ndone\n")
 	}
 	p.checkNothingLeft(t)
+}
+
+// An assignment whose image cannot be inspected because the engine cannot
+// be reached at all is given back, not failed: nothing of it started, so
+// the coordinator places it again without using an attempt. Its reason
+// starts "node engine down", and its directory is gone by the time the
+// coordinator hears (the same attempt may come back here). No engine is
+// needed: the client's socket does not exist.
+func TestUnreachableEngineGivesTheAssignmentBack(t *testing.T) {
+	t.Parallel()
+	dc, err := client.NewClientWithOpts(client.WithHost("unix://"+filepath.Join(t.TempDir(), "docker.sock")),
+		client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasksDir := t.TempDir()
+	ex, err := executor.New(executor.Config{Docker: dc, NodeID: agenttest.NodeID(t), RunnerPath: agenttest.Runner(t),
+		TasksDir: tasksDir, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	e := &env{image: dockertest.Image}
+	a := e.assign(t, e.sh("echo never"))
+	done, err := ex.Start(context.Background(), a, rec.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, done, 30*time.Second)
+	evs := rec.all()
+	st := evs[len(evs)-1].GetStatus()
+	if st.GetState() != podiumv1.TaskState_TASK_STATE_QUEUED || !strings.HasPrefix(st.GetReason(), executor.ReasonEngineDown+": image ") {
+		t.Fatalf("statuses %v; want the last QUEUED, the assignment given back with a reason starting %q",
+			rec.statuses(), executor.ReasonEngineDown)
+	}
+	if left, err := os.ReadDir(tasksDir); err != nil || len(left) != 0 {
+		t.Fatalf("the tasks directory holds %v (%v); want nothing of the attempt given back", left, err)
+	}
 }

@@ -66,6 +66,9 @@ func (r *run) ensureImage(ctx context.Context, ref, pull string) (*image.Inspect
 			if st, stop := r.interrupted(ctx); stop {
 				return nil, st
 			}
+			if engineUnreachable(err) {
+				return nil, givenBack(fmt.Sprintf("image %q could not be inspected", ref), err)
+			}
 			return nil, failed("image %q could not be inspected: %v (is the Docker engine on this node running?)", ref, err)
 		}
 		if policy == taskspec.PullNever {
@@ -82,6 +85,9 @@ func (r *run) ensureImage(ctx context.Context, ref, pull string) (*image.Inspect
 			return nil, st
 		}
 		r.log.Warn("image pull failed", "image", ref, "err", err)
+		if engineUnreachable(err) {
+			return nil, givenBack(fmt.Sprintf("image %q could not be pulled", ref), err)
+		}
 		return nil, failed("%s", pullFailure(ref, host, auth != nil, err))
 	}
 	r.note("pulled %s", ref)
@@ -91,7 +97,7 @@ func (r *run) ensureImage(ctx context.Context, ref, pull string) (*image.Inspect
 		if st, stop := r.interrupted(ctx); stop {
 			return nil, st
 		}
-		return nil, failed("image %q could not be inspected after it was pulled: %v", ref, err)
+		return nil, prepFailed(err, "image %q could not be inspected after it was pulled: %v", ref, err)
 	}
 	r.usedImage(img.ID)
 	return &img, nil

@@ -205,6 +205,15 @@ func (r *run) main(ctx context.Context, body func(context.Context) *podiumv1.Sta
 	// run without a status leaves its container running for the next
 	// agent process, which holds them again.)
 	r.releaseGPUs()
+	if final.GetState() == podiumv1.TaskState_TASK_STATE_QUEUED {
+		// Given back before anything of it started (givenBack): there is
+		// nothing to collect or keep, and the coordinator may assign the
+		// same attempt here again, so its directory goes before it hears.
+		r.log.Info("task given back", "reason", final.GetReason())
+		r.removeDir()
+		r.emitStatus(final, false)
+		return
+	}
 	// The reason can quote a sidecar's output, so it is logged redacted.
 	r.emitMu.Lock()
 	reason := r.redactor.String(final.GetReason())
@@ -502,7 +511,7 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
 		}
-		return "", false, failed("the task's network could not be created: %v (if the engine ran out of address pools, "+
+		return "", false, prepFailed(err, "the task's network could not be created: %v (if the engine ran out of address pools, "+
 			"give it more with default-address-pools in /etc/docker/daemon.json)", err)
 	}
 	// Before anything runs on the network: a container started first
@@ -519,7 +528,7 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
 		}
-		return "", false, failed("the task's workspace volume could not be created: %v", err)
+		return "", false, prepFailed(err, "the task's workspace volume could not be created: %v", err)
 	}
 	if st, ok := r.startSidecars(ctx, sidecars); !ok {
 		return "", false, st
@@ -532,7 +541,7 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
 		}
-		return "", false, failed("the task's container could not be created: %v (check the task's working directory and resource limits; "+
+		return "", false, prepFailed(err, "the task's container could not be created: %v (check the task's working directory and resource limits; "+
 			"the node's Docker engine must be running and have room for another container)", err)
 	}
 	if st, stop := r.interrupted(ctx); stop {
@@ -562,7 +571,7 @@ func (r *run) launch(ctx context.Context, argv []string, sidecars []*sidecar) (i
 		if st, stop := r.interrupted(ctx); stop {
 			return "", false, st
 		}
-		return "", false, failed("the task's container could not be started: %v (check that image %q runs on this machine)", err, r.spec.GetImage())
+		return "", false, prepFailed(err, "the task's container could not be started: %v (check that image %q runs on this machine)", err, r.spec.GetImage())
 	}
 	r.log.Info("container started", "container", shortID(id))
 	r.emitStatus(&podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_RUNNING}, true)
@@ -856,7 +865,7 @@ func (r *run) stoppedByEngine(ctx context.Context, lost bool, rec *runlog.Exit, 
 		return false
 	case lost:
 		return true
-	case !r.e.engineAnswers(ctx):
+	case !r.e.EngineAnswers(ctx):
 		r.log.Warn("the task's container stopped as the Docker engine stopped answering; the engine stopped it")
 		return true
 	}

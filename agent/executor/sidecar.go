@@ -55,7 +55,7 @@ func (r *run) startSidecars(ctx context.Context, sidecars []*sidecar) (st *podiu
 			if st, stop := r.interrupted(ctx); stop {
 				return st, false
 			}
-			return failed("sidecar %q could not be created: %v", name, err), false
+			return prepFailed(err, "sidecar %q could not be created: %v", name, err), false
 		}
 		r.startSidecarTail(ctx, name)
 		sctx, cancel := context.WithTimeout(r.prepCtx, apiTimeout)
@@ -68,7 +68,7 @@ func (r *run) startSidecars(ctx context.Context, sidecars []*sidecar) (st *podiu
 			if sc.spec.GetPrivileged() && strings.Contains(err.Error(), privilegedCapsError) {
 				return failed("%s", privilegedUnsupported(name, err)), false
 			}
-			return failed("sidecar %q could not be started: %v (check that image %q runs on this machine)", name, err, sc.spec.GetImage()), false
+			return prepFailed(err, "sidecar %q could not be started: %v (check that image %q runs on this machine)", name, err, sc.spec.GetImage()), false
 		}
 		sc.id = id
 		r.log.Info("sidecar started", "sidecar", name, "container", shortID(id))

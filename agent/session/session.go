@@ -172,9 +172,9 @@ type Config struct {
 	// Runner runs the tasks.
 	Runner Runner
 	// Refuse, if set, says why the node cannot take an assignment now
-	// beyond its slots ("" takes it): the agent's GPU check. A refused
-	// assignment goes back to the coordinator as one for want of a slot
-	// does, and the task is placed again.
+	// beyond its slots ("" takes it): the agent's disk floor, engine and
+	// GPU checks. A refused assignment goes back to the coordinator as one
+	// for want of a slot does, and the task is placed again.
 	Refuse func(*podiumv1.Assign) string
 	// Capacity measures the machine; it is called for Hello and every
 	// heartbeat. max_tasks is filled in by the session.

@@ -288,6 +288,10 @@ it anyway is given back, not failed. A finished attempt's directory goes as
 soon as the coordinator has stored its status, which is what usually frees
 the disk.
 
+While the Docker engine does not answer a ping (asked with every heartbeat
+and before each task, at most every 2s) the node takes no new tasks in the
+same way: its heartbeats say since when, and an assignment is given back.
+
 A task starts only while the agent has file descriptors to spare (about 6
 while it starts, 4 while it runs, and some for the agent's own work). One
 that finds too few waits for running tasks to free some, for --fd-wait (1m),

@@ -228,6 +228,9 @@ func writeNode(w io.Writer, n *podiumv1.Node, coordinatorVersion string, now tim
 	if low := capa.GetDiskLowSince(); low != nil {
 		line("disk", "below its free-space floor since "+timeText(low, now)+": it takes no new tasks until space frees")
 	}
+	if down := capa.GetEngineDownSince(); down != nil {
+		line("docker engine", "has not answered since "+timeText(down, now)+": it takes no new tasks until it does")
+	}
 	line("task limits", limitsText(capa.GetLimits()))
 	if n.GetAllowPrivilegedSidecars() {
 		line("privileged sidecars", "allowed (podium-agent --allow-privileged-sidecars)")

@@ -274,6 +274,9 @@ func nodeProto(n store.Node) *podiumv1.Node {
 	if n.Disk.LowSince != nil {
 		p.Capacity.DiskLowSince = timestamppb.New(*n.Disk.LowSince)
 	}
+	if n.EngineDownSince != nil {
+		p.Capacity.EngineDownSince = timestamppb.New(*n.EngineDownSince)
+	}
 	switch n.Status {
 	case "online":
 		p.Status = podiumv1.NodeStatus_NODE_STATUS_ONLINE

@@ -124,7 +124,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 	node, err = s.store.StartSession(ctx, store.SessionStart{
 		NodeID: node.ID, Replica: s.cfg.Replica, Hostname: hello.GetHostname(), AgentVersion: hello.GetAgentVersion(),
 		CPUCores: capa.GetCpuCores(), MemoryMB: capa.GetMemoryMb(), DiskFreeMB: capa.GetDiskFreeMb(), MaxTasks: capa.GetMaxTasks(),
-		Limits: limits, GPUs: nodeGPUs(capa.GetGpus()), Disk: nodeDisk(capa), Lock: key, Reported: int32(len(hello.GetRunning())) + hello.GetStopping(),
+		Limits: limits, GPUs: nodeGPUs(capa.GetGpus()), Disk: nodeDisk(capa), EngineDownSince: reportedSince(capa.GetEngineDownSince()), Lock: key, Reported: int32(len(hello.GetRunning())) + hello.GetStopping(),
 	})
 	if err != nil {
 		return nil, nil, nil, lockTableFull(fmt.Errorf("start session: %w", err))
@@ -453,7 +453,8 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 			sess.running(body.Heartbeat.GetRunningTasks())
 			hb := store.Heartbeat{NodeID: sess.NodeID, Epoch: sess.Epoch, At: time.Now(),
 				CPUCores: c.GetCpuCores(), MemoryMB: c.GetMemoryMb(), DiskFreeMB: c.GetDiskFreeMb(), MaxTasks: c.GetMaxTasks(),
-				RunningTasks: body.Heartbeat.GetRunningTasks(), Disk: nodeDisk(c)}
+				RunningTasks: body.Heartbeat.GetRunningTasks(), Disk: nodeDisk(c),
+				EngineDownSince: reportedSince(c.GetEngineDownSince())}
 			if gpusChanged {
 				hb.GPUsChanged, hb.GPUs = true, nodeGPUs(c.GetGpus())
 			}

@@ -59,6 +59,11 @@ type Candidate struct {
 	DiskFreeMB    int64
 	MinFreeDiskMB int64
 	DiskLowSince  time.Time
+	// EngineDownSince is since when the node's Docker engine has not
+	// answered its agent, as the agent last reported; zero while it
+	// answers. Such a node takes no new task: each would fail there at
+	// once.
+	EngineDownSince time.Time
 }
 
 // GPU is one of a node's GPUs as placement needs it: what a task's
@@ -159,9 +164,10 @@ func ParseEgress(ranges []string) []netip.Prefix {
 
 // FreeSlots is what is left of the slot limit; a draining node has none, so
 // it finishes what it runs and takes nothing new, and neither has a node
-// whose data disk is below its free-space floor.
+// whose data disk is below its free-space floor or whose Docker engine does
+// not answer.
 func (c *Candidate) FreeSlots() int32 {
-	if c.Draining || !c.DiskLowSince.IsZero() || c.Running >= c.SlotLimit {
+	if c.Draining || !c.DiskLowSince.IsZero() || !c.EngineDownSince.IsZero() || c.Running >= c.SlotLimit {
 		return 0
 	}
 	return c.SlotLimit - c.Running
@@ -345,12 +351,13 @@ func thousands(n int64) string {
 // matching GPUs as it needs and a free slot, the one with the most free
 // slots, which spreads work instead of filling one node first; ties go to
 // the node assigned longest ago, then the lowest id, so equal nodes take
-// turns and the choice is the same on every run. A node whose data disk is
-// below its free-space floor takes nothing. It returns the index into
-// cands, or -1 and the reason when none fits, checked in an order that names
-// the first thing a user has to fix (labels before draining before a full
-// data disk before a node's limits before GPU model and memory before size before GPUs all taken
-// before a full fleet). A task that asks for more than every node allows
+// turns and the choice is the same on every run. A node whose Docker engine
+// does not answer, or whose data disk is below its free-space floor, takes
+// nothing. It returns the index into cands, or -1 and the reason when none
+// fits, checked in an order that names the first thing a user has to fix
+// (labels before draining before an engine down before a full data disk
+// before a node's limits before GPU model and memory before size before GPUs
+// all taken before a full fleet). A task that asks for more than every node allows
 // waits with a reason naming the limit and the most any node allows, rather
 // than being sent to a node that would refuse it: the node's refusal is only
 // its last line of defence.
@@ -362,7 +369,7 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	if len(cands) == 0 {
 		return -1, "no node is connected"
 	}
-	labelled, undrained, diskOK, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false, false
+	labelled, undrained, engineOK, diskOK, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false, false, false
 	var mostFreeGPUs int32 // among the nodes with matching GPUs and room, for the reason
 	var match gpuMatch
 	if n.GPUs > 0 {
@@ -379,6 +386,10 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		undrained = true
+		if !c.EngineDownSince.IsZero() {
+			continue
+		}
+		engineOK = true
 		if !c.DiskLowSince.IsZero() {
 			continue
 		}
@@ -429,6 +440,8 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
 	case !undrained:
 		return -1, "every node with the labels the task needs is draining"
+	case !engineOK:
+		return -1, engineDownReason(n, cands)
 	case !diskOK:
 		return -1, diskLowReason(n, cands)
 	case !allowed:
@@ -449,26 +462,55 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	return best, ""
 }
 
-// diskLowReason says why no undrained node with the task's labels takes it:
-// each is below its data disk's free-space floor. It names the one that went
-// below longest ago, which is likely to stay there longest too.
+// engineDownReason says why no undrained node with the task's labels takes
+// it: the Docker engine of each does not answer. It names the one down
+// longest.
+func engineDownReason(n Need, cands []*Candidate) string {
+	down := longestSince(n, cands, func(c *Candidate) time.Time { return c.EngineDownSince })
+	return fmt.Sprintf("%s has a Docker engine that does not answer (node %s: its Docker engine has not answered since %s; "+
+		"systemctl status docker on the node): it waits for an engine", undrainedNodes(n), down.ID,
+		down.EngineDownSince.UTC().Format(time.RFC3339))
+}
+
+// diskLowReason says why no undrained node with the task's labels and an
+// engine that answers takes it: each is below its data disk's free-space
+// floor. It names the one below longest.
 func diskLowReason(n Need, cands []*Candidate) string {
-	var low *Candidate
+	low := longestSince(n, cands, func(c *Candidate) time.Time {
+		if !c.EngineDownSince.IsZero() {
+			return time.Time{} // the engine's reason, not the disk's
+		}
+		return c.DiskLowSince
+	})
+	return fmt.Sprintf("%s is below its data disk's free-space floor (node %s: %d MiB free, floor %d MiB, since %s; "+
+		"podium-agent --min-free-disk-mb): it waits for room", undrainedNodes(n), low.ID, low.DiskFreeMB, low.MinFreeDiskMB,
+		low.DiskLowSince.UTC().Format(time.RFC3339))
+}
+
+// undrainedNodes names, in a reason, the undrained nodes with the task's
+// labels.
+func undrainedNodes(n Need) string {
+	if len(n.Labels) > 0 {
+		return "every undrained node with the labels the task needs"
+	}
+	return "every undrained node"
+}
+
+// longestSince is, of the undrained nodes with the task's labels that keep
+// from taking tasks for something since a time (since, zero while they do
+// not), the one that has kept from it longest: likely to stay so longest
+// too, the node a reason names.
+func longestSince(n Need, cands []*Candidate, since func(*Candidate) time.Time) *Candidate {
+	var worst *Candidate
 	for _, c := range cands {
-		if !c.hasLabels(n.Labels) || c.Draining || c.DiskLowSince.IsZero() {
+		if !c.hasLabels(n.Labels) || c.Draining || since(c).IsZero() {
 			continue
 		}
-		if low == nil || c.DiskLowSince.Before(low.DiskLowSince) {
-			low = c
+		if worst == nil || since(c).Before(since(worst)) {
+			worst = c
 		}
 	}
-	which := "every undrained node"
-	if len(n.Labels) > 0 {
-		which = "every undrained node with the labels the task needs"
-	}
-	return fmt.Sprintf("%s is below its data disk's free-space floor (node %s: %d MiB free, floor %d MiB, since %s; "+
-		"podium-agent --min-free-disk-mb): it waits for room", which, low.ID, low.DiskFreeMB, low.MinFreeDiskMB,
-		low.DiskLowSince.UTC().Format(time.RFC3339))
+	return worst
 }
 
 // gpuFilter names what a task asks of each GPU, for a reason: ` matching

@@ -55,6 +55,11 @@ func diskLow(at time.Time) func(*placement.Candidate) {
 	return func(c *placement.Candidate) { c.DiskFreeMB, c.MinFreeDiskMB, c.DiskLowSince = 3, 1024, at }
 }
 
+// engineDown has the node's Docker engine not answering since at.
+func engineDown(at time.Time) func(*placement.Candidate) {
+	return func(c *placement.Candidate) { c.EngineDownSince = at }
+}
+
 func limits(l placement.Limits) func(*placement.Candidate) {
 	return func(c *placement.Candidate) { c.Limits = l }
 }
@@ -110,6 +115,28 @@ func TestPlace(t *testing.T) {
 		{name: "with one node draining and the other below its floor, the reason is the floor",
 			cands: []*placement.Candidate{node("a", draining), node("b", diskLow(t0))},
 			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+
+		// A Docker engine that does not answer.
+		{name: "a node whose engine does not answer takes nothing, even with the most free slots",
+			cands: []*placement.Candidate{node("a", engineDown(t0), slots(8, 0)), node("b", slots(4, 3))}, want: "b"},
+		{name: "a node whose engine does not answer: the reason names it and since when",
+			cands: []*placement.Candidate{node("a", engineDown(t0))},
+			why: "every undrained node has a Docker engine that does not answer (node a: its Docker engine has not answered since " +
+				t0.UTC().Format(time.RFC3339) + "; systemctl status docker on the node): it waits for an engine"},
+		{name: "every labelled node's engine down: the reason names the one down longest",
+			need: placement.Need{Labels: []string{"ssd"}},
+			cands: []*placement.Candidate{node("a", labels("ssd"), engineDown(t0.Add(time.Minute))), node("b", labels("ssd"), engineDown(t0)),
+				node("c")},
+			why: "every undrained node with the labels the task needs has a Docker engine that does not answer (node b:"},
+		{name: "an engine down comes before a full disk, which names a node whose engine answers",
+			cands: []*placement.Candidate{node("a", engineDown(t0), diskLow(t0)), node("b", diskLow(t0.Add(time.Minute)))},
+			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+		{name: "with one node's engine down and the other below its floor, the reason is the floor",
+			cands: []*placement.Candidate{node("a", engineDown(t0)), node("b", diskLow(t0))},
+			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+		{name: "with every node's engine down, the reason is the engine even where a disk is low too",
+			cands: []*placement.Candidate{node("a", engineDown(t0), diskLow(t0))},
+			why:   "every undrained node has a Docker engine that does not answer (node a:"},
 
 		// CPU and memory.
 		{name: "free CPU is what is left after what the node is committed to",

@@ -338,20 +338,28 @@ func retryTransition(taskID string, attempt int32, st *podiumv1.StatusChange, ca
 
 // nodeDiskFull starts the reason of an attempt its node stopped, or could
 // not prepare, because the node's data disk was full (the agent's
-// executor.ReasonNodeDiskFull).
-const nodeDiskFull = "node disk full"
+// executor.ReasonNodeDiskFull); nodeEngineDown that of one its node could
+// not prepare because its Docker engine could not be reached
+// (executor.ReasonEngineDown).
+const (
+	nodeDiskFull   = "node disk full"
+	nodeEngineDown = "node engine down"
+)
 
 // nodeFailureBackoff is the wait before the next attempt of one its node
-// failed: short, since the next attempt goes to a node with room (a node
-// below its disk floor is placed nothing), plus retryJitter's tenth.
+// failed: short, since the next attempt goes to a node that can run it (a
+// node below its disk floor, or whose engine does not answer, is placed
+// nothing), plus retryJitter's tenth.
 const nodeFailureBackoff = time.Second
 
 // nodeFailure says whether a failed attempt failed for its node's trouble,
-// not the task's own: the node's disk was full. Such a failure is retried as
-// a lost node is, under retry_on_node_loss while attempts remain
-// (retryTransition), whatever the task's retry policy says.
+// not the task's own: the node's disk was full, or its engine could not be
+// reached. Such a failure is retried as a lost node is, under
+// retry_on_node_loss while attempts remain (retryTransition), whatever the
+// task's retry policy says.
 func nodeFailure(st *podiumv1.StatusChange) bool {
-	return st.ExitCode == nil && strings.HasPrefix(st.GetReason(), nodeDiskFull)
+	return st.ExitCode == nil &&
+		(strings.HasPrefix(st.GetReason(), nodeDiskFull) || strings.HasPrefix(st.GetReason(), nodeEngineDown))
 }
 
 // waitText says a wait as the retry line does: whole seconds under a

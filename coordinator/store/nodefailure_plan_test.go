@@ -8,7 +8,8 @@ import (
 )
 
 // An attempt its node failed for a full disk (reason "node disk full", no
-// exit code) is retried as a lost node is: under retry_on_node_loss while
+// exit code) or an engine it could not reach ("node engine down") is
+// retried as a lost node is: under retry_on_node_loss while
 // attempts remain, after a short wait, whatever the retry policy says. Without
 // retry_on_node_loss, or on the last attempt, it fails as before; a task's
 // own failure is not taken for the node's.
@@ -16,6 +17,8 @@ func TestChooseNewRetriesAnAttemptItsNodeFailed(t *testing.T) {
 	t.Parallel()
 	diskFull := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED,
 		Reason: "node disk full: the runner log has had no room for 5m0s"}
+	engineDown := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED,
+		Reason: "node engine down: the task's container could not be created: Cannot connect to the Docker daemon"}
 	exit1 := int32(1)
 	ownFailure := &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: "node disk full, said the task", ExitCode: &exit1}
 	onNodeLoss := &retryRule{maxAttempts: 3, onNodeLoss: true}
@@ -32,6 +35,8 @@ func TestChooseNewRetriesAnAttemptItsNodeFailed(t *testing.T) {
 		{"no retry_on_node_loss, a retry policy", diskFull, policyOnly, 1, false},
 		{"no rule at all", diskFull, nil, 1, false},
 		{"the task's own exit code", ownFailure, onNodeLoss, 1, false},
+		{"engine down, retry_on_node_loss, attempts left", engineDown, onNodeLoss, 1, true},
+		{"engine down, no retry_on_node_loss", engineDown, policyOnly, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			locked := lockedRows{
@@ -56,7 +61,7 @@ func TestChooseNewRetriesAnAttemptItsNodeFailed(t *testing.T) {
 			if tr == nil || tr.To != Queued || tr.Attempt != tc.attempt {
 				t.Fatalf("transition %+v, want queued on attempt %d", tr, tc.attempt)
 			}
-			if want := "attempt 2 of 3 after its node failed it (node disk full: "; !strings.HasPrefix(*tr.Reason, want) {
+			if want := "attempt 2 of 3 after its node failed it (" + tc.st.GetReason(); !strings.HasPrefix(*tr.Reason, want) {
 				t.Errorf("reason %q, want one starting %q", *tr.Reason, want)
 			}
 			if tr.RetryAfter < nodeFailureBackoff || tr.RetryAfter > nodeFailureBackoff+nodeFailureBackoff/10 {

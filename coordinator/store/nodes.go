@@ -44,6 +44,10 @@ type Node struct {
 	GPUsInUse int32
 	// Disk is the node's free-space floor and whether it is below it.
 	Disk NodeDisk
+	// EngineDownSince is since when the node's Docker engine has not
+	// answered its agent, as the agent last reported; nil while it answers.
+	// Such a node takes no new task (placement.Candidate.EngineDownSince).
+	EngineDownSince *time.Time
 }
 
 // NodeLabel is one of a node's labels and who gave it.
@@ -121,10 +125,11 @@ func (n Node) SlotLimit() int32 {
 }
 
 // FreeSlots is what is left of the slot limit, never negative; none while
-// the node drains or its data disk is below its free-space floor.
+// the node drains, its data disk is below its free-space floor, or its
+// Docker engine does not answer.
 func (n Node) FreeSlots() int32 {
 	free := n.SlotLimit() - n.RunningTasks
-	if free < 0 || n.Draining || n.Disk.LowSince != nil {
+	if free < 0 || n.Draining || n.Disk.LowSince != nil || n.EngineDownSince != nil {
 		return 0
 	}
 	return free
@@ -139,7 +144,7 @@ const nodeColumns = `n.id, n.key_hash, n.hostname, n.agent_version, n.labels, n.
 	n.allow_privileged_sidecars,
 	n.gpus, (select coalesce(sum(t.gpus), 0) from podium.tasks t where t.node_id = n.id
 	   and t.state in ('scheduled', 'provisioning', 'running'))::int,
-	n.label_sources, n.min_free_disk_mb, n.disk_low_since`
+	n.label_sources, n.min_free_disk_mb, n.disk_low_since, n.engine_down_since`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
@@ -149,7 +154,7 @@ func scanNode(row pgx.Row) (Node, error) {
 		&n.LastHeartbeatAt, &n.SessionReplica, &n.SessionEpoch, &n.LastAssignedAt, &n.EnrolledAt,
 		&n.RunningTasks, &n.Limits.MaxCPU, &n.Limits.MaxMemoryMB, &n.Limits.MaxPids, &n.Limits.MaxTimeoutSeconds,
 		&n.Limits.MaxOutputBytes, &n.Limits.PermitEgress, &n.Limits.AllowPrivilegedSidecars, &n.GPUs, &n.GPUsInUse,
-		&sources, &n.Disk.MinFreeMB, &n.Disk.LowSince)
+		&sources, &n.Disk.MinFreeMB, &n.Disk.LowSince, &n.EngineDownSince)
 	n.LabelSources = labelSources(n.Labels, sources)
 	return n, err
 }
@@ -185,8 +190,10 @@ type SessionStart struct {
 	Limits       NodeLimits
 	// GPUs are the GPUs the Hello reports; they replace the stored ones.
 	GPUs []NodeGPU
-	// Disk is the free-space floor and state the Hello reports.
-	Disk NodeDisk
+	// Disk is the free-space floor and state the Hello reports, and
+	// EngineDownSince since when its engine has not answered (nil: it does).
+	Disk            NodeDisk
+	EngineDownSince *time.Time
 	// Reported is how many attempts the node's Hello says it still has, and
 	// the ones it says it is still stopping (fenced, left out of its list). Until
 	// reconciliation has settled which of them the control plane holds, all
@@ -216,12 +223,14 @@ func (s *Store) StartSession(ctx context.Context, in SessionStart) (Node, error)
 			cpu_cores = $5, memory_mb = $6, disk_free_mb = $7, max_tasks = $8,
 			max_cpu = $9, max_memory_mb = $10, max_pids = $11, max_timeout_seconds = $12,
 			max_output_bytes = $13, permit_egress = $14, session_lock = $15, busy_slots = $16,
-			allow_privileged_sidecars = $17, gpus = $18, min_free_disk_mb = $19, disk_low_since = $20
+			allow_privileged_sidecars = $17, gpus = $18, min_free_disk_mb = $19, disk_low_since = $20,
+			engine_down_since = $21
 		from locked where n.id = locked.id returning n.session_epoch`,
 		in.NodeID, in.Replica, in.Hostname, in.AgentVersion, in.CPUCores, in.MemoryMB, in.DiskFreeMB, in.MaxTasks,
 		in.Limits.MaxCPU, in.Limits.MaxMemoryMB, in.Limits.MaxPids, in.Limits.MaxTimeoutSeconds,
 		in.Limits.MaxOutputBytes, nonNil(in.Limits.PermitEgress), in.Lock, max(in.Reported, 0),
 		in.Limits.AllowPrivilegedSidecars, nonNilGPUs(in.GPUs), in.Disk.MinFreeMB, in.Disk.LowSince,
+		in.EngineDownSince,
 	).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, ErrNotFound
@@ -266,8 +275,10 @@ type Heartbeat struct {
 	// writes them only then, not on every heartbeat of every node.
 	GPUsChanged bool
 	GPUs        []NodeGPU
-	// Disk is the node's free-space floor and whether it is below it.
-	Disk NodeDisk
+	// Disk is the node's free-space floor and whether it is below it, and
+	// EngineDownSince since when its engine has not answered (nil: it does).
+	Disk            NodeDisk
+	EngineDownSince *time.Time
 }
 
 // FlushHeartbeats writes a whole flush of heartbeats in one statement. Only rows
@@ -283,12 +294,12 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 	ids, epochs, ats := make([]string, n), make([]int64, n), make([]time.Time, n)
 	cpus, mems, disks, maxes := make([]float64, n), make([]int64, n), make([]int64, n), make([]int32, n)
 	running := make([]int32, n)
-	floors, lows := make([]int64, n), make([]*time.Time, n)
+	floors, lows, engineDowns := make([]int64, n), make([]*time.Time, n), make([]*time.Time, n)
 	for i, b := range beats {
 		ids[i], epochs[i], ats[i] = b.NodeID, b.Epoch, b.At
 		cpus[i], mems[i], disks[i], maxes[i] = b.CPUCores, b.MemoryMB, b.DiskFreeMB, b.MaxTasks
 		running[i] = b.RunningTasks
-		floors[i], lows[i] = b.Disk.MinFreeMB, b.Disk.LowSince
+		floors[i], lows[i], engineDowns[i] = b.Disk.MinFreeMB, b.Disk.LowSince, b.EngineDownSince
 	}
 	var written int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -298,6 +309,7 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 		tag, err := tx.Exec(ctx, `update podium.nodes n set
 				last_heartbeat_at = h.at, status = 'online', cpu_cores = h.cpu, memory_mb = h.mem,
 				disk_free_mb = h.disk, max_tasks = h.maxt, min_free_disk_mb = h.floor, disk_low_since = h.low,
+				engine_down_since = h.engine_down,
 				-- The node's busy slots only come down, as its own count of
 				-- what holds a slot drops to what the control plane holds
 				-- there: a heartbeat counted before a new assignment reached
@@ -309,10 +321,10 @@ func (s *Store) FlushHeartbeats(ctx context.Context, beats []Heartbeat) (int64, 
 					else least(n.busy_slots, greatest(0, h.running - (select count(*) from podium.tasks t
 						where t.node_id = n.id and t.state in ('scheduled', 'provisioning', 'running'))::int)) end
 			from unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::float8[], $5::bigint[], $6::bigint[], $7::int[], $8::int[],
-					$9::bigint[], $10::timestamptz[])
-				as h(id, epoch, at, cpu, mem, disk, maxt, running, floor, low)
+					$9::bigint[], $10::timestamptz[], $11::timestamptz[])
+				as h(id, epoch, at, cpu, mem, disk, maxt, running, floor, low, engine_down)
 			where n.id = h.id and n.session_epoch = h.epoch`,
-			ids, epochs, ats, cpus, mems, disks, maxes, running, floors, lows)
+			ids, epochs, ats, cpus, mems, disks, maxes, running, floors, lows, engineDowns)
 		written = tag.RowsAffected()
 		if err != nil {
 			return err

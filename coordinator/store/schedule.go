@@ -44,7 +44,8 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
 			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
-			n.allow_privileged_sidecars, n.gpus, coalesce(t.gpus, 0), n.disk_free_mb, n.min_free_disk_mb, n.disk_low_since
+			n.allow_privileged_sidecars, n.gpus, coalesce(t.gpus, 0), n.disk_free_mb, n.min_free_disk_mb, n.disk_low_since,
+			n.engine_down_since
 		from podium.nodes n
 		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem,
 		                  sum(gpus)::int as gpus
@@ -60,14 +61,18 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 		c := &placement.Candidate{}
 		var permit []string
 		var gpus []NodeGPU
-		var lowSince *time.Time
+		var lowSince, engineDownSince *time.Time
 		l := &c.Limits
 		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
 			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt,
 			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &permit,
-			&l.AllowPrivilegedSidecars, &gpus, &c.CommittedGPUs, &c.DiskFreeMB, &c.MinFreeDiskMB, &lowSince)
+			&l.AllowPrivilegedSidecars, &gpus, &c.CommittedGPUs, &c.DiskFreeMB, &c.MinFreeDiskMB, &lowSince,
+			&engineDownSince)
 		if lowSince != nil {
 			c.DiskLowSince = *lowSince
+		}
+		if engineDownSince != nil {
+			c.EngineDownSince = *engineDownSince
 		}
 		l.PermitEgress = placement.ParseEgress(permit)
 		if len(gpus) > 0 {

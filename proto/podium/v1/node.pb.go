@@ -43,9 +43,14 @@ type Capacity struct {
 	// min_free_disk_mb, unset while it is above it. A node below its floor
 	// takes no new task: the scheduler places none there and says why a task
 	// waits for it.
-	DiskLowSince  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=disk_low_since,json=diskLowSince,proto3" json:"disk_low_since,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DiskLowSince *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=disk_low_since,json=diskLowSince,proto3" json:"disk_low_since,omitempty"`
+	// engine_down_since is when the node's Docker engine stopped answering
+	// (a ping on a fresh connection), unset while it answers. Such a node
+	// takes no new task: the scheduler places none there and says why a task
+	// waits for it.
+	EngineDownSince *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=engine_down_since,json=engineDownSince,proto3" json:"engine_down_since,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Capacity) Reset() {
@@ -130,6 +135,13 @@ func (x *Capacity) GetMinFreeDiskMb() int64 {
 func (x *Capacity) GetDiskLowSince() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DiskLowSince
+	}
+	return nil
+}
+
+func (x *Capacity) GetEngineDownSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EngineDownSince
 	}
 	return nil
 }
@@ -2039,7 +2051,7 @@ var File_podium_v1_node_proto protoreflect.FileDescriptor
 
 const file_podium_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\xc1\x02\n" +
+	"\x14podium/v1/node.proto\x12\tpodium.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14podium/v1/task.proto\"\x89\x03\n" +
 	"\bCapacity\x12\x1b\n" +
 	"\tcpu_cores\x18\x01 \x01(\x01R\bcpuCores\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x03R\bmemoryMb\x12 \n" +
@@ -2049,7 +2061,8 @@ const file_podium_v1_node_proto_rawDesc = "" +
 	"\x06limits\x18\x05 \x01(\v2\x15.podium.v1.TaskLimitsR\x06limits\x12\"\n" +
 	"\x04gpus\x18\x06 \x03(\v2\x0e.podium.v1.GpuR\x04gpus\x12'\n" +
 	"\x10min_free_disk_mb\x18\a \x01(\x03R\rminFreeDiskMb\x12@\n" +
-	"\x0edisk_low_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fdiskLowSince\"b\n" +
+	"\x0edisk_low_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fdiskLowSince\x12F\n" +
+	"\x11engine_down_since\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0fengineDownSince\"b\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
@@ -2236,39 +2249,40 @@ var file_podium_v1_node_proto_depIdxs = []int32{
 	2,  // 0: podium.v1.Capacity.limits:type_name -> podium.v1.TaskLimits
 	1,  // 1: podium.v1.Capacity.gpus:type_name -> podium.v1.Gpu
 	25, // 2: podium.v1.Capacity.disk_low_since:type_name -> google.protobuf.Timestamp
-	0,  // 3: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
-	5,  // 4: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
-	8,  // 5: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
-	7,  // 6: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
-	0,  // 7: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
-	26, // 8: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
-	6,  // 9: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
-	10, // 10: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
-	11, // 11: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
-	27, // 12: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
-	8,  // 13: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
-	14, // 14: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
-	9,  // 15: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
-	13, // 16: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
-	15, // 17: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
-	16, // 18: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
-	17, // 19: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
-	19, // 20: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
-	18, // 21: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
-	21, // 22: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
-	22, // 23: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
-	25, // 24: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 25: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
-	12, // 26: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
-	23, // 27: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
-	4,  // 28: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
-	20, // 29: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
-	24, // 30: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	25, // 3: podium.v1.Capacity.engine_down_since:type_name -> google.protobuf.Timestamp
+	0,  // 4: podium.v1.Hello.capacity:type_name -> podium.v1.Capacity
+	5,  // 5: podium.v1.Hello.running:type_name -> podium.v1.RunningTask
+	8,  // 6: podium.v1.Adopt.secrets:type_name -> podium.v1.SecretValue
+	7,  // 7: podium.v1.HelloAck.adopt:type_name -> podium.v1.Adopt
+	0,  // 8: podium.v1.Heartbeat.capacity:type_name -> podium.v1.Capacity
+	26, // 9: podium.v1.EventBatch.events:type_name -> podium.v1.TaskEvent
+	6,  // 10: podium.v1.StreamRequest.hello:type_name -> podium.v1.Hello
+	10, // 11: podium.v1.StreamRequest.heartbeat:type_name -> podium.v1.Heartbeat
+	11, // 12: podium.v1.StreamRequest.events:type_name -> podium.v1.EventBatch
+	27, // 13: podium.v1.Assign.spec:type_name -> podium.v1.TaskSpec
+	8,  // 14: podium.v1.Assign.secrets:type_name -> podium.v1.SecretValue
+	14, // 15: podium.v1.Assign.registry_auths:type_name -> podium.v1.RegistryAuth
+	9,  // 16: podium.v1.StreamResponse.hello_ack:type_name -> podium.v1.HelloAck
+	13, // 17: podium.v1.StreamResponse.assign:type_name -> podium.v1.Assign
+	15, // 18: podium.v1.StreamResponse.cancel:type_name -> podium.v1.Cancel
+	16, // 19: podium.v1.StreamResponse.ack:type_name -> podium.v1.Ack
+	17, // 20: podium.v1.StreamResponse.config:type_name -> podium.v1.NodeConfig
+	19, // 21: podium.v1.StreamResponse.inject:type_name -> podium.v1.Inject
+	18, // 22: podium.v1.StreamResponse.replicas:type_name -> podium.v1.Replicas
+	21, // 23: podium.v1.StreamResponse.heartbeat_ack:type_name -> podium.v1.HeartbeatAck
+	22, // 24: podium.v1.UploadArtifactRequest.meta:type_name -> podium.v1.ArtifactMeta
+	25, // 25: podium.v1.UploadArtifactResponse.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 26: podium.v1.NodeService.Enroll:input_type -> podium.v1.EnrollRequest
+	12, // 27: podium.v1.NodeService.Stream:input_type -> podium.v1.StreamRequest
+	23, // 28: podium.v1.NodeService.UploadArtifact:input_type -> podium.v1.UploadArtifactRequest
+	4,  // 29: podium.v1.NodeService.Enroll:output_type -> podium.v1.EnrollResponse
+	20, // 30: podium.v1.NodeService.Stream:output_type -> podium.v1.StreamResponse
+	24, // 31: podium.v1.NodeService.UploadArtifact:output_type -> podium.v1.UploadArtifactResponse
+	29, // [29:32] is the sub-list for method output_type
+	26, // [26:29] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_node_proto_init() }
