@@ -165,20 +165,7 @@ func TestFullDiskNodeTakesNoWork(t *testing.T) {
 
 	// What holds only while the disk is full comes first: the flooding task
 	// fails --disk-full-after (90s) after its output found no room.
-	wait.For(t, nodeWithin, "the task only the full node may run to wait queued, its reason naming the node's free-space floor", func() bool {
-		tk := r.Task(t, pinnedID)
-		switch tk.State {
-		case podiumv1.TaskState_TASK_STATE_FAILED:
-			t.Fatalf("the task pinned to the full node failed there (%q) rather than waiting for room", tk.GetReason())
-		case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_RUNNING:
-			t.Fatalf("the task pinned to the full node is %s on %s: the node took it below its floor", tk.State, tk.GetNodeId())
-		}
-		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), "free-space floor")
-	})
-	get := StartPodium(t, []string{r.URL()}, "task", "get", pinnedID)
-	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), "free-space floor") {
-		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", pinnedID, code, get.Stdout())
-	}
+	waitQueuedWhy(t, r, pinnedID, "the full node", "free-space floor")
 	// The flooding task's log says it is paused, since when, and until when.
 	if !pausedRe.MatchString(follow.Stderr()) {
 		t.Fatalf("the flooding task's log does not say it is paused, since when and until when; podium logs -f printed on stderr:\n%s",
@@ -298,4 +285,26 @@ func TestNodeDiskFullRetriedElsewhere(t *testing.T) {
 	}
 	NothingLeft(t, small.Node)
 	NothingLeft(t, other.Node)
+}
+
+// waitQueuedWhy waits for a task only one node may run to wait queued while
+// that node cannot take work, its reason containing why, and checks that
+// `podium task get` shows that reason; the task failing or running there
+// meanwhile fails the test at once. node names the node for the messages.
+func waitQueuedWhy(t *testing.T, r *Replica, id, node, why string) {
+	t.Helper()
+	wait.For(t, nodeWithin, "the task only "+node+" may run to wait queued, its reason naming "+why, func() bool {
+		tk := r.Task(t, id)
+		switch tk.State {
+		case podiumv1.TaskState_TASK_STATE_FAILED:
+			t.Fatalf("the task pinned to %s failed there (%q) rather than waiting", node, tk.GetReason())
+		case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_RUNNING:
+			t.Fatalf("the task pinned to %s is %s on %s: the node took it while it could not take work", node, tk.State, tk.GetNodeId())
+		}
+		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), why)
+	})
+	get := StartPodium(t, []string{r.URL()}, "task", "get", id)
+	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), why) {
+		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", id, code, get.Stdout())
+	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/podiumhq/podium/internal/testenv/dockertest"
 	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -68,20 +67,7 @@ func TestEngineDownNodeTakesNoWork(t *testing.T) {
 
 	pinned := StartRun(t, []string{r.URL()}, "--label", "engine=private", "--image", img, "--", "echo", "pinned-runs")
 	pinnedID := pinned.TaskID(t)
-	wait.For(t, nodeWithin, "the task only the engine-down node may run to wait queued, its reason naming the node's engine", func() bool {
-		tk := r.Task(t, pinnedID)
-		switch tk.State {
-		case podiumv1.TaskState_TASK_STATE_FAILED:
-			t.Fatalf("the task pinned to the engine-down node failed there (%q) rather than waiting for its engine", tk.GetReason())
-		case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_RUNNING:
-			t.Fatalf("the task pinned to the engine-down node is %s on %s while its engine is stopped", tk.State, tk.GetNodeId())
-		}
-		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && strings.Contains(tk.GetReason(), "Docker engine has not answered since")
-	})
-	get := StartPodium(t, []string{r.URL()}, "task", "get", pinnedID)
-	if code := get.Wait(t); code != 0 || !strings.Contains(string(get.Stdout()), "Docker engine has not answered since") {
-		t.Fatalf("podium task get %s (exit %d) does not show why it waits; stdout:\n%s", pinnedID, code, get.Stdout())
-	}
+	waitQueuedWhy(t, r, pinnedID, "the engine-down node", "Docker engine has not answered since")
 	nodeGet := StartPodium(t, []string{r.URL()}, "node", "get", down.Node)
 	if code := nodeGet.Wait(t); code != 0 || !strings.Contains(string(nodeGet.Stdout()), "has not answered since") {
 		t.Fatalf("podium node get %s (exit %d) does not say its engine is down; stdout:\n%s", down.Node, code, nodeGet.Stdout())
