@@ -76,17 +76,21 @@ SOAK_TIME ?= 10m
 soak: build
 	SOAK_TIME=$(SOAK_TIME) $(GO) test -race -count=1 -v -run TestSoak -timeout $$(( $$(echo '$(SOAK_TIME)' | sed -E 's/^([0-9]+)m$$/\1/; s/^([0-9]+)h$$/\1*60/; s/^([0-9]+)s$$/(\1+59)\/60/') + 15 ))m ./internal/soak
 
-# The fuzz targets, each run for FUZZTIME past its seed corpus (the f.Add
+# The fuzz targets, each run for FUZZTIME inputs past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
 # runs just those). They read what a person, a node or a task can hand
 # Podium: a spec file, a spec from the API, a runner log the task can write
 # into, a spool file a crash left, a log archive read back from the object
 # store, a task id the agent makes a file name of. A failure writes the input to the
-# package's testdata/fuzz/; commit it with the fix. `make fuzz FUZZTIME=10m`
+# package's testdata/fuzz/; commit it with the fix. The budget is a count of
+# inputs, not a duration: go1.26's fuzz coordinator can report "context
+# deadline exceeded" as a failure when a -fuzztime duration runs out while a
+# worker is mid-input on a busy machine (golang/go#75804, fixed in go1.27),
+# and a count has no deadline to race. `make fuzz FUZZTIME=10000000x`
 # looks harder. -vet=off: go test's vet pass runs over every dependency of
 # the package (for its cross-package facts), some 350 vet runs for one
 # target here, and `make lint` runs vet's analyzers anyway.
-FUZZTIME ?= 10s
+FUZZTIME ?= 100000x
 FUZZ_TARGETS := internal/taskspec:FuzzParse internal/taskspec:FuzzValidate agent/runlog:FuzzRead agent/spool:FuzzSpoolDecode agent/redact:FuzzStream coordinator/logarchive:FuzzDecode agent/attempt:FuzzFileName
 
 fuzz:
