@@ -38,7 +38,7 @@ test-deps:
 # The packages that drive real binaries, containers and Postgres clusters take
 # minutes each; they are named first so that go test starts them first, and the
 # quick ones fill the other core around them instead of ahead of them.
-SLOW_TEST_PKGS := ./internal/soak ./internal/faults ./internal/e2e ./internal/packagingtest ./internal/browsertest
+SLOW_TEST_PKGS := ./test/soak ./test/faults ./test/e2e ./test/packaging ./test/browser
 
 # golangci-lint runs govet among its linters, so `make vet` is not run again
 # here: on a fresh machine it is minutes of compiling for nothing new.
@@ -60,11 +60,11 @@ SLOW_TEST_PKGS := ./internal/soak ./internal/faults ./internal/e2e ./internal/pa
 # list.
 test: test-deps
 	@$(MAKE) --no-print-directory build lint fuzz
-	@$(GO) build -o $(BIN)/testreport ./internal/testenv/testreport
+	@$(GO) build -o $(BIN)/testreport ./test/testenv/testreport
 	$(BIN)/testreport -expected README.md -- \
 		$(GO) test -json -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
-# The seeded chaos soak (internal/soak, docs/operations.md "Soak"): the
+# The seeded chaos soak (test/soak, docs/operations.md "Soak"): the
 # whole fleet under a mixed workload while faults are injected at random,
 # then every invariant checked. `make test` runs it for 3 minutes; this
 # runs it for SOAK_TIME. SOAK_SEED=N replays a run's choices (it prints
@@ -74,7 +74,7 @@ test: test-deps
 # SOAK_TIME is given to this recipe alone: `make test` keeps its 3 minutes.
 SOAK_TIME ?= 10m
 soak: build
-	SOAK_TIME=$(SOAK_TIME) $(GO) test -race -count=1 -v -run TestSoak -timeout $$(( $$(echo '$(SOAK_TIME)' | sed -E 's/^([0-9]+)m$$/\1/; s/^([0-9]+)h$$/\1*60/; s/^([0-9]+)s$$/(\1+59)\/60/') + 15 ))m ./internal/soak
+	SOAK_TIME=$(SOAK_TIME) $(GO) test -race -count=1 -v -run TestSoak -timeout $$(( $$(echo '$(SOAK_TIME)' | sed -E 's/^([0-9]+)m$$/\1/; s/^([0-9]+)h$$/\1*60/; s/^([0-9]+)s$$/(\1+59)\/60/') + 15 ))m ./test/soak
 
 # The fuzz targets, each run for FUZZTIME inputs past its seed corpus (the f.Add
 # seeds and testdata/fuzz/ beside each package, committed; `go test` alone
@@ -106,14 +106,14 @@ fuzz:
 # on a small machine; `make bench CHURN_TASKS=20000` for a quick look).
 CHURN_TASKS ?= 1000000
 bench: build
-	$(GO) run ./internal/bench/heartbeats -coordinator $(BIN)/podium-coordinator
-	$(GO) run ./internal/bench/artifacts -coordinator $(BIN)/podium-coordinator
-	$(GO) run ./internal/bench/dispatch -coordinator $(BIN)/podium-coordinator
-	$(GO) run ./internal/bench/taskstart -bin $(BIN)
-	$(GO) run ./internal/bench/retention
-	$(GO) run ./internal/bench/churn -coordinator $(BIN)/podium-coordinator -tasks $(CHURN_TASKS)
-	$(GO) run ./internal/bench/failover -coordinator $(BIN)/podium-coordinator
-	$(GO) run ./internal/bench/ingest -coordinator $(BIN)/podium-coordinator -podium $(BIN)/podium
+	$(GO) run ./bench/heartbeats -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./bench/artifacts -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./bench/dispatch -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./bench/taskstart -bin $(BIN)
+	$(GO) run ./bench/retention
+	$(GO) run ./bench/churn -coordinator $(BIN)/podium-coordinator -tasks $(CHURN_TASKS)
+	$(GO) run ./bench/failover -coordinator $(BIN)/podium-coordinator
+	$(GO) run ./bench/ingest -coordinator $(BIN)/podium-coordinator -podium $(BIN)/podium
 
 # The Go files people write. Generated code (*.pb.go, *.connect.go) is left
 # as its generator wrote it: `make proto` owns it, and a reformat would only
@@ -136,6 +136,7 @@ fmt:
 # the same the binaries, the tests' binaries and the packages need, done once.
 lint: golangci-lint
 	CGO_ENABLED=0 GOFLAGS=-trimpath $(GOLANGCI_LINT) run ./...
+	scripts/check-large-files.sh
 
 golangci-lint:
 	@$(GO) version -m $(GOLANGCI_LINT) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/golangci/golangci-lint/v2[[:space:]]+$(GOLANGCI_LINT_VERSION)[[:space:]]' \
@@ -208,5 +209,5 @@ image: nfpm
 # both, and `apt-get upgrade` to the next version's coordinator.
 # scripts/ensure-packaging.sh installs what it needs.
 packaging-test:
-	$(GO) test -count=1 -v -timeout 20m ./internal/packagingtest/
+	$(GO) test -count=1 -v -timeout 20m ./test/packaging/
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the name of a local Docker image of Debian bookworm that boots
 # systemd as PID 1, building it first if needed. The packaging acceptance
-# test (internal/packagingtest) installs the podium-agent .deb in it; you can
+# test (test/packaging) installs the podium-agent .deb in it; you can
 # boot one by hand the same way (section 7 of the design notes):
 #
 #   docker run -d --cap-add SYS_ADMIN --cgroupns=host \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure this machine has Chromium: the web console's tests
-# (internal/browsertest) drive a real headless browser with chromedp against a
+# (test/browser) drive a real headless browser with chromedp against a
 # real coordinator, and they fail rather than skip when it is missing. Debian's
 # `chromium` package is the one they look for (`chromium` on the PATH).
 set -euo pipefail

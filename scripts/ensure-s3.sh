@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure this machine has versitygw, the S3-compatible server the artifact
-# tests run against (internal/testenv/s3test; MinIO itself is AGPL and not used here).
+# tests run against (test/testenv/s3test; MinIO itself is AGPL and not used here).
 # It is installed with `go install` from the Go module proxy, pinned; a cold
 # build takes about 90 s, and an installed one is kept.
 set -euo pipefail

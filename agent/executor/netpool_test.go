@@ -11,7 +11,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/podiumhq/podium/agent/executor"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

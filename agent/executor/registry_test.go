@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/executor"
-	"github.com/podiumhq/podium/internal/testenv/dockertest"
-	"github.com/podiumhq/podium/internal/testenv/registrytest"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
+	"github.com/podiumhq/podium/test/testenv/registrytest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

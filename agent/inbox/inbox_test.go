@@ -15,7 +15,7 @@ import (
 
 	"github.com/podiumhq/podium/agent/inbox"
 	"github.com/podiumhq/podium/agent/taskfile"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 func take(t *testing.T, dir string, wait time.Duration) (string, error) {

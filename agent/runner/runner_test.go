@@ -17,7 +17,7 @@ import (
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/agent/runlog"
 	"github.com/podiumhq/podium/agent/runner"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }

@@ -9,7 +9,7 @@ import (
 // The cgroup trees below are stand-ins: plain files laid out as the kernel
 // lays out a container's cgroup filesystem, because a test cannot make the
 // kernel show it a cgroup v2 tree on a v1 machine or a kernel without
-// memory.peak. The real cgroup is read end to end by internal/e2e's
+// memory.peak. The real cgroup is read end to end by test/e2e's
 // TestUsageOfABusyTaskIsReported.
 
 func writeFiles(t *testing.T, root string, files map[string]string) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/attempt"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/session"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

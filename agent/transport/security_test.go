@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podiumhq/podium/internal/testenv/tlstest"
+	"github.com/podiumhq/podium/test/testenv/tlstest"
 )
 
 // Plain http:// goes to this machine and to the tailnet; anywhere else it is

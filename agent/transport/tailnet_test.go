@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/transport"
-	"github.com/podiumhq/podium/internal/testenv/tailnettest"
+	"github.com/podiumhq/podium/test/testenv/tailnettest"
 )
 
 // An agent with its own embedded tailnet device reaches a coordinator that

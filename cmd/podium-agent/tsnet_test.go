@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"tailscale.com/client/local"
 
-	"github.com/podiumhq/podium/internal/testenv/tailnettest"
+	"github.com/podiumhq/podium/test/testenv/tailnettest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )

@@ -11,8 +11,8 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // `podium-coordinator apt key` prints the fingerprint of the key the

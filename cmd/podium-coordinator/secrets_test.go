@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // TestMain lets a test run this command's main in a process of its own, with

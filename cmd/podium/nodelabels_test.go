@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/identity"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // What a person sees of issue 28's hole 3 on a real coordinator: a token

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/schedules"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

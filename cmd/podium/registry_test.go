@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // podium registry login/ls/rm against a real coordinator: the password goes

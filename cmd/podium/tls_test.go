@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podiumhq/podium/internal/testenv/tlstest"
+	"github.com/podiumhq/podium/test/testenv/tlstest"
 )
 
 // An https:// coordinator whose certificate a private CA signed: podium

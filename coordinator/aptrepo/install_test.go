@@ -27,7 +27,7 @@ type installRun struct {
 // mount namespace of its own where /etc/apt is an empty tmpfs: the script
 // writes its keyring and sources there, never into this machine's apt.
 // apt-get and dpkg-query are recorders ahead of the real ones on PATH (the
-// packaging test, internal/packagingtest, runs the real apt); everything the
+// packaging test, test/packaging, runs the real apt); everything the
 // script does with the key (download, fingerprint, refusal) is real.
 func runInstall(t *testing.T, base string, env ...string) installRun {
 	t.Helper()

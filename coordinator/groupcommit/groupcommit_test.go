@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // Requests that arrive while a batch is being written go together into the

@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/s3test"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/lease"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // node_health.session_replica names the replica holding a node's stream only

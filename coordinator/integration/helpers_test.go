@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/podiumhq/podium/internal/taskspec"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

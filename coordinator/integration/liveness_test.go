@@ -9,8 +9,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/nodes"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -19,7 +19,7 @@ import (
 // on a busy machine sends its heartbeat into the same stream as the log
 // chunks, and the replica reads them in order, so the heartbeat arrives late
 // while the output does not stop. The fault test that found it
-// (internal/faults TestFloodingTaskKeepsItsNodeOnline) saw the node marked
+// (test/faults TestFloodingTaskKeepsItsNodeOnline) saw the node marked
 // unreachable 58 s into the flood on a loaded machine, with chunks arriving
 // all along. Here the simulated node heartbeats once, then sends only output
 // for three times the offline threshold: it must stay online throughout, and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

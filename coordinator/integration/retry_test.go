@@ -12,15 +12,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podiumhq/podium/coordinator/scheduler"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // The retry tests run the real coordinator on a real Postgres with a
 // simulated node that speaks the real node protocol: the retry rule is the
 // control plane's, and a simulated node reports exactly the exit code a test
-// needs. (internal/e2e runs tasks on the real Docker engine.)
+// needs. (test/e2e runs tasks on the real Docker engine.)
 
 // retryCoordinator is a coordinator whose leader sweeps often, so a backoff
 // ends (EndBackoffs) soon after its time, and a node with one slot.

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/lease"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

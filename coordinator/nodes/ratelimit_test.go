@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // Failures are counted per host, whatever port a client dials from: once an

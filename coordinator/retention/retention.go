@@ -36,7 +36,7 @@ const (
 	DefaultEvery     = time.Minute
 	// DefaultBatch is how many rows one statement removes. At 500 tasks with
 	// their events a statement takes tens of milliseconds (see
-	// internal/bench/retention), short enough that a writer waiting on one
+	// bench/retention), short enough that a writer waiting on one
 	// of its rows does not notice.
 	DefaultBatch = 500
 )

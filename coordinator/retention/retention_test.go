@@ -18,9 +18,9 @@ import (
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/taskspec"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/s3test"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/s3test"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -14,8 +14,8 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

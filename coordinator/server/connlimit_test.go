@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/testenv/tlstest"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/tlstest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // No more connections than the bound are served at once, across listeners

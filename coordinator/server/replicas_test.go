@@ -11,8 +11,8 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/ids"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // A replica stopped the moment its row is written still takes the row out

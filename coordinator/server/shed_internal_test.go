@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // call POSTs an empty Connect JSON request to path and returns the status,

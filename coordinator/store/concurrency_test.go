@@ -7,7 +7,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/internal/testenv/wait"
+	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

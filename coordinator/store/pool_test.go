@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // An operator sizes the pool in the database URL (pool_max_conns, pgxpool's

@@ -10,7 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/coordinator/tailnet"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

@@ -19,9 +19,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/server"
-	"github.com/podiumhq/podium/internal/testenv/coordtest"
-	"github.com/podiumhq/podium/internal/testenv/pgtest"
-	"github.com/podiumhq/podium/internal/testenv/tailnettest"
+	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/tailnettest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/podiumhq/podium/internal/testenv/dockertest"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 var nodeSeq atomic.Int64
