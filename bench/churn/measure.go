@@ -309,7 +309,7 @@ waiting:
 		p.PeakRSS = m.HWMKiB << 10
 	}
 	p.Retries, p.Dropped = f.Retries.Load(), f.Dropped.Load()
-	p.Rejected, p.Repeats, p.Cancels = f.rejected.Load(), f.repeats.Load(), f.cancels.Load()
+	p.Rejected, p.Repeats, p.Cancels = f.Rejected.Load(), f.Repeats.Load(), f.Cancels.Load()
 	p.NodeErrs = f.ErrSamples()
 	p.Warnings, p.WarnSample = coord.Warnings()
 	return p, nil

@@ -325,7 +325,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, fair boo
 			return r, err
 		}
 		// Let the phase's last tasks finish and the queue go quiet.
-		if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool { return f.held() == 0 }, nil); err != nil && !isTimeout(err) {
+		if err := waitFor(ctx, coord, cfg.drainTimeout, func() bool { return f.Held() == 0 }, nil); err != nil && !isTimeout(err) {
 			return r, err
 		}
 		if err := benchkit.Sleep(ctx, 2*time.Second); err != nil {
@@ -343,7 +343,7 @@ func measure(ctx context.Context, log *slog.Logger, cfg config, m mode, fair boo
 		r.PeakRSSMiB = float64(mem.HWMKiB) / 1024
 	}
 	r.HelloRetries, r.Dropped = f.Retries.Load(), f.Dropped.Load()
-	r.Repeats, r.Rejected, r.Cancels, r.Other = f.repeats.Load(), f.rejected.Load(), f.cancels.Load(), f.other.Load()
+	r.Repeats, r.Rejected, r.Cancels, r.Other = f.Repeats.Load(), f.Rejected.Load(), f.Cancels.Load(), f.Other.Load()
 	r.ErrSamples = f.ErrSamples()
 	r.Warnings, r.WarnSample = coord.Warnings()
 	return r, nil
