@@ -18,10 +18,10 @@ import (
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // TestRestartLeavesNoCredentialOnDisk: a real agent runs a task with a

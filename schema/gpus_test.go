@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/schema"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // 0022 adds the GPU columns placement reads; a task already waiting when it

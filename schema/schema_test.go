@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/schema"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

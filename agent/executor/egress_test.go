@@ -22,8 +22,8 @@ import (
 
 	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // TestEgress runs tasks under the egress filter against targets the test

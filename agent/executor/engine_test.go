@@ -17,8 +17,8 @@ import (
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // privateEnv is an executor on a Docker engine of the test's own, which the

@@ -30,8 +30,8 @@ import (
 	"github.com/podiumhq/podium/agent/egress"
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // recorder collects what a run emits, the way the session would: with the

@@ -13,8 +13,8 @@ import (
 	"github.com/podiumhq/podium/agent/attempt"
 	"github.com/podiumhq/podium/agent/gpu"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // fakeGPUs are n GPUs as a discovery would list them. This machine has no

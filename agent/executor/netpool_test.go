@@ -11,8 +11,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/podiumhq/podium/agent/executor"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // holdScript prints "on" and waits for a message in its inbox before it

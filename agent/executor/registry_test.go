@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/executor"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/registrytest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // registryEnv is an executor on a private engine that may pull from a

@@ -16,8 +16,8 @@ import (
 
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/redact"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // secretValue has bytes whose base64 holds '+' and '/' (so base64url

@@ -9,8 +9,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/podiumhq/podium/agent/executor"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // engineCPU is the CPU time the engine's stats show a running container used.

@@ -21,9 +21,9 @@ import (
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/imagegc"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 func TestMain(m *testing.M) { os.Exit(agenttest.Main(m)) }

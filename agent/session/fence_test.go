@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/attempt"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // fencingStream answers the node's first Hello with fencing thresholds

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/session"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // A task that prints without end keeps the outbox refilled as fast as acks

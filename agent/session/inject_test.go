@@ -14,9 +14,9 @@ import (
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/agent/internal/agenttest"
 	"github.com/podiumhq/podium/agent/session"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // stuckInbox is a scripted runner whose inbox never answers until released.

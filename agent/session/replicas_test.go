@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/session"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // deadURL is an address nothing listens on.

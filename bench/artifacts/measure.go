@@ -14,8 +14,8 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/podiumhq/podium/bench/benchkit"
-	"github.com/podiumhq/podium/test/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/s3test"
 )
 
 // payload is size pseudo-random bytes, the same every time: both ways upload

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/bench/benchkit"
-	"github.com/podiumhq/podium/test/testenv/s3test"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/s3test"
 )
 
 // phaseResult is one phase: its tasks end to end and its samples.

@@ -23,9 +23,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/podiumhq/podium/bench/benchkit"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/bench/benchkit"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 

@@ -19,9 +19,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/bench/benchkit"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // binaries are the four programs the benchmark runs. podium-runner must sit

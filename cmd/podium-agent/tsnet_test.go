@@ -13,9 +13,9 @@ import (
 	"connectrpc.com/connect"
 	"tailscale.com/client/local"
 
-	"github.com/podiumhq/podium/test/testenv/tailnettest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/tailnettest"
 )
 
 // enrollStub is a coordinator's enrollment that admits only devices with the

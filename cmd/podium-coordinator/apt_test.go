@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/podiumhq/podium/coordinator/aptrepo"
-	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 

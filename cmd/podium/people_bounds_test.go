@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // The people commands of issue 28 against a real coordinator: user add

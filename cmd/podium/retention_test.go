@@ -12,12 +12,12 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
-	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/retention"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // What retention removed, read through a real coordinator and the CLI: a

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 

@@ -11,8 +11,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -23,14 +23,14 @@ import (
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
-	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

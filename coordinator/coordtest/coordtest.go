@@ -25,10 +25,10 @@ import (
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/tlstest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
 // Token is the API token test replicas accept: as long as the coordinator

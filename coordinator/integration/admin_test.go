@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 func nextConfig(t *testing.T, n *simNode) *podiumv1.NodeConfig {

@@ -20,9 +20,9 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 const testBucket = "podium-artifacts"

@@ -10,11 +10,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/nodes"
-	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // One replica leads; when its lease goes, a standby takes over: it schedules,

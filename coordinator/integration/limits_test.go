@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

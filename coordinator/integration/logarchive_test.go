@@ -17,11 +17,11 @@ import (
 	"github.com/minio/minio-go/v7"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/logarchive"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // noArchive keeps a replica's own archive job off, for tests that run passes

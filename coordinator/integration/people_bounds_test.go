@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // commandOf reads a node's stream up to the next assignment or cancel and

@@ -10,11 +10,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // clock is the time the replicas' schedule jobs see; the test moves it, so

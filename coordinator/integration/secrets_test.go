@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // pgDump is the whole database as pg_dump writes it (schema and data).

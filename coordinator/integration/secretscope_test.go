@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/schedules"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // Issue 28, hole 1: a secret has a scope. These tests reproduce a member's

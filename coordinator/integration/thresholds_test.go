@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
-	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 

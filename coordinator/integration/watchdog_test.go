@@ -8,10 +8,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/coordinator/nodes"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // A node that stops heartbeating (its connection wedged open, so it keeps its

@@ -14,9 +14,9 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // A node with five free slots and, queued before the leader's first pass,

@@ -11,9 +11,9 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/schema"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // An upgrade over a database as the release before versions left it:

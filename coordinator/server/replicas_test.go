@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/internal/ids"
-	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 

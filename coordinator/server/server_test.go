@@ -12,12 +12,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
-	"github.com/podiumhq/podium/test/testenv/wait"
+	"github.com/podiumhq/podium/coordinator/server"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // The tests here are of what server itself does: the transport's

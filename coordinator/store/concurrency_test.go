@@ -7,8 +7,8 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // Two dispatch passes at once, as an old leader finishing its last pass and

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/store"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // A failover to an asynchronous standby loses the last commits, and with

@@ -10,8 +10,8 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/ids"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // ingestFixture is nodes with live sessions and tasks assigned to them, the

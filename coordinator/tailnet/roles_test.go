@@ -8,9 +8,9 @@ import (
 	"connectrpc.com/connect"
 	"tailscale.com/tailcfg"
 
+	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/coordinator/tailnet"
-	"github.com/podiumhq/podium/coordinator/coordtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 

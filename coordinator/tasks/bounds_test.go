@@ -11,8 +11,8 @@ import (
 	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // A coordinator's --max-member-priority other than the default: a member

@@ -19,8 +19,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // taskWait bounds a short task's run, from submit to its end.

@@ -16,12 +16,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/pgtest"
-	"github.com/podiumhq/podium/test/testenv/tailnettest"
+	"github.com/podiumhq/podium/coordinator/server"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
+	"github.com/podiumhq/podium/test/testenv/tailnettest"
 )
 
 // rebindingForwarder stands for the admin's machine on the tailnet and for

@@ -14,8 +14,8 @@ import (
 
 	"github.com/podiumhq/podium/agent/executor"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // following is a `podium run` in progress.

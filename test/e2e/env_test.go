@@ -18,12 +18,12 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
-	"github.com/podiumhq/podium/test/testenv/binaries"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/binaries"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // binDir holds the binaries built once for this test run.

@@ -15,9 +15,9 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/registrytest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // A task whose image the node pulls from a registry shows the pull's

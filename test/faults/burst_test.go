@@ -13,11 +13,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
-	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
 // submitted is a task a Submit call was answered for: acknowledged.

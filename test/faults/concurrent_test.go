@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // burstWithin bounds the wait for every run of the burst to exit: 200 tasks

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // TestDockerEngineRestartMidTask restarts the node's Docker engine (a

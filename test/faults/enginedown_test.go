@@ -8,9 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // TestEngineDownNodeTakesNoWork (a node whose Docker engine was down was a

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/test/testenv/pgtest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
 // TestAgentOutOfFileDescriptors: an agent that may open 48 files

@@ -25,10 +25,10 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/test/testenv/dockertest"
-	"github.com/podiumhq/podium/test/testenv/wait"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // Deadlines bound hangs; they measure nothing.

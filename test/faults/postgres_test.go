@@ -8,9 +8,9 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // postgresRestartMidTask restarts the test's own Postgres (`pg_ctl restart

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/agent/identity"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // waitKept waits until the agent keeps r in the replica list in its data

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/test/testenv/binaries"
 	"github.com/podiumhq/podium/schema"
+	"github.com/podiumhq/podium/test/testenv/binaries"
 )
 
 // previous is the previous release's binaries, built (or found in the

@@ -17,11 +17,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
 	"github.com/podiumhq/podium/test/testenv/wait"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // s3Bucket is the bucket the rows below give the coordinator.

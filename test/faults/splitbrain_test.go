@@ -11,9 +11,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/netfault"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
 // handoverBound is what docs/operations.md promises for a replica cut off

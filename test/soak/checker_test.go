@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // violations is the checker's verdict: each a line saying which invariant

@@ -17,12 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/dockertest"
 	"github.com/podiumhq/podium/test/testenv/netfault"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/s3test"
-	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
-	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
 
 // Sizes of the fleet. Three of each, as the issue asks: enough for a

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/test/testenv/dockertest"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
+	"github.com/podiumhq/podium/test/testenv/dockertest"
 )
 
 // settle bounds how long, once the faults are healed and the workload has
