@@ -465,7 +465,7 @@ func serve(args []string, stderr io.Writer) int {
 		Apt:       aptrepo.Config{Dir: *aptDir, KeyFile: *aptKey},
 		Retention: ret, Notify: hooks, NoConsole: !consoleOn, MaxMemberPriority: int32(maxMemberPriority),
 	}
-	cfg.Scheduler.NoFairShare = !fairShare
+	cfg.Dispatch.NoFairShare = !fairShare
 	// Only the leader's scheduler claims: a replica that leads later claims
 	// with its own setting, so each says at start which one it has.
 	log.Info("fair share", "on", fairShare, "applies", "while this replica leads")

@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -113,7 +113,7 @@ func TestWhyQueued(t *testing.T) {
 func TestAckDeadline(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Scheduler: scheduler.Config{AckDeadline: time.Second, SweepInterval: 100 * time.Millisecond}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Dispatch: dispatch.Config{AckDeadline: time.Second, SweepInterval: 100 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	id, key := enroll(t, r)
@@ -151,7 +151,7 @@ func TestAckDeadline(t *testing.T) {
 func TestTimeoutBackstop(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Scheduler: scheduler.Config{TimeoutMargin: 100 * time.Millisecond, SweepInterval: 100 * time.Millisecond}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Dispatch: dispatch.Config{TimeoutMargin: 100 * time.Millisecond, SweepInterval: 100 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	id, key := enroll(t, r)
@@ -183,7 +183,7 @@ func TestTimeoutBackstop(t *testing.T) {
 func TestCancelQueuedAndWriteOff(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Scheduler: scheduler.Config{WriteOffAfter: time.Second, SweepInterval: 100 * time.Millisecond}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Dispatch: dispatch.Config{WriteOffAfter: time.Second, SweepInterval: 100 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	queued := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox"})
@@ -223,7 +223,7 @@ func TestCancelQueuedAndWriteOff(t *testing.T) {
 func TestSchedulerSeesFleetChangesAtOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Scheduler: scheduler.Config{FleetMaxAge: time.Hour}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Dispatch: dispatch.Config{FleetMaxAge: time.Hour}})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	id, key := enroll(t, r)

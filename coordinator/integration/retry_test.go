@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -27,7 +27,7 @@ import (
 func retryCoordinator(t *testing.T, ctx context.Context) (*coordtest.Replica, pgtest.Database, *simNode) {
 	t.Helper()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Scheduler: scheduler.Config{SweepInterval: 100 * time.Millisecond}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Dispatch: dispatch.Config{SweepInterval: 100 * time.Millisecond}})
 	id, key := enroll(t, r)
 	return r, db, connectWith(t, ctx, r, id, key, &podiumv1.Capacity{MaxTasks: 1})
 }

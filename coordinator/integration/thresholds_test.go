@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/nodes"
-	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -47,8 +47,8 @@ func TestThresholdsSharedByReplicas(t *testing.T) {
 	defer cancel()
 	fast := nodes.Config{HeartbeatInterval: time.Second}
 	a := coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
-		Watchdog:  nodes.Watchdog{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second},
-		Scheduler: scheduler.Config{AckDeadline: 4 * time.Second, WriteOffAfter: 7 * time.Second}})
+		Watchdog: nodes.Watchdog{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second},
+		Dispatch: dispatch.Config{AckDeadline: 4 * time.Second, WriteOffAfter: 7 * time.Second}})
 	want := server.Thresholds{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second, AckDeadline: 4 * time.Second, WriteOffAfter: 7 * time.Second}
 	if got := a.Thresholds(); got != want {
 		t.Fatalf("A uses %+v, want %+v", got, want)

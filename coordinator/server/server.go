@@ -23,6 +23,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/logarchive"
@@ -30,7 +31,6 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
-	"github.com/podiumhq/podium/coordinator/scheduler"
 	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -103,12 +103,12 @@ type Config struct {
 	ReplicaID string
 	// Thresholds are the ones given explicitly (flags); they are stored for
 	// every replica, and zero fields are read from what is stored (see
-	// Thresholds). Non-zero thresholds in Watchdog and Scheduler count as
+	// Thresholds). Non-zero thresholds in Watchdog and Dispatch count as
 	// given too.
 	Thresholds Thresholds
 	Nodes      nodes.Config
 	Watchdog   nodes.Watchdog
-	Scheduler  scheduler.Config
+	Dispatch   dispatch.Config
 	Leader     leader.Config
 	// Artifacts is the object store task artifacts go to; with no endpoint,
 	// uploads are refused as not configured and everything else works.
@@ -248,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
-		AckDeadline: cfg.Scheduler.AckDeadline, WriteOffAfter: cfg.Scheduler.WriteOffAfter})
+		AckDeadline: cfg.Dispatch.AckDeadline, WriteOffAfter: cfg.Dispatch.WriteOffAfter})
 	if cfg.Nodes.HeartbeatInterval == 0 {
 		cfg.Nodes.HeartbeatInterval = DefaultHeartbeatInterval
 	}
@@ -259,8 +259,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.Thresholds = th
 	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
-	cfg.Scheduler.AckDeadline, cfg.Scheduler.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
-	cfg.Scheduler.UnreachableAfter = th.UnreachableAfter
+	cfg.Dispatch.AckDeadline, cfg.Dispatch.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
+	cfg.Dispatch.UnreachableAfter = th.UnreachableAfter
 	if cfg.Nodes.MaxNodes == 0 {
 		locks, err := st.LockTableSize(ctx)
 		if err != nil {
@@ -305,12 +305,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Nodes.Replica = cfg.ReplicaID
 	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
 		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
-	sched := scheduler.New(cfg.Scheduler, scheduler.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
+	dispatcher := dispatch.New(cfg.Dispatch, dispatch.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
 	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
 	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
 	// The retention job and its object sweeper always run: they are what
 	// keeps the database and the bucket from growing forever.
-	workers := []leader.Worker{sched, watchdog,
+	workers := []leader.Worker{dispatcher, watchdog,
 		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log),
 		schedules.NewTicker(cfg.Schedules, st, log)}
 	if !cfg.Archive.Disabled {

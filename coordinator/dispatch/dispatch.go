@@ -1,10 +1,19 @@
-// Package scheduler places queued tasks on nodes. It is a leader worker
-// (coordinator/leader): only the replica holding the leader lock runs it, so
-// placement decisions never race each other, and a standby's scheduler starts
-// when that replica takes over. It decides when a pass runs and keeps the
-// leader's copy of the fleet; which node a task goes to is package placement's
-// rule, and the store claims and records.
-package scheduler
+// Package dispatch decides which queued task runs next and runs the passes
+// that place them. Its Dispatcher is a leader worker (coordinator/leader):
+// only the replica holding the leader lock runs it, so placement decisions
+// never race each other, and a standby's dispatcher starts when that replica
+// takes over. It decides when a pass runs and keeps the leader's copy of the
+// fleet; which node a task goes to is package placement's rule, and the store
+// claims and records.
+//
+// The order a pass offers queued tasks in is this package's policy, stated
+// in Go by Order (fair share) and OrderFIFO (--fair-share=false). The store
+// executes it in SQL (store.DispatchPass), in the statement that locks the
+// tasks FOR UPDATE SKIP LOCKED: a LIMIT with SKIP LOCKED takes whichever rows
+// the statement reaches first, so sorting after the claim would sort the
+// wrong tasks. A test holds the two to the same order
+// (TestClaimOrderIsDispatchOrder).
+package dispatch
 
 import (
 	"context"
@@ -18,7 +27,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/store"
 )
 
-// Config tunes the scheduler. Zero values take the defaults.
+// Config tunes the dispatcher. Zero values take the defaults.
 type Config struct {
 	// Tick is how often a pass runs again while the last one left tasks
 	// waiting for room (500 ms): finishing tasks free room without a
@@ -56,11 +65,11 @@ type Config struct {
 	// NoFairShare turns fair share off (--fair-share=false): passes claim by
 	// priority, then age (store.DispatchPassFIFO), as before fair share, to
 	// measure what it costs or to step back from it. Only the leader's
-	// scheduler claims, so the leader's setting is the one that applies.
+	// dispatcher claims, so the leader's setting is the one that applies.
 	NoFairShare bool
 }
 
-// Deps are what the scheduler works with.
+// Deps are what the dispatcher works with.
 type Deps struct {
 	Store *store.Store
 	// Bus brings the submit and fleet doorbells (store.ChannelSubmit).
@@ -70,8 +79,8 @@ type Deps struct {
 	Log     *slog.Logger
 }
 
-// Scheduler runs dispatch passes and enforces the lifecycle's deadlines.
-type Scheduler struct {
+// Dispatcher runs dispatch passes and enforces the lifecycle's deadlines.
+type Dispatcher struct {
 	cfg     Config
 	store   *store.Store
 	bus     *bus.Bus
@@ -92,8 +101,8 @@ type Scheduler struct {
 	lastWaiting int
 }
 
-// New returns a scheduler; give it to the leader (coordinator/leader) to run.
-func New(cfg Config, deps Deps) *Scheduler {
+// New returns a dispatcher; give it to the leader (coordinator/leader) to run.
+func New(cfg Config, deps Deps) *Dispatcher {
 	if cfg.Tick == 0 {
 		cfg.Tick = 500 * time.Millisecond
 	}
@@ -124,13 +133,13 @@ func New(cfg Config, deps Deps) *Scheduler {
 	if cfg.FleetRecheck == 0 {
 		cfg.FleetRecheck = 100 * time.Millisecond
 	}
-	return &Scheduler{cfg: cfg, store: deps.Store, bus: deps.Bus, metrics: deps.Metrics, log: deps.Log}
+	return &Dispatcher{cfg: cfg, store: deps.Store, bus: deps.Bus, metrics: deps.Metrics, log: deps.Log}
 }
 
 // Run places tasks and enforces deadlines until ctx ends. The leader calls it
 // for each term it leads and cancels ctx when the term ends; every term starts
 // from a fresh read of the fleet and of the queue, since another replica's
-// scheduler may have placed tasks in between.
+// dispatcher may have placed tasks in between.
 //
 // A pass runs only when something says the queue may hold work it can place:
 // a submit doorbell (a submit, a requeue, a task given back, a slot freed, a
@@ -139,7 +148,7 @@ func New(cfg Config, deps Deps) *Scheduler {
 // SafetyPass. An idle leader does not read the tasks table on every tick:
 // asking "is anything queued?" twice a second cost more Postgres time per
 // task than the event insert.
-func (s *Scheduler) Run(ctx context.Context) error {
+func (s *Dispatcher) Run(ctx context.Context) error {
 	bell, unsubscribe := s.bus.Subscribe(store.ChannelSubmit, "")
 	defer unsubscribe()
 	fleetBell, unsubscribeFleet := s.bus.Subscribe(store.ChannelSubmit, store.PayloadFleet)
@@ -189,7 +198,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // are taken back, tasks past their timeout are stopped, cancelled tasks
 // whose node is gone are written off, and tasks whose retry backoff has
 // passed are handed to the next pass.
-func (s *Scheduler) Sweep(ctx context.Context) {
+func (s *Dispatcher) Sweep(ctx context.Context) {
 	s.storedThresholds(ctx)
 	steps := []struct {
 		name string
@@ -230,7 +239,7 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 
 // Pass runs dispatch passes until the queue has nothing more to place; each
 // rings the nodes it gave work (store.DispatchPass).
-func (s *Scheduler) Pass(ctx context.Context) error {
+func (s *Dispatcher) Pass(ctx context.Context) error {
 	for {
 		if err := s.readFleet(ctx); err != nil {
 			return err
@@ -266,7 +275,7 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 // the node as it will be. The charge is made before the pass commits: a pass
 // that fails leaves the copy charged for placements that were never made, so
 // Pass marks it stale.
-func (s *Scheduler) placeOnFleet(now time.Time) store.PlaceFunc {
+func (s *Dispatcher) placeOnFleet(now time.Time) store.PlaceFunc {
 	return func(_ string, need placement.Need) (string, string) {
 		i, why := placement.Place(need, s.fleet)
 		if i < 0 {
@@ -282,7 +291,7 @@ func (s *Scheduler) placeOnFleet(now time.Time) store.PlaceFunc {
 // doorbell rang, it is older than FleetMaxAge, or the last pass left tasks
 // waiting and it is older than FleetRecheck (finished tasks free room
 // without telling the fleet doorbell).
-func (s *Scheduler) readFleet(ctx context.Context) error {
+func (s *Dispatcher) readFleet(ctx context.Context) error {
 	age := time.Since(s.fleetAt)
 	if !s.fleetStale && age < s.cfg.FleetMaxAge && (s.lastWaiting == 0 || age < s.cfg.FleetRecheck) {
 		return nil
@@ -299,7 +308,7 @@ func (s *Scheduler) readFleet(ctx context.Context) error {
 // storedThresholds takes the deadlines stored for every replica
 // (podium.settings): a replica started since with other flags changes them
 // for the leader at its next sweep, not at its next term.
-func (s *Scheduler) storedThresholds(ctx context.Context) {
+func (s *Dispatcher) storedThresholds(ctx context.Context) {
 	st, err := s.store.Thresholds(ctx)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {

@@ -1,4 +1,4 @@
-package scheduler_test
+package dispatch_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/bus"
-	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -20,14 +20,14 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// leader is a scheduler running as the leader would run it, on a database
+// leader is a dispatcher running as the leader would run it, on a database
 // with one online node, with its bus listening; it stops when the test ends.
 type leader struct {
 	st  *store.Store
 	sql *pgx.Conn
 }
 
-func startLeader(t *testing.T, db pgtest.Database, cfg scheduler.Config) leader {
+func startLeader(t *testing.T, db pgtest.Database, cfg dispatch.Config) leader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, db.URL)
@@ -49,7 +49,7 @@ func startLeader(t *testing.T, db pgtest.Database, cfg scheduler.Config) leader 
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = b.Run(ctx) })
 	wait.For(t, 30*time.Second, "the bus to listen", func() bool { return b.Ready() == nil })
-	s := scheduler.New(cfg, scheduler.Deps{Store: st, Bus: b, Log: log})
+	s := dispatch.New(cfg, dispatch.Deps{Store: st, Bus: b, Log: log})
 	wg.Go(func() { _ = s.Run(ctx) })
 	t.Cleanup(func() {
 		cancel()
@@ -77,7 +77,7 @@ func (l leader) state(t *testing.T, id string) string {
 func TestSafetyPassPlacesATaskQueuedWithoutADoorbell(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	l := startLeader(t, db, scheduler.Config{Tick: time.Hour, SweepInterval: time.Hour, SafetyPass: 200 * time.Millisecond})
+	l := startLeader(t, db, dispatch.Config{Tick: time.Hour, SweepInterval: time.Hour, SafetyPass: 200 * time.Millisecond})
 	ctx := context.Background()
 	// Through the store first: its doorbell proves the leader is running.
 	if _, err := l.st.InsertTask(ctx, "task_rung", &podiumv1.TaskSpec{Image: "busybox"}, "me"); err != nil {
@@ -100,7 +100,7 @@ func TestIdleLeaderDoesNotReadTheQueue(t *testing.T) {
 	t.Parallel()
 	cluster := pgtest.NewCluster(t, "shared_preload_libraries=pg_stat_statements")
 	db := pgtest.NewDatabaseIn(t, cluster)
-	l := startLeader(t, db, scheduler.Config{
+	l := startLeader(t, db, dispatch.Config{
 		Tick: 10 * time.Millisecond, SweepInterval: 10 * time.Millisecond, SafetyPass: time.Hour,
 		AckDeadline: time.Hour, // no node accepts the task: it must stay placed, not be taken back and queued again
 	})

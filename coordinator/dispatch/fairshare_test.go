@@ -1,4 +1,4 @@
-package scheduler_test
+package dispatch_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/bus"
-	"github.com/podiumhq/podium/coordinator/scheduler"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -74,7 +74,7 @@ func TestFairShareDecidesTheOrderOfEqualPriorityTasks(t *testing.T) {
 				}
 			}
 			// The node never accepts: what the pass placed stays placed.
-			runScheduler(t, db, scheduler.Config{NoFairShare: tc.noFairShare, AckDeadline: time.Hour})
+			runDispatcher(t, db, dispatch.Config{NoFairShare: tc.noFairShare, AckDeadline: time.Hour})
 
 			var placed []string
 			wait.For(t, 30*time.Second, "the first pass to fill the node's five slots", func() bool {
@@ -95,9 +95,9 @@ func TestFairShareDecidesTheOrderOfEqualPriorityTasks(t *testing.T) {
 	}
 }
 
-// runScheduler runs a scheduler as the leader would, with its bus
+// runDispatcher runs a dispatcher as the leader would, with its bus
 // listening, until the test ends.
-func runScheduler(t *testing.T, db pgtest.Database, cfg scheduler.Config) {
+func runDispatcher(t *testing.T, db pgtest.Database, cfg dispatch.Config) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, db.URL)
@@ -114,6 +114,6 @@ func runScheduler(t *testing.T, db pgtest.Database, cfg scheduler.Config) {
 	})
 	wg.Go(func() { _ = b.Run(ctx) })
 	wait.For(t, 30*time.Second, "the bus to listen", func() bool { return b.Ready() == nil })
-	s := scheduler.New(cfg, scheduler.Deps{Store: st, Bus: b, Log: log})
+	s := dispatch.New(cfg, dispatch.Deps{Store: st, Bus: b, Log: log})
 	wg.Go(func() { _ = s.Run(ctx) })
 }
