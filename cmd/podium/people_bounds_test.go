@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/schedules"
+	"github.com/podiumhq/podium/coordinator/cron"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -23,7 +23,7 @@ func TestPeopleBoundsCommandsOnARealCoordinator(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
 	at := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Schedules: schedules.Config{Now: func() time.Time { return at }}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Schedules: cron.Config{Now: func() time.Time { return at }}})
 	podiumAs := func(token string, args ...string) (int, string, string) {
 		tc := newTestCLI(map[string]string{"PODIUM_SERVER": r.URL(), "PODIUM_TOKEN": token})
 		code := tc.run(t, args...)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/schedules"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
@@ -20,7 +20,7 @@ func TestScheduleCommandsOnARealCoordinator(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	// The schedule job's clock stands still: only run-now creates tasks.
 	at := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Schedules: schedules.Config{Now: func() time.Time { return at }}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Schedules: cron.Config{Now: func() time.Time { return at }}})
 	env := map[string]string{"PODIUM_SERVER": r.URL(), "PODIUM_TOKEN": coordtest.Token}
 	podium := func(args ...string) (int, string, string) {
 		tc := newTestCLI(env)

@@ -17,13 +17,13 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/server"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -82,7 +82,7 @@ type Options struct {
 	Retention retention.Config
 	// Schedules is the replica's schedule job (see server.Config); tests
 	// give it a clock they move.
-	Schedules schedules.Config
+	Schedules cron.Config
 	// Notify is the replica's webhook delivery worker (see server.Config);
 	// tests give it short backoffs.
 	Notify notify.Config

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/schedules"
+	"github.com/podiumhq/podium/coordinator/cron"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -36,7 +36,7 @@ var t0 = time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
 
 func startScheduling(t *testing.T, url string, clk *clock) *coordtest.Replica {
 	t.Helper()
-	return coordtest.Start(t, url, coordtest.Options{Schedules: schedules.Config{Every: 20 * time.Millisecond, Now: clk.now}})
+	return coordtest.Start(t, url, coordtest.Options{Schedules: cron.Config{Every: 20 * time.Millisecond, Now: clk.now}})
 }
 
 func createSchedule(t *testing.T, ctx context.Context, sc podiumv1connect.ScheduleServiceClient, name, cron, overlap string) *podiumv1.Schedule {

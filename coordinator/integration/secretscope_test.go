@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/schedules"
+	"github.com/podiumhq/podium/coordinator/cron"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -336,7 +336,7 @@ func TestScheduleTickNeedsItsOwnersGrant(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	clk := newClock(t0)
 	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t),
-		Schedules: schedules.Config{Every: 20 * time.Millisecond, Now: clk.now}})
+		Schedules: cron.Config{Every: 20 * time.Millisecond, Now: clk.now}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	coordtest.Eventually(t, 10*time.Second, "the replica to lead", r.Leading)

@@ -23,6 +23,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
@@ -31,7 +32,6 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
-	"github.com/podiumhq/podium/coordinator/schedules"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
@@ -125,7 +125,7 @@ type Config struct {
 	// (package coordinator/retention); the leader applies its own.
 	Retention retention.Config
 	// Schedules is the leader's job that fires periodic tasks' ticks.
-	Schedules schedules.Config
+	Schedules cron.Config
 	// MaxMemberPriority is the highest spec.priority a member may give
 	// (tasks.Bounds), at submit, rerun, schedule create and every tick; the
 	// zero value is the default, tasks.DefaultMaxMemberPriority. It
@@ -312,7 +312,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// keeps the database and the bucket from growing forever.
 	workers := []leader.Worker{dispatcher, watchdog,
 		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log),
-		schedules.NewTicker(cfg.Schedules, st, log)}
+		cron.NewTicker(cfg.Schedules, cron.Deps{Store: st, Log: log})}
 	if !cfg.Archive.Disabled {
 		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
 	}
@@ -328,7 +328,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
-	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules, log), people))
+	mux.Handle(podiumv1connect.NewScheduleServiceHandler(cron.NewService(cfg.Schedules, cron.Deps{Store: st, Log: log}), people))
 	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)

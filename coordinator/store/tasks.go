@@ -90,7 +90,7 @@ type Task struct {
 	// NotBefore is set while the task waits out a retry's backoff: it is
 	// queued and not placed before then (0019_retries.sql).
 	NotBefore *time.Time
-	// ScheduleID is the schedule that created the task (schedules.go); nil
+	// ScheduleID is the schedule that created the task (cron.go); nil
 	// for a task submitted.
 	ScheduleID *string
 }

@@ -1,4 +1,4 @@
-package schedules_test
+package cron_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/coordinator/schedules"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -38,7 +38,7 @@ func TestTwoLeadersFireEachTickOnce(t *testing.T) {
 	for i := range n {
 		next := start.Add(30 * time.Second)
 		_, err := a.CreateSchedule(ctx, store.Schedule{ID: "sched_" + string(rune('a'+i)), Name: "s" + string(rune('a'+i)),
-			Cron: "* * * * *", Timezone: "UTC", Spec: &podiumv1.TaskSpec{Image: "busybox"}, Overlap: schedules.OverlapAllow,
+			Cron: "* * * * *", Timezone: "UTC", Spec: &podiumv1.TaskSpec{Image: "busybox"}, Overlap: cron.OverlapAllow,
 			CreatedBy: "alice", NextRunAt: &next})
 		if err != nil {
 			t.Fatal(err)
@@ -47,9 +47,9 @@ func TestTwoLeadersFireEachTickOnce(t *testing.T) {
 	var created [2]int
 	for minute := 1; minute <= 3; minute++ {
 		now := func() time.Time { return start.Add(time.Duration(minute)*time.Minute + 5*time.Second) }
-		tickers := []*schedules.Ticker{
-			schedules.NewTicker(schedules.Config{Now: now, Batch: 3}, a, nil),
-			schedules.NewTicker(schedules.Config{Now: now, Batch: 3}, b, nil),
+		tickers := []*cron.Ticker{
+			cron.NewTicker(cron.Config{Now: now, Batch: 3}, cron.Deps{Store: a}),
+			cron.NewTicker(cron.Config{Now: now, Batch: 3}, cron.Deps{Store: b}),
 		}
 		var wg sync.WaitGroup
 		for i, tk := range tickers {
@@ -98,15 +98,15 @@ func TestParseRefusesWithTheFieldNamed(t *testing.T) {
 		{"* * * * *", "Nowhere/Town", "timezone:"},
 		{"CRON_TZ=UTC * * * * *", "", "--timezone"},
 	} {
-		if _, _, err := schedules.Parse(c.cron, c.tz); err == nil || !strings.Contains(err.Error(), c.says) {
+		if _, _, err := cron.Parse(c.cron, c.tz); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("Parse(%q, %q): %v, want an error saying %q", c.cron, c.tz, err, c.says)
 		}
 	}
-	s, loc, err := schedules.Parse("@hourly", "Europe/Berlin")
+	s, loc, err := cron.Parse("@hourly", "Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := schedules.Next(s, loc, time.Date(2026, 1, 5, 10, 20, 0, 0, time.UTC)); !got.Equal(time.Date(2026, 1, 5, 11, 0, 0, 0, time.UTC)) {
+	if got := cron.Next(s, loc, time.Date(2026, 1, 5, 10, 20, 0, 0, time.UTC)); !got.Equal(time.Date(2026, 1, 5, 11, 0, 0, 0, time.UTC)) {
 		t.Errorf("@hourly next %v", got)
 	}
 }
@@ -126,14 +126,14 @@ func TestTicksAreTrimmed(t *testing.T) {
 	start := time.Date(2026, 1, 5, 10, 0, 30, 0, time.UTC)
 	next := start.Add(30 * time.Second)
 	sc, err := st.CreateSchedule(ctx, store.Schedule{ID: "sched_trim", Name: "trim", Cron: "* * * * *", Timezone: "UTC",
-		Spec: &podiumv1.TaskSpec{Image: "busybox"}, Overlap: schedules.OverlapAllow, CreatedBy: "alice", NextRunAt: &next})
+		Spec: &podiumv1.TaskSpec{Image: "busybox"}, Overlap: cron.OverlapAllow, CreatedBy: "alice", NextRunAt: &next})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const fired = store.KeptTicks + 5
 	for minute := 1; minute <= fired; minute++ {
 		now := start.Add(time.Duration(minute) * time.Minute)
-		tasks, err := schedules.NewTicker(schedules.Config{Now: func() time.Time { return now }}, st, nil).Tick(ctx)
+		tasks, err := cron.NewTicker(cron.Config{Now: func() time.Time { return now }}, cron.Deps{Store: st}).Tick(ctx)
 		if err != nil || len(tasks) != 1 {
 			t.Fatalf("minute %d: %d tasks, %v", minute, len(tasks), err)
 		}

@@ -1,4 +1,4 @@
-package schedules
+package cron
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package schedules
+package cron
 
 import (
 	"cmp"
@@ -28,6 +28,14 @@ type Config struct {
 	Bounds tasks.Bounds
 }
 
+// Deps are what the schedule service and the tick job work with.
+type Deps struct {
+	// Store holds the schedules, their ticks and the tasks they create.
+	Store *store.Store
+	// Log is where they log; slog.Default() when nil.
+	Log *slog.Logger
+}
+
 // Ticker fires due schedules. It is a leader.Worker.
 type Ticker struct {
 	cfg   Config
@@ -36,7 +44,7 @@ type Ticker struct {
 }
 
 // NewTicker returns the tick job.
-func NewTicker(cfg Config, st *store.Store, log *slog.Logger) *Ticker {
+func NewTicker(cfg Config, deps Deps) *Ticker {
 	if cfg.Every <= 0 {
 		cfg.Every = 5 * time.Second
 	}
@@ -46,10 +54,11 @@ func NewTicker(cfg Config, st *store.Store, log *slog.Logger) *Ticker {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Ticker{cfg: cfg, store: st, log: log}
+	return &Ticker{cfg: cfg, store: deps.Store, log: log}
 }
 
 // Run fires due schedules at once and then every cfg.Every until ctx ends.

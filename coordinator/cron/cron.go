@@ -1,4 +1,4 @@
-// Package schedules serves podium.v1.ScheduleService and runs the leader's
+// Package cron serves podium.v1.ScheduleService and runs the leader's
 // job that fires schedules' ticks.
 //
 // A schedule's next tick lives in its row (next_run_at), not in a timer, so
@@ -11,13 +11,13 @@
 // at most one missed tick: the leader fires the earliest tick it missed and
 // then moves next_run_at to the first tick after now. A schedule every
 // minute that was down for an hour runs once on return, not sixty times.
-package schedules
+package cron
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/robfig/cron/v3"
+	robfig "github.com/robfig/cron/v3"
 )
 
 // Bounds on what a schedule may be.
@@ -40,11 +40,11 @@ const (
 // parser reads standard 5-field expressions (minute hour dom month dow) and
 // the @hourly-style descriptors; no seconds field, no CRON_TZ= prefix (the
 // zone is its own field, so it is validated and shown on its own).
-var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var parser = robfig.NewParser(robfig.Minute | robfig.Hour | robfig.Dom | robfig.Month | robfig.Dow | robfig.Descriptor)
 
 // Parse checks a cron expression and a timezone and returns the schedule
 // they make, read in that zone. The error names the field and what is wrong.
-func Parse(expr, timezone string) (cron.Schedule, *time.Location, error) {
+func Parse(expr, timezone string) (robfig.Schedule, *time.Location, error) {
 	if expr == "" {
 		return nil, nil, fmt.Errorf("cron: required, a 5-field expression such as '*/15 * * * *'")
 	}
@@ -74,6 +74,6 @@ func Parse(expr, timezone string) (cron.Schedule, *time.Location, error) {
 // Next is the first tick of sched in loc strictly after t, in UTC and whole
 // seconds (Postgres stores microseconds; a tick's identity must survive the
 // round trip exactly).
-func Next(sched cron.Schedule, loc *time.Location, t time.Time) time.Time {
+func Next(sched robfig.Schedule, loc *time.Location, t time.Time) time.Time {
 	return sched.Next(t.In(loc)).UTC().Truncate(time.Second)
 }

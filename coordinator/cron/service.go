@@ -1,4 +1,4 @@
-package schedules
+package cron
 
 import (
 	"context"
@@ -39,15 +39,16 @@ type Service struct {
 
 // NewService returns the schedule service, with cfg's clock (time.Now when
 // nil) and bounds; the ticker's other settings are not its.
-func NewService(st *store.Store, cfg Config, log *slog.Logger) *Service {
+func NewService(cfg Config, deps Deps) *Service {
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{store: st, now: now, log: log, bounds: cfg.Bounds}
+	return &Service{store: deps.Store, now: now, log: log, bounds: cfg.Bounds}
 }
 
 func checkName(name string) error {
