@@ -241,7 +241,8 @@ func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err := s.ownerMay(ctx, sc, "run"); err != nil {
 		return nil, err
 	}
-	nt := store.NewTask{ID: ids.New("task"), Spec: sc.Spec, RequestedBy: sc.CreatedBy, Audit: store.AuditFrom(ctx)}
+	nt := tasks.NewRow(sc.Spec, sc.CreatedBy)
+	nt.Audit = store.AuditFrom(ctx)
 	if nt.Audit != nil {
 		nt.Audit.Target = sc.Name
 	}

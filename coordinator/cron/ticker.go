@@ -9,7 +9,6 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
-	"github.com/podiumhq/podium/internal/ids"
 )
 
 // Config tunes the leader's tick job. Zero values take the defaults.
@@ -137,7 +136,7 @@ func (t *Ticker) fire(ctx context.Context, sc store.Schedule, now time.Time) (*s
 		return nil, err
 	}
 	fired, err := t.store.FireTick(ctx, store.Fire{ScheduleID: sc.ID, Tick: tick, Next: next,
-		Task: store.NewTask{ID: ids.New("task"), Spec: sc.Spec, RequestedBy: sc.CreatedBy}})
+		Task: tasks.NewRow(sc.Spec, sc.CreatedBy)})
 	if err != nil {
 		return nil, fmt.Errorf("schedule %s: fire the tick of %s: %w", sc.Name, tick.Format(time.RFC3339), err)
 	}

@@ -80,7 +80,7 @@ func TestSafetyPassPlacesATaskQueuedWithoutADoorbell(t *testing.T) {
 	l := startLeader(t, db, dispatch.Config{Tick: time.Hour, SweepInterval: time.Hour, SafetyPass: 200 * time.Millisecond})
 	ctx := context.Background()
 	// Through the store first: its doorbell proves the leader is running.
-	if _, err := l.st.InsertTask(ctx, "task_rung", &podiumv1.TaskSpec{Image: "busybox"}, "me"); err != nil {
+	if _, err := l.st.InsertTask(ctx, store.NewTask{ID: "task_rung", Spec: &podiumv1.TaskSpec{Image: "busybox"}, RequestedBy: "me"}); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 30*time.Second, "the submitted task to be placed", func() bool { return l.state(t, "task_rung") == store.Scheduled })
@@ -126,7 +126,7 @@ func TestIdleLeaderDoesNotReadTheQueue(t *testing.T) {
 	// The term's first pass reads the queue; a submitted task is placed by
 	// the pass its doorbell starts. After that, nothing is queued or waiting.
 	wait.For(t, 30*time.Second, "the term's first pass", func() bool { return calls(queue) > 0 || calls(exists) > 0 })
-	if _, err := l.st.InsertTask(ctx, "task_a", &podiumv1.TaskSpec{Image: "busybox"}, "me"); err != nil {
+	if _, err := l.st.InsertTask(ctx, store.NewTask{ID: "task_a", Spec: &podiumv1.TaskSpec{Image: "busybox"}, RequestedBy: "me"}); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 30*time.Second, "the task to be placed", func() bool { return l.state(t, "task_a") == store.Scheduled })

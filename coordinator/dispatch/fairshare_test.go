@@ -69,7 +69,7 @@ func TestFairShareDecidesTheOrderOfEqualPriorityTasks(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, q := range queue { // one at a time: each is submitted after the one before
-				if _, err := st.InsertTask(ctx, q.id, &podiumv1.TaskSpec{Image: "busybox", Priority: q.priority}, q.owner); err != nil {
+				if _, err := st.InsertTask(ctx, store.NewTask{ID: q.id, Spec: &podiumv1.TaskSpec{Image: "busybox", Priority: q.priority}, RequestedBy: q.owner}); err != nil {
 					t.Fatal(err)
 				}
 			}

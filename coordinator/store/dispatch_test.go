@@ -110,7 +110,7 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 		Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "postgres", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 1024, Pids: 50}},
 			{Name: "log", Image: "busybox"}},
 		TimeoutSeconds: 7200, OutputLimitBytes: 3 << 30, AllowEgress: []string{"10.0.0.0/8", "169.254.169.254/32"}}
-	if _, err := st.InsertTask(ctx, "task_x", spec, "me"); err != nil {
+	if _, err := st.InsertTask(ctx, newTask("task_x", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
 	var got placement.Need
@@ -231,7 +231,7 @@ func TestDispatchPassOffersPrivilegedSidecarsAsStored(t *testing.T) {
 		"task_plain":  {Image: "busybox"},
 	}
 	for id, spec := range specs {
-		if _, err := st.InsertTask(ctx, id, spec, "me"); err != nil {
+		if _, err := st.InsertTask(ctx, newTask(id, spec, "me")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,7 +314,7 @@ func TestDispatchPassNeverPlacesPastMaxAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openStore(t)
-	if _, err := st.InsertTask(ctx, "task_spent", &podiumv1.TaskSpec{Image: "busybox", MaxAttempts: 2, RetryOnNodeLoss: true}, "me"); err != nil {
+	if _, err := st.InsertTask(ctx, newTask("task_spent", &podiumv1.TaskSpec{Image: "busybox", MaxAttempts: 2, RetryOnNodeLoss: true}, "me")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rawSQL(t, db).Exec(ctx, "update podium.tasks set attempt = 2 where id = 'task_spent'"); err != nil {

@@ -70,7 +70,7 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 	// A task asking for GPUs offers what it asks; placed, its GPUs count
 	// against the node.
 	spec := &podiumv1.TaskSpec{Image: "busybox", Resources: &podiumv1.Resources{Gpus: 2, GpuModel: "Tesla*", GpuMemoryMb: 15000}}
-	if _, err := st.InsertTask(ctx, "task_g", spec, "me"); err != nil {
+	if _, err := st.InsertTask(ctx, newTask("task_g", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
 	var need placement.Need
@@ -98,7 +98,7 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 		t.Fatalf("the node shows %d GPUs in use (%v), want 2", n.GPUsInUse, err)
 	}
 	// A second such task waits: the node's matching GPUs are all held.
-	if _, err := st.InsertTask(ctx, "task_h", spec, "me"); err != nil {
+	if _, err := st.InsertTask(ctx, newTask("task_h", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
 	if placed, waiting := dispatch(t, st, 10); len(placed) != 0 || waiting != 1 {

@@ -27,7 +27,7 @@ func TestRetryWaitsInTheRowAndIsPlacedAfter(t *testing.T) {
 	}
 	spec := &podiumv1.TaskSpec{Image: "busybox", TimeoutSeconds: 60, MaxAttempts: 3,
 		Retry: &podiumv1.RetryPolicy{Attempts: 3, OnExitCodes: []int32{1}, BackoffSeconds: 30, MaxBackoffSeconds: 300}}
-	if _, err := st.InsertTask(ctx, "task_r", spec, "me"); err != nil {
+	if _, err := st.InsertTask(ctx, newTask("task_r", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sql.Exec(ctx, `update podium.tasks set state = 'running', node_id = 'node_t', attempt = 1,

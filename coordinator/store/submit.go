@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/podiumhq/podium/coordinator/placement"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -20,6 +19,19 @@ type NewTask struct {
 	Audit *Audit
 	// RerunOf is the task this one reruns (TaskService.Rerun), "" for none.
 	RerunOf string
+	// Cost is what the task takes out of a node's budget, stored beside
+	// the spec for placement to read. The submit path computes it
+	// (tasks.NewRow, from placement.Cost and placement.PidsCost): what a
+	// task costs is placement's rule, and the store only records it.
+	Cost Cost
+}
+
+// Cost is a task's cost as stored on its row (podium.tasks cpu, memory_mb,
+// pids): its own limits plus every sidecar's.
+type Cost struct {
+	CPU      float64
+	MemoryMB int64
+	Pids     int64
 }
 
 // insertTasks stores one row per element of its arrays. The labels,
@@ -114,8 +126,8 @@ func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error
 		at[t.ID] = i
 		ids[i], specs[i], who[i], rerunOf[i] = t.ID, string(js), t.RequestedBy, t.RerunOf
 		priorities[i], retries[i] = t.Spec.GetPriority(), t.Spec.GetRetryOnNodeLoss()
-		cpus[i], mems[i] = placement.Cost(t.Spec)
-		pids[i], timeouts[i], outputs[i] = placement.PidsCost(t.Spec), t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
+		cpus[i], mems[i], pids[i] = t.Cost.CPU, t.Cost.MemoryMB, t.Cost.Pids
+		timeouts[i], outputs[i] = t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
 		if a := t.Audit; a != nil {
 			aWho[i], aRole[i], aTransport[i], aAction[i] = a.Who, a.Role, a.Transport, a.Action

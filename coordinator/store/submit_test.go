@@ -12,6 +12,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -28,6 +29,14 @@ func openStore(t *testing.T) (*store.Store, pgtest.Database) {
 	}
 	t.Cleanup(st.Close)
 	return st, db
+}
+
+// newTask is the row the submit path stores for spec (tasks.NewRow), its
+// cost included, under the id the test chose.
+func newTask(id string, spec *podiumv1.TaskSpec, requestedBy string) store.NewTask {
+	nt := tasks.NewRow(spec, requestedBy)
+	nt.ID = id
+	return nt
 }
 
 // rawSQL is a pool of the test's own on a database, for what a test sets up
@@ -69,7 +78,7 @@ func TestInsertTasksStoresEveryColumnInInputOrderAndRingsOnce(t *testing.T) {
 		if i%5 == 0 {
 			spec.Sidecars = []*podiumv1.Sidecar{{Name: "db", Image: "postgres", Resources: &podiumv1.Resources{Cpu: 1, MemoryMb: 256}}}
 		}
-		in = append(in, store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: fmt.Sprintf("user-%d", i)})
+		in = append(in, tasks.NewRow(spec, fmt.Sprintf("user-%d", i)))
 	}
 	out, err := st.InsertTasks(ctx, in)
 	if err != nil {
@@ -134,7 +143,7 @@ func TestInsertTasksIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, db := openStore(t)
-	first, err := st.InsertTask(ctx, ids.New("task"), &podiumv1.TaskSpec{Image: "busybox"}, "me")
+	first, err := st.InsertTask(ctx, newTask(ids.New("task"), &podiumv1.TaskSpec{Image: "busybox"}, "me"))
 	if err != nil {
 		t.Fatal(err)
 	}

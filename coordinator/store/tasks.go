@@ -152,9 +152,10 @@ func scanTask(row pgx.Row) (Task, error) {
 }
 
 // InsertTask stores one new queued task and rings ChannelSubmit: InsertTasks
-// with a batch of one. The spec must already be valid.
-func (s *Store) InsertTask(ctx context.Context, id string, spec *podiumv1.TaskSpec, requestedBy string) (Task, error) {
-	ts, err := s.InsertTasks(ctx, []NewTask{{ID: id, Spec: spec, RequestedBy: requestedBy}})
+// with a batch of one. The spec must already be valid, and t.Cost set for
+// a spec that asks for resources (tasks.NewRow).
+func (s *Store) InsertTask(ctx context.Context, t NewTask) (Task, error) {
+	ts, err := s.InsertTasks(ctx, []NewTask{t})
 	if err != nil {
 		return Task{}, err
 	}

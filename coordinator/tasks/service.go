@@ -97,7 +97,8 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 		return nil, err
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx)}
+	nt := NewRow(spec, who)
+	nt.Audit = store.AuditFrom(ctx)
 	if nt.Audit != nil {
 		nt.Audit.Target = nt.ID
 	}
@@ -539,7 +540,8 @@ func (s *Service) Rerun(ctx context.Context, req *connect.Request[podiumv1.Rerun
 		return nil, err
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	nt := store.NewTask{ID: ids.New("task"), Spec: spec, RequestedBy: who, Audit: store.AuditFrom(ctx), RerunOf: old.ID}
+	nt := NewRow(spec, who)
+	nt.Audit, nt.RerunOf = store.AuditFrom(ctx), old.ID
 	if nt.Audit != nil {
 		nt.Audit.Target = nt.ID
 	}
