@@ -24,7 +24,6 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
 	"github.com/podiumhq/podium/coordinator/coordtest"
-	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
@@ -122,7 +121,7 @@ func (e *env) task(who string, spec *podiumv1.TaskSpec, run bool) string {
 	if !run {
 		return id
 	}
-	placed, _, err := e.st.DispatchPass(ctx, 100, func(string, placement.Need) (string, string) { return e.node, "" })
+	placed, _, err := e.st.DispatchPass(ctx, 100, func(store.Claimed) (string, string) { return e.node, "" })
 	if err != nil || len(placed) == 0 {
 		e.t.Fatalf("place %s: %v (%d placed)", id, err, len(placed))
 	}

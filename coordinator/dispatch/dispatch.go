@@ -248,14 +248,14 @@ func (s *Dispatcher) Pass(ctx context.Context) error {
 		var waiting int
 		var err error
 		if s.cfg.NoFairShare {
-			placed, waiting, err = s.store.DispatchPassFIFO(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
+			placed, waiting, err = s.store.DispatchPassFIFO(ctx, s.cfg.Batch, PlaceOn(s.fleet, time.Now()))
 		} else {
-			placed, waiting, err = s.store.DispatchPass(ctx, s.cfg.Batch, s.placeOnFleet(time.Now()))
+			placed, waiting, err = s.store.DispatchPass(ctx, s.cfg.Batch, PlaceOn(s.fleet, time.Now()))
 		}
 		if errors.Is(err, store.ErrNotRung) {
 			s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 		} else if err != nil {
-			s.fleetStale = true // it may be charged for placements that were not made
+			s.fleetStale = true // PlaceOn may have charged it for placements that were not made
 			return err
 		}
 		s.lastWaiting = waiting
@@ -270,23 +270,6 @@ func (s *Dispatcher) Pass(ctx context.Context) error {
 	}
 }
 
-// placeOnFleet places each task of a pass on the leader's copy of the fleet
-// and charges it there, so the next task of the pass, and the next pass, see
-// the node as it will be. The charge is made before the pass commits: a pass
-// that fails leaves the copy charged for placements that were never made, so
-// Pass marks it stale.
-func (s *Dispatcher) placeOnFleet(now time.Time) store.PlaceFunc {
-	return func(_ string, need placement.Need) (string, string) {
-		i, why := placement.Place(need, s.fleet)
-		if i < 0 {
-			return "", why
-		}
-		c := s.fleet[i]
-		c.Charge(need, now)
-		return c.ID, ""
-	}
-}
-
 // readFleet reads the connected nodes again when the copy is stale: a fleet
 // doorbell rang, it is older than FleetMaxAge, or the last pass left tasks
 // waiting and it is older than FleetRecheck (finished tasks free room
@@ -297,11 +280,11 @@ func (s *Dispatcher) readFleet(ctx context.Context) error {
 		return nil
 	}
 	at := time.Now()
-	fleet, err := s.store.Candidates(ctx, s.cfg.UnreachableAfter)
+	nodes, err := s.store.Candidates(ctx, s.cfg.UnreachableAfter)
 	if err != nil {
 		return err
 	}
-	s.fleet, s.fleetAt, s.fleetStale = fleet, at, false
+	s.fleet, s.fleetAt, s.fleetStale = Fleet(nodes), at, false
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/wait"
@@ -37,11 +36,11 @@ func TestConcurrencyLimitHoldsAcrossOverlappingPasses(t *testing.T) {
 		err     error
 	}
 	second := make(chan result, 1)
-	placed, _, err := st.DispatchPass(ctx, 1, func(id string, _ placement.Need) (string, string) {
+	placed, _, err := st.DispatchPass(ctx, 1, func(store.Claimed) (string, string) {
 		// The first pass holds task_first and the key's lock: a second pass
 		// now claims task_second and must wait for the lock.
 		go func() {
-			p, w, err := st.DispatchPass(ctx, 1, func(string, placement.Need) (string, string) { return "node_a", "" })
+			p, w, err := st.DispatchPass(ctx, 1, func(store.Claimed) (string, string) { return "node_a", "" })
 			second <- result{p, w, err}
 		}()
 		wait.For(t, 30*time.Second, "the second pass to wait for the key's lock", func() bool {
@@ -88,7 +87,7 @@ func TestTasksWaitingOnAKeyDoNotFillThePass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	toA := func(string, placement.Need) (string, string) { return "node_a", "" }
+	toA := func(store.Claimed) (string, string) { return "node_a", "" }
 	ids := func(ps []store.Placement) (out []string) {
 		for _, p := range ps {
 			out = append(out, p.TaskID)

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/internal/taskspec"
 )
 
@@ -28,9 +27,35 @@ type Placement struct {
 	MaxAttempts int32
 }
 
+// Candidate is a connected node as a dispatch pass may use it, as the tables
+// show it now: its room, what it is already committed to, and its bounds on
+// one task. Package dispatch turns it into the placement.Candidate the leader
+// keeps and charges between reads; the store knows no placement rule.
+type Candidate struct {
+	ID             string
+	Labels         []string
+	Draining       bool
+	SlotLimit      int32 // the operator's override when set, else the agent's
+	Running        int32 // active tasks, plus the slots busy tearing down
+	CPUCores       float64
+	MemoryMB       int64
+	CommittedCPU   float64
+	CommittedMemMB int64
+	LastAssignedAt time.Time // the epoch when never
+	Limits         NodeLimits
+	GPUs           []NodeGPU
+	CommittedGPUs  int32
+	DiskFreeMB     int64
+	MinFreeDiskMB  int64
+	// DiskLowSince and EngineDownSince are zero while the disk is above its
+	// floor and the engine answers.
+	DiskLowSince    time.Time
+	EngineDownSince time.Time
+}
+
 // Candidates reads the connected nodes with what they are already committed
-// to, as placement sees them. It aggregates every active task, so the
-// scheduler keeps the result between passes rather than reading it for each.
+// to. It aggregates every active task, so the dispatcher keeps the result
+// between passes rather than reading it for each.
 //
 // A node heard from longer than silentFor ago (the unreachable threshold) is
 // left out even while its row still says online. The watchdog's verdict lags
@@ -38,7 +63,7 @@ type Placement struct {
 // reconnect), but a task placed in that window on a node that never comes
 // back is lost with it; one that does come back is a candidate again at its
 // first heartbeat.
-func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*placement.Candidate, error) {
+func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]Candidate, error) {
 	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
@@ -57,16 +82,14 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*placement.Candidate, error) {
-		c := &placement.Candidate{}
-		var permit []string
-		var gpus []NodeGPU
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Candidate, error) {
+		var c Candidate
 		var lowSince, engineDownSince *time.Time
 		l := &c.Limits
 		err := r.Scan(&c.ID, &c.Labels, &c.Draining, &c.SlotLimit, &c.Running, &c.CPUCores, &c.MemoryMB,
 			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt,
-			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &permit,
-			&l.AllowPrivilegedSidecars, &gpus, &c.CommittedGPUs, &c.DiskFreeMB, &c.MinFreeDiskMB, &lowSince,
+			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &l.PermitEgress,
+			&l.AllowPrivilegedSidecars, &c.GPUs, &c.CommittedGPUs, &c.DiskFreeMB, &c.MinFreeDiskMB, &lowSince,
 			&engineDownSince)
 		if lowSince != nil {
 			c.DiskLowSince = *lowSince
@@ -74,22 +97,51 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]*pla
 		if engineDownSince != nil {
 			c.EngineDownSince = *engineDownSince
 		}
-		l.PermitEgress = placement.ParseEgress(permit)
-		if len(gpus) > 0 {
-			c.GPUs = make([]placement.GPU, len(gpus))
-			for i, g := range gpus {
-				c.GPUs[i] = placement.GPU{Model: g.Model, MemoryMB: g.MemoryMB}
-			}
-		}
 		return c, err
 	})
 }
 
+// Need is what a claimed task asks of a node, as stored beside its spec:
+// its labels, its cost (NewTask.Cost), what a node's limits are checked
+// against, and its GPUs. Package dispatch hands it to placement.
+type Need struct {
+	Labels           []string
+	CPU              float64
+	MemoryMB         int64
+	Pids             int64
+	TimeoutSeconds   int64
+	OutputLimitBytes int64
+	// AllowEgress are the spec's allow_egress ranges, as written.
+	AllowEgress        []string
+	PrivilegedSidecars bool
+	GPUs               int32
+	GPUModel           string
+	GPUMemoryMB        int64
+}
+
+// Claimed is a queued task a pass claimed, as the pass offers it to its
+// PlaceFunc.
+type Claimed struct {
+	ID   string
+	Need Need
+	// Sharer is who the task shares slots as under fair share (its
+	// submitter, or "group G"); "" under FIFO (DispatchPassFIFO).
+	Sharer string
+	// Contended says the pass claimed the tasks of more than one sharer:
+	// only then is a task that finds every node busy waiting for its fair
+	// share rather than for the fleet to have room at all. Running and
+	// Queued are then the sharer's tasks holding a slot and queued (0
+	// otherwise: they are counted only when sharers contend).
+	Contended       bool
+	Running, Queued int64
+}
+
 // PlaceFunc says which node a claimed task goes to, or, with nodeID "", why
 // it waits. DispatchPass asks it once per task, in the order the tasks are
-// claimed, and writes whatever it answers; the choice is the caller's (the
-// scheduler, through package placement), so no placement rule lives in SQL.
-type PlaceFunc func(taskID string, need placement.Need) (nodeID, why string)
+// claimed, and writes whatever it answers; the choice and its wording are the
+// caller's (package dispatch, through package placement), so no placement
+// rule lives in SQL.
+type PlaceFunc func(task Claimed) (nodeID, why string)
 
 // ErrNotRung is wrapped by DispatchPass's error when the pass committed but
 // its doorbells were not rung: the placements stand (they are returned), and
@@ -197,7 +249,7 @@ const keyHasRoom = `(select count(*) from podium.tasks a where a.concurrency_key
 
 type queued struct {
 	id          string
-	need        placement.Need
+	need        Need
 	attempt     int32
 	givenBack   bool
 	maxAttempts int32
@@ -218,11 +270,9 @@ type queued struct {
 
 func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var q queued
-	var egress []string
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
-		&q.need.OutputLimitBytes, &egress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
+		&q.need.OutputLimitBytes, &q.need.AllowEgress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
 		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.by, &q.running, &q.waiting, &q.key, &q.limit)
-	q.need.AllowEgress = placement.ParseEgress(egress)
 	return q, err
 }
 
@@ -323,15 +373,12 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 			}
 			continue
 		}
-		node, reason := place(q.id, q.need)
+		node, reason := place(Claimed{ID: q.id, Need: q.need, Sharer: q.by, Contended: shared, Running: q.running, Queued: q.waiting})
 		if q.key != "" && node != "" {
 			active[q.key] = append(active[q.key], q.id)
 		}
 		if node == "" {
 			waiting++
-			if shared && reason == placement.Busy {
-				reason = placement.FairShareReason(q.by, q.running, q.waiting)
-			}
 			if reason != q.reason {
 				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
 			}

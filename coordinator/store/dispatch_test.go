@@ -8,29 +8,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// dispatch runs one dispatch pass the way the scheduler does: placement's
-// rule on the fleet as read now, each placement charged to its node.
-func dispatch(t *testing.T, st *store.Store, batch int) ([]store.Placement, int) {
+// runPass runs one dispatch pass the way the dispatcher does: placement's
+// rule on the fleet as read now, each placement charged to its node
+// (dispatch.PlaceOn).
+func runPass(t *testing.T, st *store.Store, batch int) ([]store.Placement, int) {
 	t.Helper()
 	ctx := context.Background()
-	fleet, err := st.Candidates(ctx, time.Minute)
+	nodes, err := st.Candidates(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	placed, waiting, err := st.DispatchPass(ctx, batch, func(_ string, need placement.Need) (string, string) {
-		i, why := placement.Place(need, fleet)
-		if i < 0 {
-			return "", why
-		}
-		fleet[i].Charge(need, now)
-		return fleet[i].ID, ""
-	})
+	placed, waiting, err := st.DispatchPass(ctx, batch, dispatch.PlaceOn(dispatch.Fleet(nodes), time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +69,8 @@ func TestDispatchPassOffersHighestPriorityThenOldestThenLowestID(t *testing.T) {
 
 	var offered []string
 	const why = "test: no node for it"
-	placed, waiting, err := st.DispatchPass(ctx, len(tasks)-1, func(id string, _ placement.Need) (string, string) {
-		offered = append(offered, id)
+	placed, waiting, err := st.DispatchPass(ctx, len(tasks)-1, func(c store.Claimed) (string, string) {
+		offered = append(offered, c.ID)
 		return "", why
 	})
 	if err != nil {
@@ -113,9 +107,9 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 	if _, err := st.InsertTask(ctx, newTask("task_x", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
-	var got placement.Need
-	if _, _, err := st.DispatchPass(ctx, 10, func(_ string, n placement.Need) (string, string) {
-		got = n
+	var got store.Need
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+		got = c.Need
 		return "", "test"
 	}); err != nil {
 		t.Fatal(err)
@@ -123,7 +117,7 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 	if !slices.Equal(got.Labels, spec.Labels) || got.CPU != 1.5 || got.MemoryMB != 1280 {
 		t.Fatalf("offered %+v, want labels %v, 1.5 CPU and 1280 MB (the sidecar counts)", got, spec.Labels)
 	}
-	wantEgress := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("169.254.169.254/32")}
+	wantEgress := []string{"10.0.0.0/8", "169.254.169.254/32"} // parsed by dispatch (TestFleetAndNeedAreWhatPlacementReads)
 	if got.Pids != 150 || got.TimeoutSeconds != 7200 || got.OutputLimitBytes != 3<<30 || !slices.Equal(got.AllowEgress, wantEgress) {
 		t.Fatalf("offered %+v, want 150 pids (the sidecar counts), a 7200 s timeout, 3 GiB of output and egress %v", got, wantEgress)
 	}
@@ -154,14 +148,14 @@ func TestCandidatesCarryTheNodesLimits(t *testing.T) {
 	}
 	want := placement.Limits{MaxCPU: 2.5, MaxMemoryMB: 4096, MaxPids: 4096, MaxTimeoutSeconds: 3600, MaxOutputBytes: 1 << 30,
 		PermitEgress: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, AllowPrivilegedSidecars: true}
-	if len(fleet) != 1 || !sameLimits(fleet[0].Limits, want) {
+	if len(fleet) != 1 || !sameLimits(dispatch.Fleet(fleet)[0].Limits, want) {
 		t.Fatalf("candidates %+v, want node_a with limits %+v", fleet, want)
 	}
 	// The agent restarted without limits.
 	if _, err := st.StartSession(ctx, store.SessionStart{NodeID: "node_a", Replica: "r1", MaxTasks: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if fleet, err = st.Candidates(ctx, time.Minute); err != nil || len(fleet) != 1 || !sameLimits(fleet[0].Limits, placement.Limits{}) {
+	if fleet, err = st.Candidates(ctx, time.Minute); err != nil || len(fleet) != 1 || !sameLimits(dispatch.Fleet(fleet)[0].Limits, placement.Limits{}) {
 		t.Fatalf("after a Hello without limits the candidate has %+v (%v), want none", fleet, err)
 	}
 }
@@ -205,7 +199,7 @@ func TestCandidatesLeaveOutANodeSilentPastUnreachable(t *testing.T) {
 	if _, err := st.InsertTasks(ctx, []store.NewTask{{ID: "task_a", Spec: &podiumv1.TaskSpec{Image: "busybox"}}}); err != nil {
 		t.Fatal(err)
 	}
-	placed, _ := dispatch(t, st, 10)
+	placed, _ := runPass(t, st, 10)
 	if len(placed) != 1 || placed[0].NodeID != "node_live" {
 		t.Fatalf("placed %+v, want task_a on node_live", placed)
 	}
@@ -236,8 +230,8 @@ func TestDispatchPassOffersPrivilegedSidecarsAsStored(t *testing.T) {
 		}
 	}
 	got := map[string]bool{}
-	if _, _, err := st.DispatchPass(ctx, 10, func(id string, n placement.Need) (string, string) {
-		got[id] = n.PrivilegedSidecars
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+		got[c.ID] = c.Need.PrivilegedSidecars
 		return "", "test"
 	}); err != nil {
 		t.Fatal(err)
@@ -321,7 +315,7 @@ func TestDispatchPassNeverPlacesPastMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	offered := 0
-	placed, _, err := st.DispatchPass(ctx, 10, func(string, placement.Need) (string, string) {
+	placed, _, err := st.DispatchPass(ctx, 10, func(store.Claimed) (string, string) {
 		offered++
 		return "node_a", ""
 	})

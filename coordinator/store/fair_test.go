@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/podiumhq/podium/coordinator/placement"
+	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -82,13 +82,13 @@ func TestFairShareStartsALaterSubmitterWithinTwentyPlacements(t *testing.T) {
 	ctx := context.Background()
 	st, sql := fairFleet(t)
 	submit(t, st, "alice", 1000)
-	if placed, _ := dispatch(t, st, 256); len(placed) != 10 {
+	if placed, _ := runPass(t, st, 256); len(placed) != 10 {
 		t.Fatalf("the first pass placed %d of Alice's tasks on 10 free slots, want 10", len(placed))
 	}
 	submit(t, st, "bob", 10)
 
 	finishOldest(t, sql)
-	placed, _ := dispatch(t, st, 256)
+	placed, _ := runPass(t, st, 256)
 	if len(placed) != 1 || submitter(placed[0].TaskID) != "bob" {
 		t.Fatalf("the first slot freed after Bob submitted went to %v, want one of Bob's tasks", placed)
 	}
@@ -106,7 +106,7 @@ func TestFairShareStartsALaterSubmitterWithinTwentyPlacements(t *testing.T) {
 	bobs := 1
 	for len(order) < 20 && bobs < 10 {
 		finishOldest(t, sql)
-		placed, _ := dispatch(t, st, 256)
+		placed, _ := runPass(t, st, 256)
 		for _, p := range placed {
 			order = append(order, p.TaskID)
 			if submitter(p.TaskID) == "bob" {
@@ -150,12 +150,12 @@ func TestFairShareSharesSlotsByWeight(t *testing.T) {
 				}
 			}
 			submit(t, st, "alice", 1000)
-			dispatch(t, st, 256)
+			runPass(t, st, 256)
 			submit(t, st, "bob", 1000)
 			placements := map[string]int{}
 			for step := range 300 {
 				finishOldest(t, sql)
-				placed, _ := dispatch(t, st, 256)
+				placed, _ := runPass(t, st, 256)
 				for _, p := range placed {
 					placements[submitter(p.TaskID)]++
 				}
@@ -184,11 +184,11 @@ func TestFairShareBetweenGroups(t *testing.T) {
 	st, sql := fairFleet(t)
 	submitIn(t, st, "carol", "ml", 500)
 	submitIn(t, st, "dave", "ml", 500)
-	dispatch(t, st, 256)
+	runPass(t, st, 256)
 	submit(t, st, "bob", 1000)
 	for step := range 200 {
 		finishOldest(t, sql)
-		dispatch(t, st, 256)
+		runPass(t, st, 256)
 		if step < 30 {
 			continue // the group's head start of 10 slots is still being given back
 		}
@@ -211,28 +211,20 @@ func TestFairShareBetweenGroups(t *testing.T) {
 	}
 }
 
-// dispatchWith is dispatch through pass, DispatchPass (fair share on) or
+// dispatchWith is runPass with the pass chosen: DispatchPass (fair share on) or
 // DispatchPassFIFO (off), on the fleet as read now.
 func dispatchWith(t *testing.T, st *store.Store, fair bool, batch int) []store.Placement {
 	t.Helper()
 	if fair {
-		placed, _ := dispatch(t, st, batch)
+		placed, _ := runPass(t, st, batch)
 		return placed
 	}
 	ctx := context.Background()
-	fleet, err := st.Candidates(ctx, time.Minute)
+	nodes, err := st.Candidates(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	placed, _, err := st.DispatchPassFIFO(ctx, batch, func(_ string, need placement.Need) (string, string) {
-		i, why := placement.Place(need, fleet)
-		if i < 0 {
-			return "", why
-		}
-		fleet[i].Charge(need, now)
-		return fleet[i].ID, ""
-	})
+	placed, _, err := st.DispatchPassFIFO(ctx, batch, dispatch.PlaceOn(dispatch.Fleet(nodes), time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +243,11 @@ func TestFairShareSharesSlotsByGroupWeight(t *testing.T) {
 		t.Fatalf("set group ml's weight to 2: %+v, %v", g, err)
 	}
 	submitIn(t, st, "alice", "ops", 1000)
-	dispatch(t, st, 256)
+	runPass(t, st, 256)
 	submitIn(t, st, "bob", "ml", 1000)
 	for step := range 300 {
 		finishOldest(t, sql)
-		dispatch(t, st, 256)
+		runPass(t, st, 256)
 		if step < 30 {
 			continue // group ops's head start of 10 slots is still being given back
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -73,9 +72,9 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 	if _, err := st.InsertTask(ctx, newTask("task_g", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
-	var need placement.Need
-	if _, _, err := st.DispatchPass(ctx, 10, func(_ string, n placement.Need) (string, string) {
-		need = n
+	var need store.Need
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+		need = c.Need
 		return "", "test"
 	}); err != nil {
 		t.Fatal(err)
@@ -83,7 +82,7 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 	if need.GPUs != 2 || need.GPUModel != "Tesla*" || need.GPUMemoryMB != 15000 {
 		t.Fatalf("offered %+v, want 2 GPUs matching Tesla* with 15000 MiB", need)
 	}
-	placed, _ := dispatch(t, st, 10)
+	placed, _ := runPass(t, st, 10)
 	if len(placed) != 1 || placed[0].NodeID != "node_a" {
 		t.Fatalf("placed %+v, want task_g on node_a (two T4s free)", placed)
 	}
@@ -101,7 +100,7 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 	if _, err := st.InsertTask(ctx, newTask("task_h", spec, "me")); err != nil {
 		t.Fatal(err)
 	}
-	if placed, waiting := dispatch(t, st, 10); len(placed) != 0 || waiting != 1 {
+	if placed, waiting := runPass(t, st, 10); len(placed) != 0 || waiting != 1 {
 		t.Fatalf("placed %+v with %d waiting, want task_h waiting", placed, waiting)
 	}
 	if tk, err := st.GetTask(ctx, "task_h"); err != nil || tk.Reason != `no connected node has 2 free GPUs matching "Tesla*" with at least 15000 MiB (largest: 0)` {

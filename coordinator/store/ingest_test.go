@@ -52,7 +52,7 @@ func newIngestFixtureOn(t *testing.T, st *store.Store, db pgtest.Database, nodes
 	if _, err := st.InsertTasks(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	placed, _ := dispatch(t, st, tasks)
+	placed, _ := runPass(t, st, tasks)
 	if len(placed) != tasks {
 		t.Fatalf("placed %d of %d", len(placed), tasks)
 	}

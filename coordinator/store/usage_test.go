@@ -164,7 +164,7 @@ func TestUsageViewSumsByUserLabelAndDay(t *testing.T) {
 	if _, err := st.InsertTasks(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if placed, _ := dispatch(t, st, len(in)); len(placed) != len(in) {
+	if placed, _ := runPass(t, st, len(in)); len(placed) != len(in) {
 		t.Fatalf("placed %d of %d", len(placed), len(in))
 	}
 	if _, err := sql.Exec(ctx, "update podium.attempts set assigned_at = now() - interval '1 hour'"); err != nil {
