@@ -4,17 +4,14 @@
 // why none can take it yet.
 //
 // It is policy and nothing else: no Postgres, no clock, no goroutines, so
-// every rule can be tested with a table of nodes and needs. The scheduler
+// every rule can be tested with a table of nodes and needs. Package dispatch
 // keeps the leader's copy of the fleet and calls Place for each task; the
 // store reads the fleet (store.Candidates), claims queued tasks and records
 // the placements.
 //
-// Which task is offered first is decided in SQL, not here: the store claims
-// queued tasks highest priority first, then by fair share between their
-// submitters (store.claimQueued), in the
-// same statement that locks them FOR UPDATE SKIP LOCKED. The order has to live
-// there, because a LIMIT with SKIP LOCKED takes whichever rows the statement
-// reaches first; sorting after the claim would sort the wrong tasks.
+// Which task is offered first is not decided here: that is package
+// dispatch's policy (dispatch.Order: priority, then fair share between
+// sharers), which the store's claim executes in SQL.
 package placement
 
 import (
@@ -121,8 +118,9 @@ type Need struct {
 }
 
 // Cost is what a task takes out of a node's budget: its own limits plus every
-// sidecar's, because the sidecars run on the same machine. The store keeps it
-// on the task's row, and a node's session charges it while the task runs, so
+// sidecar's, because the sidecars run on the same machine. The submit path
+// computes it (tasks.NewRow) and the store keeps it on the task's row, and a
+// node's session charges it while the task runs, so
 // both sides count the same thing and a task with heavy sidecars cannot
 // squeeze onto a node that only has room for its main container.
 func Cost(spec *podiumv1.TaskSpec) (cpu float64, memoryMB int64) {
@@ -309,8 +307,8 @@ func (l *Limits) permits(p netip.Prefix) bool {
 }
 
 // Busy is Place's reason when every node that could run the task has no
-// free slot. The store's pass replaces it with FairShareReason when other
-// submitters' tasks compete for the same slots.
+// free slot. A pass's PlaceFunc (dispatch.PlaceOn) replaces it with
+// FairShareReason when other sharers' tasks compete for the same slots.
 const Busy = "every node that could run the task is busy: it waits for a free slot"
 
 // FairShareReason says why a task waits while others' tasks take the slots

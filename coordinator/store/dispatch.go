@@ -148,20 +148,16 @@ type PlaceFunc func(task Claimed) (nodeID, why string)
 // the nodes find their commands when they next look.
 var ErrNotRung = errors.New("the placements are stored but their doorbells were not rung")
 
-// claimQueued is the pass's claim: the order is decided here, because SKIP
-// LOCKED with a LIMIT takes the rows the statement reaches first.
-//
-// Priority wins first. Among tasks of equal priority the order is fair share
-// (weighted fair queuing, in its stride form) between sharers: a spec's
-// group when it names one, its submitter (requested_by) otherwise. A
-// sharer's k-th queued task, oldest first, is offered at the virtual time
-// (running + k) / weight, where running counts the sharer's tasks already
-// holding a slot and weight is the submitter's in podium.users, or the
-// group's in podium.group_weights (1 when there is no row). Bob's first task after Alice's sweep of
-// 1,000 comes before Alice's next one once she holds a slot, and two busy
-// sharers alternate, each keeping about half the slots, or twice as many for
-// a weight of 2. Ties go to the oldest task, then the lowest id, so one
-// sharer's queue is still first come, first served.
+// claimQueued is the pass's claim with fair share on. The order it claims in
+// is dispatch.Order, the policy stated in Go, executed here because SKIP
+// LOCKED with a LIMIT takes the rows the statement reaches first: priority,
+// then the virtual time (running + k) / weight of each sharer's k-th queued
+// task of that priority, then age, then id. A sharer is a spec's group when
+// it names one, its submitter (requested_by) otherwise; running counts its
+// tasks already holding a slot, and weight is the submitter's in
+// podium.users, or the group's in podium.group_weights (1 when there is no
+// row). A change to either side must keep TestClaimOrderIsDispatchOrder
+// (coordinator/dispatch) passing.
 //
 // It is one statement, set-based, and costs what it claims rather than the
 // length of the queue: a skip scan finds the sharers with queued tasks (one
@@ -223,8 +219,8 @@ const claimQueued = `with recursive sharers as (
 	limit $1`
 
 // claimFIFO is the claim with fair share turned off (the coordinator's
-// --fair-share=false): priority, then age, then id, the order before fair
-// share, with no sharer read and nothing counted. It keeps the concurrency
+// --fair-share=false): priority, then age, then id (dispatch.OrderFIFO), the
+// order before fair share, with no sharer read and nothing counted. It keeps the concurrency
 // keys' test, which is not fair share's. Every claimed task's sharer is "",
 // so none is told it waits for its fair share. It reads the queue through
 // tasks_queue, the index the order was made for.
@@ -289,8 +285,8 @@ func contended(qs []queued) bool {
 }
 
 // DispatchPass claims up to batch queued tasks with FOR UPDATE SKIP LOCKED,
-// highest priority first, then by fair share between submitters
-// (claimQueued), asks place where each
+// highest priority first, then by fair share between sharers (claimQueued,
+// in dispatch.Order's order), asks place where each
 // goes, records the placements and why the others wait, and, once that has
 // committed, rings each placed task's followers and each node given work. It
 // returns the placements and how many claimed tasks were left waiting. If it
