@@ -9,7 +9,8 @@
 // leader advisory lock and runs its workers while it holds the lock; the moment
 // it stops holding it, their context ends. The server gives it:
 //
-//   - the scheduler (coordinator/scheduler): who picks a node for a task;
+//   - the dispatcher (coordinator/dispatch): which queued task goes first, and
+//     through package placement, which node it goes to;
 //   - the watchdog (nodes.Service.RunWatchdog, coordinator/nodes/watchdog.go):
 //     who decides, from the stored heartbeats, that a node is unreachable or
 //     offline, and sends its tasks through the node-loss policy;
