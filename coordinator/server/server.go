@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	vault := secrets.NewVault(secretsKey, st)
-	apt, err := aptrepo.Load(ctx, cfg.Apt, st, secretsKey, log)
+	apt, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -329,7 +329,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
 	mux.Handle(podiumv1connect.NewScheduleServiceHandler(schedules.NewService(st, cfg.Schedules, log), people))
-	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
+	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(webhooks.Deps{Store: st, Vault: vault, Log: log}), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz unless --metrics-token-file
