@@ -10,7 +10,7 @@
 // it stops holding it, their context ends. The server gives it:
 //
 //   - the scheduler (coordinator/scheduler): who picks a node for a task;
-//   - the watchdog (nodes.Service.RunWatchdog, coordinator/nodes/watchdog.go):
+//   - the watchdog (coordinator/watchdog):
 //     who decides, from the stored heartbeats, that a node is unreachable or
 //     offline, and sends its tasks through the node-loss policy;
 //
