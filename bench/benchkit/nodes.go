@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/enroll"
 )
 
 // NodePrefix names the benchmarks' nodes; their pgbench scripts build the
@@ -29,7 +29,7 @@ func InsertNodes(ctx context.Context, conn *pgx.Conn, n int, maxTasks int32) ([]
 	ids := make([]string, n)
 	hashes := make([][]byte, n)
 	for i := range creds {
-		key, hash := nodes.NewSecret(nodes.KeyPrefix)
+		key, hash := enroll.NewSecret(enroll.KeyPrefix)
 		creds[i] = NodeCred{ID: NodeID(i + 1), Key: key}
 		ids[i], hashes[i] = creds[i].ID, hash
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/aptrepo"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -31,7 +32,7 @@ func TestAptKeyPrintsTheFingerprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	signer, err := aptrepo.StoredSigner(context.Background(), st, loadKey(t, coordtest.KeyFile(t)), slog.New(slog.DiscardHandler))
+	signer, err := aptrepo.StoredSigner(context.Background(), st, secrets.NewVault(loadKey(t, coordtest.KeyFile(t)), st), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

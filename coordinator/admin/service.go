@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
@@ -76,7 +76,7 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("labels: %q: %s", l, p))
 		}
 	}
-	token, hash := nodes.NewSecret(nodes.TokenPrefix)
+	token, hash := enroll.NewSecret(enroll.TokenPrefix)
 	expires := time.Now().Add(ttl)
 	allow := req.Msg.GetAllowNodeLabels()
 	if err := s.store.CreateToken(ctx, hash, req.Msg.GetLabels(), allow, expires); err != nil {
@@ -220,7 +220,7 @@ func (s *Service) RekeyNode(ctx context.Context, req *connect.Request[podiumv1.R
 	case ttl > 30*24*time.Hour:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ttl_seconds: at most 30 days; rekey tokens are meant to be used soon"))
 	}
-	token, hash := nodes.NewSecret(nodes.TokenPrefix)
+	token, hash := enroll.NewSecret(enroll.TokenPrefix)
 	expires := time.Now().Add(ttl)
 	if err := s.store.CreateRekeyToken(ctx, hash, id, expires); err != nil {
 		return nil, s.nodeError(err, id)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/admin"
-	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -138,8 +138,8 @@ func TestCreateEnrollmentToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := res.Msg.Token
-	if !strings.HasPrefix(tok, nodes.TokenPrefix) || len(tok) < len(nodes.TokenPrefix)+40 {
-		t.Fatalf("token %q, want %s and 32 random bytes", tok, nodes.TokenPrefix)
+	if !strings.HasPrefix(tok, enroll.TokenPrefix) || len(tok) < len(enroll.TokenPrefix)+40 {
+		t.Fatalf("token %q, want %s and 32 random bytes", tok, enroll.TokenPrefix)
 	}
 	if exp := res.Msg.ExpiresAt.AsTime(); exp.Before(before.Add(admin.DefaultTokenTTL)) || exp.After(time.Now().Add(admin.DefaultTokenTTL)) {
 		t.Fatalf("expires %v, want an hour after it was made (%v)", exp, before)
@@ -149,7 +149,7 @@ func TestCreateEnrollmentToken(t *testing.T) {
 	if err := f.db.QueryRow(ctx, "select token_hash, labels from podium.enrollment_tokens").Scan(&hash, &labels); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(hash, nodes.Hash(tok)) || !slices.Equal(labels, []string{"gpu"}) {
+	if !bytes.Equal(hash, enroll.Hash(tok)) || !slices.Equal(labels, []string{"gpu"}) {
 		t.Fatalf("stored hash %x labels %v, want the token's SHA-256 and [gpu]", hash, labels)
 	}
 	if n := f.count(t, "select count(*) from podium.enrollment_tokens e where to_jsonb(e)::text like '%' || $1 || '%'", tok); n != 0 {
@@ -299,11 +299,11 @@ func TestRekeyNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Msg.NodeId != "node_a" || !strings.HasPrefix(res.Msg.Token, nodes.TokenPrefix) {
+	if res.Msg.NodeId != "node_a" || !strings.HasPrefix(res.Msg.Token, enroll.TokenPrefix) {
 		t.Fatalf("rekey answered %v", res.Msg)
 	}
 	if n := f.count(t, "select count(*) from podium.enrollment_tokens where rekey_node = 'node_a' and token_hash = $1",
-		nodes.Hash(res.Msg.Token)); n != 1 {
+		enroll.Hash(res.Msg.Token)); n != 1 {
 		t.Fatal("the rekey token is not stored against its node")
 	}
 }

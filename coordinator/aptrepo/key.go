@@ -20,14 +20,15 @@ var ErrNoSigningKey = errors.New("no apt signing key: set PODIUM_APT_SIGNING_KEY
 	"or give the coordinator a secrets key (PODIUM_SECRETS_KEY_FILE) so that it makes one and keeps it in Postgres " +
 	"(docs/operations.md, \"The apt repository\")")
 
-// StoredSigner returns the signing key kept in Postgres, sealed under the
-// secrets key, generating and storing it first if there is none. Replicas
-// that start together each generate one, but only the first stored is kept
-// and every replica signs with that one. Without a secrets key it is
-// ErrNoSigningKey: the private key is never stored in the clear, as no
-// secret is (the secrets issue's rule: without a key, secrets cannot be set).
-func StoredSigner(ctx context.Context, st *store.Store, key *secrets.Key, log *slog.Logger) (*Signer, error) {
-	if key == nil {
+// StoredSigner returns the signing key kept in Postgres, sealed by the
+// vault under the secrets key, generating and storing it first if there is
+// none. Replicas that start together each generate one, but only the first
+// stored is kept and every replica signs with that one. Without a secrets
+// key (vault nil or keyless) it is ErrNoSigningKey: the private key is never
+// stored in the clear, as no secret is (the secrets issue's rule: without a
+// key, secrets cannot be set).
+func StoredSigner(ctx context.Context, st *store.Store, vault *secrets.Vault, log *slog.Logger) (*Signer, error) {
+	if !vault.HasKey() {
 		return nil, ErrNoSigningKey
 	}
 	row, err := st.AptSigningKey(ctx)
@@ -40,12 +41,12 @@ func StoredSigner(ctx context.Context, st *store.Store, key *secrets.Key, log *s
 		if gerr != nil {
 			return nil, gerr
 		}
-		sealed, gerr := key.Seal(store.AptKeyAAD, raw)
+		sealed, gerr := vault.SealAptKey(raw)
 		if gerr != nil {
 			return nil, gerr
 		}
-		row, err = st.PutAptSigningKeyIfAbsent(ctx, store.AptKeyRow{Ciphertext: sealed.Ciphertext, Nonce: sealed.Nonce,
-			KeyID: sealed.KeyID, Fingerprint: s.Fingerprint()})
+		sealed.Fingerprint = s.Fingerprint()
+		row, err = st.PutAptSigningKeyIfAbsent(ctx, sealed)
 		if err == nil && row.Fingerprint == s.Fingerprint() {
 			log.Info("apt: generated the repository's signing key and stored it, sealed under the secrets key", "fingerprint", s.Fingerprint())
 		}
@@ -53,7 +54,7 @@ func StoredSigner(ctx context.Context, st *store.Store, key *secrets.Key, log *s
 	if err != nil {
 		return nil, fmt.Errorf("read the apt signing key from Postgres: %w", err)
 	}
-	raw, err := key.Open(row.AAD, secrets.Sealed{Ciphertext: row.Ciphertext, Nonce: row.Nonce, KeyID: row.KeyID})
+	raw, err := vault.OpenAptKey(row)
 	if err != nil {
 		return nil, fmt.Errorf("the stored apt signing key: %w", err)
 	}
@@ -77,7 +78,9 @@ type Config struct {
 // log line saying why) when it serves none: no packages in Dir, or no key.
 // A key file or a package that cannot be read is an error: the operator
 // asked for something that does not work.
-func Load(ctx context.Context, cfg Config, st *store.Store, secretsKey *secrets.Key, log *slog.Logger) (*Repo, error) {
+// vault seals and opens the key kept in Postgres; it may be nil, or have no
+// key, when cfg.KeyFile is set or no repository is to be served.
+func Load(ctx context.Context, cfg Config, st *store.Store, vault *secrets.Vault, log *slog.Logger) (*Repo, error) {
 	if cfg.Dir == "" {
 		log.Info("apt: no package directory (--apt-dir): no apt repository is served")
 		return nil, nil
@@ -93,7 +96,7 @@ func Load(ctx context.Context, cfg Config, st *store.Store, secretsKey *secrets.
 	if cfg.KeyFile != "" {
 		signer, err = LoadKeyFile(cfg.KeyFile)
 	} else {
-		signer, err = StoredSigner(ctx, st, secretsKey, log)
+		signer, err = StoredSigner(ctx, st, vault, log)
 	}
 	if errors.Is(err, ErrNoSigningKey) {
 		log.Warn("apt: no apt repository is served: "+err.Error(), "dir", cfg.Dir)

@@ -54,7 +54,7 @@ func TestStoredSignerIsSharedAndSealed(t *testing.T) {
 				return
 			}
 			defer st.Close()
-			s, err := StoredSigner(ctx, st, key, log)
+			s, err := StoredSigner(ctx, st, secrets.NewVault(key, st), log)
 			if err != nil {
 				errs <- err
 				return
@@ -94,7 +94,7 @@ func TestStoredSignerIsSharedAndSealed(t *testing.T) {
 
 	// Without the secrets key it is sealed under, the stored key is not
 	// usable, and without any secrets key none is made.
-	if _, err := StoredSigner(ctx, st, newSecretsKey(t), log); !errors.Is(err, secrets.ErrWrongKey) {
+	if _, err := StoredSigner(ctx, st, secrets.NewVault(newSecretsKey(t), st), log); !errors.Is(err, secrets.ErrWrongKey) {
 		t.Errorf("another secrets key: %v, want ErrWrongKey", err)
 	}
 	if _, err := StoredSigner(ctx, st, nil, log); !errors.Is(err, ErrNoSigningKey) {
@@ -106,7 +106,7 @@ func TestStoredSignerIsSharedAndSealed(t *testing.T) {
 	if _, err := secrets.Rotate(ctx, st, key, next); err != nil {
 		t.Fatal(err)
 	}
-	s, err := StoredSigner(ctx, st, next, log)
+	s, err := StoredSigner(ctx, st, secrets.NewVault(next, st), log)
 	if err != nil || s.Fingerprint() != first {
 		t.Errorf("after secrets rotate: %v, fingerprint %v; want the same key %s", err, s, first)
 	}
@@ -129,7 +129,7 @@ func TestLoadWithoutAnyKey(t *testing.T) {
 	if err != nil || repo != nil {
 		t.Fatalf("Load without a key: %v, %v; want no repository and no error", repo, err)
 	}
-	repo, err = Load(ctx, Config{Dir: dir}, st, newSecretsKey(t), slog.New(slog.DiscardHandler))
+	repo, err = Load(ctx, Config{Dir: dir}, st, secrets.NewVault(newSecretsKey(t), st), slog.New(slog.DiscardHandler))
 	if err != nil || repo == nil || len(repo.Packages) != 1 {
 		t.Fatalf("Load with a secrets key: %v, %v; want a repository of one package", repo, err)
 	}
@@ -166,7 +166,7 @@ func TestAptKeyAndASecretOfItsOldNameDoNotOpenAsEachOther(t *testing.T) {
 		t.Fatalf("%s is a valid secret name: a secret could take it", store.AptKeyAAD)
 	}
 
-	signer, err := StoredSigner(ctx, st, key, log)
+	signer, err := StoredSigner(ctx, st, secrets.NewVault(key, st), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestAptKeyAndASecretOfItsOldNameDoNotOpenAsEachOther(t *testing.T) {
 		(select ciphertext, nonce from podium.secrets where name = $1)`, store.LegacyAptKeyAAD); err != nil {
 		t.Fatal(err)
 	}
-	s, err := StoredSigner(ctx, st, key, log)
+	s, err := StoredSigner(ctx, st, secrets.NewVault(key, st), log)
 	if err == nil || !strings.Contains(err.Error(), "does not decrypt") {
 		t.Fatalf("a secret's ciphertext on the apt key's row: signer %v, %v; want it not to open (the key was %s)", s, err, signer.Fingerprint())
 	}

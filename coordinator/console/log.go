@@ -8,10 +8,8 @@ import (
 	"html/template"
 	"strings"
 
-	"connectrpc.com/connect"
 	terminal "github.com/buildkite/terminal-to-html/v3"
 
-	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -165,13 +163,15 @@ func (s *lineScanner) flush() error {
 	return nil
 }
 
-// scanLog reads t's whole log (or until emit returns errStop) into lines.
+// scanLog reads t's whole log (or until emit returns errStop) into lines,
+// through the one reader of logs (logarchive.Reader.ReadLog) the API uses
+// too.
 // The partial lines at the end are ended only once the task has ended:
 // while it runs they may yet go on.
 func (c *Console) scanLog(ctx context.Context, t store.Task, emit func(logLine) error) (store.Task, error) {
 	sc := newLineScanner(emit)
 	var after int64
-	t, err := c.readLog(ctx, t, &after, func(_ int64, ev *podiumv1.TaskEvent) error { return sc.event(ev) })
+	t, err := c.archive.ReadLog(ctx, t, &after, func(_ int64, ev *podiumv1.TaskEvent) error { return sc.event(ev) })
 	if err == nil && store.Terminal(t.State) {
 		err = sc.flush()
 	}
@@ -218,69 +218,4 @@ func (c *Console) pageLines(ctx context.Context, t store.Task, from int64, limit
 	// A page that stopped early knows only that the log goes on past it:
 	// total is then its last line and one.
 	return lines, n, err
-}
-
-// readLog sends the events of t's log past *after: from its archive, then
-// its rows. It is the task service's Events reading (tasks.Service.readLog),
-// which is not exported: the archive job may move the log while it is read,
-// and a read that comes up short reads the task again and goes on from the
-// archive, so no event is missed or repeated.
-func (c *Console) readLog(ctx context.Context, t store.Task, after *int64, send func(int64, *podiumv1.TaskEvent) error) (store.Task, error) {
-	for {
-		if t.LogExpiredAt != nil {
-			return t, nil
-		}
-		if *after < t.Archive.Seq {
-			err := c.archive.Events(ctx, t.ID, t.Archive, *after, func(seq int64, ev *podiumv1.TaskEvent) error {
-				if err := send(seq, ev); err != nil {
-					return err
-				}
-				*after = seq
-				return nil
-			})
-			switch {
-			case errors.Is(err, logarchive.ErrReplaced):
-				nt, err := c.store.GetTask(ctx, t.ID)
-				if err != nil {
-					return t, err
-				}
-				if nt.Archive.Seq == t.Archive.Seq {
-					return t, connect.NewError(connect.CodeDataLoss, fmt.Errorf("task %s: its log archive is missing", t.ID))
-				}
-				t = nt
-				continue
-			case errors.Is(err, logarchive.ErrDamaged):
-				return t, connect.NewError(connect.CodeDataLoss, err)
-			case err != nil:
-				return t, err
-			}
-			*after = max(*after, t.Archive.Seq)
-		}
-		for {
-			evs, err := c.store.ReadEvents(ctx, t.ID, *after, 500)
-			if err != nil {
-				return t, err
-			}
-			for _, e := range evs {
-				if err := send(e.Seq, e.Event); err != nil {
-					return t, err
-				}
-				*after = e.Seq
-			}
-			if len(evs) < 500 {
-				break
-			}
-		}
-		if *after >= t.LastSeq {
-			return t, nil
-		}
-		nt, err := c.store.GetTask(ctx, t.ID)
-		if err != nil {
-			return t, err
-		}
-		if nt.Archive.Seq <= *after {
-			return t, nil
-		}
-		t = nt
-	}
 }

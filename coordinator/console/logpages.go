@@ -95,7 +95,7 @@ func (c *Console) rawLog(w http.ResponseWriter, r *http.Request) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	midLine := false
 	var after int64
-	_, err := c.readLog(r.Context(), t, &after, func(_ int64, ev *podiumv1.TaskEvent) error {
+	_, err := c.archive.ReadLog(r.Context(), t, &after, func(_ int64, ev *podiumv1.TaskEvent) error {
 		var err error
 		if lg := ev.GetLog(); lg != nil {
 			if d := lg.GetData(); len(d) > 0 {
@@ -210,7 +210,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			}
 			_ = send("state", "", nt.State+" "+exit)
 		}
-		t, err = c.readLog(ctx, nt, &after, func(_ int64, ev *podiumv1.TaskEvent) error { return sc.event(ev) })
+		t, err = c.archive.ReadLog(ctx, nt, &after, func(_ int64, ev *podiumv1.TaskEvent) error { return sc.event(ev) })
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				_ = send("failed", "", "the log could not be read: "+connectMessage(err))

@@ -19,12 +19,14 @@ import (
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/dispatch"
+	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/retention"
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 	"github.com/podiumhq/podium/test/testenv/tlstest"
@@ -52,7 +54,8 @@ func (r *Replica) Stop() {
 // Options tune a test replica.
 type Options struct {
 	Nodes    nodes.Config
-	Watchdog nodes.Watchdog
+	Enroll   enroll.Config
+	Watchdog watchdog.Config
 	Dispatch dispatch.Config
 	Leader   leader.Config
 	// Artifacts points the replica at an object store (see internal/s3test).
@@ -117,7 +120,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := server.Config{
-		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Watchdog: opts.Watchdog, Dispatch: opts.Dispatch, Leader: opts.Leader,
+		DatabaseURL: databaseURL, Listen: listen, Token: token, Logger: log, Nodes: opts.Nodes, Enroll: opts.Enroll, Watchdog: opts.Watchdog, Dispatch: opts.Dispatch, Leader: opts.Leader,
 		Artifacts: opts.Artifacts, Archive: opts.Archive, Transport: opts.Transport, Tailnet: opts.Tailnet,
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 		Retention: opts.Retention, Schedules: opts.Schedules, Notify: opts.Notify,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -150,7 +151,7 @@ func TestRequeuedTaskWaitsForTheReturningNodesTeardown(t *testing.T) {
 // stopped the attempt itself and reports it as stopping.
 func requeuedTaskWaitsForTeardown(t *testing.T, fenced bool) {
 	db := pgtest.NewDatabase(t)
-	wd := nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}
+	wd := watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}
 	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd, Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -24,7 +25,7 @@ func TestLeaderFailover(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	opts := coordtest.Options{
 		Nodes:    nodes.Config{HeartbeatInterval: 500 * time.Millisecond}, // the sim node never beats
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
 	}
 	a := coordtest.Start(t, db.URL, opts)
 	b := coordtest.Start(t, db.URL, opts)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -30,7 +31,7 @@ func TestNodeDeliveringOutputStaysOnline(t *testing.T) {
 	const unreachable, offline = 1500 * time.Millisecond, 3 * time.Second
 	r := coordtest.Start(t, db.URL, coordtest.Options{
 		Nodes:    nodes.Config{HeartbeatInterval: 300 * time.Millisecond, FlushInterval: 100 * time.Millisecond},
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: unreachable, OfflineAfter: offline},
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: unreachable, OfflineAfter: offline},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

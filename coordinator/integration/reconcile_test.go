@@ -10,6 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -78,7 +79,7 @@ func TestReconcileCancelsWhatTheControlPlaneDoesNotHold(t *testing.T) {
 func TestGracePeriodAfterRestart(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	wd := nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: 2 * time.Second, OfflineAfter: 4 * time.Second}
+	wd := watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: 2 * time.Second, OfflineAfter: 4 * time.Second}
 	r := coordtest.Start(t, db.URL, coordtest.Options{Watchdog: wd, Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	enrollment "github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/store"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
@@ -326,11 +327,11 @@ func stdoutOf(t *testing.T, ctx context.Context, r *coordtest.Replica, id string
 // Failed enrollments are limited per address: once an address has spent its
 // failures, even a good token is refused from it, and the refusal does not
 // spend the token; another address enrolls with that same token. (That an
-// address's bucket refills is nodes.TestEnrollLimiterRefills.)
+// address's bucket refills is enroll.TestEnrollLimiterRefills.)
 func TestEnrollFailuresAreRateLimited(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t)
-	r := coordtest.Start(t, db.URL, coordtest.Options{Nodes: nodes.Config{EnrollFailures: 3, EnrollRefill: time.Hour}})
+	r := coordtest.Start(t, db.URL, coordtest.Options{Enroll: enrollment.Config{Failures: 3, Refill: time.Hour}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 3 {

@@ -15,6 +15,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/dispatch"
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
 
@@ -47,7 +48,7 @@ func TestThresholdsSharedByReplicas(t *testing.T) {
 	defer cancel()
 	fast := nodes.Config{HeartbeatInterval: time.Second}
 	a := coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
-		Watchdog: nodes.Watchdog{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second},
+		Watchdog: watchdog.Config{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second},
 		Dispatch: dispatch.Config{AckDeadline: 4 * time.Second, WriteOffAfter: 7 * time.Second}})
 	want := server.Thresholds{UnreachableAfter: 3 * time.Second, OfflineAfter: 9 * time.Second, AckDeadline: 4 * time.Second, WriteOffAfter: 7 * time.Second}
 	if got := a.Thresholds(); got != want {
@@ -64,7 +65,7 @@ func TestThresholdsSharedByReplicas(t *testing.T) {
 	// every replica and warns whose it replaced; the rest stay.
 	var log syncBuffer
 	c := coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast, Logger: slog.New(slog.NewTextHandler(&log, nil)),
-		Watchdog: nodes.Watchdog{OfflineAfter: 20 * time.Second}})
+		Watchdog: watchdog.Config{OfflineAfter: 20 * time.Second}})
 	want.OfflineAfter = 20 * time.Second
 	if got := c.Thresholds(); got != want {
 		t.Fatalf("C uses %+v, want %+v", got, want)
@@ -116,7 +117,7 @@ func TestLeaderTakesStoredThresholds(t *testing.T) {
 	defer cancel()
 	fast := nodes.Config{HeartbeatInterval: 500 * time.Millisecond} // told in HelloAck; the sim node never beats
 	a := coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Hour, OfflineAfter: 2 * time.Hour}})
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: time.Hour, OfflineAfter: 2 * time.Hour}})
 	coordtest.Eventually(t, 10*time.Second, "A to lead", a.Leading)
 	id, key := enroll(t, a)
 	node, _ := connectNode(t, ctx, a, id, key)
@@ -130,7 +131,7 @@ func TestLeaderTakesStoredThresholds(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	coordtest.Start(t, db.URL, coordtest.Options{Nodes: fast,
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}})
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second}})
 	coordtest.Eventually(t, 20*time.Second, "the node to go offline by the stored thresholds", func() bool {
 		var status string
 		if err := conn.QueryRow(ctx, "select status from podium.nodes where id = $1", id).Scan(&status); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
 	"github.com/podiumhq/podium/coordinator/nodes"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
 )
@@ -22,7 +23,7 @@ func TestWatchdogNodeLossPolicy(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	r := coordtest.Start(t, db.URL, coordtest.Options{
 		Nodes:    nodes.Config{HeartbeatInterval: 500 * time.Millisecond}, // told in HelloAck; the sim node never beats
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: time.Second, OfflineAfter: 2 * time.Second},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

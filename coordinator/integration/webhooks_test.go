@@ -18,6 +18,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/nodes"
 	"github.com/podiumhq/podium/coordinator/notify"
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -173,7 +174,7 @@ func TestWebhooksDeliverSubscribedEvents(t *testing.T) {
 	r := coordtest.Start(t, db.URL, coordtest.Options{SecretsKeyFile: coordtest.KeyFile(t), Notify: hooksConfig(false),
 		Nodes: nodes.Config{HeartbeatInterval: 500 * time.Millisecond}, // the sim node never beats
 		// Long enough for the tasks to end first, on a busy machine.
-		Watchdog: nodes.Watchdog{Interval: 100 * time.Millisecond, UnreachableAfter: 4 * time.Second, OfflineAfter: 8 * time.Second},
+		Watchdog: watchdog.Config{Interval: 100 * time.Millisecond, UnreachableAfter: 4 * time.Second, OfflineAfter: 8 * time.Second},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -11,7 +11,7 @@
 //
 //   - the dispatcher (coordinator/dispatch): which queued task goes first, and
 //     through package placement, which node it goes to;
-//   - the watchdog (nodes.Service.RunWatchdog, coordinator/nodes/watchdog.go):
+//   - the watchdog (coordinator/watchdog):
 //     who decides, from the stored heartbeats, that a node is unreachable or
 //     offline, and sends its tasks through the node-loss policy;
 //

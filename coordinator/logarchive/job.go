@@ -11,8 +11,8 @@
 // pass overwrites. Without an object store the archive is a compressed row
 // of podium.task_log_archives instead.
 //
-// Readers (coordinator/tasks' Events) take the archive up to the task's
-// log_archived_seq and rows after it (Reader); something appended to an
+// Readers (coordinator/tasks' Events and the console) take the archive up to
+// the task's log_archived_seq and rows after it (Reader.ReadLog); something appended to an
 // archived task's log stays a row, and puts the task back in the job's queue
 // to be folded into a new archive.
 package logarchive

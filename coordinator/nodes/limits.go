@@ -1,33 +1,26 @@
 package nodes
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
-	"connectrpc.com/connect"
-
-	"github.com/podiumhq/podium/internal/taskspec"
+	"github.com/podiumhq/podium/coordinator/enroll"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
-// What a node may send. A node's key makes it a node, not a trusted program:
-// a broken or hostile agent must not be able to store a megabyte of one log
-// chunk, or hand a replica a million events to write in one transaction. Each
-// bound is far above what the agent sends (chunks of at most 32 KiB, batches
-// of at most 256 events), so only a node that is not behaving meets one. A
-// node that breaks one is refused (Enroll) or disconnected (Stream) with
-// InvalidArgument and a reason, which the agent logs when its stream ends,
-// and the replica logs it too, naming the node.
+// What a node may send on its stream; what it says about itself in its Hello
+// is bounded as at enrollment (coordinator/enroll). A node's key makes it a
+// node, not a trusted program: a broken or hostile agent must not be able to
+// store a megabyte of one log chunk, or hand a replica a million events to
+// write in one transaction. Each bound is far above what the agent sends
+// (chunks of at most 32 KiB, batches of at most 256 events), so only a node
+// that is not behaving meets one. A node that breaks one is disconnected
+// with InvalidArgument and a reason, which the agent logs when its stream
+// ends, and the replica logs it too, naming the node.
 const (
-	// MaxHostnameBytes bounds the hostname a node gives in Enroll and
-	// Hello: a DNS name is at most 253 bytes, a Linux hostname 64.
-	MaxHostnameBytes = 255
-	// MaxAgentVersionBytes bounds the agent version it gives.
-	MaxAgentVersionBytes = 255
 	// maxIDBytes bounds the ids and key a node names itself and its tasks
-	// with; real ones are a few dozen bytes.
-	maxIDBytes = 255
+	// with, as at enrollment.
+	maxIDBytes = enroll.MaxIDBytes
 	// MaxRunningInHello bounds the tasks a Hello may report: each costs the
 	// replica a query while it reconciles.
 	MaxRunningInHello = 1000
@@ -38,42 +31,12 @@ const (
 	MaxLogChunkBytes = 64 << 10
 )
 
-// ErrNodeBounds is the cause of every refusal of what a node sent past the
-// bounds above.
-var ErrNodeBounds = errors.New("the node sent more than the protocol allows")
-
-func boundsErr(format string, args ...any) error {
-	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%w: %s", ErrNodeBounds, fmt.Sprintf(format, args...)))
-}
-
-// checkNodeInfo bounds what a node says about itself in Enroll and Hello.
-func checkNodeInfo(hostname, agentVersion string) error {
-	if n := len(hostname); n > MaxHostnameBytes {
-		return boundsErr("hostname: %d bytes, more than %d", n, MaxHostnameBytes)
-	}
-	if n := len(agentVersion); n > MaxAgentVersionBytes {
-		return boundsErr("agent_version: %d bytes, more than %d", n, MaxAgentVersionBytes)
-	}
-	return nil
-}
-
-// checkEnroll bounds an enrollment request.
-func checkEnroll(req *podiumv1.EnrollRequest) error {
-	if err := checkNodeInfo(req.GetHostname(), req.GetAgentVersion()); err != nil {
-		return err
-	}
-	if n := len(req.GetToken()); n > maxIDBytes {
-		return boundsErr("token: %d bytes, more than %d: pass the token `podium token create` printed", n, maxIDBytes)
-	}
-	if n := len(req.GetLabels()); n > taskspec.MaxLabels {
-		return boundsErr("labels: %d, more than %d", n, taskspec.MaxLabels)
-	}
-	return nil
-}
+// boundsErr refuses what a node sent past a bound (enroll.ErrNodeBounds).
+var boundsErr = enroll.BoundsErr
 
 // checkHello bounds the first message of a stream.
 func checkHello(h *podiumv1.Hello) error {
-	if err := checkNodeInfo(h.GetHostname(), h.GetAgentVersion()); err != nil {
+	if err := enroll.CheckNodeInfo(h.GetHostname(), h.GetAgentVersion()); err != nil {
 		return err
 	}
 	if len(h.GetNodeId()) > maxIDBytes || len(h.GetNodeKey()) > maxIDBytes {

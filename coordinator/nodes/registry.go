@@ -1,6 +1,9 @@
-// Package nodes owns node identity and the node stream: enrollment, the live
-// sessions this replica holds, heartbeat bookkeeping, delivery of the commands
-// stored for a node, and the events nodes push back.
+// Package nodes holds the node stream: it serves podium.v1.NodeService's
+// Stream and UploadArtifact (coordinator/server joins them to
+// coordinator/enroll's Enroll), checks a node's credentials, keeps the live
+// sessions this replica holds and their heartbeats, delivers the commands
+// stored for a node, and answers the events nodes push back once
+// coordinator/ingest has stored them. coordinator/server makes it and runs it.
 //
 // The sessions are in memory because a node's stream terminates on exactly one
 // replica, which is the only one that can write to it. Everything another
@@ -275,6 +278,14 @@ func (s *Session) heard(now time.Time, interval time.Duration) (store.Heartbeat,
 	hb.At, hb.RunningTasks, hb.GPUsChanged, hb.GPUs = now, store.RunningUnknown, false, nil
 	s.lastBeat.At = now
 	return hb, true
+}
+
+// machine is the node's CPUs and memory as it last reported them (0:
+// unmeasured).
+func (s *Session) machine() (cores float64, memoryMB int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.capacity.GetCpuCores(), s.capacity.GetMemoryMb()
 }
 
 func (s *Session) seen(c *podiumv1.Capacity) {

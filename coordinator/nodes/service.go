@@ -11,6 +11,7 @@ import (
 
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/ingest"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/metrics"
 	"github.com/podiumhq/podium/coordinator/secrets"
@@ -57,10 +58,6 @@ type Config struct {
 	// (30 s). The doorbell and the bus's re-read after a reconnect make this a
 	// last resort; polling often costs one query per node per poll.
 	CommandPoll time.Duration
-	// EnrollFailures is how many failed enrollments one address may make in a
-	// burst (20); one more is allowed every EnrollRefill (30 s).
-	EnrollFailures int
-	EnrollRefill   time.Duration
 	// MaxNodes is the most nodes this replica holds at once; one more is
 	// refused (ResourceExhausted, naming the setting to raise) and its agent
 	// tries another replica. Every node held is an advisory lock in
@@ -86,15 +83,10 @@ func (c *Config) defaults() {
 	if c.CommandPoll == 0 {
 		c.CommandPoll = 30 * time.Second
 	}
-	if c.EnrollFailures == 0 {
-		c.EnrollFailures = 20
-	}
-	if c.EnrollRefill == 0 {
-		c.EnrollRefill = 30 * time.Second
-	}
 }
 
-// Service implements podium.v1.NodeService.
+// Service implements podium.v1.NodeService's Stream and UploadArtifact;
+// coordinator/server joins it to coordinator/enroll's Enroll in one handler.
 type Service struct {
 	cfg    Config
 	store  *store.Store
@@ -108,10 +100,9 @@ type Service struct {
 	hbMu  sync.Mutex
 	beats map[string]store.Heartbeat
 
-	enrollLimit *enrollLimiter
-	metrics     *metrics.Metrics
-	ingester    *ingester
-	deliverer   *deliverer
+	metrics   *metrics.Metrics
+	ingester  *ingest.Ingester
+	deliverer *deliverer
 	// fleetBell says a session started or ended since the fleet doorbell
 	// last rang (capacity 1); see fleetLoop.
 	fleetBell chan struct{}
@@ -135,8 +126,11 @@ type Deps struct {
 	// server makes it first because the metrics count its sessions and the
 	// service records into the metrics.
 	Registry *Registry
-	// Metrics records ingest and heartbeat figures; nil records nothing.
+	// Metrics records heartbeat figures; nil records nothing.
 	Metrics *metrics.Metrics
+	// Ingester stores the events the sessions receive (required). It is
+	// the server's to run: sessions can store no events unless it runs.
+	Ingester *ingest.Ingester
 	// Artifacts stores uploads; nil refuses them as not configured, and the
 	// node service still serves everything else.
 	Artifacts *artifacts.Service
@@ -159,8 +153,7 @@ func NewService(cfg Config, deps Deps) *Service {
 	}
 	return &Service{cfg: cfg, store: deps.Store, bus: deps.Bus, leases: deps.Leases, log: deps.Log, reg: reg,
 		metrics: deps.Metrics, artifacts: deps.Artifacts, secrets: vault,
-		beats: map[string]store.Heartbeat{}, enrollLimit: newEnrollLimiter(cfg.EnrollRefill, cfg.EnrollFailures),
-		ingester: newIngester(deps.Store, deps.Metrics, deps.Log, bulkLanesFor(deps.Store.PoolSize())), deliverer: newDeliverer(deps.Store, vault, deps.Log),
+		beats: map[string]store.Heartbeat{}, ingester: deps.Ingester, deliverer: newDeliverer(deps.Store, vault, deps.Log),
 		fleetBell: make(chan struct{}, 1)}
 }
 
@@ -168,14 +161,13 @@ func NewService(cfg Config, deps Deps) *Service {
 func (s *Service) Registry() *Registry { return s.reg }
 
 // Run does the service's background work until ctx ends, then returns nil:
-// writing the sessions' events, delivering their commands, flushing
-// heartbeats, answering other replicas' takeover requests and ending every
-// session when the lease connection breaks. Sessions can neither store events
-// nor receive commands unless it runs.
+// delivering the sessions' commands, flushing heartbeats, answering other
+// replicas' takeover requests and ending every session when the lease
+// connection breaks. Sessions receive no commands unless it runs (and store
+// no events unless the Ingester runs).
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.fleetLoop(ctx) })
-	wg.Go(func() { s.ingester.run(ctx) })
 	wg.Go(func() { s.deliverer.run(ctx) })
 	wg.Go(func() { s.flushLoop(ctx) })
 	wg.Go(func() { s.takeoverLoop(ctx) })

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgconn"
 	"net/netip"
 	"slices"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/groupcommit"
+	"github.com/podiumhq/podium/coordinator/ingest"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/placement"
 	"github.com/podiumhq/podium/coordinator/secrets"
@@ -98,7 +100,7 @@ func (s *Service) open(ctx context.Context, stream *connect.BidiStream[podiumv1.
 		s.log.Warn("node stream refused", "node", hello.GetNodeId(), "peer", stream.Peer().Addr, "err", err)
 		return nil, nil, nil, err
 	}
-	if err := checkAgentVersion(hello.GetAgentVersion()); err != nil {
+	if err := enroll.CheckAgentVersion(hello.GetAgentVersion()); err != nil {
 		s.log.Warn("node stream refused", "node", node.ID, "peer", stream.Peer().Addr, "err", err)
 		return nil, nil, nil, err
 	}
@@ -472,7 +474,7 @@ func (s *Service) receiveLoop(ctx context.Context, stream *connect.BidiStream[po
 					"node", sess.NodeID, "epoch", sess.Epoch, "err", err)
 				return err
 			}
-			checkEventUsage(s.log, sess, body.Events.GetEvents())
+			ingest.CheckEventUsage(s.log, sess.NodeID, sess.machine, body.Events.GetEvents())
 			if err := s.ingest(ctx, sess, body.Events.GetEvents()); err != nil {
 				return err
 			}
@@ -490,7 +492,8 @@ type attemptKey struct {
 	attempt int32
 }
 
-// ingest stores a message's events through the replica's shared writer, acks
+// ingest stores a message's events through the replica's shared writer
+// (coordinator/ingest), acks
 // each attempt's high-water mark and tells the node to stop a task it should
 // not have. The writer rings the doorbells after its commit.
 func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.TaskEvent) error {
@@ -507,7 +510,7 @@ func (s *Service) ingest(ctx context.Context, sess *Session, events []*podiumv1.
 	for i, k := range order {
 		items[i] = store.IngestItem{NodeID: sess.NodeID, Epoch: sess.Epoch, TaskID: k.task, Attempt: k.attempt, Events: groups[k]}
 	}
-	outcomes, err := s.ingester.ingest(ctx, items)
+	outcomes, err := s.ingester.Ingest(ctx, items)
 	if err != nil {
 		if errors.Is(err, groupcommit.ErrStopped) {
 			return connect.NewError(connect.CodeUnavailable, err)

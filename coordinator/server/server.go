@@ -25,6 +25,8 @@ import (
 	"github.com/podiumhq/podium/coordinator/console"
 	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/dispatch"
+	"github.com/podiumhq/podium/coordinator/enroll"
+	"github.com/podiumhq/podium/coordinator/ingest"
 	"github.com/podiumhq/podium/coordinator/leader"
 	"github.com/podiumhq/podium/coordinator/lease"
 	"github.com/podiumhq/podium/coordinator/logarchive"
@@ -37,9 +39,11 @@ import (
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/coordinator/tailnet/join"
 	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/coordinator/watchdog"
 	"github.com/podiumhq/podium/coordinator/webhooks"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/version"
+	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 	"github.com/podiumhq/podium/schema"
 )
@@ -107,7 +111,8 @@ type Config struct {
 	// given too.
 	Thresholds Thresholds
 	Nodes      nodes.Config
-	Watchdog   nodes.Watchdog
+	Enroll     enroll.Config
+	Watchdog   watchdog.Config
 	Dispatch   dispatch.Config
 	Leader     leader.Config
 	// Artifacts is the object store task artifacts go to; with no endpoint,
@@ -151,6 +156,7 @@ type Server struct {
 	leases    *lease.Keeper
 	pg        *pgLink
 	nodes     *nodes.Service
+	ingest    *ingest.Ingester
 	leader    *leader.Elector
 	tasks     *tasks.Service
 	artifacts *artifacts.Service
@@ -170,6 +176,17 @@ type Server struct {
 	// nodeAuth and apiAuth identify the callers of the node API and of the
 	// task and admin APIs, as the transport allows.
 	nodeAuth, apiAuth connect.HandlerOption
+}
+
+// nodeService is podium.v1.NodeService: enrollment is coordinator/enroll's,
+// the stream and artifact uploads coordinator/nodes'.
+type nodeService struct {
+	*nodes.Service
+	enrollment *enroll.Service
+}
+
+func (n nodeService) Enroll(ctx context.Context, req *connect.Request[podiumv1.EnrollRequest]) (*connect.Response[podiumv1.EnrollResponse], error) {
+	return n.enrollment.Enroll(ctx, req)
 }
 
 // compressLarge leaves small messages uncompressed. Most of what crosses a
@@ -242,7 +259,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	vault := secrets.NewVault(secretsKey, st)
-	apt, err := aptrepo.Load(ctx, cfg.Apt, st, secretsKey, log)
+	apt, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -303,14 +320,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		bus.Deps{Metrics: m, Log: log})
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
 	cfg.Nodes.Replica = cfg.ReplicaID
+	s.ingest = ingest.New(ingest.Deps{Store: st, Metrics: m, Log: log})
 	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
-		Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
+		Ingester: s.ingest, Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
+	enrollment := enroll.New(cfg.Enroll, enroll.Deps{Store: st, Log: log})
 	dispatcher := dispatch.New(cfg.Dispatch, dispatch.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
-	watchdog := leader.WorkerFunc(func(ctx context.Context) error { return s.nodes.RunWatchdog(ctx, cfg.Watchdog) })
+	health := watchdog.New(cfg.Watchdog, watchdog.Deps{Store: st, Log: log})
 	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
 	// The retention job and its object sweeper always run: they are what
 	// keeps the database and the bucket from growing forever.
-	workers := []leader.Worker{dispatcher, watchdog,
+	workers := []leader.Worker{dispatcher, health,
 		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log),
 		cron.NewTicker(cfg.Schedules, cron.Deps{Store: st, Log: log})}
 	if !cfg.Archive.Disabled {
@@ -324,12 +343,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	mux := http.NewServeMux()
 	people := connect.WithHandlerOptions(s.apiAuth, compressLarge, readLimits(PeopleReadMaxBytes), tasks.StrictJSON())
-	mux.Handle(podiumv1connect.NewNodeServiceHandler(s.nodes,
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(nodeService{Service: s.nodes, enrollment: enrollment},
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
 	mux.Handle(podiumv1connect.NewScheduleServiceHandler(cron.NewService(cfg.Schedules, cron.Deps{Store: st, Log: log}), people))
-	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(st, secretsKey, log), people))
+	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(webhooks.Deps{Store: st, Vault: vault, Log: log}), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz unless --metrics-token-file
@@ -538,8 +557,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 //     10 s, while the loops that store what they send (submits, node events)
 //     still run, so none is cut short.
 //  3. The background loops, together: the bus, the node service (its last
-//     heartbeats flushed), the task submitter, the artifact probe and the
-//     leader. The leader hands over here: its workers stop and it releases its
+//     heartbeats flushed), the event ingest, the task submitter, the artifact
+//     probe and the leader. The leader hands over here: its workers stop and it releases its
 //     lock while the lease connection still stands, so a standby takes over
 //     at once rather than at its next try.
 //  4. The lease. Closing the lease connection releases whatever lock is left.
@@ -577,6 +596,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}{
 		{"bus", s.bus.Run},
 		{"node service", s.nodes.Run},
+		{"event ingest", s.ingest.Run},
 		{"task service", s.tasks.Run},
 		{"artifact store", s.artifacts.Run},
 		{"leader", s.leader.Run},

@@ -428,80 +428,15 @@ func (s *Service) Events(ctx context.Context, req *connect.Request[podiumv1.Even
 	}
 }
 
-// readLog sends the events of t's log past *after: from its archive, then
-// its rows. It returns the task as last read, which may be newer than t if
-// the archive job moved its log meanwhile.
+// readLog sends the events of t's log past *after (logarchive's ReadLog,
+// the one reading of a log), saying a task that retention expired meanwhile
+// as the API says any task that is gone.
 func (s *Service) readLog(ctx context.Context, t store.Task, after *int64, send func(int64, *podiumv1.TaskEvent) error) (store.Task, error) {
-	for {
-		if t.LogExpiredAt != nil {
-			// Retention took the log (and its archive) since t was read.
-			return t, nil
-		}
-		if *after < t.Archive.Seq {
-			err := s.archive.Events(ctx, t.ID, t.Archive, *after, send)
-			switch {
-			case errors.Is(err, logarchive.ErrReplaced):
-				// Replaced by a newer archive since t was read: read t again.
-				nt, err := s.store.GetTask(ctx, t.ID)
-				if errors.Is(err, store.ErrNotFound) {
-					return t, s.notFound(ctx, t.ID)
-				}
-				if err != nil {
-					return t, connect.NewError(connect.CodeUnavailable, err)
-				}
-				if nt.Archive.Seq == t.Archive.Seq && sameArchive(nt.Archive, t.Archive) {
-					return t, connect.NewError(connect.CodeDataLoss, fmt.Errorf("task %s: its log archive is missing: %v", t.ID, err))
-				}
-				t = nt
-				continue
-			case errors.Is(err, logarchive.ErrDamaged):
-				return t, connect.NewError(connect.CodeDataLoss, err)
-			case err != nil:
-				var ce *connect.Error
-				if errors.As(err, &ce) || ctx.Err() != nil {
-					return t, err // the stream's own failure
-				}
-				return t, connect.NewError(connect.CodeUnavailable, err)
-			}
-			// The archive may end before its last position (a position with
-			// no event); the rows start after it.
-			*after = max(*after, t.Archive.Seq)
-		}
-		for {
-			evs, err := s.store.ReadEvents(ctx, t.ID, *after, 500)
-			if err != nil {
-				return t, connect.NewError(connect.CodeUnavailable, err)
-			}
-			for _, e := range evs {
-				if err := send(e.Seq, e.Event); err != nil {
-					return t, err
-				}
-			}
-			if len(evs) < 500 {
-				break
-			}
-		}
-		if *after >= t.LastSeq {
-			return t, nil
-		}
-		// Short of what t said was stored: the archive job may have taken
-		// the rows since. If it did, continue from its archive.
-		nt, err := s.store.GetTask(ctx, t.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return t, s.notFound(ctx, t.ID) // expired by retention meanwhile
-		}
-		if err != nil {
-			return t, connect.NewError(connect.CodeUnavailable, err)
-		}
-		if nt.Archive.Seq <= *after {
-			return t, nil
-		}
-		t = nt
+	t, err := s.archive.ReadLog(ctx, t, after, send)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, s.notFound(ctx, t.ID)
 	}
-}
-
-func sameArchive(a, b store.LogArchive) bool {
-	return (a.Key == nil) == (b.Key == nil) && (a.Key == nil || *a.Key == *b.Key)
+	return t, err
 }
 
 // Rerun submits a copy of a finished task as a new task, owned by the

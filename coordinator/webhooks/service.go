@@ -36,20 +36,30 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 // (coordinator/access has no entry for them, which means admin).
 type Service struct {
 	store *store.Store
-	// key seals the secrets the service generates; nil when the
-	// coordinator has no secrets key.
-	key *secrets.Key
-	log *slog.Logger
+	// vault seals the signing secrets the service generates; without a key
+	// it seals none.
+	vault *secrets.Vault
+	log   *slog.Logger
 }
 
-// NewService returns the webhook service. key may be nil: then a webhook
-// needs a --secret-name, and there can be none either (secrets cannot be
-// set without a key), so adding is refused with what to do.
-func NewService(st *store.Store, key *secrets.Key, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.Default()
+// Deps are what the webhook service works with.
+type Deps struct {
+	Store *store.Store
+	// Vault seals the signing secrets the service generates. Nil, or a
+	// vault without a key, is allowed: then a webhook needs a --secret-name,
+	// and there can be none either (secrets cannot be set without a key),
+	// so adding is refused with what to do.
+	Vault *secrets.Vault
+	// Log is where added and removed webhooks are said; nil is slog's default.
+	Log *slog.Logger
+}
+
+// NewService returns the webhook service.
+func NewService(deps Deps) *Service {
+	if deps.Log == nil {
+		deps.Log = slog.Default()
 	}
-	return &Service{store: st, key: key, log: log}
+	return &Service{store: deps.Store, vault: deps.Vault, log: deps.Log}
 }
 
 func invalid(format string, args ...any) error {
@@ -110,7 +120,7 @@ func (s *Service) Add(ctx context.Context, req *connect.Request[podiumv1.Webhook
 				w.SecretName, w.SecretName))
 		}
 	} else {
-		if s.key == nil {
+		if !s.vault.HasKey() {
 			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"the generated signing secret must be stored sealed, and %w", secrets.ErrNoKey))
 		}
@@ -123,11 +133,12 @@ func (s *Service) Add(ctx context.Context, req *connect.Request[podiumv1.Webhook
 		// secret name can take: a task can name it neither in --secret nor
 		// in notify[].secret (it would sign or read with the coordinator's
 		// key).
-		se, err := s.key.Seal(store.WebhookKeyAAD(w.ID), []byte(shown))
+		row, err := s.vault.SealWebhookKey(w.ID, []byte(shown))
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
-		sealed = &store.SecretRow{Name: store.WebhookKeyAAD(w.ID), Ciphertext: se.Ciphertext, Nonce: se.Nonce, KeyID: se.KeyID, SetBy: who}
+		row.SetBy = who
+		sealed = &row
 	}
 	if a := store.AuditFrom(ctx); a != nil {
 		a.Target = w.ID

@@ -1,4 +1,11 @@
-package nodes
+// Package ingest writes the events nodes send (their tasks' output, notes and
+// state changes) into the store: many sessions' messages to a transaction,
+// on a few lanes, ringing the doorbells of what they changed after each
+// commit. coordinator/nodes hands it each message a node's stream brings and
+// answers the node from the outcomes; coordinator/server makes one Ingester
+// per replica and runs it. It also bounds the usage a node reports
+// (CheckEventUsage) before that is stored.
+package ingest
 
 import (
 	"context"
@@ -27,7 +34,7 @@ const bulkLanes = 4
 // bulkMessageBytes is the output from which a message goes to a bulk lane.
 const bulkMessageBytes = 256 << 10
 
-// ingester writes the events of every session on this replica in shared
+// Ingester writes the events of every session on this replica in shared
 // transactions (store.IngestBatch): a session hands over a message's events
 // and waits for its own outcomes, and whatever arrives while a batch is
 // written goes into the next one. Each lane writes one batch at a time; a
@@ -39,7 +46,7 @@ const bulkMessageBytes = 256 << 10
 // each commit a lane rings, in one statement, the doorbell of every task
 // whose log grew and, if a slot came free or a task went back to the queue,
 // the scheduler's.
-type ingester struct {
+type Ingester struct {
 	store   *store.Store
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -49,17 +56,31 @@ type ingester struct {
 	turn atomic.Uint32
 }
 
-// bulkLanesFor is how many bulk lanes a replica whose pool opens at most
+// BulkLanesFor is how many bulk lanes a replica whose pool opens at most
 // poolSize connections runs: up to bulkLanes, and no more than half the
 // pool. Each lane holds a connection for as long as its transaction lasts;
 // a flood on every lane at once must leave connections for the heartbeats,
 // the Hellos and the API, which would otherwise queue behind it.
-func bulkLanesFor(poolSize int32) int {
+func BulkLanesFor(poolSize int32) int {
 	return max(1, min(bulkLanes, int(poolSize)/2))
 }
 
-func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger, bulk int) *ingester {
-	in := &ingester{store: st, metrics: m, log: log}
+// Deps are what the ingester works with.
+type Deps struct {
+	Store *store.Store
+	// Metrics counts what is stored; nil counts nothing.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// New returns an ingester with as many bulk lanes as the store's pool
+// allows (BulkLanesFor). It writes nothing until Run.
+func New(deps Deps) *Ingester {
+	return newIngester(deps, BulkLanesFor(deps.Store.PoolSize()))
+}
+
+func newIngester(deps Deps, bulk int) *Ingester {
+	in := &Ingester{store: deps.Store, metrics: deps.Metrics, log: deps.Log}
 	for range 1 + bulk {
 		in.lanes = append(in.lanes, groupcommit.New(groupcommit.Config[[]store.IngestItem, []store.IngestOutcome]{
 			Flush:     in.write,
@@ -71,8 +92,11 @@ func newIngester(st *store.Store, m *metrics.Metrics, log *slog.Logger, bulk int
 	return in
 }
 
-// ingest stores one message's items and returns their outcomes, in order.
-func (in *ingester) ingest(ctx context.Context, items []store.IngestItem) ([]store.IngestOutcome, error) {
+// Ingest stores one message's items and returns their outcomes, in order.
+// A session hands over its next message only once this returns, so that its
+// messages are stored in order. It fails with groupcommit.ErrStopped once Run
+// has returned.
+func (in *Ingester) Ingest(ctx context.Context, items []store.IngestItem) ([]store.IngestOutcome, error) {
 	return in.lanes[in.laneOf(items)].Do(ctx, items)
 }
 
@@ -80,7 +104,7 @@ func (in *ingester) ingest(ctx context.Context, items []store.IngestItem) ([]sto
 // bulkMessageBytes of output, else the next bulk lane in turn. Taking turns
 // rather than a lane per node keeps every bulk lane busy however few nodes
 // are flooding.
-func (in *ingester) laneOf(items []store.IngestItem) int {
+func (in *Ingester) laneOf(items []store.IngestItem) int {
 	size := 0
 	for _, it := range items {
 		for _, ev := range it.Events {
@@ -94,13 +118,15 @@ func (in *ingester) laneOf(items []store.IngestItem) int {
 	return 1 + int(in.turn.Add(1)%bulk)
 }
 
-// run writes batches until ctx ends.
-func (in *ingester) run(ctx context.Context) {
+// Run writes batches until ctx ends, then returns nil. Sessions can store
+// no events unless it runs.
+func (in *Ingester) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range in.lanes {
 		wg.Go(func() { l.Run(ctx) })
 	}
 	wg.Wait()
+	return nil
 }
 
 func countEvents(items []store.IngestItem) int {
@@ -112,7 +138,7 @@ func countEvents(items []store.IngestItem) int {
 }
 
 // write stores the messages of many sessions in one transaction.
-func (in *ingester) write(ctx context.Context, msgs [][]store.IngestItem) ([][]store.IngestOutcome, error) {
+func (in *Ingester) write(ctx context.Context, msgs [][]store.IngestItem) ([][]store.IngestOutcome, error) {
 	var items []store.IngestItem
 	for _, m := range msgs {
 		items = append(items, m...)
@@ -144,7 +170,7 @@ func (in *ingester) write(ctx context.Context, msgs [][]store.IngestItem) ([][]s
 
 // ring tells followers of every task whose log grew, and the scheduler when a
 // slot came free or a task went back to the queue, in one statement.
-func (in *ingester) ring(ctx context.Context, msgs [][]store.IngestItem, res [][]store.IngestOutcome) {
+func (in *Ingester) ring(ctx context.Context, msgs [][]store.IngestItem, res [][]store.IngestOutcome) {
 	var chans, payloads []string
 	grew := map[string]bool{}
 	freed := false

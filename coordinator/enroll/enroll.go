@@ -1,14 +1,23 @@
-package nodes
+// Package enroll turns enrollment tokens into node credentials: it serves
+// podium.v1.NodeService's Enroll (coordinator/server joins it to the stream
+// and uploads of coordinator/nodes in one handler), makes the secrets a
+// token and a node key are, and keeps the hash of each, which is all that
+// reaches Postgres. It also holds what decides whether an agent may be a
+// node at all, asked again at each stream's Hello by coordinator/nodes: the
+// agent version policy and the bounds on what a node says about itself.
+// Admin's `podium token create` makes its tokens with NewSecret.
+package enroll
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -24,11 +33,52 @@ const (
 	KeyPrefix   = "podium_nk_"
 )
 
+// auditTimeout bounds the writing of a refused enrollment's audit row,
+// which goes on after the caller has gone.
+const auditTimeout = 3 * time.Second
+
+// Config tunes enrollment. Zero values take the defaults.
+type Config struct {
+	// Failures is how many failed enrollments one address may make in a
+	// burst (20); one more is allowed every Refill (30 s).
+	Failures int
+	Refill   time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Failures == 0 {
+		c.Failures = 20
+	}
+	if c.Refill == 0 {
+		c.Refill = 30 * time.Second
+	}
+}
+
+// Deps are what enrollment works with.
+type Deps struct {
+	Store *store.Store
+	Log   *slog.Logger
+}
+
+// Service serves Enroll, podium.v1.NodeService's exchange of a token for a
+// node identity.
+type Service struct {
+	store *store.Store
+	log   *slog.Logger
+	limit *enrollLimiter
+}
+
+// New returns the enrollment service.
+func New(cfg Config, deps Deps) *Service {
+	cfg.defaults()
+	return &Service{store: deps.Store, log: deps.Log, limit: newEnrollLimiter(cfg.Refill, cfg.Failures)}
+}
+
 // NewSecret returns 32 random bytes, printable, with a prefix, and its hash.
 func NewSecret(prefix string) (secret string, hash []byte) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		panic("nodes: crypto/rand failed: " + err.Error())
+		panic("enroll: crypto/rand failed: " + err.Error())
 	}
 	secret = prefix + base64.RawURLEncoding.EncodeToString(b[:])
 	return secret, Hash(secret)
@@ -44,7 +94,7 @@ func Hash(secret string) []byte {
 // key is returned exactly once; only its SHA-256 reaches Postgres.
 func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.EnrollRequest]) (*connect.Response[podiumv1.EnrollResponse], error) {
 	peer := req.Peer().Addr
-	if !s.enrollLimit.allowed(peer) {
+	if !s.limit.allowed(peer) {
 		s.log.Warn("enrollment refused: too many failed attempts", "peer", peer)
 		return nil, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("too many failed enrollment attempts from %s; wait a minute and check the token", host(peer)))
@@ -53,7 +103,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 		s.log.Warn("enrollment refused", "peer", peer, "why", err)
 		return nil, err
 	}
-	if err := checkAgentVersion(req.Msg.GetAgentVersion()); err != nil {
+	if err := CheckAgentVersion(req.Msg.GetAgentVersion()); err != nil {
 		s.log.Warn("enrollment refused", "peer", peer, "why", err)
 		return nil, err
 	}
@@ -68,7 +118,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 	}
 	key, keyHash := NewSecret(KeyPrefix)
 	// On the tailnet the node is bound to the device it enrolls from, so its
-	// key is worth nothing anywhere else (see authenticate).
+	// key is worth nothing anywhere else (see coordinator/nodes' authenticate).
 	caller, _ := tailnet.CallerFrom(ctx)
 	audit := enrollAudit(caller, peer, req.Msg)
 	out, err := s.store.Enroll(store.WithAudit(ctx, audit), Hash(token), store.NewNode{
@@ -79,18 +129,18 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[podiumv1.Enro
 	var notGranted *store.LabelsNotGrantedError
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenUsed), errors.Is(err, store.ErrTokenExpired):
-		s.enrollLimit.failed(peer)
+		s.limit.failed(peer)
 		s.log.Warn("enrollment refused", "peer", peer, "device", caller.Device, "why", err)
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	case errors.As(err, &notGranted):
 		// A node asking for labels is how it would get itself sent work
 		// (and secrets) meant for trusted nodes: refused, said at warning
 		// level and audited, and counted against the peer like a bad token.
-		s.enrollLimit.failed(peer)
+		s.limit.failed(peer)
 		s.log.Warn("enrollment refused: the node asked for labels its token does not grant", "peer", peer,
 			"device", caller.Device, "hostname", req.Msg.GetHostname(), "labels", notGranted.Labels, "rekey_node", notGranted.NodeID)
 		code := connect.CodePermissionDenied
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
 		werr := s.store.WriteAudit(actx, audit, code.String())
 		cancel()
 		if werr != nil {
@@ -141,53 +191,6 @@ func enrollAudit(caller tailnet.Caller, peer string, m *podiumv1.EnrollRequest) 
 		a.Target = strings.ToValidUTF8(a.Target[:512], "") + "…"
 	}
 	return a
-}
-
-// authenticate checks a node id and key against the stored hash in constant time.
-func (s *Service) authenticate(ctx context.Context, nodeID, key string) (store.Node, error) {
-	n, err := s.store.GetNode(ctx, nodeID)
-	if errors.Is(err, store.ErrNotFound) {
-		return n, connect.NewError(connect.CodeUnauthenticated,
-			fmt.Errorf("node %q is not enrolled (or was removed): enroll it again with `podium-agent enroll`", nodeID))
-	}
-	if err != nil {
-		return n, lockTableFull(err)
-	}
-	if subtle.ConstantTimeCompare(n.KeyHash, Hash(key)) != 1 {
-		return n, connect.NewError(connect.CodeUnauthenticated,
-			fmt.Errorf("the node key for %s was refused: the agent's identity file does not match; enroll again with `podium-agent enroll`", nodeID))
-	}
-	if err := s.checkDevice(ctx, nodeID); err != nil {
-		return n, err
-	}
-	return n, nil
-}
-
-// checkDevice refuses a node key presented from a tailnet device other than
-// the one the node is bound to. A key is a file on disk; a copy of it (a
-// cloned VM, a stolen backup) would otherwise be the node. A node that has no
-// device yet (enrolled over the local transport) is bound to the first device
-// it connects from. Callers of the local transport have no device and are not
-// checked: there the key is all there is.
-func (s *Service) checkDevice(ctx context.Context, nodeID string) error {
-	caller, _ := tailnet.CallerFrom(ctx)
-	if !caller.OnTailnet() {
-		return nil
-	}
-	bound, err := s.store.BindDevice(ctx, nodeID, store.Device{ID: caller.DeviceID, Name: caller.Device})
-	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("read the node's device: %w", err))
-	}
-	if bound.ID == caller.DeviceID {
-		return nil
-	}
-	s.log.Warn("node key presented from another device; refused", "node", nodeID,
-		"bound_device", bound.Name, "bound_device_id", bound.ID, "device", caller.Device, "device_id", caller.DeviceID)
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-		"node %s is bound to the Tailscale device %s (%s), and this is %s (%s): a node's key works only from its own device. "+
-			"If the node has moved to this machine, run `podium node rekey %s` and enroll here with the token it prints "+
-			"(`podium-agent enroll --token T --force`)",
-		nodeID, bound.Name, bound.ID, caller.Device, caller.DeviceID, nodeID))
 }
 
 func validLabel(l string) error {

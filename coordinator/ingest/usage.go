@@ -1,4 +1,4 @@
-package nodes
+package ingest
 
 import (
 	"fmt"
@@ -93,9 +93,11 @@ func checkUsage(u *podiumv1.Usage, cores float64, memoryMB int64) (problems []st
 	return problems
 }
 
-// checkEventUsage bounds the usage of every status change in events (see
-// checkUsage), logging what it refused or cut.
-func checkEventUsage(log *slog.Logger, sess *Session, events []*podiumv1.TaskEvent) {
+// CheckEventUsage bounds the usage of every status change in events, a
+// message from node nodeID (see checkUsage), logging what it refused or cut.
+// machine is the node's CPUs and memory as it last reported them (0:
+// unmeasured); it is asked only if a status change carries usage.
+func CheckEventUsage(log *slog.Logger, nodeID string, machine func() (cores float64, memoryMB int64), events []*podiumv1.TaskEvent) {
 	var cores float64
 	var memoryMB int64
 	looked := false
@@ -105,20 +107,12 @@ func checkEventUsage(log *slog.Logger, sess *Session, events []*podiumv1.TaskEve
 			continue
 		}
 		if !looked {
-			cores, memoryMB = sess.machine()
+			cores, memoryMB = machine()
 			looked = true
 		}
 		for _, p := range checkUsage(u, cores, memoryMB) {
 			log.Warn("nodes: a task's usage report was bounded: "+p,
-				"node", sess.NodeID, "task", ev.GetTaskId(), "attempt", ev.GetAttempt())
+				"node", nodeID, "task", ev.GetTaskId(), "attempt", ev.GetAttempt())
 		}
 	}
-}
-
-// machine is the node's CPUs and memory as it last reported them (0:
-// unmeasured).
-func (s *Session) machine() (cores float64, memoryMB int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.capacity.GetCpuCores(), s.capacity.GetMemoryMb()
 }

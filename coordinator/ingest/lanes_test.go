@@ -1,4 +1,4 @@
-package nodes
+package ingest
 
 import (
 	"testing"
@@ -19,7 +19,7 @@ func TestLaneOf(t *testing.T) {
 		return []store.IngestItem{{NodeID: "node_a", TaskID: "t", Events: evs},
 			{NodeID: "node_a", TaskID: "u", Events: []*podiumv1.TaskEvent{{Body: &podiumv1.TaskEvent_Status{Status: &podiumv1.StatusChange{}}}}}}
 	}
-	in := newIngester(nil, nil, nil, bulkLanes)
+	in := newIngester(Deps{}, bulkLanes)
 	if len(in.lanes) != 1+bulkLanes {
 		t.Fatalf("%d lanes, want %d", len(in.lanes), 1+bulkLanes)
 	}
@@ -35,7 +35,7 @@ func TestLaneOf(t *testing.T) {
 			t.Errorf("bulk lane %d took %d of %d big messages, want 4 (counts %v)", l, count[l], 4*bulkLanes, count)
 		}
 	}
-	one := &ingester{lanes: in.lanes[:1]}
+	one := &Ingester{lanes: in.lanes[:1]}
 	if l := one.laneOf(msg(16, 64<<10)); l != 0 {
 		t.Errorf("with no bulk lanes a big message went to lane %d, want 0", l)
 	}
@@ -48,7 +48,7 @@ func TestBulkLanesForThePool(t *testing.T) {
 		pool int32
 		want int
 	}{{1, 1}, {2, 1}, {4, 2}, {6, 3}, {16, bulkLanes}, {64, bulkLanes}} {
-		if got := bulkLanesFor(c.pool); got != c.want {
+		if got := BulkLanesFor(c.pool); got != c.want {
 			t.Errorf("a pool of %d gets %d bulk lanes, want %d", c.pool, got, c.want)
 		}
 	}

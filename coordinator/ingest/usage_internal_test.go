@@ -1,4 +1,4 @@
-package nodes
+package ingest
 
 import (
 	"bytes"
@@ -26,15 +26,15 @@ func TestBadUsageReportsAreRefusedOrCutWithAReason(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	sess := newSession("node_A", 1)
-	sess.seen(&podiumv1.Capacity{CpuCores: 2, MemoryMb: 1024})
+	// The node's capacity as its session last recorded it.
+	machine := func() (float64, int64) { return 2, 1024 }
 
 	honest := &podiumv1.Usage{CpuSeconds: f64(1.02), PeakMemoryBytes: i64(104 << 20), WallSeconds: f64(3.1)}
 	negative := &podiumv1.Usage{CpuSeconds: f64(-1), PeakMemoryBytes: i64(-5), WallSeconds: f64(-2)}
 	absurd := &podiumv1.Usage{CpuSeconds: f64(1e9), PeakMemoryBytes: i64(8 << 30), WallSeconds: f64(10),
 		OutputBytes: 1 << 50, ArtifactBytes: 1 << 50}
 	notNumbers := &podiumv1.Usage{CpuSeconds: f64(math.NaN()), WallSeconds: f64(math.Inf(1)), PeakMemoryBytes: i64(math.MaxInt64)}
-	checkEventUsage(log, sess, []*podiumv1.TaskEvent{statusWith(honest), statusWith(negative), statusWith(absurd), statusWith(notNumbers)})
+	CheckEventUsage(log, "node_A", machine, []*podiumv1.TaskEvent{statusWith(honest), statusWith(negative), statusWith(absurd), statusWith(notNumbers)})
 
 	if honest.GetCpuSeconds() != 1.02 || honest.GetPeakMemoryBytes() != 104<<20 || honest.GetWallSeconds() != 3.1 {
 		t.Errorf("honest figures changed: %v", honest)

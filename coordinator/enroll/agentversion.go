@@ -1,4 +1,4 @@
-package nodes
+package enroll
 
 import (
 	"fmt"
@@ -59,9 +59,10 @@ func oldestAgent(major, minor int) (int, int) {
 	return major - 1, 0
 }
 
-// checkAgentVersion refuses an agent more than one release older than this
-// coordinator's binary (see the policy above), saying to upgrade it.
-func checkAgentVersion(agent string) error { return agentVersionPolicy(agent, version.Version) }
+// CheckAgentVersion refuses an agent more than one release older than this
+// coordinator's binary (see the policy above), saying to upgrade it. It is
+// asked at enrollment and again at each stream's Hello (coordinator/nodes).
+func CheckAgentVersion(agent string) error { return agentVersionPolicy(agent, version.Version) }
 
 // agentVersionPolicy refuses an agent more than one release older than the
 // coordinator, saying to upgrade it.
