@@ -105,7 +105,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	job := retention.NewJob(retention.Config{Batch: o.batch}, st, log)
+	job := retention.NewJob(retention.Config{Batch: o.batch}, retention.Deps{Store: st, Log: log})
 	var total retention.Stats
 	var jobTook time.Duration
 	var jobErr error

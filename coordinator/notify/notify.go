@@ -151,16 +151,29 @@ type Worker struct {
 	now           func() time.Time
 }
 
-// New returns a worker over st; vault opens the signing secrets.
-func New(cfg Config, st *store.Store, vault *secrets.Vault, log *slog.Logger) *Worker {
+// Deps are what a Worker works with.
+type Deps struct {
+	// Store holds the outbox.
+	Store *store.Store
+	// Secrets opens the signing secrets; nil means a vault over Store
+	// without a master key.
+	Secrets *secrets.Vault
+	// Log is where it logs; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// New returns a worker over deps.Store.
+func New(cfg Config, deps Deps) *Worker {
 	cfg = cfg.withDefaults()
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
+	vault := deps.Secrets
 	if vault == nil {
-		vault = secrets.NewVault(nil, st)
+		vault = secrets.NewVault(nil, deps.Store)
 	}
-	w := &Worker{cfg: cfg, store: st, secrets: vault, log: log, now: time.Now}
+	w := &Worker{cfg: cfg, store: deps.Store, secrets: vault, log: log, now: time.Now}
 	w.open = client(cfg.Timeout, nil)
 	w.guarded = w.open
 	if !cfg.AllowPrivate {

@@ -71,7 +71,7 @@ func TestPrivateAddress(t *testing.T) {
 // Backoff doubles from the base to the cap, and the jitter takes off at
 // most half.
 func TestBackoff(t *testing.T) {
-	w := notify.New(notify.Config{BackoffBase: time.Second, BackoffCap: 8 * time.Second}, nil, nil, nil)
+	w := notify.New(notify.Config{BackoffBase: time.Second, BackoffCap: 8 * time.Second}, notify.Deps{})
 	for attempts, full := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 10: 8 * time.Second, 100: 8 * time.Second} {
 		for range 50 {
 			if d := w.Backoff(attempts); d < full/2 || d > full {

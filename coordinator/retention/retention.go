@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/internal/taskspec"
 )
@@ -150,6 +151,16 @@ func (s Stats) Removed() bool {
 	return s.Tasks+s.Logs+s.Artifacts+s.Tokens+s.Commands+s.Audit+s.Tombstones+s.SecretPins+s.SecretVersions > 0
 }
 
+// Deps are what the Job and the Sweeper work with.
+type Deps struct {
+	Store *store.Store
+	// Objects is the object store the Sweeper removes queued objects from;
+	// nil, or one not configured, leaves them queued (the Job needs none).
+	Objects *artifacts.Service
+	// Log is where they log; nil means slog.Default().
+	Log *slog.Logger
+}
+
 // Job expires what is past its retention. It is a leader.Worker.
 type Job struct {
 	cfg   Config
@@ -158,11 +169,12 @@ type Job struct {
 }
 
 // NewJob returns the job; cfg must have passed Check.
-func NewJob(cfg Config, st *store.Store, log *slog.Logger) *Job {
+func NewJob(cfg Config, deps Deps) *Job {
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Job{cfg: cfg.withDefaults(log), store: st, log: log}
+	return &Job{cfg: cfg.withDefaults(log), store: deps.Store, log: log}
 }
 
 // Config is the effective configuration, defaults filled in and caps applied.

@@ -93,7 +93,7 @@ func (e *env) queued() []string {
 
 func pass(t *testing.T, e *env, cfg retention.Config) retention.Stats {
 	t.Helper()
-	st, err := retention.NewJob(cfg, e.st, slog.New(slog.DiscardHandler)).Pass(e.ctx)
+	st, err := retention.NewJob(cfg, retention.Deps{Store: e.st, Log: slog.New(slog.DiscardHandler)}).Pass(e.ctx)
 	if err != nil {
 		t.Fatalf("pass: %v", err)
 	}
@@ -276,7 +276,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("a good config refused: %v", err)
 	}
 	var logged bytes.Buffer
-	j := retention.NewJob(retention.Config{Tasks: 10 * day, Logs: 20 * day, Artifacts: 30 * day}, nil, slog.New(slog.NewTextHandler(&logged, nil)))
+	j := retention.NewJob(retention.Config{Tasks: 10 * day, Logs: 20 * day, Artifacts: 30 * day}, retention.Deps{Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	c := j.Config()
 	if c.Logs != 0 || c.Artifacts != 10*day || c.Audit != retention.DefaultAudit {
 		t.Errorf("effective config %+v; want logs as tasks, artifacts capped at 10d", c)
@@ -331,7 +331,7 @@ func TestSweeperRemovesQueuedObjects(t *testing.T) {
 		}
 	}
 	e.exec(`insert into podium.object_deletions (key) values ('artifacts/a'), ('artifacts/b'), ('logs/c.zst'), ('artifacts/missing')`)
-	sw := retention.NewSweeper(retention.Config{Batch: 2}, e.st, arts, slog.New(slog.DiscardHandler))
+	sw := retention.NewSweeper(retention.Config{Batch: 2}, retention.Deps{Store: e.st, Objects: arts, Log: slog.New(slog.DiscardHandler)})
 	n, err := sw.Sweep(e.ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("Sweep = %d, %v; want 4 removed", n, err)
@@ -377,7 +377,7 @@ func TestSweeperRidesOutAnObjectStoreOutage(t *testing.T) {
 	}
 	s3.Stop()
 	var logged syncBuffer
-	sw := retention.NewSweeper(retention.Config{Every: 20 * time.Millisecond}, e.st, arts, slog.New(slog.NewTextHandler(&logged, nil)))
+	sw := retention.NewSweeper(retention.Config{Every: 20 * time.Millisecond}, retention.Deps{Store: e.st, Objects: arts, Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	if n, err := sw.Sweep(e.ctx); err == nil || n != 0 {
 		t.Fatalf("Sweep with the store down = %d, %v; want an error and nothing removed", n, err)
 	}

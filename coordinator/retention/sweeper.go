@@ -27,15 +27,16 @@ type Sweeper struct {
 }
 
 // NewSweeper returns the sweeper, which runs every cfg.Every and removes
-// cfg.Batch objects per request. objects may be nil or not configured: keys
-// then stay queued (none are queued without an object store, unless one was
-// configured before), and it says so once.
-func NewSweeper(cfg Config, st *store.Store, objects *artifacts.Service, log *slog.Logger) *Sweeper {
+// cfg.Batch objects per request. deps.Objects may be nil or not configured:
+// keys then stay queued (none are queued without an object store, unless one
+// was configured before), and it says so once.
+func NewSweeper(cfg Config, deps Deps) *Sweeper {
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
 	cfg = cfg.withDefaults(slog.New(slog.DiscardHandler))
-	return &Sweeper{every: cfg.Every, batch: cfg.Batch, store: st, objects: objects, log: log}
+	return &Sweeper{every: cfg.Every, batch: cfg.Batch, store: deps.Store, objects: deps.Objects, log: log}
 }
 
 // Run sweeps at once and then every interval until ctx ends.

@@ -125,7 +125,7 @@ func TestVersionsPinnedKeptRotatedAndTrimmed(t *testing.T) {
 	if _, err := pool.Exec(ctx, "update podium.tasks set state = 'succeeded', finished_at = now() where id = 'task_a'"); err != nil {
 		t.Fatal(err)
 	}
-	job := retention.NewJob(retention.Config{Batch: 1}, st, slog.New(slog.DiscardHandler))
+	job := retention.NewJob(retention.Config{Batch: 1}, retention.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	stats, err := job.Pass(ctx)
 	if err != nil || stats.SecretPins != 1 || stats.SecretVersions != 1 {
 		t.Fatalf("retention pass: %+v, %v; want 1 pin released and 1 version deleted", stats, err)
@@ -198,7 +198,7 @@ func TestPinsRaceSetsWhileRetentionPasses(t *testing.T) {
 			}
 		}
 	})
-	job := retention.NewJob(retention.Config{Batch: 2}, st, slog.New(slog.DiscardHandler))
+	job := retention.NewJob(retention.Config{Batch: 2}, retention.Deps{Store: st, Log: slog.New(slog.DiscardHandler)})
 	wg.Go(func() {
 		for range sets {
 			if _, err := job.Pass(ctx); err != nil {

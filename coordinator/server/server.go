@@ -330,7 +330,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The retention job and its object sweeper always run: they are what
 	// keeps the database and the bucket from growing forever.
 	workers := []leader.Worker{dispatcher, health,
-		retention.NewJob(cfg.Retention, st, log), retention.NewSweeper(cfg.Retention, st, arts, log),
+		retention.NewJob(cfg.Retention, retention.Deps{Store: st, Log: log}),
+		retention.NewSweeper(cfg.Retention, retention.Deps{Store: st, Objects: arts, Log: log}),
 		cron.NewTicker(cfg.Schedules, cron.Deps{Store: st, Log: log})}
 	if !cfg.Archive.Disabled {
 		workers = append(workers, logarchive.New(cfg.Archive, logarchive.Deps{Store: st, Objects: arts, Metrics: m, Log: log}))
@@ -338,7 +339,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, workers...)
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log,
 		Bounds: cfg.Schedules.Bounds})
-	s.notify = notify.New(cfg.Notify, st, vault, log)
+	s.notify = notify.New(cfg.Notify, notify.Deps{Store: st, Secrets: vault, Log: log})
 	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
 
 	mux := http.NewServeMux()
