@@ -73,13 +73,12 @@ func TestOutboxHoldsOutputAtTheSpoolBound(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	synctest.Test(t, func(t *testing.T) {
-		sp, _, err := spool.Open(dir, slog.Default())
+		const bound = 256 << 10
+		sp, _, err := spool.Open(dir, spool.Options{MaxBytes: bound, Logger: slog.Default()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sp.Close()
-		const bound = 256 << 10
-		sp.SetMaxBytes(bound)
 		o := newOutbox(1<<30, bound, sp, slog.Default()) // memory is no bound here
 		defer o.close()
 		k := attempt.Key{TaskID: "t", Attempt: 1}

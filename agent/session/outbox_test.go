@@ -162,7 +162,7 @@ func noteEvent(task string) *podiumv1.TaskEvent {
 // whether or not its terminal status was already acknowledged.
 func TestOutboxNotesAfterTheEnd(t *testing.T) {
 	dir := t.TempDir()
-	sp, _, err := spool.Open(dir, slog.Default())
+	sp, _, err := spool.Open(dir, spool.Options{Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestOutboxNotesAfterTheEnd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(copyDir, "t-1.spool"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sp2, attempts, err := spool.Open(copyDir, slog.Default())
+	sp2, attempts, err := spool.Open(copyDir, spool.Options{Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestOutboxNotesAfterTheEnd(t *testing.T) {
 // in memory only. An attempt the spool still holds keeps its own numbering.
 func TestOutboxContinueAfter(t *testing.T) {
 	dir := t.TempDir()
-	sp, _, err := spool.Open(dir, slog.Default())
+	sp, _, err := spool.Open(dir, spool.Options{Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -296,15 +296,12 @@ func New(cfg Config) (*Session, error) {
 	}
 	var attempts []*spool.Attempt
 	if cfg.SpoolDir != "" {
-		s.spool, attempts, err = spool.Open(cfg.SpoolDir, log)
+		s.spool, attempts, err = spool.Open(cfg.SpoolDir, spool.Options{MaxBytes: cfg.MaxSpoolBytes, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("%w (check the agent's data directory)", err)
 		}
 	}
 	s.inject = newDeliveries(s, cfg.InjectTimeout)
-	if s.spool != nil {
-		s.spool.SetMaxBytes(cfg.MaxSpoolBytes)
-	}
 	s.out = newOutbox(cfg.MaxPendingBytes, cfg.MaxSpoolBytes, s.spool, log)
 	s.out.load(attempts)
 	for _, a := range attempts {

@@ -62,7 +62,7 @@ import (
 const compactMin = 4 << 20
 
 // compactOverMin is the smallest file compacted while the spool is over its
-// bound (see SetMaxBytes).
+// bound (see Options.MaxBytes).
 const compactOverMin = 64 << 10
 
 const fileSuffix = ".spool"
@@ -95,7 +95,7 @@ type Spool struct {
 	mu    sync.Mutex
 	files map[attempt.Key]*file
 	// total is the size of all the files; maxBytes the bound past which an
-	// ack compacts a file sooner (see SetMaxBytes).
+	// ack compacts a file sooner (see Options.MaxBytes).
 	total    int64
 	maxBytes int64
 }
@@ -132,17 +132,30 @@ type pendingRecord struct {
 	rec  []byte
 }
 
+// Options are how a spool is opened.
+type Options struct {
+	// MaxBytes is the bound the caller holds the spool to (0: none). The
+	// spool does not refuse anything past it: events must be stored
+	// whatever happens, and it is the caller that slows down what it
+	// appends. It compacts files sooner while it is over the bound, so that
+	// acknowledgements bring it back under.
+	MaxBytes int64
+	// Logger is where the spool logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
 // Open opens the spool in dir, creating dir if needed, and returns what its
 // files hold. A file it cannot make sense of is renamed to *.bad and logged,
 // never deleted: it is evidence for whoever investigates.
-func Open(dir string, log *slog.Logger) (*Spool, []*Attempt, error) {
+func Open(dir string, opts Options) (*Spool, []*Attempt, error) {
+	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create the spool directory: %w", err)
 	}
-	s := &Spool{dir: dir, log: log, files: make(map[attempt.Key]*file)}
+	s := &Spool{dir: dir, log: log, files: make(map[attempt.Key]*file), maxBytes: opts.MaxBytes}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the spool directory: %w", err)
@@ -620,17 +633,6 @@ func (s *Spool) Size() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.total
-}
-
-// SetMaxBytes sets the bound the caller holds the spool to (0: none). The
-// spool does not refuse anything past it: events must be stored whatever
-// happens, and it is the caller that slows down what it appends. It compacts
-// files sooner while it is over the bound, so that acknowledgements bring it
-// back under.
-func (s *Spool) SetMaxBytes(n int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.maxBytes = n
 }
 
 // Close closes every file. The files stay: they are what the next agent

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/podiumhq/podium/agent/attempt"
+	"github.com/podiumhq/podium/agent/spool"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -56,7 +57,18 @@ func TestSizeAndCompactionOverTheBound(t *testing.T) {
 	if got, want := s.Size(), dirSize(t, dir); got != want || got < full {
 		t.Fatalf("without a bound an acked small file is kept: Size %d, files %d, before %d", got, want, full)
 	}
-	s.SetMaxBytes(full / 2)
+	// The bound is given at Open: reopen the same files with one.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := spool.Open(dir, spool.Options{MaxBytes: full / 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, want := s.Size(), dirSize(t, dir); got != want {
+		t.Fatalf("reopened: Size %d, the files hold %d", got, want)
+	}
 	for i := range tasks {
 		_ = s.Ack(attempt.Key{TaskID: string(rune('a' + i)), Attempt: 1}, events)
 	}

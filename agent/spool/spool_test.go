@@ -24,7 +24,7 @@ func statusEv(task string, seq uint64, s podiumv1.TaskState) *podiumv1.TaskEvent
 
 func open(t *testing.T, dir string) (*spool.Spool, map[string]*spool.Attempt) {
 	t.Helper()
-	s, as, err := spool.Open(dir, nil)
+	s, as, err := spool.Open(dir, spool.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
