@@ -104,7 +104,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -112,6 +111,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/docker/docker/client"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/podiumhq/podium/agent/artifacts/upload"
 	"github.com/podiumhq/podium/agent/attempt"
@@ -251,7 +251,56 @@ type Agent struct {
 
 // New loads the node's identity and prepares the agent. It fails, with the
 // command that fixes it, when the node is not enrolled.
+//
+// It builds the parts in the order they depend on each other: the identity
+// and the runner binary, the artifact uploader, the Docker client, the image
+// collector, the egress filter, the executor, and last the session, which runs tasks with the
+// executor. Parts made earlier reach those made later only through closures
+// that are called once Run has started.
 func New(cfg Config) (*Agent, error) {
+	a, err := load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runnerPath, err := executor.FindRunner(a.cfg.RunnerPath)
+	if err != nil {
+		return nil, err
+	}
+	uploader, err := upload.New(upload.Config{
+		NodeID: a.id.NodeID, NodeKey: a.id.NodeKey,
+		// The session exists by the time a task has ended.
+		Coordinator: func() (connect.HTTPClient, string, error) { return a.sess.Coordinator() },
+		Logger:      a.log.With("component", "artifacts"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.openDocker(); err != nil {
+		return nil, err
+	}
+	if err := a.newCollector(); err != nil {
+		return nil, err
+	}
+	filter, permit, err := a.newEgress()
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.AllowPrivilegedSidecars {
+		a.log.Warn("privileged sidecars are allowed (--allow-privileged-sidecars): a task's sidecar may run as root on this machine")
+		warnIfPrivilegedCannotRun(a.log)
+	}
+	if err := a.newExecutor(runnerPath, uploader, filter); err != nil {
+		return nil, err
+	}
+	if err := a.newSession(permit); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// load fills in cfg's defaults, refuses what is wrong in it, and loads the
+// node's identity: the first phase of New.
+func load(cfg Config) (*Agent, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -275,67 +324,73 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Hostname == "" {
 		cfg.Hostname, _ = os.Hostname()
 	}
-	runnerPath, err := executor.FindRunner(cfg.RunnerPath)
+	return &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker, gpus: gpu.NewAllocator()}, nil
+}
+
+// openDocker makes the engine client from the environment unless
+// Config.Docker gave one; Run closes a client it made.
+func (a *Agent) openDocker() error {
+	if a.docker != nil {
+		return nil
+	}
+	var err error
+	a.docker, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("configure the Docker client (check DOCKER_HOST): %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log.With("node_id", id.NodeID), id: id, docker: cfg.Docker, gpus: gpu.NewAllocator()}
-	uploader, err := upload.New(upload.Config{
-		NodeID: id.NodeID, NodeKey: id.NodeKey,
-		// The session exists by the time a task has ended.
-		Coordinator: func() (connect.HTTPClient, string, error) { return a.sess.Coordinator() },
-		Logger:      a.log.With("component", "artifacts"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if a.docker == nil {
-		a.docker, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			return nil, fmt.Errorf("configure the Docker client (check DOCKER_HOST): %w", err)
-		}
-		a.ownsDock = true
-	}
+	a.ownsDock = true
+	return nil
+}
+
+// newCollector makes the image collector (package imagegc).
+func (a *Agent) newCollector() error {
+	var err error
 	a.gc, err = imagegc.New(imagegc.Config{
 		Docker:  a.docker,
-		DataDir: cfg.DataDir,
-		Unused:  cfg.ImageGCUnused,
-		LowFree: cfg.ImageGCLowFree,
-		Keep:    cfg.ImageKeep,
+		DataDir: a.cfg.DataDir,
+		Unused:  a.cfg.ImageGCUnused,
+		LowFree: a.cfg.ImageGCLowFree,
+		Keep:    a.cfg.ImageKeep,
 		Protect: ownImage(a.docker),
 		// The executor is made next; the collector runs only once Run
 		// has started.
 		Hold:   func(f func([]string)) { a.exec.HoldImages(f) },
 		Logger: a.log.With("component", "imagegc"),
 	})
-	if err != nil {
-		return nil, err
-	}
-	// Without the filter nothing is refused, so a spec may ask for any
-	// range.
-	permit := []string{}
-	for _, p := range egress.Everything {
-		permit = append(permit, p.String())
-	}
-	var filter *egress.Filter
-	if cfg.EgressFilter {
-		filter, err = egress.New(context.Background(), egress.Config{
-			Allow: cfg.AllowEgress, Permit: cfg.PermitEgress, Logger: a.log.With("component", "egress"),
-		})
-		if err != nil {
-			return nil, err
-		}
-		permit = filter.PermitEgress()
-	} else {
+	return err
+}
+
+// newEgress makes the egress filter, nil when Config.EgressFilter is off,
+// and returns the ranges a spec may ask for, which the node reports.
+func (a *Agent) newEgress() (*egress.Filter, []string, error) {
+	cfg := a.cfg
+	if !cfg.EgressFilter {
 		a.log.Warn("the task egress filter is off: tasks can reach link-local (cloud metadata), this host's and tailnet addresses")
+		// Without the filter nothing is refused, so a spec may ask for
+		// any range.
+		permit := []string{}
+		for _, p := range egress.Everything {
+			permit = append(permit, p.String())
+		}
+		return nil, permit, nil
 	}
-	if cfg.AllowPrivilegedSidecars {
-		a.log.Warn("privileged sidecars are allowed (--allow-privileged-sidecars): a task's sidecar may run as root on this machine")
-		warnIfPrivilegedCannotRun(a.log)
+	filter, err := egress.New(context.Background(), egress.Config{
+		Allow: cfg.AllowEgress, Permit: cfg.PermitEgress, Logger: a.log.With("component", "egress"),
+	})
+	if err != nil {
+		return nil, nil, err
 	}
+	return filter, filter.PermitEgress(), nil
+}
+
+// newExecutor makes the executor that runs tasks in Docker; uploader is
+// what it hands their artifacts to.
+func (a *Agent) newExecutor(runnerPath string, uploader *upload.Uploader, filter *egress.Filter) error {
+	cfg := a.cfg
+	var err error
 	a.exec, err = executor.New(executor.Config{
 		Docker:     a.docker,
-		NodeID:     id.NodeID,
+		NodeID:     a.id.NodeID,
 		RunnerPath: runnerPath,
 		TasksDir:   filepath.Join(cfg.DataDir, "tasks"),
 		Logger:     a.log.With("component", "executor"),
@@ -362,9 +417,13 @@ func New(cfg Config) (*Agent, error) {
 		// with; by the time a run asks, it is there.
 		Stored: func(k executor.Key, seq uint64) bool { return a.sess.Stored(k, seq) },
 	})
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
+
+// newSession makes the session to the coordinator, which runs the tasks it
+// is given with the executor; permit are the egress ranges the node reports.
+func (a *Agent) newSession(permit []string) error {
+	cfg := a.cfg
 	replicas, err := identity.LoadReplicas(cfg.DataDir)
 	if err != nil {
 		a.log.Warn("ignoring the kept list of coordinator replicas; the coordinator sends a new one", "err", err)
@@ -372,7 +431,7 @@ func New(cfg Config) (*Agent, error) {
 	floor := &diskFloor{dir: cfg.DataDir, floorMB: cfg.MinFreeDiskMB, log: a.log}
 	engine := &engineWatch{answers: a.exec.EngineAnswers, host: a.docker.DaemonHost(), log: a.log}
 	a.sess, err = session.New(session.Config{
-		CoordinatorURL: id.CoordinatorURL,
+		CoordinatorURL: a.id.CoordinatorURL,
 		Coordinators:   cfg.Coordinators,
 		Replicas:       replicas,
 		OnReplicas: func(urls []string) {
@@ -380,8 +439,8 @@ func New(cfg Config) (*Agent, error) {
 				a.log.Warn("could not keep the list of coordinator replicas; a restart will know only the configured ones", "err", err)
 			}
 		},
-		NodeID:        id.NodeID,
-		NodeKey:       id.NodeKey,
+		NodeID:        a.id.NodeID,
+		NodeKey:       a.id.NodeKey,
 		Hostname:      cfg.Hostname,
 		AgentVersion:  version.Version,
 		MaxTasks:      cfg.MaxTasks,
@@ -419,10 +478,7 @@ func New(cfg Config) (*Agent, error) {
 
 		AllowPrivilegedSidecars: cfg.AllowPrivilegedSidecars,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return a, nil
+	return err
 }
 
 // withMaxOutput adds the most output a spec may ask for to the node's limits
@@ -451,27 +507,96 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.ownsDock {
 		defer a.docker.Close()
 	}
+	if err := a.pingEngine(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the engine
+		}
+		return err
+	}
+	a.takeOver(ctx)
+	// After takeOver's RemoveOrphans, which removes the pool networks an
+	// earlier process left; the networks no task took go as the agent
+	// stops.
+	a.exec.StartPool(ctx)
+	defer a.exec.StopPool()
+	a.logStart()
+
+	// Registered before the session says Hello: from then on SIGHUP is
+	// the agent's to handle, never the default that ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// The metrics address is taken before anything runs, so that one in
+	// use stops the agent at once, saying so.
+	var metrics *metricsServer
+	if a.cfg.MetricsListen != "" {
+		var err error
+		if metrics, err = a.listenMetrics(a.cfg.MetricsListen); err != nil {
+			return err
+		}
+	}
+
+	// The parts run under one group. The stop order: the session first
+	// (ctx ends, or the node is drained), which then waits for the last
+	// runs; then the parts that serve it (stopParts), so that systemd's
+	// watchdog is fed and the metrics are served until the runs have
+	// ended. A part's error stops them all and names the part.
+	g, gctx := errgroup.WithContext(ctx)
+	partsCtx, stopParts := context.WithCancel(gctx)
+	defer stopParts()
+	part := func(ctx context.Context, name string, run func(context.Context) error) {
+		g.Go(func() error {
+			if err := run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	part(partsCtx, "systemd watchdog", a.watchdog)
+	part(partsCtx, "GPU rediscovery on SIGHUP", func(ctx context.Context) error { return a.rediscoverOnHangup(ctx, hup) })
+	part(partsCtx, "image collector", a.gc.Run)
+	part(partsCtx, "housekeeping", a.housekeeping)
+	if metrics != nil {
+		part(partsCtx, "metrics server", metrics.Run)
+	}
+	part(gctx, "coordinator session", func(ctx context.Context) error {
+		defer stopParts()
+		return a.runSession(ctx)
+	})
+	err := g.Wait()
+	a.log.Info("podium agent stopped")
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// pingEngine makes sure the Docker engine answers before anything starts.
+func (a *Agent) pingEngine(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err := a.docker.Ping(pctx)
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
 		return fmt.Errorf("the Docker engine does not answer (%v): start it (systemctl start docker) "+
 			"and make sure this user may use it (the docker group, or DOCKER_HOST)", err)
 	}
+	return nil
+}
+
+// takeOver finds the node's GPUs and takes over what an earlier agent
+// process left: its task attempts, their pending uploads, and what no
+// attempt owns any more.
+func (a *Agent) takeOver(ctx context.Context) {
 	a.discoverGPUs(ctx)
 	a.resume(ctx)
 	a.exec.ResumeUploads(ctx, a.sess.Emit, a.sess.ContinueAfter)
 	if err := a.exec.RemoveOrphans(ctx); err != nil {
 		a.log.Warn("could not clean up what an earlier agent process left behind", "err", err)
 	}
-	// After RemoveOrphans, which removes the pool networks an earlier
-	// process left; the networks no task took go as the agent stops.
-	a.exec.StartPool(ctx)
-	defer a.exec.StopPool()
+}
 
+// logStart says what the agent starts with.
+func (a *Agent) logStart() {
 	l := a.exec.Limits()
 	a.log.Info("podium agent starting", "version", version.Version, "coordinator", a.id.CoordinatorURL,
 		"max_tasks", a.cfg.MaxTasks, "data_dir", a.cfg.DataDir,
@@ -479,42 +604,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			"timeout", l.DefaultTimeout, "user", l.DefaultUser),
 		slog.Group("task_maxima", "cpu", l.MaxCPU, "memory_mb", l.MaxMemoryMB, "pids", l.MaxPids, "timeout", l.MaxTimeout),
 		"workspace_limit_bytes", l.WorkspaceBytes)
-	var wg sync.WaitGroup
-	wctx, stopWatchdog := context.WithCancel(ctx)
-	wg.Add(4)
-	go func() {
-		defer wg.Done()
-		a.watchdog(wctx)
-	}()
-	// Registered before the session says Hello: from then on SIGHUP is
-	// the agent's to handle, never the default that ends the process.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		defer wg.Done()
-		a.rediscoverOnHangup(wctx, hup)
-	}()
-	go func() {
-		defer wg.Done()
-		a.gc.Run(wctx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.housekeeping(wctx)
-	}()
+}
 
-	if a.cfg.MetricsListen != "" {
-		srv, err := a.serveMetrics(a.cfg.MetricsListen)
-		if err != nil {
-			stopWatchdog()
-			wg.Wait()
-			return err
-		}
-		defer srv.Close()
-	}
-
-	err = a.sess.Run(ctx)
+// runSession runs the session until ctx ends or, with ExitOnDrain, the node
+// is drained, then waits for the runs to let go of their tasks. A drained
+// node is not an error: it returns nil then.
+func (a *Agent) runSession(ctx context.Context) error {
+	err := a.sess.Run(ctx)
 	if errors.Is(err, session.ErrDrained) {
 		// Every task has ended and been reported, but the artifacts of the
 		// last ones may still be uploading; the watchdog keeps being fed
@@ -528,8 +624,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			<-waited
 		}
 	}
-	stopWatchdog()
-	wg.Wait()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	if errors.Is(err, session.ErrDrained) {
 		a.log.Info("podium agent exiting: the node is drained (--exit-on-drain)")
@@ -540,11 +634,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// The runs end with ctx: they let go of their containers and return.
 	a.exec.Wait()
-	a.log.Info("podium agent stopped")
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // resume takes over the task attempts an earlier agent process left in the
@@ -604,18 +694,19 @@ func (a *Agent) onState(st session.State) {
 }
 
 // watchdog pings systemd's watchdog, when the unit has one, at half its
-// interval, so a hung agent is restarted by systemd.
-func (a *Agent) watchdog(ctx context.Context) {
+// interval, so a hung agent is restarted by systemd. It runs until ctx ends
+// and returns nil: a ping that fails is systemd's to act on.
+func (a *Agent) watchdog(ctx context.Context) error {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil || interval <= 0 {
-		return
+		return nil
 	}
 	t := time.NewTicker(interval / 2)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		}
@@ -638,7 +729,11 @@ func ownImage(docker *client.Client) []string {
 // executor.SweepInterval), and, at start and every hour, the labelled
 // networks and volumes no attempt owns and the engine's build cache. The
 // images are the collector's (package imagegc), which runs on its own.
-func (a *Agent) housekeeping(ctx context.Context) {
+//
+// A sweep that fails is logged and tried again, never fatal: what is left
+// only takes disk space, and the node's disk floor guards that. It returns
+// nil when ctx ends.
+func (a *Agent) housekeeping(ctx context.Context) error {
 	every := a.exec.SweepInterval()
 	// The first sweep of attempt directories comes soon after start: those
 	// an earlier process left with their terminal status not yet stored
@@ -656,7 +751,7 @@ func (a *Agent) housekeeping(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			t.Reset(every)
 		}

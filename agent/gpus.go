@@ -44,11 +44,11 @@ func (a *Agent) discoverGPUs(ctx context.Context) {
 
 // rediscoverOnHangup discovers the GPUs again on each SIGHUP (hup, which
 // Run registered) until ctx ends, and has the session report them at once.
-func (a *Agent) rediscoverOnHangup(ctx context.Context, hup <-chan os.Signal) {
+func (a *Agent) rediscoverOnHangup(ctx context.Context, hup <-chan os.Signal) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-hup:
 			a.log.Info("SIGHUP: discovering the node's GPUs again")
 			a.discoverGPUs(ctx)

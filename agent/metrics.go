@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -12,10 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveMetrics serves the agent's Prometheus metrics. Every figure is read
-// when scraped, from the executor and the session, so there is nothing to
-// keep in step: what the scrape shows is what the agent knows at that moment.
-func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
+// metricsServer serves the agent's Prometheus metrics at /metrics on the
+// address listenMetrics took.
+type metricsServer struct {
+	srv *http.Server
+	ln  net.Listener
+	log *slog.Logger
+}
+
+// listenMetrics takes addr for the agent's Prometheus metrics, which Run
+// then serves. Every figure is read when scraped, from the executor and the
+// session, so there is nothing to keep in step: what the scrape shows is
+// what the agent knows at that moment.
+func (a *Agent) listenMetrics(addr string) (*metricsServer, error) {
 	reg := prometheus.NewRegistry()
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
@@ -54,12 +65,28 @@ func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Warn("metrics server stopped", "err", err)
+	return &metricsServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		ln:  ln,
+		log: a.log,
+	}, nil
+}
+
+// Run serves the metrics until ctx ends, then closes the server. A server
+// that stops on its own is logged and Run returns nil: metrics are for
+// watching the node, and losing them must not stop its tasks.
+func (m *metricsServer) Run(ctx context.Context) error {
+	m.log.Info("serving metrics", "addr", m.ln.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- m.srv.Serve(m.ln) }()
+	select {
+	case <-ctx.Done():
+		_ = m.srv.Close()
+		<-served
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			m.log.Warn("metrics server stopped", "err", err)
 		}
-	}()
-	a.log.Info("serving metrics", "addr", ln.Addr().String())
-	return srv, nil
+	}
+	return nil
 }

@@ -190,8 +190,10 @@ func (c *Collector) Stats() Stats {
 }
 
 // Run passes at once, then every Config.Interval and after each Kick, until
-// ctx ends.
-func (c *Collector) Run(ctx context.Context) {
+// ctx ends, and returns nil then. A pass that fails is logged and tried
+// again: an engine that does not answer for a while must not stop the
+// agent, whose tasks are what the collector makes room for.
+func (c *Collector) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -200,7 +202,7 @@ func (c *Collector) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		case <-c.kick:
 		}
