@@ -319,177 +319,236 @@ Without nvidia-smi the node has no GPUs.
 Flags:
 `
 
+// runAgent is `podium-agent run`, in its phases: parse the command line,
+// check it against the node's identity and the security settings, build the
+// agent, run it.
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
-	hostname := fs.String("hostname", "", "name the node reports (default: the one given at enrollment, else this machine's hostname)")
-	var coordinators stringList
-	fs.Var(&coordinators, "coordinator", "another coordinator `URL` to try when the enrolled one cannot be reached, after it and before the replicas it named (repeatable)")
-	maxTasks := fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
-	minFreeDisk := fs.Int64("min-free-disk-mb", agent.DefaultMinFreeDiskMB,
-		"the data disk's free-space floor in MiB: below it the node takes no new tasks, and says so (0: no floor)")
-	runnerPath := fs.String("runner", "", "the podium-runner binary (default: podium-runner next to podium-agent)")
-	exitOnDrain := fs.Bool("exit-on-drain", false, "exit 0 once the node is draining and its last task has ended")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	metricsListen := fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
-		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
-	egressFilter := fs.Bool("egress-filter", true, "refuse tasks connections to link-local (cloud metadata), this host's and tailnet addresses (needs root and iptables)")
-	var allowEgress, permitEgress stringList
-	fs.Var(&allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
-	fs.Var(&permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
-	networkPool := fs.Int("network-pool", executor.DefaultNetworkPool, "task networks to keep made ahead of the tasks, so they start sooner (0: none)")
-	allowPrivileged := fs.Bool("allow-privileged-sidecars", false,
-		"run sidecars whose spec asks privileged: true (Docker-in-Docker); a privileged container is root on this machine")
-	nvidiaSMI := fs.String("nvidia-smi", "", "the nvidia-smi that finds the node's GPUs, at start and on SIGHUP (default: nvidia-smi on PATH; none: no GPUs)")
-	outputLimit := sizeFlag(executor.DefaultOutputLimit)
-	fs.Var(&outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
-	var maxOutputLimit sizeFlag
-	fs.Var(&maxOutputLimit, "max-output-limit", "the most output a spec may ask for (default: --output-limit); the scheduler places no task asking more here")
-	pendingMemory := sizeFlag(session.DefaultMaxPendingBytes)
-	fs.Var(&pendingMemory, "pending-memory", "task output held in memory until the coordinator stores it; past it tasks are slowed down")
-	pendingDisk := sizeFlag(session.DefaultMaxSpoolBytes)
-	fs.Var(&pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
-	diskFullAfter := fs.Duration("disk-full-after", executor.DefaultDiskFullAfter,
-		"how long a task's output may find the data disk full before the task is stopped (\"node disk full\"); between 1s and 24h")
-	fdWait := fs.Duration("fd-wait", executor.DefaultFDWait,
-		"how long a task that finds too few file descriptors to start waits for running tasks to free some before it fails (\"node out of file descriptors\"); between 1s and 24h")
-	ts := tsnetFlags(fs)
-	limitFlags := taskLimitFlags(fs)
-	secFlags := securityFlags(fs)
-	dFlags := diskFlags(fs)
-	if code := parse(fs, args, runUsage, stdout, stderr); code >= 0 {
+	f := newRunFlags()
+	if code := parse(f.fs, args, runUsage, stdout, stderr); code >= 0 {
 		return code
 	}
-	usageErr := func(format string, a ...any) int { return usageError(stderr, "run", format, a...) }
-	for name, v := range map[string]sizeFlag{"output-limit": outputLimit, "pending-memory": pendingMemory, "pending-disk": pendingDisk} {
-		if v <= 0 {
-			return usageErr("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
-		}
-	}
-	if *nvidiaSMI != "" {
-		if st, err := os.Stat(*nvidiaSMI); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return usageErr("--nvidia-smi %s: not an executable file; give the path of nvidia-smi, or leave the flag out to use the one on PATH", *nvidiaSMI)
-		}
-	}
-	if *minFreeDisk < 0 {
-		return usageErr("--min-free-disk-mb %d: give 0 (no floor) or more, e.g. 1024", *minFreeDisk)
-	}
-	if *diskFullAfter < time.Second || *diskFullAfter > 24*time.Hour {
-		return usageErr("--disk-full-after %s: give a duration between 1s and 24h, e.g. 5m", *diskFullAfter)
-	}
-	if *fdWait < time.Second || *fdWait > 24*time.Hour {
-		return usageErr("--fd-wait %s: give a duration between 1s and 24h, e.g. 1m", *fdWait)
-	}
-	if maxOutputLimit == 0 {
-		maxOutputLimit = outputLimit
-	}
-	if maxOutputLimit < outputLimit {
-		return usageErr("--max-output-limit %s is less than --output-limit %s: a spec could not even ask for the default", maxOutputLimit.String(), outputLimit.String())
-	}
-	if int64(pendingMemory) > math.MaxInt32 {
-		return usageErr("--pending-memory %s: give at most 2GiB", pendingMemory.String())
-	}
-	if *networkPool < 0 {
-		return usageErr("--network-pool %d: give the number of networks to keep ready, or 0 for none", *networkPool)
-	}
-	if *maxTasks < 0 {
-		return usageErr("--max-tasks %d: use a positive number, or 0 for one per CPU", *maxTasks)
-	}
-	allow, err := parseRanges("--allow-egress", allowEgress)
+	cfg, err := f.config(stderr)
 	if err != nil {
-		return usageErr("%v", err)
+		return usageError(stderr, "run", "%v", err)
 	}
-	permit, err := parseRanges("--permit-egress", permitEgress)
-	if err != nil {
-		return usageErr("%v", err)
+	log := cfg.Logger
+	sec, code := f.security(log, stderr)
+	if code >= 0 {
+		return code
 	}
-	if !*egressFilter && len(allow)+len(permit) > 0 {
-		return usageErr("--allow-egress and --permit-egress open ranges of the egress filter, which --egress-filter=false turns off: give one or the other")
-	}
-	limits, err := limitFlags.limits(measureMachine())
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	disk, err := dFlags.settings()
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErr("--log-level %q: use debug, info, warn or error", *logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	var handler slog.Handler
-	switch *logFormat {
-	case "text":
-		handler = slog.NewTextHandler(stderr, opts)
-	case "json":
-		handler = slog.NewJSONHandler(stderr, opts)
-	default:
-		return usageErr("--log-format %q: use text or json", *logFormat)
-	}
-	log := slog.New(handler)
-
-	sec, err := secFlags.security()
+	a, err := agent.New(cfg)
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)
 		return exitFail
 	}
-	// The coordinator's URL is the enrolled one; an identity that does not
-	// load is agent.New's to explain.
-	if id, err := identity.Load(*dataDir); err == nil {
-		if err := secFlags.check(sec, ts, id.CoordinatorURL); err != nil {
-			log.Error("podium agent cannot start", "err", err)
-			return exitFail
+	return f.run(a, sec, log)
+}
+
+// runFlags are the flags of `podium-agent run`.
+type runFlags struct {
+	fs *flag.FlagSet
+
+	dataDir, hostname, runnerPath, logFormat, logLevel, metricsListen, nvidiaSMI *string
+	coordinators, allowEgress, permitEgress                                      stringList
+	maxTasks, networkPool                                                        *int
+	minFreeDisk                                                                  *int64
+	exitOnDrain, egressFilter, allowPrivileged                                   *bool
+	outputLimit, maxOutputLimit, pendingMemory, pendingDisk                      sizeFlag
+	diskFullAfter, fdWait                                                        *time.Duration
+
+	ts         *tsnetOptions
+	limitFlags *limitFlags
+	secFlags   *securityOptions
+	dFlags     *diskFlagSet
+}
+
+// newRunFlags declares the flags of `podium-agent run`.
+func newRunFlags() *runFlags {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f := &runFlags{fs: fs}
+	f.dataDir = fs.String("data-dir", agent.DataDirFromEnv(), "where the node's identity is kept")
+	f.hostname = fs.String("hostname", "", "name the node reports (default: the one given at enrollment, else this machine's hostname)")
+	fs.Var(&f.coordinators, "coordinator", "another coordinator `URL` to try when the enrolled one cannot be reached, after it and before the replicas it named (repeatable)")
+	f.maxTasks = fs.Int("max-tasks", 0, "tasks to run at once (0: one per CPU)")
+	f.minFreeDisk = fs.Int64("min-free-disk-mb", agent.DefaultMinFreeDiskMB,
+		"the data disk's free-space floor in MiB: below it the node takes no new tasks, and says so (0: no floor)")
+	f.runnerPath = fs.String("runner", "", "the podium-runner binary (default: podium-runner next to podium-agent)")
+	f.exitOnDrain = fs.Bool("exit-on-drain", false, "exit 0 once the node is draining and its last task has ended")
+	f.logFormat = fs.String("log-format", "text", "log format: text or json")
+	f.logLevel = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	f.metricsListen = fs.String("metrics-listen", os.Getenv("PODIUM_AGENT_METRICS_LISTEN"),
+		"serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (PODIUM_AGENT_METRICS_LISTEN; empty: off)")
+	f.egressFilter = fs.Bool("egress-filter", true, "refuse tasks connections to link-local (cloud metadata), this host's and tailnet addresses (needs root and iptables)")
+	fs.Var(&f.allowEgress, "allow-egress", "let every task reach the `CIDR` range the egress filter refuses otherwise (repeatable)")
+	fs.Var(&f.permitEgress, "permit-egress", "let a task's spec open the `CIDR` range with allow_egress (repeatable)")
+	f.networkPool = fs.Int("network-pool", executor.DefaultNetworkPool, "task networks to keep made ahead of the tasks, so they start sooner (0: none)")
+	f.allowPrivileged = fs.Bool("allow-privileged-sidecars", false,
+		"run sidecars whose spec asks privileged: true (Docker-in-Docker); a privileged container is root on this machine")
+	f.nvidiaSMI = fs.String("nvidia-smi", "", "the nvidia-smi that finds the node's GPUs, at start and on SIGHUP (default: nvidia-smi on PATH; none: no GPUs)")
+	f.outputLimit = sizeFlag(executor.DefaultOutputLimit)
+	fs.Var(&f.outputLimit, "output-limit", "the output an attempt keeps when its spec sets none; past it the rest is dropped with a note")
+	fs.Var(&f.maxOutputLimit, "max-output-limit", "the most output a spec may ask for (default: --output-limit); the scheduler places no task asking more here")
+	f.pendingMemory = sizeFlag(session.DefaultMaxPendingBytes)
+	fs.Var(&f.pendingMemory, "pending-memory", "task output held in memory until the coordinator stores it; past it tasks are slowed down")
+	f.pendingDisk = sizeFlag(session.DefaultMaxSpoolBytes)
+	fs.Var(&f.pendingDisk, "pending-disk", "task events kept in the spool until the coordinator stores them; past it tasks are slowed down")
+	f.diskFullAfter = fs.Duration("disk-full-after", executor.DefaultDiskFullAfter,
+		"how long a task's output may find the data disk full before the task is stopped (\"node disk full\"); between 1s and 24h")
+	f.fdWait = fs.Duration("fd-wait", executor.DefaultFDWait,
+		"how long a task that finds too few file descriptors to start waits for running tasks to free some before it fails (\"node out of file descriptors\"); between 1s and 24h")
+	f.ts = tsnetFlags(fs)
+	f.limitFlags = taskLimitFlags(fs)
+	f.secFlags = securityFlags(fs)
+	f.dFlags = diskFlags(fs)
+	return f
+}
+
+// config checks the parsed flags and turns them into the agent's Config,
+// with a logger that writes to stderr. Its error is a usage error.
+func (f *runFlags) config(stderr io.Writer) (agent.Config, error) {
+	fail := func(format string, a ...any) (agent.Config, error) { return agent.Config{}, fmt.Errorf(format, a...) }
+	for name, v := range map[string]sizeFlag{"output-limit": f.outputLimit, "pending-memory": f.pendingMemory, "pending-disk": f.pendingDisk} {
+		if v <= 0 {
+			return fail("--%s %s: give a size above 0, e.g. 64MiB", name, v.String())
 		}
 	}
-	for _, c := range coordinators {
-		if _, err := transport.NormalizeURL(c); err != nil {
-			return usageErr("--coordinator %q: %v", c, err)
-		}
-		if err := secFlags.check(sec, ts, c); err != nil {
-			log.Error("podium agent cannot start", "err", err)
-			return exitFail
+	if *f.nvidiaSMI != "" {
+		if st, err := os.Stat(*f.nvidiaSMI); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fail("--nvidia-smi %s: not an executable file; give the path of nvidia-smi, or leave the flag out to use the one on PATH", *f.nvidiaSMI)
 		}
 	}
-	a, err := agent.New(agent.Config{
-		DataDir:        *dataDir,
-		Hostname:       *hostname,
-		Coordinators:   coordinators,
-		MaxTasks:       *maxTasks,
-		MinFreeDiskMB:  *minFreeDisk,
-		DiskFullAfter:  *diskFullAfter,
-		FDWait:         *fdWait,
+	if *f.minFreeDisk < 0 {
+		return fail("--min-free-disk-mb %d: give 0 (no floor) or more, e.g. 1024", *f.minFreeDisk)
+	}
+	if *f.diskFullAfter < time.Second || *f.diskFullAfter > 24*time.Hour {
+		return fail("--disk-full-after %s: give a duration between 1s and 24h, e.g. 5m", *f.diskFullAfter)
+	}
+	if *f.fdWait < time.Second || *f.fdWait > 24*time.Hour {
+		return fail("--fd-wait %s: give a duration between 1s and 24h, e.g. 1m", *f.fdWait)
+	}
+	maxOutputLimit := f.maxOutputLimit
+	if maxOutputLimit == 0 {
+		maxOutputLimit = f.outputLimit
+	}
+	if maxOutputLimit < f.outputLimit {
+		return fail("--max-output-limit %s is less than --output-limit %s: a spec could not even ask for the default", maxOutputLimit.String(), f.outputLimit.String())
+	}
+	if int64(f.pendingMemory) > math.MaxInt32 {
+		return fail("--pending-memory %s: give at most 2GiB", f.pendingMemory.String())
+	}
+	if *f.networkPool < 0 {
+		return fail("--network-pool %d: give the number of networks to keep ready, or 0 for none", *f.networkPool)
+	}
+	if *f.maxTasks < 0 {
+		return fail("--max-tasks %d: use a positive number, or 0 for one per CPU", *f.maxTasks)
+	}
+	allow, err := parseRanges("--allow-egress", f.allowEgress)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	permit, err := parseRanges("--permit-egress", f.permitEgress)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	if !*f.egressFilter && len(allow)+len(permit) > 0 {
+		return fail("--allow-egress and --permit-egress open ranges of the egress filter, which --egress-filter=false turns off: give one or the other")
+	}
+	limits, err := f.limitFlags.limits(measureMachine())
+	if err != nil {
+		return agent.Config{}, err
+	}
+	disk, err := f.dFlags.settings()
+	if err != nil {
+		return agent.Config{}, err
+	}
+	log, err := f.logger(stderr)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	return agent.Config{
+		DataDir:        *f.dataDir,
+		Hostname:       *f.hostname,
+		Coordinators:   f.coordinators,
+		MaxTasks:       *f.maxTasks,
+		MinFreeDiskMB:  *f.minFreeDisk,
+		DiskFullAfter:  *f.diskFullAfter,
+		FDWait:         *f.fdWait,
 		Logger:         log,
-		RunnerPath:     *runnerPath,
-		ExitOnDrain:    *exitOnDrain,
-		MetricsListen:  *metricsListen,
-		EgressFilter:   *egressFilter,
+		RunnerPath:     *f.runnerPath,
+		ExitOnDrain:    *f.exitOnDrain,
+		MetricsListen:  *f.metricsListen,
+		EgressFilter:   *f.egressFilter,
 		AllowEgress:    allow,
 		PermitEgress:   permit,
 		Limits:         limits,
-		OutputLimit:    int64(outputLimit),
+		OutputLimit:    int64(f.outputLimit),
 		MaxOutputLimit: int64(maxOutputLimit),
-		PendingMemory:  int(pendingMemory),
-		PendingDisk:    int64(pendingDisk),
+		PendingMemory:  int(f.pendingMemory),
+		PendingDisk:    int64(f.pendingDisk),
 
 		ImageGCUnused:   disk.unused,
 		ImageGCLowFree:  disk.lowFree,
 		ImageKeep:       disk.keep,
 		KeepAttemptData: disk.keepData,
-		NetworkPool:     *networkPool,
+		NetworkPool:     *f.networkPool,
 
-		AllowPrivilegedSidecars: *allowPrivileged,
-		NvidiaSMI:               *nvidiaSMI,
-	})
+		AllowPrivilegedSidecars: *f.allowPrivileged,
+		NvidiaSMI:               *f.nvidiaSMI,
+	}, nil
+}
+
+// logger is the logger --log-format and --log-level ask for.
+func (f *runFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", *f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch *f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", *f.logFormat)
+}
+
+// security reads the security settings and checks every coordinator the
+// agent may dial against them: the enrolled one (from the node's identity)
+// and those --coordinator names. It returns the exit code to stop with, or
+// -1 to go on.
+func (f *runFlags) security(log *slog.Logger, stderr io.Writer) (transport.Security, int) {
+	sec, err := f.secFlags.security()
 	if err != nil {
 		log.Error("podium agent cannot start", "err", err)
-		return exitFail
+		return sec, exitFail
 	}
+	// The coordinator's URL is the enrolled one; an identity that does not
+	// load is agent.New's to explain.
+	if id, err := identity.Load(*f.dataDir); err == nil {
+		if err := f.secFlags.check(sec, f.ts, id.CoordinatorURL); err != nil {
+			log.Error("podium agent cannot start", "err", err)
+			return sec, exitFail
+		}
+	}
+	for _, c := range f.coordinators {
+		if _, err := transport.NormalizeURL(c); err != nil {
+			return sec, usageError(stderr, "run", "--coordinator %q: %v", c, err)
+		}
+		if err := f.secFlags.check(sec, f.ts, c); err != nil {
+			log.Error("podium agent cannot start", "err", err)
+			return sec, exitFail
+		}
+	}
+	return sec, -1
+}
+
+// run joins the tailnet when asked to and runs the agent until SIGTERM or
+// SIGINT.
+func (f *runFlags) run(a *agent.Agent, sec transport.Security, log *slog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, leave, err := ts.join(ctx, *dataDir, "", log)
+	ctx, leave, err := f.ts.join(ctx, *f.dataDir, "", log)
 	if err != nil {
 		log.Error("podium agent cannot join the tailnet", "err", err)
 		return exitFail
