@@ -202,15 +202,14 @@ func TestRetentionFlagsRefused(t *testing.T) {
 	// Good values parse into the config the server gets.
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	t.Setenv("PODIUM_RETAIN_AUDIT", "2y")
-	read, err := retentionFlags(fs)
-	if err != nil {
+	var c retention.Config
+	if err := bindFlags(fs, retentionFlags(&c)); err != nil {
 		t.Fatal(err)
 	}
 	if err := fs.Parse([]string{"--retain-tasks", "30d", "--retain-logs", "36h", "--retention-every", "5m"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := read()
-	if err != nil {
+	if err := c.Check(); err != nil {
 		t.Fatal(err)
 	}
 	want := retention.Config{Tasks: 30 * taskspec.Day, Logs: 36 * time.Hour, Audit: 2 * taskspec.Year, Every: 5 * time.Minute}

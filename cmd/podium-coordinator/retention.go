@@ -1,9 +1,6 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/retention"
@@ -30,11 +27,11 @@ func (f longFlag) Set(v string) error {
 	return nil
 }
 
-// retentionFlags declares the retention flags on fs, each with its
-// PODIUM_* variable, and returns what reads them once fs is parsed. A
-// variable with a bad value is refused at once, naming the variable.
-func retentionFlags(fs *flag.FlagSet) (func() (retention.Config, error), error) {
-	var c retention.Config
+// retentionFlags are the rows of serve's flag table for c, each with its
+// PODIUM_* variable; c.Check is for once they are parsed. A variable with a
+// bad value is refused at once, naming the variable.
+func retentionFlags(c *retention.Config) []envFlag {
+	var flags []envFlag
 	for _, f := range []struct {
 		name, env string
 		into      *time.Duration
@@ -45,19 +42,8 @@ func retentionFlags(fs *flag.FlagSet) (func() (retention.Config, error), error) 
 		{"retain-artifacts", "PODIUM_RETAIN_ARTIFACTS", &c.Artifacts, "how long an artifact is kept after it was stored (default 30d)"},
 		{"retain-audit", "PODIUM_RETAIN_AUDIT", &c.Audit, "how long audit rows, and the record that a task expired, are kept (default 1y)"},
 	} {
-		if v, ok := os.LookupEnv(f.env); ok && v != "" {
-			if err := (longFlag{f.into}).Set(v); err != nil {
-				return nil, fmt.Errorf("%s: %w", f.env, err)
-			}
-		}
-		fs.Var(longFlag{f.into}, f.name, f.usage+" ("+f.env+")")
+		flags = append(flags, valueFlag(longFlag{f.into}, f.name, f.env, "", f.usage+" ("+f.env+")", false))
 	}
-	every, err := envDuration("PODIUM_RETENTION_EVERY", retention.DefaultEvery)
-	if err != nil {
-		return nil, err
-	}
-	fs.DurationVar(&c.Every, "retention-every", every, "how often the leader expires what is past its retention (PODIUM_RETENTION_EVERY)")
-	return func() (retention.Config, error) {
-		return c, c.Check()
-	}, nil
+	return append(flags, durationFlag(&c.Every, "retention-every", "PODIUM_RETENTION_EVERY", retention.DefaultEvery,
+		"how often the leader expires what is past its retention (PODIUM_RETENTION_EVERY)"))
 }

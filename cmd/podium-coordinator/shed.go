@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"log/slog"
 
 	"github.com/podiumhq/podium/coordinator/server"
@@ -12,22 +11,18 @@ import (
 // memory limit once the logger exists.
 type shedConfig struct{ server.ShedConfig }
 
-// shedFlags defines --max-requests, --max-streams and --memory-limit.
-func shedFlags(fs *flag.FlagSet) (*shedConfig, *string, error) {
-	c := &shedConfig{}
-	maxReq, err := envInt("PODIUM_MAX_REQUESTS", server.DefaultMaxRequests)
-	if err != nil {
-		return nil, nil, err
+// flags are the rows of serve's flag table for --max-requests,
+// --max-streams and --memory-limit, whose value memory reads.
+func (c *shedConfig) flags(limit *string) []envFlag {
+	return []envFlag{
+		intFlag(&c.MaxRequests, "max-requests", "PODIUM_MAX_REQUESTS", server.DefaultMaxRequests,
+			"people's API calls (not streams) served at once; more are answered 503 with Retry-After at once (PODIUM_MAX_REQUESTS); -1: no bound"),
+		intFlag(&c.MaxStreams, "max-streams", "PODIUM_MAX_STREAMS", server.DefaultMaxStreams,
+			"people's streaming API calls (followers, downloads) served at once; more are answered 503 with Retry-After (PODIUM_MAX_STREAMS); -1: no bound"),
+		stringFlag(limit, "memory-limit", "PODIUM_MEMORY_LIMIT", "auto",
+			"the process's memory limit: people's API calls are answered 503 with Retry-After while the replica holds more than 85% of it, "+
+				"and Go's GOMEMLIMIT is set to 90% of it unless given (PODIUM_MEMORY_LIMIT); auto: the control group's limit (a container's or a unit's MemoryMax), off, or a size such as 2GiB"),
 	}
-	maxStreams, err := envInt("PODIUM_MAX_STREAMS", server.DefaultMaxStreams)
-	if err != nil {
-		return nil, nil, err
-	}
-	fs.IntVar(&c.MaxRequests, "max-requests", maxReq, "people's API calls (not streams) served at once; more are answered 503 with Retry-After at once (PODIUM_MAX_REQUESTS); -1: no bound")
-	fs.IntVar(&c.MaxStreams, "max-streams", maxStreams, "people's streaming API calls (followers, downloads) served at once; more are answered 503 with Retry-After (PODIUM_MAX_STREAMS); -1: no bound")
-	limit := fs.String("memory-limit", env("PODIUM_MEMORY_LIMIT", "auto"), "the process's memory limit: people's API calls are answered 503 with Retry-After while the replica holds more than 85% of it, "+
-		"and Go's GOMEMLIMIT is set to 90% of it unless given (PODIUM_MEMORY_LIMIT); auto: the control group's limit (a container's or a unit's MemoryMax), off, or a size such as 2GiB")
-	return c, limit, nil
 }
 
 // memory checks the bounds and works out the memory limit, saying where it
