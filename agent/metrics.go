@@ -79,14 +79,15 @@ func (m *metricsServer) Run(ctx context.Context) error {
 	m.log.Info("serving metrics", "addr", m.ln.Addr().String())
 	served := make(chan error, 1)
 	go func() { served <- m.srv.Serve(m.ln) }()
+	var err error
 	select {
 	case <-ctx.Done():
 		_ = m.srv.Close()
-		<-served
-	case err := <-served:
-		if !errors.Is(err, http.ErrServerClosed) {
-			m.log.Warn("metrics server stopped", "err", err)
-		}
+		err = <-served // http.ErrServerClosed: Close stopped it
+	case err = <-served:
+	}
+	if !errors.Is(err, http.ErrServerClosed) {
+		m.log.Warn("metrics server stopped", "err", err)
 	}
 	return nil
 }
