@@ -137,6 +137,7 @@ fmt:
 lint: golangci-lint
 	CGO_ENABLED=0 GOFLAGS=-trimpath $(GOLANGCI_LINT) run ./...
 	scripts/check-large-files.sh
+	scripts/check-doc-paths.sh
 
 golangci-lint:
 	@$(GO) version -m $(GOLANGCI_LINT) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/golangci/golangci-lint/v2[[:space:]]+$(GOLANGCI_LINT_VERSION)[[:space:]]' \
