@@ -99,8 +99,19 @@ type event struct {
 	Package    string
 	Test       string
 	Output     string
-	ImportPath string // build-output, build-fail
+	Elapsed    float64 // seconds, on a test's or package's pass and fail
+	ImportPath string  // build-output, build-fail
 }
+
+// timed is how long a top-level test took, for the slowest list.
+type timed struct {
+	pkg, test string
+	seconds   float64
+}
+
+// slowestShown is how many of the slowest tests the report lists: where
+// make test's time goes, which is what to look at before it grows.
+const slowestShown = 12
 
 // kind is what a reported test did instead of its whole check.
 type kind string
@@ -126,6 +137,9 @@ type reporter struct {
 	noted  []noted
 	// standIns are the stand-in reasons of each running test.
 	standIns map[string][]string
+	// tests are the top-level tests that ended, with their time; packages
+	// are the packages' times.
+	tests, packages []timed
 }
 
 func newReporter(w io.Writer) *reporter {
@@ -177,9 +191,15 @@ func (r *reporter) handle(ev event) {
 			// A package that fails with tests still running (a timeout, a
 			// panic) has their lines printed: the last of them say where.
 			r.flushPackage(ev.Package)
+			r.packages = append(r.packages, timed{pkg: ev.Package, seconds: ev.Elapsed})
+		case "pass":
+			r.packages = append(r.packages, timed{pkg: ev.Package, seconds: ev.Elapsed})
 		}
 	default:
 		k := key(ev.Package, ev.Test)
+		if (ev.Action == "pass" || ev.Action == "fail") && !strings.Contains(ev.Test, "/") {
+			r.tests = append(r.tests, timed{pkg: ev.Package, test: ev.Test, seconds: ev.Elapsed})
+		}
 		switch ev.Action {
 		case "output":
 			if m := logLine.FindStringSubmatch(strings.TrimRight(ev.Output, "\n")); m != nil {
@@ -266,7 +286,25 @@ func (r *reporter) flushAll() {
 
 // summary prints the skips and stand-ins that ran, marking those the
 // expected list does not name, and returns how many it does not.
+// slowest lists the packages and the top-level tests that took longest.
+func (r *reporter) slowest() {
+	for _, list := range []struct {
+		what  string
+		items []timed
+	}{{"packages", r.packages}, {"tests", r.tests}} {
+		if len(list.items) == 0 {
+			continue
+		}
+		sort.SliceStable(list.items, func(i, j int) bool { return list.items[i].seconds > list.items[j].seconds })
+		fmt.Fprintf(r.w, "\nSlowest %s:\n", list.what)
+		for _, t := range list.items[:min(len(list.items), slowestShown)] {
+			fmt.Fprintf(r.w, "  %7.1fs  %s\n", t.seconds, strings.TrimSpace(t.pkg+" "+t.test))
+		}
+	}
+}
+
 func (r *reporter) summary(expected []expectation, expectedFile string) (unexpected int) {
+	r.slowest()
 	fmt.Fprintf(r.w, "\nSkips and stand-ins (%d):\n", len(r.noted))
 	if len(r.noted) == 0 {
 		fmt.Fprintln(r.w, "  none")

@@ -167,3 +167,40 @@ func TestREADMEListsExistingTests(t *testing.T) {
 		}
 	}
 }
+
+// The report ends with where the time went: the slowest packages and
+// top-level tests, slowest first; a subtest's time is its parent's.
+func TestReportListsTheSlowestTests(t *testing.T) {
+	t.Parallel()
+	var in strings.Builder
+	for _, e := range []map[string]any{
+		{"Action": "pass", "Package": pkg, "Test": "TestQuick", "Elapsed": 0.5},
+		{"Action": "pass", "Package": pkg, "Test": "TestSlow/part", "Elapsed": 90.0},
+		{"Action": "pass", "Package": pkg, "Test": "TestSlow", "Elapsed": 95.0},
+		{"Action": "fail", "Package": pkg, "Test": "TestMiddle", "Elapsed": 12.0},
+		{"Action": "fail", "Package": pkg, "Elapsed": 110.0},
+		{"Action": "pass", "Package": pkg + "/ok", "Elapsed": 1.0},
+	} {
+		line, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Write(line)
+		in.WriteByte('\n')
+	}
+	var out bytes.Buffer
+	rep := newReporter(&out)
+	rep.read(strings.NewReader(in.String()))
+	rep.summary(nil, "README.md")
+	got := out.String()
+	want := "\nSlowest packages:\n" +
+		"    110.0s  " + pkg + "\n" +
+		"      1.0s  " + pkg + "/ok\n" +
+		"\nSlowest tests:\n" +
+		"     95.0s  " + pkg + " TestSlow\n" +
+		"     12.0s  " + pkg + " TestMiddle\n" +
+		"      0.5s  " + pkg + " TestQuick\n"
+	if !strings.Contains(got, want) {
+		t.Fatalf("the report does not list the slowest as\n%s\nit printed:\n%s", want, got)
+	}
+}
