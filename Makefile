@@ -57,10 +57,17 @@ SLOW_TEST_PKGS := ./test/soak ./test/faults ./test/e2e ./test/packaging ./test/b
 # package's result as it comes, a failing test's whole output), then every
 # skip and stand-in that ran and why; it exits with go test's status, or 1
 # for a skip or stand-in that README.md's expected-skips section does not
-# list.
+# list. The test binaries are compiled first, running nothing (-run '^$'),
+# with the flags of the run that follows, so that they come from the build
+# cache: on a fresh machine compiling every package under -race is minutes of
+# both cores, and done alongside the suites it starved their timed steps (a
+# Postgres cluster's start, a fault row's window) into failing.
 test: test-deps
 	@$(MAKE) --no-print-directory build lint fuzz
 	@$(GO) build -o $(BIN)/testreport ./test/testenv/testreport
+	@echo "compiling the test binaries (-race), running nothing"
+	@$(GO) test -count=1 -race -vet=off -ldflags '-s -w' -run '^$$' $(SLOW_TEST_PKGS) ./... >$(BIN)/test-build.log 2>&1 \
+		|| { cat $(BIN)/test-build.log; exit 1; }
 	$(BIN)/testreport -expected README.md -- \
 		$(GO) test -json -count=1 -race -vet=off -ldflags '-s -w' -timeout 40m $(SLOW_TEST_PKGS) ./...
 
