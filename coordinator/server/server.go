@@ -198,55 +198,11 @@ var compressLarge = connect.WithCompressMinBytes(1024)
 // New connects to Postgres, applies migrations and builds the replica. Nothing
 // is served until Run.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.DatabaseURL == "" {
-		return nil, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
-	}
-	if err := checkTransport(&cfg); err != nil {
+	pre, err := checkConfig(&cfg)
+	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Retention.Check(); err != nil {
-		return nil, err
-	}
-	if err := cfg.Notify.Check(); err != nil {
-		return nil, err
-	}
-	if err := checkHosts(cfg.PublicURL, cfg.AllowedHosts); err != nil {
-		return nil, err
-	}
-	var metricsToken string
-	if cfg.MetricsTokenFile != "" {
-		var err error
-		if metricsToken, err = loadMetricsToken(cfg.MetricsTokenFile); err != nil {
-			return nil, err
-		}
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.ReplicaID == "" {
-		cfg.ReplicaID = ids.New("replica")
-	}
-	log = log.With("replica", cfg.ReplicaID)
-	// A certificate that does not load is a mistake in the configuration,
-	// found before anything is touched.
-	var certs *certFiles
-	if cfg.TLSCertFile != "" {
-		var err error
-		if certs, err = loadCertFiles(cfg.TLSCertFile, cfg.TLSKeyFile, log); err != nil {
-			return nil, err
-		}
-	}
-	var secretsKey *secrets.Key
-	if cfg.SecretsKeyFile != "" {
-		var err error
-		if secretsKey, err = secrets.LoadKeyFile(cfg.SecretsKeyFile); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.Archive.Check(); err != nil {
-		return nil, err
-	}
+	log := pre.log
 	if err := Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, err
 	}
@@ -254,44 +210,72 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := secrets.CheckStartup(ctx, secretsKey, st); err != nil {
-		st.Close()
-		return nil, err
-	}
-	vault := secrets.NewVault(secretsKey, st)
-	apt, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
+	s, err := build(ctx, cfg, pre, st)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
-		AckDeadline: cfg.Dispatch.AckDeadline, WriteOffAfter: cfg.Dispatch.WriteOffAfter})
+	return s, nil
+}
+
+// prepared is what New reads and checks before it touches Postgres: a
+// mistake in the configuration (a file that does not load, a bad host, a
+// retention that cannot work) is found before anything is changed.
+type prepared struct {
+	log          *slog.Logger
+	metricsToken string
+	certs        *certFiles
+	secretsKey   *secrets.Key
+}
+
+// checkConfig checks cfg, fills in the defaults that need nothing but cfg,
+// and loads the files it names.
+func checkConfig(cfg *Config) (prepared, error) {
+	var pre prepared
+	if cfg.DatabaseURL == "" {
+		return pre, errors.New("no database: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
+	}
+	if err := checkTransport(cfg); err != nil {
+		return pre, err
+	}
+	if err := cfg.Retention.Check(); err != nil {
+		return pre, err
+	}
+	if err := cfg.Notify.Check(); err != nil {
+		return pre, err
+	}
+	if err := checkHosts(cfg.PublicURL, cfg.AllowedHosts); err != nil {
+		return pre, err
+	}
+	if err := cfg.Archive.Check(); err != nil {
+		return pre, err
+	}
+	var err error
+	if cfg.MetricsTokenFile != "" {
+		if pre.metricsToken, err = loadMetricsToken(cfg.MetricsTokenFile); err != nil {
+			return pre, err
+		}
+	}
+	pre.log = cfg.Logger
+	if pre.log == nil {
+		pre.log = slog.Default()
+	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = ids.New("replica")
+	}
+	pre.log = pre.log.With("replica", cfg.ReplicaID)
+	if cfg.TLSCertFile != "" {
+		if pre.certs, err = loadCertFiles(cfg.TLSCertFile, cfg.TLSKeyFile, pre.log); err != nil {
+			return pre, err
+		}
+	}
+	if cfg.SecretsKeyFile != "" {
+		if pre.secretsKey, err = secrets.LoadKeyFile(cfg.SecretsKeyFile); err != nil {
+			return pre, err
+		}
+	}
 	if cfg.Nodes.HeartbeatInterval == 0 {
 		cfg.Nodes.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	th, err := settleThresholds(ctx, st, cfg.ReplicaID, given, cfg.Nodes.HeartbeatInterval, log)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	cfg.Thresholds = th
-	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
-	cfg.Dispatch.AckDeadline, cfg.Dispatch.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
-	cfg.Dispatch.UnreachableAfter = th.UnreachableAfter
-	if cfg.Nodes.MaxNodes == 0 {
-		locks, err := st.LockTableSize(ctx)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("read the size of Postgres's lock table (max_locks_per_transaction): %w", err)
-		}
-		cfg.Nodes.MaxNodes = max(locks/2, 1)
-		log.Info("nodes: this replica holds at most half of Postgres's lock table in nodes (PODIUM_MAX_NODES to set it)",
-			"max_nodes", cfg.Nodes.MaxNodes, "lock_table", locks)
-	}
-	arts, err := artifacts.New(cfg.Artifacts, st, log)
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("artifacts: %w", err)
 	}
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
@@ -302,15 +286,94 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: certs}
-	if err := s.openTransport(ctx); err != nil {
-		st.Close()
+	return pre, nil
+}
+
+// build makes the replica on an open, migrated store: what every replica
+// must agree on is settled with the others first, then the parts are made,
+// then the routes that serve them.
+func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Server, error) {
+	log := pre.log
+	if err := secrets.CheckStartup(ctx, pre.secretsKey, st); err != nil {
 		return nil, err
 	}
-	// Each part gets everything it works with when it is made, in the order
-	// they depend on each other; only the sessions' registry comes first,
-	// because the metrics count its sessions and the node service records
-	// into the metrics.
+	vault := secrets.NewVault(pre.secretsKey, st)
+	apt, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := settle(ctx, &cfg, st, log); err != nil {
+		return nil, err
+	}
+	arts, err := artifacts.New(cfg.Artifacts, st, log)
+	if err != nil {
+		return nil, fmt.Errorf("artifacts: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: pre.certs}
+	if err := s.openTransport(ctx); err != nil {
+		return nil, err
+	}
+	p := s.makeParts(pre.metricsToken, vault)
+	handler := s.routes(p, apt)
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true) // the TLS listeners
+	// No ReadTimeout or WriteTimeout: they would end node streams, which
+	// last for hours. bodyLimits bounds a body's arrival instead, and the
+	// streams' heartbeats their silence.
+	s.http = &http.Server{Handler: handler, Protocols: &protocols,
+		ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout, ConnState: s.conns.connState,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if p.console != nil {
+		s.http.RegisterOnShutdown(p.console.Shutdown)
+	}
+	return s, nil
+}
+
+// settle fixes what every replica must agree on (the health and delivery
+// thresholds, stored in Postgres) and what depends on Postgres itself (how
+// many nodes this replica may hold: each is an advisory lock).
+func settle(ctx context.Context, cfg *Config, st *store.Store, log *slog.Logger) error {
+	given := cfg.Thresholds.Or(Thresholds{UnreachableAfter: cfg.Watchdog.UnreachableAfter, OfflineAfter: cfg.Watchdog.OfflineAfter,
+		AckDeadline: cfg.Dispatch.AckDeadline, WriteOffAfter: cfg.Dispatch.WriteOffAfter})
+	th, err := settleThresholds(ctx, st, cfg.ReplicaID, given, cfg.Nodes.HeartbeatInterval, log)
+	if err != nil {
+		return err
+	}
+	cfg.Thresholds = th
+	cfg.Watchdog.UnreachableAfter, cfg.Watchdog.OfflineAfter = th.UnreachableAfter, th.OfflineAfter
+	cfg.Dispatch.AckDeadline, cfg.Dispatch.WriteOffAfter = th.AckDeadline, th.WriteOffAfter
+	cfg.Dispatch.UnreachableAfter = th.UnreachableAfter
+	if cfg.Nodes.MaxNodes == 0 {
+		locks, err := st.LockTableSize(ctx)
+		if err != nil {
+			return fmt.Errorf("read the size of Postgres's lock table (max_locks_per_transaction): %w", err)
+		}
+		cfg.Nodes.MaxNodes = max(locks/2, 1)
+		log.Info("nodes: this replica holds at most half of Postgres's lock table in nodes (PODIUM_MAX_NODES to set it)",
+			"max_nodes", cfg.Nodes.MaxNodes, "lock_table", locks)
+	}
+	cfg.Nodes.Replica = cfg.ReplicaID
+	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
+	return nil
+}
+
+// parts are the services the routes serve, made by makeParts.
+type parts struct {
+	metrics    *metrics.Metrics
+	vault      *secrets.Vault
+	enrollment *enroll.Service
+	admin      *admin.Service
+	console    *console.Console // nil with --console=false
+}
+
+// makeParts makes the replica's parts, each given everything it works with
+// when it is made, in the order they depend on each other; only the
+// sessions' registry comes first, because the metrics count its sessions and
+// the node service records into the metrics.
+func (s *Server) makeParts(metricsToken string, vault *secrets.Vault) parts {
+	cfg, st, arts, log := s.cfg, s.store, s.artifacts, s.log
 	sessions := nodes.NewRegistry()
 	// The lease keeper is made below; the link asks it once it runs.
 	s.pg = newPGLink(func() error { return s.leases.Ready() }, sessions, cfg.PostgresLostAfter, log)
@@ -319,17 +382,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store.ChannelNodeCommands, store.ChannelTaskEvents, store.ChannelSubmit, store.ChannelTakeover, store.ChannelReplicas, leader.Channel}},
 		bus.Deps{Metrics: m, Log: log})
 	s.leases = lease.NewKeeper(cfg.DatabaseURL, log)
-	cfg.Nodes.Replica = cfg.ReplicaID
 	s.ingest = ingest.New(ingest.Deps{Store: st, Metrics: m, Log: log})
 	s.nodes = nodes.NewService(cfg.Nodes, nodes.Deps{Store: st, Bus: s.bus, Leases: s.leases, Registry: sessions,
 		Ingester: s.ingest, Metrics: m, Artifacts: arts, Secrets: vault, Log: log})
-	enrollment := enroll.New(cfg.Enroll, enroll.Deps{Store: st, Log: log})
-	dispatcher := dispatch.New(cfg.Dispatch, dispatch.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log})
-	health := watchdog.New(cfg.Watchdog, watchdog.Deps{Store: st, Log: log})
-	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
-	// The retention job and its object sweeper always run: they are what
-	// keeps the database and the bucket from growing forever.
-	workers := []leader.Worker{dispatcher, health,
+	// The leader-only workers. The retention job and its object sweeper
+	// always run: they are what keeps the database and the bucket from
+	// growing forever.
+	workers := []leader.Worker{
+		dispatch.New(cfg.Dispatch, dispatch.Deps{Store: st, Bus: s.bus, Metrics: m, Log: log}),
+		watchdog.New(cfg.Watchdog, watchdog.Deps{Store: st, Log: log}),
 		retention.NewJob(cfg.Retention, retention.Deps{Store: st, Log: log}),
 		retention.NewSweeper(cfg.Retention, retention.Deps{Store: st, Objects: arts, Log: log}),
 		cron.NewTicker(cfg.Schedules, cron.Deps{Store: st, Log: log})}
@@ -340,27 +401,37 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log,
 		Bounds: cfg.Schedules.Bounds})
 	s.notify = notify.New(cfg.Notify, notify.Deps{Store: st, Secrets: vault, Log: log})
-	adminService := admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})
+	p := parts{metrics: m, vault: vault,
+		enrollment: enroll.New(cfg.Enroll, enroll.Deps{Store: st, Log: log}),
+		admin:      admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})}
+	if !cfg.NoConsole {
+		p.console = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: p.admin, Artifacts: arts, Bus: s.bus, Log: log})
+	}
+	return p
+}
 
+// routes is the replica's HTTP handler: the Connect services, health, the
+// metrics, the console and the apt repository, behind the guards every
+// request passes (token, Postgres link, host, body limits, shedding).
+func (s *Server) routes(p parts, apt *aptrepo.Repo) http.Handler {
+	cfg, st, log := s.cfg, s.store, s.log
 	mux := http.NewServeMux()
 	people := connect.WithHandlerOptions(s.apiAuth, compressLarge, readLimits(PeopleReadMaxBytes), tasks.StrictJSON())
-	mux.Handle(podiumv1connect.NewNodeServiceHandler(nodeService{Service: s.nodes, enrollment: enrollment},
+	mux.Handle(podiumv1connect.NewNodeServiceHandler(nodeService{Service: s.nodes, enrollment: p.enrollment},
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
-	mux.Handle(podiumv1connect.NewAdminServiceHandler(adminService, people))
+	mux.Handle(podiumv1connect.NewAdminServiceHandler(p.admin, people))
 	mux.Handle(podiumv1connect.NewScheduleServiceHandler(cron.NewService(cfg.Schedules, cron.Deps{Store: st, Log: log}), people))
-	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(webhooks.Deps{Store: st, Vault: vault, Log: log}), people))
+	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(webhooks.Deps{Store: st, Vault: p.vault, Log: log}), people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz unless --metrics-token-file
 	// is set: it says how busy the fleet is, never what any task is. Its
 	// SQL-read gauges are cached (metrics.DefaultCacheFor), so scraping it
 	// costs the API's pool at most one read per interval.
-	mux.Handle("GET /metrics", m.Handler())
-	var con *console.Console
-	if !cfg.NoConsole {
-		con = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: adminService, Artifacts: arts, Bus: s.bus, Log: log})
-		mux.Handle("/console/", con)
+	mux.Handle("GET /metrics", p.metrics.Handler())
+	if p.console != nil {
+		mux.Handle("/console/", p.console)
 		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusSeeOther))
 	}
 	// The apt repository and its install script need no token, on any
@@ -381,21 +452,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log.Info("the API and the console answer for these hosts only (--public-url, --allowed-host to add one)", "hosts", guard.Names())
 	handler = guard
 	handler = bodyLimits(handler, cfg.BodyReadTimeout)
-	handler = newShedder(cfg.Shed, handler, log)
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	protocols.SetHTTP2(true) // the TLS listeners
-	// No ReadTimeout or WriteTimeout: they would end node streams, which
-	// last for hours. bodyLimits bounds a body's arrival instead, and the
-	// streams' heartbeats their silence.
-	s.http = &http.Server{Handler: handler, Protocols: &protocols,
-		ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: cfg.IdleTimeout, ConnState: s.conns.connState,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	if con != nil {
-		s.http.RegisterOnShutdown(con.Shutdown)
-	}
-	return s, nil
+	return newShedder(cfg.Shed, handler, log)
 }
 
 // ownHosts are the names this replica answers people for besides loopback:
