@@ -283,8 +283,17 @@ func start(port int, settings ...string) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Making the template database and migrating it is some hundred
+	// statements; on a 2-core machine running the soak and the fault rows
+	// beside it, that took over 30 s, and a test failed for its rig, not for
+	// anything it checks. Two minutes is the bound on a stuck server.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("the new cluster's template database was not ready within 2 minutes (a machine this busy slows every test): %w", err)
+		}
+	}()
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
 		c.Stop()
