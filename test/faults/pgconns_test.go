@@ -24,8 +24,11 @@ const hogName = "podium-test-hog"
 // client gone wild would, and ends the replica's own on the database, so that
 // every connection it needs must be made anew and is refused. (A replica
 // keeps the connections it has; it is the next ones that max_connections
-// refuses.) It returns once the hog holds every slot and no other client is
-// connected to the database; the hog's connections close when the returned
+// refuses.) It returns once the hog and clients of other databases hold
+// every one of max_connections' slots and none is the database's: a slot
+// freed by a backend still exiting after it was ended would otherwise go to
+// the replica's next connection, as it did once when this counted the
+// database's clients alone. The hog's connections close when the returned
 // func is called or the test ends.
 func exhaustConnections(t *testing.T, pg *pgtest.Cluster, db string) (release func()) {
 	t.Helper()
@@ -39,13 +42,19 @@ func exhaustConnections(t *testing.T, pg *pgtest.Cluster, db string) (release fu
 	}
 	t.Cleanup(release)
 	url := pg.URL(db) + "&application_name=" + hogName
-	others := func(q string) int {
+	count := func(q string) int {
 		var n int
-		if err := conns[0].QueryRow(ctx, q+` from pg_stat_activity where datname = $1 and backend_type = 'client backend' and application_name <> $2`, db, hogName).Scan(&n); err != nil {
+		if err := conns[0].QueryRow(ctx, q, db, hogName).Scan(&n); err != nil {
 			t.Fatalf("read pg_stat_activity: %v", err)
 		}
 		return n
 	}
+	// Each client backend that is not the hog's: on the database (or not
+	// yet past its start, with no database named), and on others.
+	const others = ` from pg_stat_activity where backend_type = 'client backend' and application_name <> $2 and`
+	const ours = others + ` (datname = $1 or datname is null)`
+	const elsewhere = others + ` datname <> $1`
+	var slots int
 	wait.For(t, nodeWithin, "the test's connections to fill max_connections with no replica connected", func() bool {
 		for {
 			c, err := pgx.Connect(ctx, url)
@@ -61,10 +70,15 @@ func exhaustConnections(t *testing.T, pg *pgtest.Cluster, db string) (release fu
 		if len(conns) == 0 {
 			t.Fatal("Postgres refused the test's first connection")
 		}
-		if others("select count(*)::int") == 0 {
+		if slots == 0 {
+			if err := conns[0].QueryRow(ctx, `select setting::int from pg_settings where name = 'max_connections'`).Scan(&slots); err != nil {
+				t.Fatalf("read max_connections: %v", err)
+			}
+		}
+		if count(`select count(*)::int`+ours) == 0 && len(conns)+count(`select count(*)::int`+elsewhere) == slots {
 			return true
 		}
-		others("select count(pg_terminate_backend(pid))::int")
+		count(`select count(pg_terminate_backend(pid))::int` + ours)
 		return false
 	})
 	t.Logf("the test holds %d connections, all that max_connections allows", len(conns))
