@@ -356,7 +356,7 @@ func (c *cli) checkText(cmd *command, fs *flag.FlagSet, rest []string) ([]string
 	var bad error
 	fs.Visit(func(f *flag.Flag) {
 		if bad == nil && !utf8.ValidString(f.Value.String()) {
-			bad = fmt.Errorf("--%s: the value is not valid UTF-8 text: give it as text (in the encoding of your terminal, UTF-8)", f.Name)
+			bad = fmt.Errorf("--%s: the value is not valid UTF-8 text: give it as text (in the encoding of your terminal, UTF-8)", canonicalFlag(f))
 		}
 	})
 	if bad == nil && c.reconnectTimeout <= 0 {
@@ -408,15 +408,47 @@ func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	}
 }
 
+// aliasUsage marks a flag that is another name for a long one: its usage is
+// this prefix and the long flag's name. Help lists it beside the long one.
+const aliasUsage = "\x00alias of "
+
+// alias registers -short as another name of the flag --long, as docker run
+// has -e for --env: the two set the same value, and setFlags reports either
+// under the long name.
+func alias(fs *flag.FlagSet, short, long string) {
+	fs.Var(fs.Lookup(long).Value, short, aliasUsage+long)
+}
+
+// canonicalFlag is f's long name when f is an alias, else its own name.
+func canonicalFlag(f *flag.Flag) string {
+	if long, ok := strings.CutPrefix(f.Usage, aliasUsage); ok {
+		return long
+	}
+	return f.Name
+}
+
 // printFlags is flag.PrintDefaults with the "--name" spelling the rest of the
-// help uses (the flag package accepts one dash or two).
+// help uses (the flag package accepts one dash or two), and a flag's short
+// alias on its long name's line ("-e, --env KEY=VALUE").
 func printFlags(w io.Writer, fs *flag.FlagSet) {
+	shorts := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if long := canonicalFlag(f); long != f.Name {
+			shorts[long] = f.Name
+		}
+	})
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fs.VisitAll(func(f *flag.Flag) {
+		if canonicalFlag(f) != f.Name {
+			return
+		}
 		arg, usage := flag.UnquoteUsage(f)
 		name := "-" + f.Name
 		if len(f.Name) > 1 {
 			name = "--" + f.Name
+		}
+		if short, ok := shorts[f.Name]; ok {
+			name = "-" + short + ", " + name
 		}
 		if arg != "" {
 			name += " " + arg

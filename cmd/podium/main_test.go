@@ -247,7 +247,7 @@ func sampleTasks(now time.Time) []*podiumv1.Task {
 	return []*podiumv1.Task{
 		{
 			Id: "task_01B", State: podiumv1.TaskState_TASK_STATE_RUNNING, NodeId: "node_A", Attempt: 1,
-			Spec:      &podiumv1.TaskSpec{Image: "alpine:3", Command: []string{"sh", "-c", "echo 'hi'; exit 3"}, Env: map[string]string{"SECRET": "hunter2", "A": "1"}, Labels: []string{"linux"}, TimeoutSeconds: 600, Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 64}},
+			Spec:      &podiumv1.TaskSpec{Name: "unit-tests", Image: "alpine:3", Command: []string{"sh", "-c", "echo 'hi'; exit 3"}, Env: map[string]string{"SECRET": "hunter2", "A": "1"}, Labels: []string{"linux"}, TimeoutSeconds: 600, Resources: &podiumv1.Resources{Cpu: 0.5, MemoryMb: 64}},
 			CreatedAt: timestamppb.New(now.Add(-90 * time.Second)), StartedAt: timestamppb.New(now.Add(-80 * time.Second)),
 		},
 		{
@@ -270,9 +270,9 @@ func TestTasks(t *testing.T) {
 		t.Fatalf("want a header and two rows:\n%s", cli.out)
 	}
 	for i, want := range [][]string{
-		{"ID", "STATE", "IMAGE", "NODE", "AGE", "REASON"},
-		{"task_01B", "running", "alpine:3", "node_A", "1m", "-"},
-		{"task_01A", "queued", "busybox", "-", "3h", "no", "node", "has", "the", "label", "gpu"},
+		{"ID", "NAME", "STATE", "IMAGE", "NODE", "AGE", "REASON"},
+		{"task_01B", "unit-tests", "running", "alpine:3", "node_A", "1m", "-"},
+		{"task_01A", "-", "queued", "busybox", "-", "3h", "no", "node", "has", "the", "label", "gpu"},
 	} {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("line %d = %q, want fields %q", i, lines[i], want)
@@ -280,6 +280,18 @@ func TestTasks(t *testing.T) {
 	}
 	if got := fmt.Sprint(f.listReq.GetStates(), f.listReq.GetLimit()); got != "[TASK_STATE_RUNNING TASK_STATE_QUEUED] 5" {
 		t.Errorf("List request = %s", got)
+	}
+
+	// --name is sent as the name filter; a name that is no name sends nothing.
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "tasks", "--name", "unit-tests"); code != 0 || f.listReq.GetName() != "unit-tests" {
+		t.Errorf("tasks --name unit-tests: exit %d, request name %q; stderr:\n%s", code, f.listReq.GetName(), cli.errOut)
+	}
+	f.listReq = nil
+	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
+	if code := cli.run(t, "tasks", "--name", "unit tests"); code != exitUsage || f.listReq != nil ||
+		!strings.Contains(cli.errOut.String(), `--name "unit tests" is not a task name`) {
+		t.Errorf("tasks --name 'unit tests': exit %d, request %v; stderr:\n%s", code, f.listReq, cli.errOut)
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,12 +31,16 @@ stdout and stderr are copied to podium's byte for byte, podium's own progress
 goes to stderr as lines starting with "→ ". CMD replaces the image's entrypoint
 and command; put "--" before it when it has flags of its own.
 
-Flags override the fields of --spec: --image, --timeout, --priority, --user,
---pull, --output-limit and --retain replace theirs, --env sets one variable each (replacing the
-file's value for that key), --label adds to the file's labels, --cap-add to
-its capabilities, --allow-egress to its allow_egress, --secret to its
-secrets (replacing the file's entry for that secret), and CMD replaces its
-command. Sidecars, artifacts (globs) and retry are given in the spec file only.
+The flags are docker run's where Docker has one (-e, -d, -w, -u, -m, --cpus,
+--name), and each overrides its field of --spec: --image, --name, --workdir,
+--timeout, --priority, --user, --pull, --output-limit, --retain, --cpus,
+--memory, --gpus and --concurrency-key replace theirs, --retry N sets
+retry.attempts to N+1 (every run counts, the first too), --env sets one
+variable each (replacing the file's value for that key), --label adds to the
+file's labels, --cap-add to its capabilities, --allow-egress to its
+allow_egress, --secret to its secrets (replacing the file's entry for that
+secret), and CMD replaces its command. Sidecars, artifacts (globs), which
+failures retry and a concurrency limit above 1 are given in the spec file.
 
 With retry in the spec, a failed attempt may be followed by another after a
 backoff: podium run follows them all, each retry announced by a line such as
@@ -98,6 +103,17 @@ type runOptions struct {
 	quiet    bool
 	command  []string
 
+	// name, workdir, cpus and memory are --name, --workdir, --cpus and
+	// --memory (a size, as docker run takes it: 512m, 2g, or 512MiB).
+	name    string
+	workdir string
+	cpus    float64
+	memory  string
+	// retry is --retry N: up to N more tries after a failure.
+	retry int
+	// concurrencyKey is --concurrency-key: one task per key at a time.
+	concurrencyKey string
+
 	// outputLimit is --output-limit, a size such as 100MiB.
 	outputLimit string
 	// gpus, gpuModel and gpuMemory are --gpus, --gpu-model and --gpu-memory
@@ -114,7 +130,16 @@ type runOptions struct {
 func newRunFlags(fs *flag.FlagSet) *runOptions {
 	o := &runOptions{}
 	fs.StringVar(&o.image, "image", "", "the container `IMAGE` to run, e.g. alpine:3")
+	fs.StringVar(&o.name, "name", "", "call the task `NAME` in lists and the console (not unique; podium tasks --name finds it)")
 	fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
+	alias(fs, "e", "env")
+	fs.StringVar(&o.workdir, "workdir", "", "run the command in `DIR`, an absolute path inside the container")
+	alias(fs, "w", "workdir")
+	fs.Float64Var(&o.cpus, "cpus", 0, "limit the task to `N` CPU cores, fractions allowed (only nodes with N free run it)")
+	fs.StringVar(&o.memory, "memory", "", "limit the task's memory to `SIZE`, as docker run takes it: 512m, 2g, or 512MiB (only nodes with it free run it)")
+	alias(fs, "m", "memory")
+	fs.IntVar(&o.retry, "retry", 0, "try a failed task up to `N` more times, after a backoff (spec.retry for which failures and how long)")
+	fs.StringVar(&o.concurrencyKey, "concurrency-key", "", "run at most one task with this `KEY` at a time across the fleet; others queue (spec.concurrency for a limit)")
 	fs.Var(&o.labels, "label", "run only on a node with the `LABEL`, key or key=value (repeatable)")
 	fs.Var(&o.capAdd, "cap-add", "add the Linux capability `CAP` back, e.g. NET_BIND_SERVICE (repeatable)")
 	fs.Var(&o.egress, "allow-egress", "let the task reach the `CIDR` range, which nodes block by default (repeatable; only nodes that permit it run the task)")
@@ -124,12 +149,14 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.StringVar(&o.retain, "retain", "", "keep the task, its log and artifacts `DURATION` after it ends, e.g. 7d, 1y, 36h (default: the coordinator's --retain-tasks)")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
+	alias(fs, "u", "user")
 	fs.StringVar(&o.pull, "pull", "", "when the node pulls the image, `POLICY`: if-not-present, always or never (default: always for :latest or no tag, else if-not-present)")
 	fs.StringVar(&o.outputLimit, "output-limit", "", "keep at most `SIZE` of the task's output, e.g. 100MiB; the rest is dropped with a note (default: the node's, 1 GiB unless set)")
 	fs.IntVar(&o.gpus, "gpus", 0, "give the task `N` whole GPUs, each its own (only nodes with N free GPUs run it)")
 	fs.StringVar(&o.gpuModel, "gpu-model", "", "count only GPUs whose name matches `GLOB`, e.g. \"NVIDIA H100*\" (with --gpus)")
 	fs.StringVar(&o.gpuMemory, "gpu-memory", "", "count only GPUs with at least `SIZE` of memory each, e.g. 80GiB (with --gpus)")
 	fs.BoolVar(&o.detach, "detach", false, "print the task id on stdout and exit without following")
+	alias(fs, "d", "detach")
 	fs.BoolVar(&o.quiet, "quiet", false, "leave out podium's \"→\" progress lines")
 	return o
 }
@@ -168,6 +195,38 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 	}
 	if o.set["image"] {
 		spec.Image = o.image
+	}
+	if o.set["name"] {
+		if !taskspec.ValidName(o.name) {
+			return nil, fmt.Errorf("--name %q is not a task name: use letters, digits and . _ - : / +, starting with a letter or digit, at most %d bytes (e.g. deploy-web)", o.name, taskspec.MaxNameBytes)
+		}
+		spec.Name = o.name
+	}
+	if o.set["workdir"] {
+		if !strings.HasPrefix(o.workdir, "/") {
+			return nil, fmt.Errorf("--workdir %q is relative: give an absolute path inside the container, e.g. /workspace", o.workdir)
+		}
+		spec.WorkingDir = o.workdir
+	}
+	if err := o.applyResources(spec); err != nil {
+		return nil, err
+	}
+	if o.set["retry"] {
+		if o.retry < 0 || o.retry >= taskspec.MaxAttempts {
+			return nil, fmt.Errorf("--retry %d is out of range: give how many more tries a failed task gets, 0 to %d", o.retry, taskspec.MaxAttempts-1)
+		}
+		if spec.Retry == nil {
+			spec.Retry = &podiumv1.RetryPolicy{}
+		}
+		// retry.attempts counts every run, the first one too.
+		spec.Retry.Attempts = int32(o.retry) + 1
+		spec.MaxAttempts = 0
+	}
+	if o.set["concurrency-key"] {
+		if spec.Concurrency == nil {
+			spec.Concurrency = &podiumv1.Concurrency{}
+		}
+		spec.Concurrency.Key = o.concurrencyKey
 	}
 	for _, e := range o.env {
 		k, v, err := taskspec.ParseEnv(e)
@@ -265,6 +324,57 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// applyResources sets the spec's CPU and memory from --cpus and --memory,
+// each over what the spec file says.
+func (o *runOptions) applyResources(spec *podiumv1.TaskSpec) error {
+	if !o.set["cpus"] && !o.set["memory"] {
+		return nil
+	}
+	if spec.Resources == nil {
+		spec.Resources = &podiumv1.Resources{}
+	}
+	if o.set["cpus"] {
+		if o.cpus <= 0 || math.IsNaN(o.cpus) || math.IsInf(o.cpus, 0) {
+			return fmt.Errorf("--cpus %v: give a positive number of CPU cores, e.g. 0.5 or 2", o.cpus)
+		}
+		spec.Resources.Cpu = o.cpus
+	}
+	if o.set["memory"] {
+		n, err := parseMemory(o.memory)
+		if err != nil {
+			return fmt.Errorf("--memory %v", err)
+		}
+		// The spec keeps MiB, rounded up so that the limit is at least
+		// what was asked.
+		spec.Resources.MemoryMb = n>>20 + min(n&(1<<20-1), 1)
+	}
+	return nil
+}
+
+// parseMemory reads --memory as docker run does, a number with b, k, m or
+// g (powers of 1024: 512m is 512 MiB), and also every size ParseSize takes
+// (512MiB, 1.5GiB, 500MB).
+func parseMemory(s string) (int64, error) {
+	if n := len(s); n >= 2 && s[n-2] >= '0' && s[n-2] <= '9' {
+		shift := map[byte]uint{'b': 0, 'k': 10, 'm': 20, 'g': 30}
+		if sh, ok := shift[s[n-1]|0x20]; ok {
+			v, err := strconv.ParseInt(s[:n-1], 10, 64)
+			if err != nil || v <= 0 || v > math.MaxInt64>>sh {
+				return 0, fmt.Errorf("%q: give a positive size, e.g. 512m, 2g or 512MiB", s)
+			}
+			return v << sh, nil
+		}
+	}
+	n, err := taskspec.ParseSize(s)
+	if err != nil {
+		return 0, err
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%q: give a positive size, e.g. 512m, 2g or 512MiB", s)
+	}
+	return n, nil
 }
 
 // applyGPUs sets the spec's GPU request from --gpus, --gpu-model and
@@ -530,6 +640,6 @@ func (l *stringList) Set(v string) error {
 // setFlags returns the names of the flags given on the command line.
 func setFlags(fs *flag.FlagSet) map[string]bool {
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) { set[canonicalFlag(f)] = true })
 	return set
 }

@@ -26,12 +26,13 @@ import (
 
 var tasksCommand = &command{
 	name:     "tasks",
-	synopsis: "[--json] [--state STATE]... [--mine | --user NAME] [--label L] [--node NODE] [--since WHEN] [--limit N] [--after ID]",
+	synopsis: "[--json] [--state STATE]... [--mine | --user NAME] [--name NAME] [--label L] [--node NODE] [--since WHEN] [--limit N] [--after ID]",
 	summary:  "List tasks, newest first.",
 	detail: `
 --mine lists only the tasks you submitted, --user NAME those NAME submitted
 (a user name or a Tailscale login, as the REQUESTED BY of "podium task get").
---label L those whose spec has the label L exactly ("gpu", "team=ml"), --node
+--name NAME those named NAME exactly (podium run --name, or name: in the
+spec; names are not unique), --label L those whose spec has the label L exactly ("gpu", "team=ml"), --node
 NODE those placed on NODE (their latest attempt), --since WHEN those created
 since WHEN: a duration back from now ("2h", "3d") or a time (2026-12-01T09:00:00Z,
 or a local date 2026-12-01). The filters combine: a task must match all of them.
@@ -41,7 +42,7 @@ a page at a time: --limit N (1 to 1000, default 100) tasks, then --after the
 last ID printed for the next page; a page shorter than N is the last.
 
 Someone else's tasks are listed without their env values unless you are an
-admin. Prints a table of ID, STATE, IMAGE, NODE, AGE and REASON, or with --json one
+admin. Prints a table of ID, NAME, STATE, IMAGE, NODE, AGE and REASON, or with --json one
 JSON array of the tasks as the API returns them (field names as in the .proto
 files, e.g. "exit_code", so jq filters match the API docs).`,
 	usageExit: exitUsage,
@@ -65,6 +66,7 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 	limit := fs.Int("limit", 100, fmt.Sprintf("list at most `N` tasks, 1 to %d", maxListLimit))
 	mine := fs.Bool("mine", false, "only the tasks you submitted")
 	user := fs.String("user", "", "only the tasks `NAME` submitted")
+	name := fs.String("name", "", "only tasks named `NAME` (exactly)")
 	label := fs.String("label", "", "only tasks whose spec has the label `L` (key or key=value)")
 	node := fs.String("node", "", "only tasks placed on `NODE` (an ID from podium nodes)")
 	since := fs.String("since", "", "only tasks created since `WHEN`: a duration back from now (2h, 3d) or a time (RFC 3339, or a local date)")
@@ -77,6 +79,12 @@ func runTasks(ctx context.Context, c *cli, cmd *command, args []string) int {
 		return c.usageFailure(cmd, fs, fmt.Errorf("unexpected argument %q", rest[0]))
 	}
 	req, err := listRequest(stateFlags, *limit, *mine, *user, *label, *node, *since, *after, time.Now())
+	if err == nil && *name != "" {
+		if !taskspec.ValidName(*name) {
+			err = fmt.Errorf("--name %q is not a task name: names use letters, digits and . _ - : / +, at most %d bytes", clip(*name), taskspec.MaxNameBytes)
+		}
+		req.Name = *name
+	}
 	if err != nil {
 		return c.usageFailure(cmd, fs, err)
 	}
@@ -166,10 +174,10 @@ func clip(s string) string {
 
 func writeTaskTable(w io.Writer, tasks []*podiumv1.Task, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tNODE\tAGE\tREASON")
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tIMAGE\tNODE\tAGE\tREASON")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n",
-			t.GetId(), stateName(t.GetState()), dash(t.GetSpec().GetImage()), dash(t.GetNodeId()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			t.GetId(), dash(t.GetSpec().GetName()), stateName(t.GetState()), dash(t.GetSpec().GetImage()), dash(t.GetNodeId()),
 			age(t.GetCreatedAt(), now), dash(oneLine(t.GetReason(), 60)))
 	}
 	tw.Flush()
@@ -258,6 +266,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	}
 	s := t.GetSpec()
 	line("id", t.GetId())
+	line("name", s.GetName())
 	line("state", stateName(t.GetState()))
 	line("reason", t.GetReason())
 	if t.ExitCode != nil {

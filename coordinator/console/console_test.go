@@ -543,7 +543,7 @@ func TestBadQueryParameterIs400(t *testing.T) {
 func TestTasksAndQueuePages(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
-	running := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	running := e.task("alice", &podiumv1.TaskSpec{Image: "busybox", Name: "unit-tests"}, true)
 	queued := e.task("bob", &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"gpu"}}, false)
 	if _, err := e.sql.Exec(context.Background(), "update podium.tasks set reason = 'no node has label gpu' where id = $1", queued); err != nil {
 		t.Fatal(err)
@@ -554,8 +554,22 @@ func TestTasksAndQueuePages(t *testing.T) {
 	if iq < 0 || ir < 0 || iq > ir {
 		t.Fatalf("want both tasks, the newest first:\n%s", body)
 	}
-	if !regexp.MustCompile(`data-task-id="` + queued + `">\s*<td class="id">.*</td>\s*<td class="state state-queued">queued</td>\s*<td class="why">no node has label gpu</td>`).MatchString(body) {
+	if !regexp.MustCompile(`data-task-id="` + queued + `">\s*<td class="id">.*</td>\s*<td class="name"></td>\s*<td class="state state-queued">queued</td>\s*<td class="why">no node has label gpu</td>`).MatchString(body) {
 		t.Fatalf("the queued task's row lacks its state or why:\n%s", body)
+	}
+	if !regexp.MustCompile(`data-task-id="` + running + `">\s*<td class="id">.*</td>\s*<td class="name">unit-tests</td>`).MatchString(body) {
+		t.Fatalf("the running task's row lacks its name:\n%s", body)
+	}
+	_, body = get(t, c, e.srv.URL, "/console/?name=unit-tests")
+	if strings.Contains(body, queued) || !strings.Contains(body, running) {
+		t.Fatalf("name=unit-tests lists the wrong tasks:\n%s", body)
+	}
+	if resp, body := get(t, c, e.srv.URL, "/console/?name=unit+tests"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "is not a task name") {
+		t.Fatalf("name=unit tests: %d\n%s", resp.StatusCode, body)
+	}
+	_, body = get(t, c, e.srv.URL, "/console/tasks/"+running)
+	if !regexp.MustCompile(`<dt>Name</dt><dd>unit-tests</dd>`).MatchString(body) {
+		t.Fatalf("the task page does not show the name:\n%s", body)
 	}
 	_, body = get(t, c, e.srv.URL, "/console/?state=running")
 	if strings.Contains(body, queued) || !strings.Contains(body, running) {

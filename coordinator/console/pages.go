@@ -45,13 +45,13 @@ func clip(s string) string {
 
 // taskRow is one task in a list.
 type taskRow struct {
-	ID, State, Why, Image, By, Node string
-	Created                         time.Time
-	Exit                            string
+	ID, Name, State, Why, Image, By, Node string
+	Created                               time.Time
+	Exit                                  string
 }
 
 func rowOf(t *podiumv1.Task) taskRow {
-	row := taskRow{ID: t.GetId(), State: store.StateName(t.GetState()), Image: t.GetSpec().GetImage(),
+	row := taskRow{ID: t.GetId(), Name: t.GetSpec().GetName(), State: store.StateName(t.GetState()), Image: t.GetSpec().GetImage(),
 		By: t.GetRequestedBy(), Node: t.GetNodeId(), Created: t.GetCreatedAt().AsTime()}
 	if row.State == store.Queued {
 		row.Why = t.GetReason()
@@ -63,9 +63,9 @@ func rowOf(t *podiumv1.Task) taskRow {
 }
 
 type tasksPage struct {
-	State, User, Label, Node string
-	States                   []string
-	Rows                     []taskRow
+	State, User, Name, Label, Node string
+	States                         []string
+	Rows                           []taskRow
 	// Next is the query of the next page, "" on the last.
 	Next string
 	// Live says the list refreshes itself (the first page only).
@@ -86,13 +86,13 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	for k := range q {
-		if !slices.Contains([]string{"state", "user", "label", "node", "after", "fragment"}, k) {
-			c.badParam(w, r, k, "not a filter of this page (state, user, label, node, after)")
+		if !slices.Contains([]string{"state", "user", "name", "label", "node", "after", "fragment"}, k) {
+			c.badParam(w, r, k, "not a filter of this page (state, user, name, label, node, after)")
 			return
 		}
 	}
-	p := tasksPage{State: q.Get("state"), User: q.Get("user"), Label: q.Get("label"), Node: q.Get("node"), States: states}
-	req := &podiumv1.ListRequest{Limit: listLimit, RequestedBy: p.User, Label: p.Label, Node: p.Node, After: q.Get("after")}
+	p := tasksPage{State: q.Get("state"), User: q.Get("user"), Name: q.Get("name"), Label: q.Get("label"), Node: q.Get("node"), States: states}
+	req := &podiumv1.ListRequest{Limit: listLimit, RequestedBy: p.User, Name: p.Name, Label: p.Label, Node: p.Node, After: q.Get("after")}
 	if p.State != "" {
 		if !slices.Contains(states, p.State) {
 			c.badParam(w, r, "state", fmt.Sprintf("%q is not a task state; want one of %s", clip(p.State), strings.Join(states, ", ")))
@@ -105,6 +105,10 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request) {
 			c.badParam(w, r, "user", err.Error())
 			return
 		}
+	}
+	if p.Name != "" && !taskspec.ValidName(p.Name) {
+		c.badParam(w, r, "name", fmt.Sprintf("%q is not a task name (letters, digits and . _ - : / +, at most %d bytes)", clip(p.Name), taskspec.MaxNameBytes))
+		return
 	}
 	if p.Label != "" {
 		if problem := taskspec.LabelProblem(p.Label); problem != "" {
@@ -133,7 +137,7 @@ func (c *Console) tasksPage(w http.ResponseWriter, r *http.Request) {
 		p.Rows = append(p.Rows, rowOf(t))
 	}
 	filters := url.Values{}
-	for _, k := range []string{"state", "user", "label", "node"} {
+	for _, k := range []string{"state", "user", "name", "label", "node"} {
 		if v := q.Get(k); v != "" {
 			filters.Set(k, v)
 		}

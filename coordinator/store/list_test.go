@@ -158,14 +158,16 @@ func TestListTasksPlansUseIndexes(t *testing.T) {
 
 	// A realistic mix: mostly succeeded, 2% queued (no node), 2% running,
 	// 200 nodes, 100 people, 20 teams and a label one task in a thousand has,
+	// names on two tasks in three (one in a thousand "deploy"),
 	// one task a second for eleven and a half days.
-	if _, err := sql.Exec(ctx, `insert into podium.tasks (id, spec, state, node_id, requested_by, labels, created_at)
+	if _, err := sql.Exec(ctx, `insert into podium.tasks (id, spec, state, node_id, requested_by, labels, name, created_at)
 		select 'task_' || lpad(g::text, 26, '0'), '{}'::jsonb,
 			case when g % 50 = 0 then 'queued' when g % 50 = 1 then 'running'
 				when g % 50 in (2, 3, 4) then 'failed' else 'succeeded' end,
 			case when g % 50 = 0 then null else 'node_' || lpad((g % 200)::text, 26, '0') end,
 			'user' || (g % 100),
 			case when g % 1000 = 7 then array['team=' || (g % 20), 'rare'] else array['team=' || (g % 20)] end,
+			case when g % 3 = 0 then null when g % 1000 = 8 then 'deploy' else 'test-' || (g % 50) end,
 			now() - (1000000 - g) * interval '1 second'
 		from generate_series(1, 1000000) g`); err != nil {
 		t.Fatalf("load a million tasks: %v", err)
@@ -194,6 +196,9 @@ func TestListTasksPlansUseIndexes(t *testing.T) {
 		{"user, state and since", store.TaskFilter{RequestedBy: "user7", States: []string{store.Failed}, Since: time.Now().Add(-24 * time.Hour)}},
 		{"node and after", store.TaskFilter{Node: node, After: middle}},
 		{"label and state", store.TaskFilter{Label: "rare", States: []string{store.Running}}},
+		{"a common name", store.TaskFilter{Name: "test-7"}},
+		{"a rare name", store.TaskFilter{Name: "deploy"}},
+		{"name and user", store.TaskFilter{Name: "deploy", RequestedBy: "user8"}},
 	} {
 		q, args := store.ListTasksSQL(c.f)
 		rows, err := sql.Query(ctx, "explain "+q, args...)

@@ -34,7 +34,7 @@ type Cost struct {
 	Pids     int64
 }
 
-// insertTasks stores one row per element of its arrays. The labels,
+// insertTasks stores one row per element of its arrays. The name, labels,
 // allow_egress, retain_seconds, privileged_sidecars, GPU and share_group columns are
 // derived from the spec's own JSON rather than passed: a text[] per row
 // cannot go through unnest, and the spec already carries them (protojson
@@ -43,7 +43,7 @@ type Cost struct {
 const insertTasks = `insert into podium.tasks
 	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds, rerun_of, privileged_sidecars,
-	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit, share_group)
+	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit, share_group, name)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress')),
@@ -52,7 +52,7 @@ const insertTasks = `insert into podium.tasks
 		coalesce((spec->'resources'->>'gpus')::int, 0), coalesce(spec->'resources'->>'gpuModel', ''),
 		coalesce((spec->'resources'->>'gpuMemoryMb')::bigint, 0),
 		coalesce(spec->'concurrency'->>'key', ''), coalesce((spec->'concurrency'->>'limit')::int, 0),
-		coalesce(spec->>'group', '')
+		coalesce(spec->>'group', ''), nullif(spec->>'name', '')
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
 		$10::int8[], $11::int8[], $12::int8[], $17::text[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,

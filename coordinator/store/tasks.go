@@ -184,6 +184,8 @@ type TaskFilter struct {
 	Label string
 	// Node is the node the task's latest attempt was placed on.
 	Node string
+	// Name is one exact spec.name.
+	Name string
 	// Since keeps tasks created at or after it.
 	Since time.Time
 	// After is a cursor: only tasks older than this one in the list's order
@@ -223,6 +225,9 @@ func listTasksSQL(f TaskFilter) (string, []any) {
 	}
 	if f.Node != "" {
 		where = append(where, "node_id = "+arg(f.Node))
+	}
+	if f.Name != "" {
+		where = append(where, "name = "+arg(f.Name))
 	}
 	if !f.Since.IsZero() {
 		where = append(where, "created_at >= "+arg(f.Since))

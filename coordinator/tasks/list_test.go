@@ -27,6 +27,9 @@ func TestListFiltersPagesAndBounds(t *testing.T) {
 		if i%2 == 0 {
 			spec.Labels = []string{"team=ml"}
 		}
+		if i%3 == 0 {
+			spec.Name = "deploy-web"
+		}
 		res, err := s.client.Submit(ctx, connect.NewRequest(&podiumv1.SubmitRequest{Spec: spec}))
 		if err != nil {
 			t.Fatal(err)
@@ -75,6 +78,17 @@ func TestListFiltersPagesAndBounds(t *testing.T) {
 		t.Errorf("label team=ml listed %v, want %v", labelled, want)
 	}
 
+	named, err := list(&podiumv1.ListRequest{Name: "deploy-web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{submitted[0], submitted[3]}; !slices.Equal(slices.Sorted(slices.Values(named)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("name deploy-web listed %v, want %v", named, want)
+	}
+	if none, err := list(&podiumv1.ListRequest{Name: "deploy"}); err != nil || len(none) != 0 {
+		t.Errorf("name deploy (a prefix of deploy-web) listed %v (%v), want none: a name matches exactly", none, err)
+	}
+
 	for _, tc := range []struct {
 		name string
 		req  *podiumv1.ListRequest
@@ -86,6 +100,8 @@ func TestListFiltersPagesAndBounds(t *testing.T) {
 		{"bad label", &podiumv1.ListRequest{Label: "a b"}, connect.CodeInvalidArgument, `label: label "a b"`},
 		{"long label", &podiumv1.ListRequest{Label: strings.Repeat("l", 129)}, connect.CodeInvalidArgument, "longer than 128 bytes"},
 		{"long user", &podiumv1.ListRequest{RequestedBy: strings.Repeat("u", 129)}, connect.CodeInvalidArgument, "requested_by: name: 129 bytes is more than 128"},
+		{"bad name", &podiumv1.ListRequest{Name: "deploy web"}, connect.CodeInvalidArgument, `name: "deploy web" is not a task name`},
+		{"long name", &podiumv1.ListRequest{Name: strings.Repeat("n", 129)}, connect.CodeInvalidArgument, "at most 128 bytes"},
 		{"bad node", &podiumv1.ListRequest{Node: "web-1"}, connect.CodeInvalidArgument, `node: "web-1" is not a node id`},
 		{"bad cursor", &podiumv1.ListRequest{After: "task_x"}, connect.CodeInvalidArgument, `after: "task_x" is not a task id`},
 		{"future since", &podiumv1.ListRequest{Since: timestamppb.New(time.Now().Add(time.Hour))}, connect.CodeInvalidArgument, "is in the future: give a time in the past"},

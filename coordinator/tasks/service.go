@@ -292,7 +292,7 @@ const MaxListLimit = 1000
 // future since lists nothing, which is always a mistake: a time zone or a
 // sign).
 func listFilter(m *podiumv1.ListRequest, now time.Time) (store.TaskFilter, error) {
-	f := store.TaskFilter{RequestedBy: m.GetRequestedBy(), Label: m.GetLabel(), Node: m.GetNode(), After: m.GetAfter()}
+	f := store.TaskFilter{RequestedBy: m.GetRequestedBy(), Label: m.GetLabel(), Node: m.GetNode(), Name: m.GetName(), After: m.GetAfter()}
 	if l := m.GetLimit(); l < 0 || l > MaxListLimit {
 		return f, fmt.Errorf("limit: %d is out of range: give 1 to %d (0 means 100), and page with after", l, MaxListLimit)
 	}
@@ -306,6 +306,9 @@ func listFilter(m *podiumv1.ListRequest, now time.Time) (store.TaskFilter, error
 		if p := taskspec.LabelProblem(f.Label); p != "" {
 			return f, fmt.Errorf("label: %s", p)
 		}
+	}
+	if f.Name != "" && !taskspec.ValidName(f.Name) {
+		return f, fmt.Errorf("name: %q is not a task name (letters, digits and . _ - : / +, from a letter or digit, at most %d bytes)", clip(f.Name), taskspec.MaxNameBytes)
 	}
 	if f.Node != "" && !ids.Valid("node", f.Node) {
 		return f, fmt.Errorf("node: %q is not a node id (node_ and 26 letters and digits, as podium nodes shows)", clip(f.Node))

@@ -17,6 +17,7 @@
 // the repository holds complete spec files, each parsed and validated by this
 // package's tests.
 //
+//	name: deploy-web                 # what lists show and --name filters on; not unique
 //	image: alpine:3                  # required: the container image to run
 //	command: [sh, -c, 'echo hi']     # replaces the image's entrypoint and cmd
 //	env:                             # environment variables of the container
@@ -149,6 +150,8 @@
 //	                                       last two only with gpus, and
 //	                                       none of them on a sidecar
 //	working_dir                            4095 bytes (PATH_MAX)
+//	name                                   128 bytes of letters, digits and
+//	                                       . _ - : / +, from a letter or digit
 //	a cancel's reason                      1 KiB (MaxCancelReasonBytes)
 //	max_attempts, retry.attempts           100 (MaxAttempts)
 //	retry.on_exit_codes                    64 codes, each 1 to 255

@@ -37,6 +37,8 @@ const (
 	// match a node).
 	MaxLabels     = 64
 	MaxLabelBytes = 128
+	// MaxNameBytes bounds a task's name (spec.name), as long as a label.
+	MaxNameBytes = 128
 	// MaxSidecars bounds a spec's sidecars: each is a container started,
 	// probed and stopped on the task's node.
 	MaxSidecars = 8

@@ -59,6 +59,8 @@ func TestValidateAcceptsLimits(t *testing.T) {
 		}},
 		{"64 labels", func(s *podiumv1.TaskSpec) { s.Labels = manyLabels(MaxLabels) }},
 		{"a 128-byte label", func(s *podiumv1.TaskSpec) { s.Labels = []string{strings.Repeat("l", MaxLabelBytes)} }},
+		{"a 128-byte name", func(s *podiumv1.TaskSpec) { s.Name = strings.Repeat("n", MaxNameBytes) }},
+		{"a name with every allowed sign", func(s *podiumv1.TaskSpec) { s.Name = "9deploy.web_eu-1:v2/canary+1" }},
 		{"8 sidecars", func(s *podiumv1.TaskSpec) { s.Sidecars = manySidecars(MaxSidecars) }},
 		{"a command of 64 KiB", func(s *podiumv1.TaskSpec) {
 			s.Command = []string{"sh", "-c", strings.Repeat("x", MaxCommandBytes-len("sh-c"))}
@@ -119,6 +121,10 @@ func TestValidateRefusesPastLimits(t *testing.T) {
 		{"a label of 129 bytes", func(s *podiumv1.TaskSpec) { s.Labels = []string{strings.Repeat("l", MaxLabelBytes+1)} },
 			"spec.labels[0]", "longer than 128 bytes"},
 		{"9 sidecars", func(s *podiumv1.TaskSpec) { s.Sidecars = manySidecars(MaxSidecars + 1) }, "spec.sidecars", "9 sidecars, more than 8"},
+		{"a name of 129 bytes", func(s *podiumv1.TaskSpec) { s.Name = strings.Repeat("n", MaxNameBytes+1) }, "spec.name", "at most 128 bytes"},
+		{"a name with a space", func(s *podiumv1.TaskSpec) { s.Name = "deploy web" }, "spec.name", `"deploy web" is not a task name`},
+		{"a name with a newline", func(s *podiumv1.TaskSpec) { s.Name = "deploy\nweb" }, "spec.name", "is not a task name"},
+		{"a name starting with a dash", func(s *podiumv1.TaskSpec) { s.Name = "-rf" }, "spec.name", "starting with a letter or digit"},
 		{"a command over 64 KiB", func(s *podiumv1.TaskSpec) { s.Command = []string{"sh", "-c", strings.Repeat("x", MaxCommandBytes)} },
 			"spec.command", "65540 bytes in all, more than 65536"},
 		{"one argument over MAX_ARG_STRLEN", func(s *podiumv1.TaskSpec) { s.Command = []string{"echo", bigArg} },

@@ -26,6 +26,7 @@ const MaxFileBytes = 1 << 20
 // seconds.
 type specFile struct {
 	Image           string             `yaml:"image"`
+	Name            string             `yaml:"name"`
 	Command         []string           `yaml:"command"`
 	Env             map[string]string  `yaml:"env"`
 	WorkingDir      string             `yaml:"working_dir"`
@@ -385,6 +386,7 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		}
 	}
 	spec := &podiumv1.TaskSpec{
+		Name:               f.Name,
 		Image:              f.Image,
 		Command:            f.Command,
 		Env:                f.Env,

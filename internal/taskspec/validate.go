@@ -52,6 +52,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkStrings("spec", spec.ProtoReflect()); err != nil {
 		return err
 	}
+	if n := spec.GetName(); n != "" && !ValidName(n) {
+		return fieldErr("spec.name", "%s is not a task name: use letters, digits and . _ - : / +, starting with a letter or digit, at most %d bytes (e.g. deploy-web)", clip(n), MaxNameBytes)
+	}
 	if spec.GetImage() == "" {
 		return fieldErr("spec.image", "required: name the container image to run, e.g. alpine:3")
 	}
@@ -513,6 +516,29 @@ const MaxGroupBytes = 64
 // letters, digits and . _ / -, at most MaxGroupBytes. A user's groups and a
 // secret's group:NAME grants name the same groups, so they are held to it.
 func ValidGroup(g string) bool { return g != "" && len(g) <= MaxGroupBytes && isLabelWord(g) }
+
+// ValidName reports whether n is a task's name as spec.name may be: letters,
+// digits and . _ - : / +, starting with a letter or digit, at most
+// MaxNameBytes. Names are shown in tables and typed as filters, so no
+// spaces, quotes or control characters; a name is not an id and need not be
+// unique.
+func ValidName(n string) bool {
+	if n == "" || len(n) > MaxNameBytes || !isAlnum(n[0]) {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		switch c := n[i]; {
+		case isAlnum(c), c == '.', c == '_', c == '-', c == ':', c == '/', c == '+':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // labelProblem keeps labels to a charset that survives being a Docker label,
 // a SQL array element and a shell word without quoting.

@@ -37,6 +37,37 @@ func TestRunPrintsOutputAndExitsWithTheTasksCode(t *testing.T) {
 	}
 }
 
+// podium run's docker-style flags reach the task on a real node: its env
+// (-e), working directory (-w) and memory limit (-m, in Docker's units), and
+// its name, by which podium tasks --name finds it and which task get shows.
+func TestRunWithDockerFlagsAndAName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.podium("run", "--name", "unit-tests", "-e", "GREETING=hello", "-w", "/tmp", "-m", "64m", "--image", e.image, "--",
+		"sh", "-c", `echo "$GREETING from $(pwd)"; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`)
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, tail(r.stderr))
+	}
+	if want := "hello from /tmp\n67108864\n"; string(r.stdout) != want {
+		t.Fatalf("stdout %q, want %q (the env, the working directory and a 64 MiB memory limit)", r.stdout, want)
+	}
+	id := r.taskID(t)
+	other := e.podium("run", "--image", e.image, "--", "true")
+	if other.code != 0 {
+		t.Fatalf("an unnamed task: exit %d; stderr:\n%s", other.code, tail(other.stderr))
+	}
+	list := e.podium("tasks", "--name", "unit-tests")
+	lines := strings.Split(strings.TrimSpace(string(list.stdout)), "\n")
+	if list.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "NAME") ||
+		!strings.HasPrefix(lines[1], id) || !strings.Contains(lines[1], " unit-tests ") {
+		t.Fatalf("podium tasks --name unit-tests (exit %d) printed:\n%s\nwant a header and one row, task %s named unit-tests", list.code, list.stdout, id)
+	}
+	get := e.podium("task", "get", id)
+	if !strings.Contains(string(get.stdout), "name:") || !strings.Contains(string(get.stdout), "unit-tests") {
+		t.Fatalf("podium task get %s does not show the name:\n%s", id, get.stdout)
+	}
+}
+
 // 5 MB of random bytes and text: what podium run prints is what the task
 // wrote, and podium logs prints the same bytes afterwards.
 func TestBinaryOutputIsByteExact(t *testing.T) {

@@ -388,7 +388,11 @@ type TaskSpec struct {
 	Concurrency *Concurrency `protobuf:"bytes,27,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// notify are one-off webhooks for this task (at most 4): the coordinator
 	// POSTs a podium.event.v1 JSON event to each when the task ends.
-	Notify        []*Notify `protobuf:"bytes,28,rep,name=notify,proto3" json:"notify,omitempty"`
+	Notify []*Notify `protobuf:"bytes,28,rep,name=notify,proto3" json:"notify,omitempty"`
+	// name is what people call the task in lists and the console ("deploy
+	// web", written deploy-web): not unique, never an id. Letters, digits and
+	// . _ - : / +, at most 128 bytes, starting with a letter or digit.
+	Name          string `protobuf:"bytes,30,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +621,13 @@ func (x *TaskSpec) GetNotify() []*Notify {
 		return x.Notify
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // Notify is one per-task webhook. In a YAML spec:
@@ -2243,7 +2254,9 @@ type ListRequest struct {
 	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
 	// after is a cursor: only tasks older than this task id in the list's order
 	// (newest first), so passing the last id of one page gets the next.
-	After         string `protobuf:"bytes,8,opt,name=after,proto3" json:"after,omitempty"`
+	After string `protobuf:"bytes,8,opt,name=after,proto3" json:"after,omitempty"`
+	// name narrows the list to tasks with exactly this spec.name.
+	Name          string `protobuf:"bytes,9,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2330,6 +2343,13 @@ func (x *ListRequest) GetSince() *timestamppb.Timestamp {
 func (x *ListRequest) GetAfter() string {
 	if x != nil {
 		return x.After
+	}
+	return ""
+}
+
+func (x *ListRequest) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -3273,7 +3293,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xde\b\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xf2\b\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -3304,7 +3324,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x12\x14\n" +
 	"\x05group\x18\x1a \x01(\tR\x05group\x128\n" +
 	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x12)\n" +
-	"\x06notify\x18\x1c \x03(\v2\x11.podium.v1.NotifyR\x06notify\x1a6\n" +
+	"\x06notify\x18\x1c \x03(\v2\x11.podium.v1.NotifyR\x06notify\x12\x12\n" +
+	"\x04name\x18\x1e \x01(\tR\x04name\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
@@ -3446,7 +3467,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"GetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
 	"\vGetResponse\x12#\n" +
-	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\xfa\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.podium.v1.TaskR\x04task\"\x8e\x02\n" +
 	"\vListRequest\x12,\n" +
 	"\x06states\x18\x01 \x03(\x0e2\x14.podium.v1.TaskStateR\x06states\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x12\n" +
@@ -3455,7 +3476,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x05label\x18\x05 \x01(\tR\x05label\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
-	"\x05after\x18\b \x01(\tR\x05after\"5\n" +
+	"\x05after\x18\b \x01(\tR\x05after\x12\x12\n" +
+	"\x04name\x18\t \x01(\tR\x04name\"5\n" +
 	"\fListResponse\x12%\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0f.podium.v1.TaskR\x05tasks\"7\n" +
 	"\rCancelRequest\x12\x0e\n" +
