@@ -31,7 +31,7 @@ var artifactsCommand = &command{
 	detail: `
 Prints NAME, SIZE and SHA256 for each artifact the task's node uploaded (and
 ATTEMPT when more than one run of the task left artifacts), or with --json one
-JSON array as the API returns it (size in bytes). A task with none prints
+JSON array (size in bytes, a number). A task with none prints
 nothing on stdout and says so on stderr.
 
 Get one with: podium artifact get ID NAME`,

@@ -130,7 +130,7 @@ func TestArtifactsList(t *testing.T) {
 	if err := json.Unmarshal(cli.out.Bytes(), &got); err != nil {
 		t.Fatalf("--json printed %q: %v", cli.out, err)
 	}
-	if len(got) != 2 || got[0]["name"] != "out/report.xml" || got[0]["size"] != fmt.Sprint(len(reportData)) || got[0]["sha256"] != hex.EncodeToString(sum[:]) {
+	if len(got) != 2 || got[0]["name"] != "out/report.xml" || got[0]["size"] != float64(len(reportData)) || got[0]["sha256"] != hex.EncodeToString(sum[:]) {
 		t.Errorf("--json = %v", got)
 	}
 

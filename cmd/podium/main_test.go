@@ -302,8 +302,20 @@ func TestTasks(t *testing.T) {
 	if err := json.Unmarshal([]byte(cli.out.String()), &got); err != nil {
 		t.Fatalf("--json output is not a JSON array: %v\n%s", err, cli.out)
 	}
-	if len(got) != 2 || got[0]["id"] != "task_01B" || got[0]["node_id"] != "node_A" || got[0]["state"] != "TASK_STATE_RUNNING" {
-		t.Errorf("--json = %v", got)
+	if len(got) != 2 || got[0]["id"] != "task_01B" || got[0]["node_id"] != "node_A" || got[0]["state"] != "running" || got[1]["state"] != "queued" {
+		t.Errorf("--json = %v, want the states as --state takes them (running, queued)", got)
+	}
+	// Numbers are numbers (protojson would write "64"), times RFC 3339.
+	if len(got) == 2 {
+		res, _ := got[0]["spec"].(map[string]any)["resources"].(map[string]any)
+		if res["memory_mb"] != float64(64) || res["cpu"] != 0.5 {
+			t.Errorf("--json resources = %v, want memory_mb and cpu as JSON numbers", res)
+		}
+		if at, ok := got[0]["created_at"].(string); !ok {
+			t.Errorf("--json created_at = %v, want an RFC 3339 string", got[0]["created_at"])
+		} else if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+			t.Errorf("--json created_at = %q: %v", at, err)
+		}
 	}
 
 	// No tasks: an empty array, not null.

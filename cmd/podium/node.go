@@ -27,7 +27,7 @@ var nodeGetCommand = &command{
 	name:      "node get",
 	synopsis:  "[--json] NODE",
 	summary:   "Show one node.",
-	detail:    `NODE is a node's ID, as podium nodes lists it. --json shows the node as the API returns it.`,
+	detail:    `NODE is a node's ID, as podium nodes lists it. --json shows the node in full (field names as in the .proto files, its status as podium nodes prints it, numbers as numbers).`,
 	usageExit: exitUsage,
 	run:       runNodeGet,
 }

@@ -134,7 +134,7 @@ func runScheduleGet(ctx context.Context, c *cli, cmd *command, args []string) in
 		return c.failed(cl, err, "")
 	}
 	if *asJSON {
-		return c.emitJSON(jsonOptions.Marshal(resp.Msg))
+		return c.writeJSON(resp.Msg)
 	}
 	sc := resp.Msg.GetSchedule()
 	state := "active"

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -43,8 +42,9 @@ last ID printed for the next page; a page shorter than N is the last.
 
 Someone else's tasks are listed without their env values unless you are an
 admin. Prints a table of ID, NAME, STATE, IMAGE, NODE, AGE and REASON, or with --json one
-JSON array of the tasks as the API returns them (field names as in the .proto
-files, e.g. "exit_code", so jq filters match the API docs).`,
+JSON array of the tasks (the --json form of every command: field names as in
+the .proto files, e.g. "exit_code"; states as --state takes them, "failed";
+numbers as numbers; times in RFC 3339).`,
 	usageExit: exitUsage,
 	run:       runTasks,
 }
@@ -213,7 +213,7 @@ var taskGetCommand = &command{
 	name:      "task get",
 	synopsis:  "[--json] ID",
 	summary:   "Show one task.",
-	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task as the API returns it: with its env values only to the person who submitted it and to admins (env_hidden is true when they were taken out). Notify URLs, often credentials themselves, are likewise shown only to them: others see "(hidden)" (notify_hidden in --json).`,
+	detail:    `Environment values are not shown in the human form (they often hold secrets); --json shows the task in full (field names as in the .proto files, states as --state takes them, numbers as numbers): with its env values only to the person who submitted it and to admins (env_hidden is true when they were taken out). Notify URLs, often credentials themselves, are likewise shown only to them: others see "(hidden)" (notify_hidden in --json).`,
 	usageExit: exitUsage,
 	run:       runTaskGet,
 }
@@ -499,13 +499,9 @@ func runTaskRerun(ctx context.Context, c *cli, cmd *command, args []string) int 
 	return exitOK
 }
 
-// jsonOptions names fields as the .proto files do ("exit_code"), the names
-// the API docs and the spec file use.
-var jsonOptions = protojson.MarshalOptions{UseProtoNames: true}
-
-// writeJSON prints one message as a JSON object.
+// writeJSON prints one message as a JSON object (scriptJSON's form).
 func (c *cli) writeJSON(m proto.Message) int {
-	b, err := jsonOptions.Marshal(m)
+	b, err := scriptJSON(m)
 	return c.emitJSON(b, err)
 }
 
@@ -518,7 +514,7 @@ func writeJSONList[T proto.Message](c *cli, items []T) int {
 		if i > 0 {
 			raw.WriteByte(',')
 		}
-		b, err := jsonOptions.Marshal(m)
+		b, err := scriptJSON(m)
 		if err != nil {
 			return c.emitJSON(nil, err)
 		}
