@@ -88,6 +88,12 @@ func TestServeFlagTable(t *testing.T) {
 		if !strings.Contains(fl.Usage, f.env) {
 			t.Errorf("--%s's usage does not name its variable %s: %q", f.name, f.env, fl.Usage)
 		}
+		// The flag package shows a usage's first `quoted` word as the
+		// flag's argument: a command there read as "-token openssl rand
+		// -hex 32".
+		if arg, _ := flag.UnquoteUsage(fl); strings.Contains(arg, " ") {
+			t.Errorf("--%s's help shows %q as its argument: keep commands out of backquotes", f.name, arg)
+		}
 	}
 	fs.VisitAll(func(fl *flag.Flag) {
 		if !seen[fl.Name] {

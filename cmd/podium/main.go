@@ -71,6 +71,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -292,6 +293,11 @@ func (c *cli) unknownCommand(args []string) {
 // addGlobalFlags registers --server, --token and --ca-file on fs. Every
 // command's flag set has them too, so they work on either side of the command
 // name.
+// globalFlags are the flags every command takes (addGlobalFlags). A
+// command's help leaves them out and points at podium help, which explains
+// them once.
+var globalFlags = []string{"server", "reconnect-timeout", "token", "ca-file"}
+
 func (c *cli) addGlobalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", c.server, "the coordinator's `URL`, or its replicas' URLs comma-separated (env PODIUM_SERVER)")
 	fs.DurationVar(&c.reconnectTimeout, "reconnect-timeout", c.reconnectTimeout,
@@ -403,8 +409,12 @@ func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.detail))
 	}
 	if fs != nil {
-		fmt.Fprintf(w, "\nFlags:\n")
-		printFlags(w, fs)
+		var b strings.Builder
+		printFlags(&b, fs)
+		if b.Len() > 0 {
+			fmt.Fprintf(w, "\nFlags:\n%s", b.String())
+		}
+		fmt.Fprintf(w, "\nGlobal flags (--server, --token, --ca-file, --reconnect-timeout): see podium help.\n")
 	}
 }
 
@@ -439,7 +449,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	})
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fs.VisitAll(func(f *flag.Flag) {
-		if canonicalFlag(f) != f.Name {
+		if canonicalFlag(f) != f.Name || slices.Contains(globalFlags, f.Name) {
 			return
 		}
 		arg, usage := flag.UnquoteUsage(f)

@@ -486,3 +486,28 @@ func TestCanceledIsAnInterruptOnlyWhenTheContextWas(t *testing.T) {
 		t.Errorf("a cancelled context reads %q; want interrupted", got)
 	}
 }
+
+// A command's help lists its own flags; the global ones are explained once,
+// by podium help, and each command's help points there instead of repeating
+// them.
+func TestCommandHelpLeavesGlobalFlagsToTopHelp(t *testing.T) {
+	for _, args := range [][]string{{"help", "user", "add"}, {"user", "add", "--help"}, {"help", "run"}} {
+		tc := newTestCLI(nil)
+		if code := tc.run(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		help := tc.out.String()
+		for _, g := range []string{"--reconnect-timeout", "--ca-file FILE", "--server URL", "--token TOKEN"} {
+			if strings.Contains(help, "  "+g) {
+				t.Errorf("%v lists the global flag %s:\n%s", args, g, help)
+			}
+		}
+		if !strings.Contains(help, "Global flags (--server, --token, --ca-file, --reconnect-timeout): see podium help.") {
+			t.Errorf("%v does not point at podium help for the global flags:\n%s", args, help)
+		}
+	}
+	tc := newTestCLI(nil)
+	if code := tc.run(t, "help"); code != 0 || !strings.Contains(tc.out.String(), "--reconnect-timeout D") {
+		t.Errorf("podium help (exit %d) does not explain the global flags:\n%s", code, tc.out.String())
+	}
+}
