@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test test-deps soak fuzz vet lint golangci-lint fmt proto demo demo-stop clean bench deb image lint-deb packaging-test nfpm gpu-check
+.PHONY: all build test test-deps soak fuzz vet lint golangci-lint fmt proto demo demo-stop demo-reset clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -161,6 +161,9 @@ demo: build
 
 demo-stop:
 	scripts/demo.sh stop
+
+demo-reset:
+	scripts/demo.sh reset
 
 # On a GPU node, with the CLI pointed at the coordinator: a task asking GPUS
 # GPUs sees exactly those its attempt was given (scripts/gpu-check.sh; CI has
