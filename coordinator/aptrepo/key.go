@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/secrets"
@@ -74,22 +76,25 @@ type Config struct {
 	KeyFile string
 }
 
-// Load builds the repository a coordinator serves, or returns nil (with one
-// log line saying why) when it serves none: no packages in Dir, or no key.
-// A key file or a package that cannot be read is an error: the operator
-// asked for something that does not work.
+// Load builds the repository a coordinator serves, or returns nil and why it
+// serves none (no package directory, no packages in it, or no key), which it
+// also logs once; Unserved answers /apt/ and /install.sh with it. A key file
+// or a package that cannot be read is an error: the operator asked for
+// something that does not work.
 // vault seals and opens the key kept in Postgres; it may be nil, or have no
 // key, when cfg.KeyFile is set or no repository is to be served.
-func Load(ctx context.Context, cfg Config, st *store.Store, vault *secrets.Vault, log *slog.Logger) (*Repo, error) {
+func Load(ctx context.Context, cfg Config, st *store.Store, vault *secrets.Vault, log *slog.Logger) (*Repo, string, error) {
 	if cfg.Dir == "" {
-		log.Info("apt: no package directory (--apt-dir): no apt repository is served")
-		return nil, nil
+		why := "no package directory is set (--apt-dir, PODIUM_APT_DIR)"
+		log.Info("apt: no apt repository is served: " + why)
+		return nil, why, nil
 	}
 	// The packages first: a coordinator without them needs no key, and
 	// must not make one.
 	if n, err := countDebs(cfg.Dir); err != nil || n == 0 {
 		log.Info("apt: no .deb files in the package directory: no apt repository is served", "dir", cfg.Dir)
-		return nil, nil
+		return nil, "the package directory (--apt-dir, PODIUM_APT_DIR) holds no podium-agent .deb files: put them there " +
+			"(the coordinator's image carries its own version's; make deb builds them)", nil
 	}
 	var signer *Signer
 	var err error
@@ -100,14 +105,14 @@ func Load(ctx context.Context, cfg Config, st *store.Store, vault *secrets.Vault
 	}
 	if errors.Is(err, ErrNoSigningKey) {
 		log.Warn("apt: no apt repository is served: "+err.Error(), "dir", cfg.Dir)
-		return nil, nil
+		return nil, err.Error(), nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	repo, err := Build(cfg.Dir, signer, time.Time{})
 	if err != nil {
-		return nil, fmt.Errorf("apt repository: %w", err)
+		return nil, "", fmt.Errorf("apt repository: %w", err)
 	}
 	names := make([]string, len(repo.Packages))
 	for i, p := range repo.Packages {
@@ -115,8 +120,32 @@ func Load(ctx context.Context, cfg Config, st *store.Store, vault *secrets.Vault
 	}
 	log.Info("apt: serving the apt repository at "+Prefix+" and the install script at "+InstallPath,
 		"packages", names, "key", signer.Fingerprint())
-	return repo, nil
+	return repo, "", nil
 }
+
+// Unserved answers the repository's paths on a coordinator that serves
+// none, saying why and what to configure, instead of a bare 404 that sends
+// an operator to the logs. /install.sh is still a shell script, one that
+// prints the reason and fails, for whoever pipes it to sh without curl -f.
+// The reasons name settings, never paths or hosts: these paths answer
+// without a token.
+func Unserved(why string) http.Handler {
+	msg := "This Podium coordinator serves no apt repository: " + why + ". " +
+		"See docs/operations.md, \"The apt repository\"."
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if r.URL.Path == InstallPath {
+			w.Header().Set("Content-Type", "text/x-shellscript; charset=utf-8")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, "#!/bin/sh\necho %s >&2\nexit 1\n", shellQuote(msg))
+			return
+		}
+		http.Error(w, msg, http.StatusNotFound)
+	})
+}
+
+// shellQuote quotes s as one word for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // countDebs counts the .deb files in dir.
 func countDebs(dir string) (int, error) {

@@ -125,11 +125,14 @@ func TestLoadWithoutAnyKey(t *testing.T) {
 	t.Cleanup(st.Close)
 	dir := t.TempDir()
 	buildDeb(t, dir, "podium-agent", "1.0.0-1", "amd64", "gzip")
-	repo, err := Load(ctx, Config{Dir: dir}, st, nil, slog.New(slog.DiscardHandler))
-	if err != nil || repo != nil {
-		t.Fatalf("Load without a key: %v, %v; want no repository and no error", repo, err)
+	repo, why, err := Load(ctx, Config{Dir: dir}, st, nil, slog.New(slog.DiscardHandler))
+	if err != nil || repo != nil || !strings.Contains(why, "PODIUM_SECRETS_KEY_FILE") {
+		t.Fatalf("Load without a key: %v, %q, %v; want no repository, no error, and why naming the secrets key", repo, why, err)
 	}
-	repo, err = Load(ctx, Config{Dir: dir}, st, secrets.NewVault(newSecretsKey(t), st), slog.New(slog.DiscardHandler))
+	if repo, why, err := Load(ctx, Config{Dir: t.TempDir()}, st, nil, slog.New(slog.DiscardHandler)); err != nil || repo != nil || !strings.Contains(why, "holds no podium-agent .deb files") {
+		t.Fatalf("Load of an empty directory: %v, %q, %v; want no repository and why", repo, why, err)
+	}
+	repo, _, err = Load(ctx, Config{Dir: dir}, st, secrets.NewVault(newSecretsKey(t), st), slog.New(slog.DiscardHandler))
 	if err != nil || repo == nil || len(repo.Packages) != 1 {
 		t.Fatalf("Load with a secrets key: %v, %v; want a repository of one package", repo, err)
 	}

@@ -298,7 +298,7 @@ func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Ser
 		return nil, err
 	}
 	vault := secrets.NewVault(pre.secretsKey, st)
-	apt, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
+	apt, aptOff, err := aptrepo.Load(ctx, cfg.Apt, st, vault, log)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Ser
 		return nil, err
 	}
 	p := s.makeParts(pre.metricsToken, vault)
-	handler := s.routes(p, apt)
+	handler := s.routes(p, apt, aptOff)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -413,7 +413,7 @@ func (s *Server) makeParts(metricsToken string, vault *secrets.Vault) parts {
 // routes is the replica's HTTP handler: the Connect services, health, the
 // metrics, the console and the apt repository, behind the guards every
 // request passes (token, Postgres link, host, body limits, shedding).
-func (s *Server) routes(p parts, apt *aptrepo.Repo) http.Handler {
+func (s *Server) routes(p parts, apt *aptrepo.Repo, aptOff string) http.Handler {
 	cfg, st, log := s.cfg, s.store, s.log
 	mux := http.NewServeMux()
 	people := connect.WithHandlerOptions(s.apiAuth, compressLarge, readLimits(PeopleReadMaxBytes), tasks.StrictJSON())
@@ -441,6 +441,10 @@ func (s *Server) routes(p parts, apt *aptrepo.Repo) http.Handler {
 	if apt != nil {
 		mux.Handle("GET "+aptrepo.Prefix, apt)
 		mux.Handle("GET "+aptrepo.InstallPath, apt.InstallHandler())
+	} else {
+		off := aptrepo.Unserved(aptOff)
+		mux.Handle("GET "+aptrepo.Prefix, off)
+		mux.Handle("GET "+aptrepo.InstallPath, off)
 	}
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {
