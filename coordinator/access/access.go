@@ -91,9 +91,12 @@ var Needs = map[string]Role{
 	// rest, and every secret's grants); setting, granting, revoking and
 	// deleting stay admin-only by being absent here.
 	podiumv1connect.AdminServiceListSecretsProcedure: Member,
+	// Everyone who may read tasks may read the fleet they run on, as the
+	// console's nodes page shows it to them; the service leaves out what
+	// only admins see (tailnet devices, replicas, who set a label).
+	podiumv1connect.AdminServiceListNodesProcedure: Viewer,
 
 	podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: Admin,
-	podiumv1connect.AdminServiceListNodesProcedure:             Admin,
 	podiumv1connect.AdminServiceDrainNodeProcedure:             Admin,
 	podiumv1connect.AdminServiceSetNodeSlotsProcedure:          Admin,
 	podiumv1connect.AdminServiceSetNodeLabelsProcedure:         Admin,
@@ -304,9 +307,14 @@ func Check(c tailnet.Caller, procedure string) error {
 	if Role(c.Role).Covers(need) {
 		return nil
 	}
-	how := "an admin can change it with `podium user set-role " + c.Name() + " " + string(need) + "`"
-	if c.Kind == tailnet.KindPerson {
-		how += fmt.Sprintf(" or grant it in the tailnet policy (app capability %q)", tailnet.CapName)
+	// Administering the fleet is asked of an admin, not become one: a member
+	// told to make themselves admin is pointed at the wrong fix.
+	how := "ask an admin to do it"
+	if need != Admin {
+		how = "an admin can change it with `podium user set-role " + c.Name() + " " + string(need) + "`"
+		if c.Kind == tailnet.KindPerson {
+			how += fmt.Sprintf(" or grant it in the tailnet policy (app capability %q)", tailnet.CapName)
+		}
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 		"%s needs the %s role; %s is %s: %s", short(procedure), need, c.Name(), article(c.Role), how))

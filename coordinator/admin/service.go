@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podiumhq/podium/coordinator/access"
 	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/secrets"
 	"github.com/podiumhq/podium/coordinator/store"
@@ -101,14 +102,28 @@ func (s *Service) ListNodes(ctx context.Context, _ *connect.Request[podiumv1.Lis
 	// The coordinator's version is the agent version its apt repository
 	// serves: `podium nodes` flags the nodes an upgrade would move.
 	out := &podiumv1.ListNodesResponse{CoordinatorVersion: version.Version}
+	admin := access.IsAdmin(ctx)
 	for _, n := range ns {
 		p := nodeProto(n)
 		if d, ok := devices[n.ID]; ok {
 			p.TailscaleDeviceId, p.TailscaleDevice = d.ID, d.Name
 		}
+		if !admin {
+			memberView(p)
+		}
 		out.Nodes = append(out.Nodes, p)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// memberView leaves out of a node what only admins see: which tailnet
+// device it is, which replica holds its stream, and who set each of its
+// labels (the labels themselves, what placement matches, stay).
+func memberView(p *podiumv1.Node) {
+	p.TailscaleDeviceId, p.TailscaleDevice, p.Replica = "", "", ""
+	for _, l := range p.LabelSources {
+		l.SetBy = ""
+	}
 }
 
 func (s *Service) nodeError(err error, nodeID string) error {

@@ -309,11 +309,12 @@ func TestRekeyNode(t *testing.T) {
 }
 
 // ListNodes reports each node's stored health, the replica holding it, its
-// free slots and its tailnet device.
+// free slots and its tailnet device, to an admin; a member sees the same
+// fleet without the tailnet device, the replica or who set a label.
 func TestListNodes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	ctx := context.Background()
+	ctx := tailnet.WithCaller(context.Background(), tailnet.Caller{Kind: tailnet.KindToken, Role: "admin"})
 	f.addNode(t, "node_on", "online", "linux")
 	f.addNode(t, "node_un", "unreachable")
 	f.addNode(t, "node_off", "offline")
@@ -337,6 +338,26 @@ func TestListNodes(t *testing.T) {
 		on.RunningTasks != 1 || on.FreeSlots != 1 || on.TailscaleDeviceId != "dev1" || on.TailscaleDevice != "box.tailnet" ||
 		!slices.Equal(on.Labels, []string{"linux"}) {
 		t.Errorf("online node: %v", on)
+	}
+	f.exec(t, "update podium.nodes set label_sources = '{\"linux\": {\"source\": \"admin\", \"set_by\": \"ann\"}}' where id = 'node_on'")
+	member := tailnet.WithCaller(context.Background(), tailnet.Caller{Kind: tailnet.KindPerson, Login: "bob@example.com", Role: "member"})
+	if res, err := f.svc.ListNodes(member, connect.NewRequest(&podiumv1.ListNodesRequest{})); err != nil || len(res.Msg.Nodes) != 3 {
+		t.Errorf("a member's ListNodes: %v, %v; want the 3 nodes", res, err)
+	} else {
+		for _, n := range res.Msg.Nodes {
+			if n.Id != "node_on" {
+				continue
+			}
+			if n.Status != podiumv1.NodeStatus_NODE_STATUS_ONLINE || n.FreeSlots != 1 || !slices.Equal(n.Labels, []string{"linux"}) ||
+				n.TailscaleDeviceId != "" || n.TailscaleDevice != "" || n.Replica != "" {
+				t.Errorf("a member sees node_on as %v: want its status, slots and labels, no tailnet device or replica", n)
+			}
+			for _, l := range n.LabelSources {
+				if l.SetBy != "" {
+					t.Errorf("a member sees who set label %s: %q", l.Label, l.SetBy)
+				}
+			}
+		}
 	}
 	if got["node_un"].Status != podiumv1.NodeStatus_NODE_STATUS_UNREACHABLE {
 		t.Errorf("unreachable node: %v", got["node_un"])
