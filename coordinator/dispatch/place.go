@@ -53,10 +53,10 @@ func PlaceOn(fleet []*placement.Candidate, now time.Time) store.PlaceFunc {
 		n := need(t.Need)
 		i, why := placement.Place(n, fleet)
 		if i < 0 {
-			if t.Contended && why == placement.Busy {
-				why = placement.FairShareReason(t.Sharer, t.Running, t.Queued)
+			if t.Contended && why.Text == placement.Busy {
+				why.Text = placement.FairShareReason(t.Sharer, t.Running, t.Queued)
 			}
-			return "", why
+			return "", why.Text
 		}
 		c := fleet[i]
 		c.Charge(n, now)
