@@ -217,3 +217,16 @@ func TestRetentionFlagsRefused(t *testing.T) {
 		t.Errorf("config %+v, want %+v", c, want)
 	}
 }
+
+// --queue-timeout is a spec's queue_timeout for tasks that give none: one a
+// spec could not give is refused before anything starts, saying what it
+// wants.
+func TestQueueTimeoutFlagRefused(t *testing.T) {
+	for _, arg := range []string{"-1m", "9000h", "1500ms"} {
+		var stderr bytes.Buffer
+		if code := run([]string{"serve", "--queue-timeout", arg}, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), "want 0 (none) or a whole number of seconds up to 8760h0m0s (a year)") {
+			t.Errorf("--queue-timeout %s: exit %d, %q; want 2 saying what it wants", arg, code, stderr.String())
+		}
+	}
+}

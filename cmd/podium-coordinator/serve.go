@@ -27,7 +27,7 @@ type serveOptions struct {
 	aptDir, aptKey, secretsKey                                 string
 	allow, insecure, logArchive, fairShare, consoleOn          bool
 	maxConns, maxNodes, maxMemberPriority                      int
-	bodyTimeout, idleTimeout, heartbeat                        time.Duration
+	bodyTimeout, idleTimeout, heartbeat, queueTimeout          time.Duration
 	allowedHosts                                               hostsFlag
 
 	shed shedConfig
@@ -130,6 +130,8 @@ func (o *serveOptions) flags() []envFlag {
 		boolFlag(&o.consoleOn, "console", "PODIUM_CONSOLE", true, "serve the web console at /console/ (PODIUM_CONSOLE); false turns it off"),
 		intFlag(&o.maxMemberPriority, "max-member-priority", "PODIUM_MAX_MEMBER_PRIORITY", tasks.DefaultMaxMemberPriority, "the highest priority a member's task or schedule may give (PODIUM_MAX_MEMBER_PRIORITY); "+
 			"admins may give any. Priority goes before fair share, so the default 0 keeps every higher priority for admins' urgent work"),
+		durationFlag(&o.queueTimeout, "queue-timeout", "PODIUM_QUEUE_TIMEOUT", 0, "fail a task still queued this long without a node, e.g. 1h, when its spec gives no queue_timeout (PODIUM_QUEUE_TIMEOUT); "+
+			"0: none. Applied as a task is submitted, by the replica it is submitted to: give every replica the same"),
 	)
 }
 
@@ -218,6 +220,9 @@ func (o *serveOptions) config() (server.Config, error) {
 	if err := o.retain.Check(); err != nil {
 		return server.Config{}, err
 	}
+	if err := (tasks.Defaults{QueueTimeout: o.queueTimeout}).Check(); err != nil {
+		return server.Config{}, err
+	}
 	if o.zeroThreshold != "" {
 		return server.Config{}, fmt.Errorf("--%s 0: want a positive duration", o.zeroThreshold)
 	}
@@ -240,6 +245,7 @@ func (o *serveOptions) config() (server.Config, error) {
 		Transport: o.ts.transport, Tailnet: o.ts.config(), Thresholds: o.th, SecretsKeyFile: o.secretsKey,
 		Apt:       aptrepo.Config{Dir: o.aptDir, KeyFile: o.aptKey},
 		Retention: o.retain, Notify: o.hooks, NoConsole: !o.consoleOn, MaxMemberPriority: int32(o.maxMemberPriority),
+		QueueTimeout: o.queueTimeout,
 	}
 	cfg.Dispatch.NoFairShare = !o.fairShare
 	cfg.Nodes.HeartbeatInterval = o.heartbeat

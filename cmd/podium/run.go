@@ -33,14 +33,15 @@ and command; put "--" before it when it has flags of its own.
 
 The flags are docker run's where Docker has one (-e, -d, -w, -u, -m, --cpus,
 --name), and each overrides its field of --spec: --image, --name, --workdir,
---timeout, --priority, --user, --pull, --output-limit, --retain, --cpus,
---memory, --gpus and --concurrency-key replace theirs, --retry N sets
-retry.attempts to N+1 (every run counts, the first too), --env sets one
-variable each (replacing the file's value for that key), --label adds to the
-file's labels, --cap-add to its capabilities, --allow-egress to its
-allow_egress, --secret to its secrets (replacing the file's entry for that
-secret), and CMD replaces its command. Sidecars, artifacts (globs), which
-failures retry and a concurrency limit above 1 are given in the spec file.
+--timeout, --queue-timeout, --priority, --user, --pull, --output-limit,
+--retain, --cpus, --memory, --gpus and --concurrency-key replace theirs,
+--retry N sets retry.attempts to N+1 (every run counts, the first too), --env
+sets one variable each (replacing the file's value for that key), --label
+adds to the file's labels, --cap-add to its capabilities, --allow-egress to
+its allow_egress, --secret to its secrets (replacing the file's entry for
+that secret), and CMD replaces its command. Sidecars, artifacts (globs),
+which failures retry and a concurrency limit above 1 are given in the spec
+file.
 
 With retry in the spec, a failed attempt may be followed by another after a
 backoff: podium run follows them all, each retry announced by a line such as
@@ -66,6 +67,12 @@ db-password is DB_PASSWORD); a spec file can also put one in a file under
 that does not exist is refused. The value is visible to whoever can run
 docker inspect on the node.
 
+--queue-timeout DURATION fails the task if it is still queued that long
+without a node (each time it is queued), saying why it waited; without it,
+the coordinator's --queue-timeout applies (none unless set). While it waits,
+a task no node could ever run (its labels, a node's limits, its GPUs, its
+size) is said to be so: "→ unschedulable: cannot run on any node: …".
+
 The spec is checked before anything is sent; a bad one exits 125.
 On Ctrl-C (or SIGTERM) podium asks the coordinator to cancel the task, shows
 it ending, and exits 130; a second Ctrl-C stops waiting.
@@ -73,7 +80,8 @@ it ending, and exits 130; a second Ctrl-C stops waiting.
 Exit code: the task's own; 128+N if killed by signal N; 130 if cancelled or
 interrupted; 125 if podium failed or the task could not run (e.g. its image
 is missing) or was lost with its node or stopped by its node's Docker engine
-restarting (reason "engine restarted"), or if no coordinator answered for
+restarting (reason "engine restarted"), or waited in the queue past its
+queue timeout, or if no coordinator answered for
 --reconnect-timeout while following (the task's state is then unknown: see
 podium task get ID).
 
@@ -87,21 +95,22 @@ Example:
 // runOptions are run's flags, kept apart from the flag set so that spec
 // building can be tested without parsing.
 type runOptions struct {
-	image    string
-	specFile string
-	timeout  string
-	retain   string
-	user     string
-	pull     string
-	priority int
-	env      stringList
-	labels   stringList
-	capAdd   stringList
-	egress   stringList
-	secrets  stringList
-	detach   bool
-	quiet    bool
-	command  []string
+	image        string
+	specFile     string
+	timeout      string
+	queueTimeout string
+	retain       string
+	user         string
+	pull         string
+	priority     int
+	env          stringList
+	labels       stringList
+	capAdd       stringList
+	egress       stringList
+	secrets      stringList
+	detach       bool
+	quiet        bool
+	command      []string
 
 	// name, workdir, cpus and memory are --name, --workdir, --cpus and
 	// --memory (a size, as docker run takes it: 512m, 2g, or 512MiB).
@@ -146,6 +155,7 @@ func newRunFlags(fs *flag.FlagSet) *runOptions {
 	fs.Var(&o.secrets, "secret", "give the task the stored secret `NAME[=ENV]` (podium secret set) in the variable ENV, by default NAME upper-cased with - as _ (repeatable)")
 	fs.StringVar(&o.specFile, "spec", "", "read the task from the YAML spec `FILE` (- for stdin)")
 	fs.StringVar(&o.timeout, "timeout", "", "kill the task `DURATION` after it starts, e.g. 10m")
+	fs.StringVar(&o.queueTimeout, "queue-timeout", "", "fail the task if it is still queued `DURATION` without a node, e.g. 30m (default: the coordinator's --queue-timeout)")
 	fs.StringVar(&o.retain, "retain", "", "keep the task, its log and artifacts `DURATION` after it ends, e.g. 7d, 1y, 36h (default: the coordinator's --retain-tasks)")
 	fs.IntVar(&o.priority, "priority", 0, "scheduling priority `N` (any 32-bit integer)")
 	fs.StringVar(&o.user, "user", "", "run the command as `USER`: a UID, UID:GID or a name the image knows (default: the node's --default-user, else the image's)")
@@ -277,6 +287,13 @@ func (o *runOptions) buildSpec(stdin io.Reader) (*podiumv1.TaskSpec, error) {
 			return nil, fmt.Errorf("--timeout %v", err)
 		}
 		spec.TimeoutSeconds = secs
+	}
+	if o.set["queue-timeout"] {
+		secs, err := taskspec.ParseSeconds(o.queueTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("--queue-timeout %v", err)
+		}
+		spec.QueueTimeoutSeconds = secs
 	}
 	if o.set["retain"] {
 		secs, err := taskspec.ParseRetain(o.retain)

@@ -267,7 +267,12 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	s := t.GetSpec()
 	line("id", t.GetId())
 	line("name", s.GetName())
-	line("state", stateName(t.GetState()))
+	state := stateName(t.GetState())
+	if t.GetUnschedulable() {
+		// Queued, but not waiting for anything that comes by itself.
+		state += ", unschedulable: no node could ever run it (see the reason)"
+	}
+	line("state", state)
 	line("reason", t.GetReason())
 	if t.ExitCode != nil {
 		line("exit code", fmt.Sprint(*t.ExitCode))
@@ -307,6 +312,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	line("labels", strings.Join(s.GetLabels(), ", "))
 	line("resources", resourcesText(s.GetResources()))
 	line("timeout", secondsText(s.GetTimeoutSeconds()))
+	line("queue timeout", queueTimeoutText(t, now))
 	line("user", s.GetUser())
 	if s.GetPriority() != 0 {
 		line("priority", fmt.Sprint(s.GetPriority()))
@@ -342,6 +348,25 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		line("artifacts", "expired by retention on "+expiryDay(at))
 	}
 	tw.Flush()
+}
+
+// queueTimeoutText says how long the task may wait queued and whose rule
+// that is, and, while it waits, when it fails: "10m0s (queue_timeout); fails
+// at 2026-… (in 9m12s) if still queued"; "" without one.
+func queueTimeoutText(t *podiumv1.Task, now time.Time) string {
+	secs := t.GetQueueTimeoutSeconds()
+	if secs == 0 {
+		return ""
+	}
+	text := secondsText(secs) + " (the coordinator's --queue-timeout)"
+	if t.GetSpec().GetQueueTimeoutSeconds() != 0 {
+		text = secondsText(secs) + " (queue_timeout)"
+	}
+	if at := t.GetQueueDeadline(); at != nil {
+		text += fmt.Sprintf("; fails at %s (in %s) if still queued", at.AsTime().Local().Format(time.RFC3339),
+			max(at.AsTime().Sub(now), 0).Round(time.Second))
+	}
+	return text
 }
 
 // holdersText says who holds the concurrency key a queued task waits for:

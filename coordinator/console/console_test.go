@@ -121,7 +121,7 @@ func (e *env) task(who string, spec *podiumv1.TaskSpec, run bool) string {
 	if !run {
 		return id
 	}
-	placed, _, err := e.st.DispatchPass(ctx, 100, func(store.Claimed) (string, string) { return e.node, "" })
+	placed, _, err := e.st.DispatchPass(ctx, 100, func(store.Claimed) store.Verdict { return store.Verdict{NodeID: e.node} })
 	if err != nil || len(placed) == 0 {
 		e.t.Fatalf("place %s: %v (%d placed)", id, err, len(placed))
 	}

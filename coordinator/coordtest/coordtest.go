@@ -94,6 +94,8 @@ type Options struct {
 	PublicURL        string
 	AllowedHosts     []string
 	MetricsTokenFile string
+	// QueueTimeout is the replica's --queue-timeout (see server.Config).
+	QueueTimeout time.Duration
 }
 
 // Start runs a replica on the database until the test ends.
@@ -125,6 +127,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 		Retention: opts.Retention, Schedules: opts.Schedules, Notify: opts.Notify,
 		PublicURL: opts.PublicURL, AllowedHosts: opts.AllowedHosts, MetricsTokenFile: opts.MetricsTokenFile,
+		QueueTimeout: opts.QueueTimeout,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {

@@ -35,6 +35,8 @@ type Service struct {
 	now func() time.Time
 	// bounds are what a member's spec may ask for.
 	bounds tasks.Bounds
+	// defaults are what run-now's task gets where the spec says nothing.
+	defaults tasks.Defaults
 }
 
 // NewService returns the schedule service, with cfg's clock (time.Now when
@@ -48,7 +50,7 @@ func NewService(cfg Config, deps Deps) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{store: deps.Store, now: now, log: log, bounds: cfg.Bounds}
+	return &Service{store: deps.Store, now: now, log: log, bounds: cfg.Bounds, defaults: cfg.Defaults}
 }
 
 func checkName(name string) error {
@@ -241,7 +243,7 @@ func (s *Service) RunNow(ctx context.Context, req *connect.Request[podiumv1.Sche
 	if err := s.ownerMay(ctx, sc, "run"); err != nil {
 		return nil, err
 	}
-	nt := tasks.NewRow(sc.Spec, sc.CreatedBy)
+	nt := s.defaults.Row(sc.Spec, sc.CreatedBy)
 	nt.Audit = store.AuditFrom(ctx)
 	if nt.Audit != nil {
 		nt.Audit.Target = sc.Name

@@ -25,6 +25,9 @@ type Config struct {
 	// Bounds are what a member's spec may ask for (tasks.Bounds), checked
 	// at Create and, with the owner's role then, at every tick.
 	Bounds tasks.Bounds
+	// Defaults are what each tick's task, and run-now's, gets where the
+	// schedule's spec says nothing (the coordinator's --queue-timeout).
+	Defaults tasks.Defaults
 }
 
 // Deps are what the schedule service and the tick job work with.
@@ -136,7 +139,7 @@ func (t *Ticker) fire(ctx context.Context, sc store.Schedule, now time.Time) (*s
 		return nil, err
 	}
 	fired, err := t.store.FireTick(ctx, store.Fire{ScheduleID: sc.ID, Tick: tick, Next: next,
-		Task: tasks.NewRow(sc.Spec, sc.CreatedBy)})
+		Task: t.cfg.Defaults.Row(sc.Spec, sc.CreatedBy)})
 	if err != nil {
 		return nil, fmt.Errorf("schedule %s: fire the tick of %s: %w", sc.Name, tick.Format(time.RFC3339), err)
 	}

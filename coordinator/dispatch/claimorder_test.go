@@ -40,9 +40,9 @@ func TestClaimOrderIsDispatchOrder(t *testing.T) {
 			} {
 				for _, batch := range []int{len(queue), 17} {
 					var offered []string
-					_, waiting, err := tc.pass(ctx, batch, func(c store.Claimed) (string, string) {
+					_, waiting, err := tc.pass(ctx, batch, func(c store.Claimed) store.Verdict {
 						offered = append(offered, c.ID)
-						return "", "test: not placed"
+						return store.Verdict{Why: "test: not placed"}
 					})
 					if err != nil || waiting != batch {
 						t.Fatalf("%s, batch %d: %d waiting, %v; want all %d claimed and waiting", tc.name, batch, waiting, err, batch)

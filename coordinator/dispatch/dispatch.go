@@ -88,7 +88,8 @@ type Dispatcher struct {
 	metrics *metrics.Metrics
 
 	// fleet is the leader's copy of the connected nodes and what they are
-	// committed to (store.Candidates), charged with each placement it makes.
+	// committed to, and of the absent ones as they last reported themselves
+	// (store.Fleet), charged with each placement it makes.
 	// Reading it aggregates every active task, too much to do for every
 	// pass; it is read again when a fleet doorbell says nodes came, went or
 	// changed, when tasks wait for room, and at least every FleetMaxAge.
@@ -196,8 +197,9 @@ func (s *Dispatcher) Run(ctx context.Context) error {
 
 // Sweep enforces the lifecycle's deadlines: assignments not accepted in time
 // are taken back, tasks past their timeout are stopped, cancelled tasks
-// whose node is gone are written off, and tasks whose retry backoff has
-// passed are handed to the next pass.
+// whose node is gone are written off, queued tasks past their queue timeout
+// fail (store.ExpireQueued), and tasks whose retry backoff has passed are
+// handed to the next pass.
 func (s *Dispatcher) Sweep(ctx context.Context) {
 	s.storedThresholds(ctx)
 	steps := []struct {
@@ -207,6 +209,7 @@ func (s *Dispatcher) Sweep(ctx context.Context) {
 		{"ack deadline", func() ([]store.Touched, error) { return s.store.ExpireAssignments(ctx, s.cfg.AckDeadline) }},
 		{"timeout", func() ([]store.Touched, error) { return s.store.TimeOutTasks(ctx, s.cfg.TimeoutMargin) }},
 		{"write-off", func() ([]store.Touched, error) { return s.store.WriteOffCancelled(ctx, s.cfg.WriteOffAfter) }},
+		{"queue timeout", func() ([]store.Touched, error) { return s.store.ExpireQueued(ctx) }},
 	}
 	for _, step := range steps {
 		touched, err := step.run()
@@ -219,7 +222,9 @@ func (s *Dispatcher) Sweep(ctx context.Context) {
 		for _, t := range touched {
 			s.log.Info("task deadline enforced", "step", step.name, "task", t.TaskID, "node", t.NodeID)
 			_ = s.store.Notify(ctx, store.ChannelTaskEvents, t.TaskID)
-			_ = s.store.Notify(ctx, store.ChannelNodeCommands, t.NodeID)
+			if t.NodeID != "" {
+				_ = s.store.Notify(ctx, store.ChannelNodeCommands, t.NodeID)
+			}
 		}
 		if len(touched) > 0 {
 			_ = s.store.Notify(ctx, store.ChannelSubmit, "")
@@ -280,7 +285,7 @@ func (s *Dispatcher) readFleet(ctx context.Context) error {
 		return nil
 	}
 	at := time.Now()
-	nodes, err := s.store.Candidates(ctx, s.cfg.UnreachableAfter)
+	nodes, err := s.store.Fleet(ctx, s.cfg.UnreachableAfter)
 	if err != nil {
 		return err
 	}

@@ -8,15 +8,16 @@ import (
 )
 
 // Fleet is placement's working copy of the nodes the store read
-// (store.Candidates): what the dispatcher keeps between reads and charges
-// with each placement it makes.
+// (store.Fleet: the connected nodes, and the absent ones placement counts
+// only for whether a task could ever run): what the dispatcher keeps between
+// reads and charges with each placement it makes.
 func Fleet(nodes []store.Candidate) []*placement.Candidate {
 	fleet := make([]*placement.Candidate, len(nodes))
 	for i, n := range nodes {
 		c := &placement.Candidate{ID: n.ID, Labels: n.Labels, Draining: n.Draining, SlotLimit: n.SlotLimit, Running: n.Running,
 			CPUCores: n.CPUCores, MemoryMB: n.MemoryMB, CommittedCPU: n.CommittedCPU, CommittedMemMB: n.CommittedMemMB,
 			LastAssignedAt: n.LastAssignedAt, CommittedGPUs: n.CommittedGPUs, DiskFreeMB: n.DiskFreeMB,
-			MinFreeDiskMB: n.MinFreeDiskMB, DiskLowSince: n.DiskLowSince, EngineDownSince: n.EngineDownSince,
+			MinFreeDiskMB: n.MinFreeDiskMB, DiskLowSince: n.DiskLowSince, EngineDownSince: n.EngineDownSince, Absent: n.Absent,
 			Limits: placement.Limits{MaxCPU: n.Limits.MaxCPU, MaxMemoryMB: n.Limits.MaxMemoryMB, MaxPids: n.Limits.MaxPids,
 				MaxTimeoutSeconds: n.Limits.MaxTimeoutSeconds, MaxOutputBytes: n.Limits.MaxOutputBytes,
 				PermitEgress:            placement.ParseEgress(n.Limits.PermitEgress),
@@ -47,19 +48,21 @@ func need(n store.Need) placement.Need {
 //
 // A task that finds every node busy (placement.Busy) while other sharers'
 // tasks were claimed with it waits for its fair share, and is told so
-// (placement.FairShareReason) with its sharer's counts.
+// (placement.FairShareReason) with its sharer's counts. One that no node
+// could ever run is unschedulable (placement.Reason), which the store
+// records with its reason.
 func PlaceOn(fleet []*placement.Candidate, now time.Time) store.PlaceFunc {
-	return func(t store.Claimed) (string, string) {
+	return func(t store.Claimed) store.Verdict {
 		n := need(t.Need)
 		i, why := placement.Place(n, fleet)
 		if i < 0 {
-			if t.Contended && why == placement.Busy {
-				why = placement.FairShareReason(t.Sharer, t.Running, t.Queued)
+			if t.Contended && why.Text == placement.Busy {
+				why.Text = placement.FairShareReason(t.Sharer, t.Running, t.Queued)
 			}
-			return "", why
+			return store.Verdict{Why: why.Text, Unschedulable: why.Unschedulable}
 		}
 		c := fleet[i]
 		c.Charge(n, now)
-		return c.ID, ""
+		return store.Verdict{NodeID: c.ID}
 	}
 }

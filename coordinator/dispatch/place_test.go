@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,8 +39,8 @@ func TestFleetAndNeedAreWhatPlacementReads(t *testing.T) {
 	place := dispatch.PlaceOn(fleet, low)
 	task := store.Claimed{ID: "task_a", Need: store.Need{Labels: []string{"gpu"}, CPU: 2, MemoryMB: 2048, Pids: 100,
 		AllowEgress: []string{"10.1.0.0/16"}, PrivilegedSidecars: true, GPUs: 1, GPUModel: "Tesla*"}}
-	if node, why := place(task); node != "node_a" {
-		t.Fatalf("task_a went to %q (%s), want node_a", node, why)
+	if v := place(task); v.NodeID != "node_a" {
+		t.Fatalf("task_a went to %+v, want node_a", v)
 	}
 	if a.Running != 2 || a.CommittedCPU != 3 || a.CommittedMemMB != 3072 || a.CommittedGPUs != 1 {
 		t.Fatalf("node_a after task_a: %+v, want it charged one slot, 2 CPU, 2048 MB and a GPU", a)
@@ -48,8 +49,8 @@ func TestFleetAndNeedAreWhatPlacementReads(t *testing.T) {
 	// one that does not parse (the zero Prefix).
 	for _, egress := range []string{"192.168.0.0/16", "not a range"} {
 		task.Need = store.Need{AllowEgress: []string{egress}}
-		if node, why := place(task); node != "" || why == "" {
-			t.Fatalf("a task asking egress to %q went to %q (%q), want it waiting with a reason", egress, node, why)
+		if v := place(task); v.NodeID != "" || !v.Unschedulable || !strings.HasPrefix(v.Why, placement.Unschedulable) {
+			t.Fatalf("a task asking egress to %q went to %+v, want it unschedulable, with a reason", egress, v)
 		}
 	}
 }
@@ -60,11 +61,39 @@ func TestFleetAndNeedAreWhatPlacementReads(t *testing.T) {
 func TestPlaceOnWordsTheFairShareWait(t *testing.T) {
 	place := dispatch.PlaceOn(dispatch.Fleet([]store.Candidate{{ID: "node_a", SlotLimit: 1, Running: 1}}), time.Now())
 	task := store.Claimed{ID: "task_a", Sharer: "group ml", Running: 1234, Queued: 5}
-	if _, why := place(task); why != placement.Busy {
-		t.Fatalf("uncontended, the task waits with %q, want %q", why, placement.Busy)
+	if v := place(task); v != (store.Verdict{Why: placement.Busy}) {
+		t.Fatalf("uncontended, the task waits with %+v, want %q", v, placement.Busy)
 	}
 	task.Contended = true
-	if _, why := place(task); why != placement.FairShareReason("group ml", 1234, 5) {
-		t.Fatalf("contended, the task waits with %q", why)
+	if v := place(task); v != (store.Verdict{Why: placement.FairShareReason("group ml", 1234, 5)}) {
+		t.Fatalf("contended, the task waits with %+v", v)
+	}
+}
+
+// A node the store read as absent is never given a task, however roomy,
+// and counts for whether a task could ever run: a task only it could run
+// waits for it, and one no node could run is unschedulable.
+func TestPlaceOnCountsAbsentNodesForTheFleetOnly(t *testing.T) {
+	fleet := dispatch.Fleet([]store.Candidate{
+		{ID: "node_a", SlotLimit: 4, CPUCores: 8, MemoryMB: 16384},
+		{ID: "node_big", SlotLimit: 64, CPUCores: 128, MemoryMB: 1 << 20, Absent: true},
+	})
+	if !fleet[1].Absent {
+		t.Fatal("Fleet dropped node_big's Absent")
+	}
+	place := dispatch.PlaceOn(fleet, time.Now())
+	if v := place(store.Claimed{ID: "task_small", Need: store.Need{CPU: 1}}); v.NodeID != "node_a" {
+		t.Fatalf("a small task went to %+v, want node_a, the connected one", v)
+	}
+	if v := place(store.Claimed{ID: "task_big", Need: store.Need{MemoryMB: 64 << 10}}); v.NodeID != "" || v.Unschedulable ||
+		!strings.Contains(v.Why, "node node_big, which is not connected now, could") {
+		t.Fatalf("a task only the absent node could run: %+v, want it waiting for node_big", v)
+	}
+	if v := place(store.Claimed{ID: "task_huge", Need: store.Need{MemoryMB: 4 << 20}}); !v.Unschedulable ||
+		!strings.HasPrefix(v.Why, "cannot run on any node: it asks 4096 GiB of memory") {
+		t.Fatalf("a task no node could run: %+v, want it unschedulable", v)
+	}
+	if fleet[1].Running != 0 {
+		t.Fatalf("the absent node was charged %d tasks", fleet[1].Running)
 	}
 }

@@ -77,7 +77,7 @@ func TestPrivilegedSidecarsGoOnlyToNodesThatAllowThem(t *testing.T) {
 		Env: map[string]string{"DOCKER_HOST": "tcp://docker:2375"},
 		Sidecars: []*podiumv1.Sidecar{{Name: "docker", Image: "docker:dind", Privileged: true, ShareWorkspace: true,
 			Readiness: &podiumv1.Readiness{TcpPort: 2375}}}})
-	waitReason(t, ctx, r, dind, "no connected node allows privileged sidecars (start the agent with --allow-privileged-sidecars)")
+	waitReason(t, ctx, r, dind, "cannot run on any node: no node allows privileged sidecars (start the agent with --allow-privileged-sidecars)")
 
 	// The node has room, and takes the next ordinary task: its first
 	// assignment is that one, never the waiting task.

@@ -104,8 +104,8 @@ func TestTwoOneGPUTasksNeverShareANodesOneGPU(t *testing.T) {
 
 // gpu_model and gpu_memory_mb choose among the nodes' GPUs: a task goes only
 // to a node with enough GPUs matching both, a task no node can ever serve
-// says what it asks for, a task asking more GPUs than any node has free says
-// the most there are, and GPUs a node reports in a later heartbeat (an
+// is unschedulable and says what it asks for, a task asking more GPUs than
+// any node has says the most there are, and GPUs a node reports in a later heartbeat (an
 // operator added some and sent the agent SIGHUP) are placed at once.
 func TestGPUModelAndMemoryChooseTheNode(t *testing.T) {
 	t.Parallel()
@@ -120,7 +120,7 @@ func TestGPUModelAndMemoryChooseTheNode(t *testing.T) {
 		Gpus: []*podiumv1.Gpu{gpuA100(0, "GPU-a100-0"), gpuA100(1, "GPU-a100-1")}})
 
 	h100 := submit(t, ctx, r, gpuSpec(1, "NVIDIA H100*", 80000))
-	waitReason(t, ctx, r, h100, `no connected node has a GPU matching "NVIDIA H100*" with at least 80000 MiB`)
+	waitReason(t, ctx, r, h100, `cannot run on any node: no node has a GPU matching "NVIDIA H100*" with at least 80000 MiB`)
 
 	big := submit(t, ctx, r, gpuSpec(1, "", 40000))
 	if a := assignOf(t, a100Node); a.TaskId != big {
@@ -134,7 +134,7 @@ func TestGPUModelAndMemoryChooseTheNode(t *testing.T) {
 	runTo(t, t4Node, tesla, 1, nil)
 
 	three := submit(t, ctx, r, gpuSpec(3, "", 0))
-	waitReason(t, ctx, r, three, "no connected node has 3 free GPUs (largest: 1)")
+	waitReason(t, ctx, r, three, "cannot run on any node: it asks for 3 GPUs and the most a node has is 2")
 
 	// The T4 node gains two H100s: its heartbeat carries the new list, and
 	// the waiting H100 task goes there (its T4 is held, its H100s are not).

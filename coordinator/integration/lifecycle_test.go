@@ -54,7 +54,8 @@ func waitState(t *testing.T, ctx context.Context, r *coordtest.Replica, id strin
 	return tk
 }
 
-// Each reason a task waits for shows in its situation and clears with it.
+// Each reason a task waits for shows in its situation and clears with it;
+// a task no node could ever run is unschedulable, one that waits is not.
 func TestWhyQueued(t *testing.T) {
 	t.Parallel()
 	r, _ := coordtest.New(t)
@@ -64,46 +65,58 @@ func TestWhyQueued(t *testing.T) {
 		Sidecars: []*podiumv1.Sidecar{{Name: "db", Image: "busybox", Resources: &podiumv1.Resources{Cpu: 1.5}}}}
 	task := submit(t, ctx, r, spec)
 	waitReason(t, ctx, r, task, "no node is connected")
+	unschedulable := func(want bool) {
+		t.Helper()
+		if tk := getTask(t, ctx, r, task); tk.GetUnschedulable() != want {
+			t.Fatalf("reason %q: unschedulable %v, want %v", tk.GetReason(), tk.GetUnschedulable(), want)
+		}
+	}
+	unschedulable(false)
 
 	id, key := enroll(t, r)
 	node := connectWith(t, ctx, r, id, key, &podiumv1.Capacity{CpuCores: 2, MaxTasks: 1})
-	waitReason(t, ctx, r, task, "every label the task needs (gpu)")
+	waitReason(t, ctx, r, task, "cannot run on any node: no node has every label the task needs (gpu)")
+	unschedulable(true)
 
 	if _, err := r.Admin().SetNodeLabels(ctx, connect.NewRequest(&podiumv1.SetNodeLabelsRequest{NodeId: id, Add: []string{"gpu"}})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: true})); err != nil {
-		t.Fatal(err)
-	}
-	waitReason(t, ctx, r, task, "draining")
+	// 1 CPU for the task and 1.5 for its sidecar do not fit in 2, ever.
+	waitReason(t, ctx, r, task, "cannot run on any node: it asks 2.5 CPU (its sidecars' included) and the largest node with the labels the task needs has 2 CPU")
+	unschedulable(true)
 
-	if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id, Draining: false})); err != nil {
-		t.Fatal(err)
-	}
-	// 1 CPU for the task and 1.5 for its sidecar do not fit in 2.
-	waitReason(t, ctx, r, task, "2.5 CPU")
-
-	// A second node with room, but its one slot taken by another task that
-	// goes first because of its priority.
+	// A node big enough, its one slot and most of its CPU taken by another
+	// task that goes first because of its priority: the task waits for room.
 	other := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"gpu"}, Priority: 10,
-		Resources: &podiumv1.Resources{Cpu: 3}})
+		Resources: &podiumv1.Resources{Cpu: 6}})
 	id2, key2 := enroll(t, r, "gpu")
 	node2 := connectWith(t, ctx, r, id2, key2, &podiumv1.Capacity{CpuCores: 8, MaxTasks: 1})
 	a := assignOf(t, node2)
 	if a.TaskId != other {
 		t.Fatalf("assigned %s first, want the higher-priority %s", a.TaskId, other)
 	}
-	waitReason(t, ctx, r, task, "busy")
+	waitReason(t, ctx, r, task, "waiting: no node has 2.5 CPU free now")
+	unschedulable(false)
 
-	// The slot frees: the task is placed and its reason clears.
+	if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id2, Draining: true})); err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, ctx, r, task, "every node that could run the task is draining")
+	unschedulable(false)
+	if _, err := r.Admin().DrainNode(ctx, connect.NewRequest(&podiumv1.DrainNodeRequest{NodeId: id2, Draining: false})); err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, ctx, r, task, "waiting: no node has 2.5 CPU free now")
+
+	// The slot and the room free: the task is placed and its reason clears.
 	zero := int32(0)
 	node2.send(t, status(other, a.Attempt, 1, podiumv1.TaskState_TASK_STATE_SUCCEEDED, &zero))
 	a = assignOf(t, node2)
 	if a.TaskId != task {
 		t.Fatalf("got %s, want %s once the slot freed", a.TaskId, task)
 	}
-	if tk := getTask(t, ctx, r, task); tk.Reason != "" {
-		t.Fatalf("reason %q did not clear once placed", tk.Reason)
+	if tk := getTask(t, ctx, r, task); tk.Reason != "" || tk.GetUnschedulable() {
+		t.Fatalf("reason %q (unschedulable %v) did not clear once placed", tk.Reason, tk.GetUnschedulable())
 	}
 	_ = node
 }

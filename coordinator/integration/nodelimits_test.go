@@ -28,11 +28,11 @@ func TestNodeLimitsKeepTasksOffNodesThatDoNotAllowThem(t *testing.T) {
 		Limits: &podiumv1.TaskLimits{MaxMemoryMb: 4096, MaxPids: 1000, MaxTimeoutSeconds: 3600, PermitEgress: []string{"10.0.0.0/8"}}})
 
 	bigMem := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", Resources: &podiumv1.Resources{MemoryMb: 8192}})
-	waitReason(t, ctx, r, bigMem, "no connected node allows 8 GiB of memory for one task (largest: 4 GiB)")
+	waitReason(t, ctx, r, bigMem, "cannot run on any node: no node allows 8 GiB of memory for one task (largest: 4 GiB)")
 	farEgress := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", AllowEgress: []string{"192.168.0.0/16"}})
-	waitReason(t, ctx, r, farEgress, "no connected node permits egress to 192.168.0.0/16")
+	waitReason(t, ctx, r, farEgress, "cannot run on any node: no node permits egress to 192.168.0.0/16")
 	longRun := submit(t, ctx, r, &podiumv1.TaskSpec{Image: "busybox", TimeoutSeconds: 7200})
-	waitReason(t, ctx, r, longRun, "no connected node allows a timeout of 2h0m0s for one task (largest: 1h0m0s)")
+	waitReason(t, ctx, r, longRun, "cannot run on any node: no node allows a timeout of 2h0m0s for one task (largest: 1h0m0s)")
 
 	// Within every limit: the small node takes it, and it is the first
 	// assignment the small node sees.

@@ -26,6 +26,7 @@ func TestPlaceGPUs(t *testing.T) {
 		need      placement.Need
 		cands     []*placement.Candidate
 		want, why string
+		unsched   bool
 	}{
 		{name: "a task without GPUs goes to a node without GPUs",
 			need: placement.Need{}, cands: []*placement.Candidate{node("a")}, want: "a"},
@@ -34,7 +35,8 @@ func TestPlaceGPUs(t *testing.T) {
 			cands: []*placement.Candidate{node("a"), node("b", gpus(0, t4))}, want: "b"},
 		{name: "no node has a GPU",
 			need:  placement.Need{GPUs: 1},
-			cands: []*placement.Candidate{node("a"), node("b")}, why: "no connected node has a GPU"},
+			cands: []*placement.Candidate{node("a"), node("b")}, unsched: true,
+			why: "cannot run on any node: no node has a GPU; loosen gpu_model or gpu_memory_mb, or enroll a node with such GPUs"},
 		{name: "the one GPU is held",
 			need:  placement.Need{GPUs: 1},
 			cands: []*placement.Candidate{node("a", gpus(1, t4))}, why: "no connected node has 1 free GPU (largest: 0)"},
@@ -50,21 +52,21 @@ func TestPlaceGPUs(t *testing.T) {
 			cands: []*placement.Candidate{node("a", gpus(0, a100, t4)), node("b", gpus(0, t4, h100))}, want: "b"},
 		{name: "no GPU of the model",
 			need:  placement.Need{GPUs: 1, GPUModel: "NVIDIA H100*"},
-			cands: []*placement.Candidate{node("a", gpus(0, a100, t4))}, why: `no connected node has a GPU matching "NVIDIA H100*"`},
+			cands: []*placement.Candidate{node("a", gpus(0, a100, t4))}, unsched: true, why: `cannot run on any node: no node has a GPU matching "NVIDIA H100*"`},
 		{name: "the memory filters",
 			need:  placement.Need{GPUs: 1, GPUMemoryMB: 40960},
 			cands: []*placement.Candidate{node("a", gpus(0, t4)), node("b", gpus(0, a100))}, want: "b"},
 		{name: "no GPU of the model with the memory",
-			need:  placement.Need{GPUs: 1, GPUModel: "NVIDIA H100*", GPUMemoryMB: 81920},
-			cands: []*placement.Candidate{node("a", gpus(0, h100, a100))},
-			why:   `no connected node has a GPU matching "NVIDIA H100*" with at least 81920 MiB`},
+			need:    placement.Need{GPUs: 1, GPUModel: "NVIDIA H100*", GPUMemoryMB: 81920},
+			cands:   []*placement.Candidate{node("a", gpus(0, h100, a100))},
+			unsched: true, why: `cannot run on any node: no node has a GPU matching "NVIDIA H100*" with at least 81920 MiB`},
 		{name: "matching GPUs held by other tasks count as taken",
 			need:  placement.Need{GPUs: 2, GPUModel: "*A100*"},
 			cands: []*placement.Candidate{node("a", gpus(1, a100, a100, t4))},
 			why:   `no connected node has 2 free GPUs matching "*A100*" (largest: 1)`},
 		{name: "labels still come first",
 			need:  placement.Need{GPUs: 1, Labels: []string{"zone=eu"}},
-			cands: []*placement.Candidate{node("a", gpus(0, t4))}, why: "every label the task needs"},
+			cands: []*placement.Candidate{node("a", gpus(0, t4))}, unsched: true, why: "every label the task needs"},
 		{name: "a draining GPU node takes nothing",
 			need:  placement.Need{GPUs: 1},
 			cands: []*placement.Candidate{node("a", gpus(0, t4), draining)}, why: "draining"},
@@ -84,10 +86,10 @@ func TestPlaceGPUs(t *testing.T) {
 				got = tc.cands[i].ID
 			}
 			if got != tc.want {
-				t.Fatalf("Place = %q (%q), want %q", got, why, tc.want)
+				t.Fatalf("Place = %q (%+v), want %q", got, why, tc.want)
 			}
-			if tc.want == "" && !strings.Contains(why, tc.why) {
-				t.Errorf("reason = %q, want it to contain %q", why, tc.why)
+			if tc.want == "" && (!strings.Contains(why.Text, tc.why) || why.Unschedulable != tc.unsched) {
+				t.Errorf("reason = %+v, want it to contain %q, unschedulable %v", why, tc.why, tc.unsched)
 			}
 		})
 	}
@@ -101,11 +103,11 @@ func TestChargeBooksGPUs(t *testing.T) {
 	need := placement.Need{GPUs: 1}
 	i, why := placement.Place(need, fleet)
 	if i != 0 {
-		t.Fatalf("first task: Place = %d (%q), want the node", i, why)
+		t.Fatalf("first task: Place = %d (%+v), want the node", i, why)
 	}
 	fleet[i].Charge(need, t0)
-	if i, why := placement.Place(need, fleet); i != -1 || why != "no connected node has 1 free GPU (largest: 0)" {
-		t.Errorf("second task: Place = %d (%q), want it to wait for the GPU", i, why)
+	if i, why := placement.Place(need, fleet); i != -1 || why != (placement.Reason{Text: "no connected node has 1 free GPU (largest: 0)"}) {
+		t.Errorf("second task: Place = %d (%+v), want it to wait for the GPU", i, why)
 	}
 	// A task without GPUs still fits beside it.
 	if i, _ := placement.Place(placement.Need{}, fleet); i != 0 {

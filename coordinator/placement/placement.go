@@ -1,7 +1,18 @@
 // Package placement is who picks a node: given what a queued task needs and
 // the connected nodes with what they are already committed to, it chooses
 // the node the task goes to, or says, in words the task's owner can act on,
-// why none can take it yet.
+// why none can take it yet, and whether none ever could (Unschedulable).
+//
+// A task is unschedulable when no node of the fleet could run it even with
+// nothing else on it: no node has every label it needs, allows what it asks
+// (the node's limits, privileged sidecars, egress), has as many GPUs of the
+// model and memory it asks for, or has the CPU and memory it asks for in
+// all. The fleet, for this, is every enrolled node that has connected at
+// least once, connected now or not (Candidate.Absent), as it last reported
+// itself: a node that is down for a reboot is still one the task may run
+// on, and one retired for good is removed (podium node rm). What changes
+// with load or an operator's action (room, slots, draining, a Docker engine
+// down, a full data disk) never makes a task unschedulable: it waits.
 //
 // It is policy and nothing else: no Postgres, no clock, no goroutines, so
 // every rule can be tested with a table of nodes and needs. Package dispatch
@@ -61,6 +72,11 @@ type Candidate struct {
 	// answers. Such a node takes no new task: each would fail there at
 	// once.
 	EngineDownSince time.Time
+	// Absent is an enrolled node that is not connected now (offline,
+	// unreachable, between streams), as it last reported itself. Nothing is
+	// placed on it; it counts only in telling a task no node could ever run
+	// (unschedulable) from one that waits for a node to come back.
+	Absent bool
 }
 
 // GPU is one of a node's GPUs as placement needs it: what a task's
@@ -205,6 +221,21 @@ func (c *Candidate) fits(n Need) bool {
 	return true
 }
 
+// holds says whether the node could run the task with nothing else on it:
+// it has every label, allows what the task asks, has as many matching GPUs
+// and, in all, the CPU and memory it asks for. What it is committed to, its
+// slots, a drain, its engine and its disk are left out: they change.
+func (c *Candidate) holds(n Need, match gpuMatch) bool {
+	return c.hasLabels(n.Labels) && c.refuses(n) == 0 && (n.GPUs == 0 || c.matchingGPUs(match) >= n.GPUs) &&
+		c.cpuHolds(n) && c.memoryHolds(n)
+}
+
+// cpuHolds and memoryHolds say whether the node's whole CPU and memory
+// cover the need; an unmeasured capacity (0) is no constraint, as in fits.
+func (c *Candidate) cpuHolds(n Need) bool { return c.CPUCores == 0 || n.CPU <= c.CPUCores+1e-9 }
+
+func (c *Candidate) memoryHolds(n Need) bool { return c.MemoryMB == 0 || n.MemoryMB <= c.MemoryMB }
+
 // gpuMatch says whether a GPU is one a task may be given: its memory is at
 // least the task's gpu_memory_mb and its name matches the task's gpu_model.
 // The pattern is parsed once per task, not once per GPU of every node.
@@ -311,6 +342,23 @@ func (l *Limits) permits(p netip.Prefix) bool {
 // FairShareReason when other sharers' tasks compete for the same slots.
 const Busy = "every node that could run the task is busy: it waits for a free slot"
 
+// Unschedulable is how the reason of a task no node could ever run starts.
+const Unschedulable = "cannot run on any node: "
+
+// Reason is why Place placed a task nowhere.
+type Reason struct {
+	// Text is the reason as the task's owner reads it.
+	Text string
+	// Unschedulable says no node of the fleet could run the task even with
+	// nothing else on it; Text then starts with Unschedulable and says
+	// what to change. Otherwise the task waits for something that changes
+	// by itself or by an operator's hand (room, a slot, a node to come
+	// back, a drain to end).
+	Unschedulable bool
+}
+
+func waits(text string) Reason { return Reason{Text: text} }
+
 // FairShareReason says why a task waits while others' tasks take the slots
 // it could use: its submitter already holds their share. running and
 // queued are the submitter's tasks holding a slot and queued at the task's
@@ -343,31 +391,36 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-// Place picks a node for a task: among the undrained nodes that carry every
-// label the task needs, allow what it asks for (Limits), have GPUs of the
-// model and memory it asks for, the CPU and memory for it, as many free
-// matching GPUs as it needs and a free slot, the one with the most free
-// slots, which spreads work instead of filling one node first; ties go to
-// the node assigned longest ago, then the lowest id, so equal nodes take
-// turns and the choice is the same on every run. A node whose Docker engine
-// does not answer, or whose data disk is below its free-space floor, takes
-// nothing. It returns the index into cands, or -1 and the reason when none
-// fits, checked in an order that names the first thing a user has to fix
-// (labels before draining before an engine down before a full data disk
-// before a node's limits before GPU model and memory before size before GPUs
-// all taken before a full fleet). A task that asks for more than every node allows
-// waits with a reason naming the limit and the most any node allows, rather
-// than being sent to a node that would refuse it: the node's refusal is only
-// its last line of defence.
+// Place picks a node for a task: among the connected nodes that could run
+// it at all (they carry every label it needs, allow what it asks for, have
+// as many GPUs of the model and memory it asks for and, in all, the CPU and
+// memory: Candidate.holds), the undrained ones with the CPU and memory free
+// for it, as many free matching GPUs as it needs and a free slot, the one
+// with the most free slots, which spreads work instead of filling one node
+// first; ties go to the node assigned longest ago, then the lowest id, so
+// equal nodes take turns and the choice is the same on every run. A node
+// whose Docker engine does not answer, or whose data disk is below its
+// free-space floor, takes nothing, and neither does an absent one
+// (Candidate.Absent).
+//
+// It returns the index into cands, or -1 and the reason when none fits. A
+// task no node of the fleet could ever run is unschedulable, and its reason
+// names the first thing no node offers (labels, then a node's limits, then
+// GPUs of the model and memory, then as many GPUs, then CPU and memory in
+// all) and what to change. A task that only nodes not connected now could
+// run waits for one, and its reason names one. Otherwise it waits for what
+// keeps the nodes that could run it from taking it, the first that has to
+// change named: a drain, then an engine down, then a full data disk, then
+// room, then GPUs all taken, then slots. A task that asks for more than
+// every node allows is never sent to a node that would refuse it: the
+// node's refusal is only its last line of defence.
 //
 // It looks at each node once and allocates nothing (but, for a task asking
 // for GPUs, its parsed model pattern, once): one pass places hundreds of
-// tasks among thousands of nodes.
-func Place(n Need, cands []*Candidate) (int, string) {
-	if len(cands) == 0 {
-		return -1, "no node is connected"
-	}
-	labelled, undrained, engineOK, diskOK, allowed, gpuMatched, roomy, gpuFree := false, false, false, false, false, false, false, false
+// tasks among thousands of nodes. A task no connected node could run looks
+// at the nodes again, for its reason.
+func Place(n Need, cands []*Candidate) (int, Reason) {
+	connected, held, undrained, engineOK, diskOK, roomy, gpuFree := false, false, false, false, false, false, false
 	var mostFreeGPUs int32 // among the nodes with matching GPUs and room, for the reason
 	var match gpuMatch
 	if n.GPUs > 0 {
@@ -376,10 +429,14 @@ func Place(n Need, cands []*Candidate) (int, string) {
 	best := -1
 	var bestFree int32
 	for i, c := range cands {
-		if !c.hasLabels(n.Labels) {
+		if c.Absent {
 			continue
 		}
-		labelled = true
+		connected = true
+		if !c.holds(n, match) {
+			continue
+		}
+		held = true
 		if c.Draining {
 			continue
 		}
@@ -392,14 +449,6 @@ func Place(n Need, cands []*Candidate) (int, string) {
 			continue
 		}
 		diskOK = true
-		if c.refuses(n) != 0 {
-			continue
-		}
-		allowed = true
-		if n.GPUs > 0 && c.matchingGPUs(match) == 0 {
-			continue
-		}
-		gpuMatched = true
 		if !c.fits(n) {
 			continue
 		}
@@ -434,74 +483,180 @@ func Place(n Need, cands []*Candidate) (int, string) {
 		best, bestFree = i, free
 	}
 	switch {
-	case !labelled:
-		return -1, fmt.Sprintf("no connected node has every label the task needs (%s)", strings.Join(n.Labels, ", "))
-	case !undrained:
-		return -1, "every node with the labels the task needs is draining"
-	case !engineOK:
-		return -1, engineDownReason(n, cands)
-	case !diskOK:
-		return -1, diskLowReason(n, cands)
-	case !allowed:
-		return -1, limitsReason(n, cands)
-	case !gpuMatched:
-		return -1, "no connected node has a GPU" + gpuFilter(n)
-	case !roomy:
-		return -1, fmt.Sprintf("no node has the free CPU and memory the task needs (%g CPU, %d MB with its sidecars)", n.CPU, n.MemoryMB)
-	case !gpuFree:
-		what := "GPUs"
-		if n.GPUs == 1 {
-			what = "GPU"
+	case best >= 0:
+		return best, Reason{}
+	case len(cands) == 0:
+		return -1, waits("no node is connected")
+	case !held:
+		absent := absentHolder(n, cands, match)
+		switch {
+		case absent == nil:
+			return -1, Reason{Text: Unschedulable + neverReason(n, cands, match), Unschedulable: true}
+		case !connected:
+			return -1, waits("no node is connected")
 		}
-		return -1, fmt.Sprintf("no connected node has %d free %s%s (largest: %d)", n.GPUs, what, gpuFilter(n), mostFreeGPUs)
-	case best < 0:
-		return -1, Busy
+		return -1, waits(fmt.Sprintf("no connected node could run it, but node %s, which is not connected now, could: it waits for such a node to come back", absent.ID))
+	case !undrained:
+		return -1, waits("every node that could run the task is draining")
+	case !engineOK:
+		return -1, waits(engineDownReason(n, cands, match))
+	case !diskOK:
+		return -1, waits(diskLowReason(n, cands, match))
+	case !roomy:
+		return -1, waits(roomReason(n))
+	case !gpuFree:
+		return -1, waits(fmt.Sprintf("no connected node has %d free %s%s (largest: %d)", n.GPUs, plural(n.GPUs, "GPU"), gpuFilter(n), mostFreeGPUs))
 	}
-	return best, ""
+	return -1, waits(Busy)
 }
 
-// engineDownReason says why no undrained node with the task's labels takes
-// it: the Docker engine of each does not answer. It names the one down
-// longest.
-func engineDownReason(n Need, cands []*Candidate) string {
-	down := longestSince(n, cands, func(c *Candidate) time.Time { return c.EngineDownSince })
-	return fmt.Sprintf("%s has a Docker engine that does not answer (node %s: its Docker engine has not answered since %s; "+
-		"systemctl status docker on the node): it waits for an engine", undrainedNodes(n), down.ID,
-		down.EngineDownSince.UTC().Format(time.RFC3339))
+// absentHolder is the first absent node that could hold the task
+// (Candidate.holds); nil when none could.
+func absentHolder(n Need, cands []*Candidate, match gpuMatch) *Candidate {
+	for _, c := range cands {
+		if c.Absent && c.holds(n, match) {
+			return c
+		}
+	}
+	return nil
 }
 
-// diskLowReason says why no undrained node with the task's labels and an
-// engine that answers takes it: each is below its data disk's free-space
-// floor. It names the one below longest.
-func diskLowReason(n Need, cands []*Candidate) string {
-	low := longestSince(n, cands, func(c *Candidate) time.Time {
+// roomReason says why a task waits that some node could hold but none has
+// room for now. It names only what the task asks for: never "0 CPU".
+func roomReason(n Need) string {
+	var want []string
+	if n.CPU > 0 {
+		want = append(want, fmt.Sprintf("%g CPU", n.CPU))
+	}
+	if n.MemoryMB > 0 {
+		want = append(want, mib(n.MemoryMB))
+	}
+	return fmt.Sprintf("waiting: no node has %s free now (its sidecars' included): it runs when running tasks end and free the room",
+		strings.Join(want, " and "))
+}
+
+// neverReason says what no node of the fleet offers a task, and what to
+// change: the first of labels, a node's limits, GPUs of the model and
+// memory, as many GPUs, and CPU and memory in all that no node has, among
+// the nodes that offer everything before it. It runs only for a task no
+// node could hold, so it may allocate and look at the nodes again.
+func neverReason(n Need, cands []*Candidate, match gpuMatch) string {
+	labelled, allowed, refusedSome, modelled, sized := false, false, false, false, false
+	cpuOK, memOK := false, false
+	var mostGPUs int32
+	var mostCPU float64
+	var mostMem int64
+	for _, c := range cands {
+		if !c.hasLabels(n.Labels) {
+			continue
+		}
+		labelled = true
+		if c.refuses(n) != 0 {
+			refusedSome = true
+			continue
+		}
+		allowed = true
+		if n.GPUs > 0 {
+			m := c.matchingGPUs(match)
+			if m == 0 {
+				continue
+			}
+			modelled = true
+			mostGPUs = max(mostGPUs, m)
+			if m < n.GPUs {
+				continue
+			}
+		}
+		sized = true
+		cpuOK, memOK = cpuOK || c.cpuHolds(n), memOK || c.memoryHolds(n)
+		mostCPU, mostMem = max(mostCPU, c.CPUCores), max(mostMem, c.MemoryMB)
+	}
+	var with []string
+	if len(n.Labels) > 0 {
+		with = append(with, "the labels the task needs")
+	}
+	if refusedSome {
+		with = append(with, "limits that allow it")
+	}
+	switch {
+	case !labelled:
+		return fmt.Sprintf("no node has every label the task needs (%s); label a node (podium node label NODE --add LABEL) or change the task's labels",
+			strings.Join(n.Labels, ", "))
+	case !allowed:
+		return limitsReason(n, cands)
+	case n.GPUs > 0 && !modelled:
+		return fmt.Sprintf("no node%s has a GPU%s; loosen gpu_model or gpu_memory_mb, or enroll a node with such GPUs",
+			qualified(with), gpuFilter(n))
+	case !sized:
+		return fmt.Sprintf("it asks for %d %s%s and the most a node%s has is %d; ask for fewer, or enroll a node with more",
+			n.GPUs, plural(n.GPUs, "GPU"), gpuFilter(n), qualified(with), mostGPUs)
+	}
+	if n.GPUs > 0 {
+		with = append(with, fmt.Sprintf("%d %s%s", n.GPUs, plural(n.GPUs, "GPU"), gpuFilter(n)))
+	}
+	switch {
+	case !memOK:
+		return fmt.Sprintf("it asks %s of memory (its sidecars' included) and the largest node%s has %s; lower resources.memory_mb or enroll a bigger node",
+			mibCount(n.MemoryMB), qualified(with), mibCount(mostMem))
+	case !cpuOK:
+		return fmt.Sprintf("it asks %g CPU (its sidecars' included) and the largest node%s has %g CPU; lower resources.cpu or enroll a bigger node",
+			n.CPU, qualified(with), mostCPU)
+	}
+	return fmt.Sprintf("it asks %g CPU and %s of memory (its sidecars' included) and no node%s has both; lower resources.cpu or resources.memory_mb, or enroll a bigger node",
+		n.CPU, mibCount(n.MemoryMB), qualified(with))
+}
+
+// qualified writes what a reason's nodes have: "" for any node, " with A",
+// " with A and B", " with A, B and C".
+func qualified(with []string) string {
+	switch len(with) {
+	case 0:
+		return ""
+	case 1:
+		return " with " + with[0]
+	}
+	return " with " + strings.Join(with[:len(with)-1], ", ") + " and " + with[len(with)-1]
+}
+
+func plural(n int32, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// engineDownReason says why no connected, undrained node that could run
+// the task takes it: the Docker engine of each does not answer. It names
+// the one down longest.
+func engineDownReason(n Need, cands []*Candidate, match gpuMatch) string {
+	down := longestSince(n, cands, match, func(c *Candidate) time.Time { return c.EngineDownSince })
+	return fmt.Sprintf("every undrained node that could run the task has a Docker engine that does not answer (node %s: its Docker engine has not answered since %s; "+
+		"systemctl status docker on the node): it waits for an engine", down.ID, down.EngineDownSince.UTC().Format(time.RFC3339))
+}
+
+// diskLowReason says why no connected, undrained node that could run the
+// task and whose engine answers takes it: each is below its data disk's
+// free-space floor. It names the one below longest.
+func diskLowReason(n Need, cands []*Candidate, match gpuMatch) string {
+	low := longestSince(n, cands, match, func(c *Candidate) time.Time {
 		if !c.EngineDownSince.IsZero() {
 			return time.Time{} // the engine's reason, not the disk's
 		}
 		return c.DiskLowSince
 	})
-	return fmt.Sprintf("%s is below its data disk's free-space floor (node %s: %d MiB free, floor %d MiB, since %s; "+
-		"podium-agent --min-free-disk-mb): it waits for room", undrainedNodes(n), low.ID, low.DiskFreeMB, low.MinFreeDiskMB,
+	return fmt.Sprintf("every undrained node that could run the task is below its data disk's free-space floor (node %s: %d MiB free, floor %d MiB, since %s; "+
+		"podium-agent --min-free-disk-mb): it waits for room", low.ID, low.DiskFreeMB, low.MinFreeDiskMB,
 		low.DiskLowSince.UTC().Format(time.RFC3339))
 }
 
-// undrainedNodes names, in a reason, the undrained nodes with the task's
-// labels.
-func undrainedNodes(n Need) string {
-	if len(n.Labels) > 0 {
-		return "every undrained node with the labels the task needs"
-	}
-	return "every undrained node"
-}
-
-// longestSince is, of the undrained nodes with the task's labels that keep
-// from taking tasks for something since a time (since, zero while they do
-// not), the one that has kept from it longest: likely to stay so longest
-// too, the node a reason names.
-func longestSince(n Need, cands []*Candidate, since func(*Candidate) time.Time) *Candidate {
+// longestSince is, of the connected, undrained nodes that could run the
+// task and keep from taking tasks for something since a time (since, zero
+// while they do not), the one that has kept from it longest: likely to stay
+// so longest too, the node a reason names.
+func longestSince(n Need, cands []*Candidate, match gpuMatch, since func(*Candidate) time.Time) *Candidate {
 	var worst *Candidate
 	for _, c := range cands {
-		if !c.hasLabels(n.Labels) || c.Draining || since(c).IsZero() {
+		if c.Absent || c.Draining || since(c).IsZero() || !c.holds(n, match) {
 			continue
 		}
 		if worst == nil || since(c).Before(since(worst)) {
@@ -524,16 +679,16 @@ func gpuFilter(n Need) string {
 	return s
 }
 
-// limitsReason says why no undrained node with the task's labels allows what
-// it asks for: the first limit no such node allows, with the most any of
-// them does, or, when each limit is allowed by some node but no node allows
-// them all, which ones. It runs only for a task that waits, so it may
-// allocate and look at the nodes again.
+// limitsReason says why no node of the fleet with the task's labels allows
+// what it asks for: the first limit none of them allows, with the most any
+// of them does, or, when each limit is allowed by some node but no node
+// allows them all, which ones. It runs only for a task that waits, so it
+// may allocate and look at the nodes again.
 func limitsReason(n Need, cands []*Candidate) string {
 	someAllow := 0 // the limits at least one node allows
 	var most Limits
 	for _, c := range cands {
-		if !c.hasLabels(n.Labels) || c.Draining {
+		if !c.hasLabels(n.Labels) {
 			continue
 		}
 		someAllow |= limAll &^ c.refuses(n)
@@ -544,9 +699,9 @@ func limitsReason(n Need, cands []*Candidate) string {
 		most.MaxTimeoutSeconds = max(most.MaxTimeoutSeconds, l.MaxTimeoutSeconds)
 		most.MaxOutputBytes = max(most.MaxOutputBytes, l.MaxOutputBytes)
 	}
-	which := "no connected node"
+	which := "no node"
 	if len(n.Labels) > 0 {
-		which = "no connected node with the labels the task needs"
+		which = "no node with the labels the task needs"
 	}
 	switch none := limAll &^ someAllow; {
 	case none&limPrivileged != 0:
@@ -593,13 +748,13 @@ func limitsReason(n Need, cands []*Candidate) string {
 	return fmt.Sprintf("%s allows all the task asks for at once (%s): each allows only some of it", which, strings.Join(asks, ", "))
 }
 
-// unpermitted is the first of the task's egress ranges that no undrained
-// node with its labels permits.
+// unpermitted is the first of the task's egress ranges that no node with
+// its labels permits.
 func unpermitted(n Need, cands []*Candidate) string {
 	for _, p := range n.AllowEgress {
 		ok := false
 		for _, c := range cands {
-			if c.hasLabels(n.Labels) && !c.Draining && c.Limits.permits(p) {
+			if c.hasLabels(n.Labels) && c.Limits.permits(p) {
 				ok = true
 				break
 			}
@@ -620,6 +775,15 @@ func mib(mb int64) string {
 		return fmt.Sprintf("%d GiB", mb/1024)
 	}
 	return fmt.Sprintf("%d MiB", mb)
+}
+
+// mibCount writes an amount of memory in MiB as a machine reports it, whole
+// GiB as GiB, else MiB with its thousands separated: "64 GiB", "23,456 MiB".
+func mibCount(mb int64) string {
+	if mb >= 1024 && mb%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mb/1024)
+	}
+	return thousands(mb) + " MiB"
 }
 
 // bytesOf writes a byte count in the largest binary unit that divides it.

@@ -86,8 +86,9 @@ func TestPlace(t *testing.T) {
 		need  placement.Need
 		cands []*placement.Candidate
 		// want is the id of the chosen node, or "" for none with a reason
-		// containing why.
+		// containing why, unschedulable or not as unsched says.
 		want, why string
+		unsched   bool
 	}{
 		// Labels.
 		{name: "a task without labels goes anywhere",
@@ -98,45 +99,46 @@ func TestPlace(t *testing.T) {
 			want:  "c"},
 		{name: "no node has the labels, and the reason names them",
 			need:  placement.Need{Labels: []string{"gpu", "ssd"}},
-			cands: []*placement.Candidate{node("a", labels("gpu"))}, why: "no connected node has every label the task needs (gpu, ssd)"},
+			cands: []*placement.Candidate{node("a", labels("gpu"))}, unsched: true,
+			why: "cannot run on any node: no node has every label the task needs (gpu, ssd); label a node (podium node label NODE --add LABEL)"},
 
 		// The data disk's free-space floor.
 		{name: "a node below its disk's free-space floor takes nothing, even with the most free slots",
 			cands: []*placement.Candidate{node("a", diskLow(t0), slots(8, 0)), node("b", slots(4, 3))}, want: "b"},
 		{name: "a node below its floor: the reason names it, what it has free, its floor and since when",
 			cands: []*placement.Candidate{node("a", diskLow(t0))},
-			why: "every undrained node is below its data disk's free-space floor (node a: 3 MiB free, floor 1024 MiB, since " +
+			why: "every undrained node that could run the task is below its data disk's free-space floor (node a: 3 MiB free, floor 1024 MiB, since " +
 				t0.UTC().Format(time.RFC3339) + "; podium-agent --min-free-disk-mb): it waits for room"},
 		{name: "every labelled node below its floor: the reason names the one below longest",
 			need: placement.Need{Labels: []string{"ssd"}},
 			cands: []*placement.Candidate{node("a", labels("ssd"), diskLow(t0.Add(time.Minute))), node("b", labels("ssd"), diskLow(t0)),
 				node("c")},
-			why: "every undrained node with the labels the task needs is below its data disk's free-space floor (node b:"},
+			why: "every undrained node that could run the task is below its data disk's free-space floor (node b:"},
 		{name: "with one node draining and the other below its floor, the reason is the floor",
 			cands: []*placement.Candidate{node("a", draining), node("b", diskLow(t0))},
-			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+			why:   "every undrained node that could run the task is below its data disk's free-space floor (node b:"},
 
 		// A Docker engine that does not answer.
 		{name: "a node whose engine does not answer takes nothing, even with the most free slots",
 			cands: []*placement.Candidate{node("a", engineDown(t0), slots(8, 0)), node("b", slots(4, 3))}, want: "b"},
 		{name: "a node whose engine does not answer: the reason names it and since when",
 			cands: []*placement.Candidate{node("a", engineDown(t0))},
-			why: "every undrained node has a Docker engine that does not answer (node a: its Docker engine has not answered since " +
+			why: "every undrained node that could run the task has a Docker engine that does not answer (node a: its Docker engine has not answered since " +
 				t0.UTC().Format(time.RFC3339) + "; systemctl status docker on the node): it waits for an engine"},
 		{name: "every labelled node's engine down: the reason names the one down longest",
 			need: placement.Need{Labels: []string{"ssd"}},
 			cands: []*placement.Candidate{node("a", labels("ssd"), engineDown(t0.Add(time.Minute))), node("b", labels("ssd"), engineDown(t0)),
 				node("c")},
-			why: "every undrained node with the labels the task needs has a Docker engine that does not answer (node b:"},
+			why: "every undrained node that could run the task has a Docker engine that does not answer (node b:"},
 		{name: "an engine down comes before a full disk, which names a node whose engine answers",
 			cands: []*placement.Candidate{node("a", engineDown(t0), diskLow(t0)), node("b", diskLow(t0.Add(time.Minute)))},
-			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+			why:   "every undrained node that could run the task is below its data disk's free-space floor (node b:"},
 		{name: "with one node's engine down and the other below its floor, the reason is the floor",
 			cands: []*placement.Candidate{node("a", engineDown(t0)), node("b", diskLow(t0))},
-			why:   "every undrained node is below its data disk's free-space floor (node b:"},
+			why:   "every undrained node that could run the task is below its data disk's free-space floor (node b:"},
 		{name: "with every node's engine down, the reason is the engine even where a disk is low too",
 			cands: []*placement.Candidate{node("a", engineDown(t0), diskLow(t0))},
-			why:   "every undrained node has a Docker engine that does not answer (node a:"},
+			why:   "every undrained node that could run the task has a Docker engine that does not answer (node a:"},
 
 		// CPU and memory.
 		{name: "free CPU is what is left after what the node is committed to",
@@ -151,12 +153,16 @@ func TestPlace(t *testing.T) {
 		{name: "unmeasured CPU and memory are no constraint",
 			need:  placement.Need{CPU: 64, MemoryMB: 1 << 20},
 			cands: []*placement.Candidate{node("a")}, want: "a"},
-		{name: "too little CPU, and the reason says how much was asked",
+		{name: "too little CPU free, and the reason says how much was asked and nothing of memory",
 			need:  placement.Need{CPU: 3},
-			cands: []*placement.Candidate{node("a", cpu(4, 2))}, why: "free CPU and memory the task needs (3 CPU, 0 MB with its sidecars)"},
-		{name: "too little memory",
+			cands: []*placement.Candidate{node("a", cpu(4, 2))},
+			why:   "waiting: no node has 3 CPU free now (its sidecars' included): it runs when running tasks end and free the room"},
+		{name: "too little memory free, and the reason says nothing of CPU",
 			need:  placement.Need{MemoryMB: 512},
-			cands: []*placement.Candidate{node("a", mem(1024, 600))}, why: "(0 CPU, 512 MB with its sidecars)"},
+			cands: []*placement.Candidate{node("a", mem(1024, 600))}, why: "waiting: no node has 512 MiB free now ("},
+		{name: "too little of both free",
+			need:  placement.Need{CPU: 2, MemoryMB: 2 * gib},
+			cands: []*placement.Candidate{node("a", cpu(4, 3), mem(4*gib, 3*gib))}, why: "waiting: no node has 2 CPU and 2 GiB free now"},
 
 		// A node's limits on one task (podium-agent --max-*). Each case has
 		// a node with room that refuses, and one that allows.
@@ -165,21 +171,21 @@ func TestPlace(t *testing.T) {
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 8 * gib}), slots(4, 3))},
 			want:  "b"},
 		{name: "memory above every node's maximum waits, naming the largest",
-			need:  placement.Need{MemoryMB: 8 * gib},
-			cands: []*placement.Candidate{node("a", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 2 * gib}))},
-			why:   "no connected node allows 8 GiB of memory for one task (largest: 4 GiB)"},
+			need:    placement.Need{MemoryMB: 8 * gib},
+			cands:   []*placement.Candidate{node("a", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 2 * gib}))},
+			unsched: true, why: "cannot run on any node: no node allows 8 GiB of memory for one task (largest: 4 GiB)"},
 		{name: "memory is compared with the sidecars' added (a node's maximum is per task)",
-			need:  placement.Need{MemoryMB: 1536},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 1 * gib}))},
-			why:   "allows 1536 MiB of memory for one task (largest: 1 GiB)"},
+			need:    placement.Need{MemoryMB: 1536},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 1 * gib}))},
+			unsched: true, why: "allows 1536 MiB of memory for one task (largest: 1 GiB)"},
 		{name: "CPU above a node's maximum",
 			need:  placement.Need{CPU: 8},
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 4})), node("b", limits(placement.Limits{MaxCPU: 8}), slots(4, 3))},
 			want:  "b"},
 		{name: "CPU above every node's maximum waits",
-			need:  placement.Need{CPU: 8},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 4})), node("b", limits(placement.Limits{MaxCPU: 2.5}))},
-			why:   "no connected node allows 8 CPU for one task (largest: 4 CPU)"},
+			need:    placement.Need{CPU: 8},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 4})), node("b", limits(placement.Limits{MaxCPU: 2.5}))},
+			unsched: true, why: "cannot run on any node: no node allows 8 CPU for one task (largest: 4 CPU)"},
 		{name: "CPU exactly at the maximum fits, float sums included",
 			need:  placement.Need{CPU: tenth + fifth},
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxCPU: 0.3}))}, want: "a"},
@@ -188,17 +194,17 @@ func TestPlace(t *testing.T) {
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 4096})), node("b", limits(placement.Limits{MaxPids: 10000}), slots(4, 3))},
 			want:  "b"},
 		{name: "pids above every node's maximum waits",
-			need:  placement.Need{Pids: 10000},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 4096}))},
-			why:   "no connected node allows 10000 processes for one task (largest: 4096)"},
+			need:    placement.Need{Pids: 10000},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 4096}))},
+			unsched: true, why: "cannot run on any node: no node allows 10000 processes for one task (largest: 4096)"},
 		{name: "a timeout above a node's maximum",
 			need:  placement.Need{TimeoutSeconds: 7200},
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 3600})), node("b", limits(placement.Limits{MaxTimeoutSeconds: 86400}), slots(4, 3))},
 			want:  "b"},
 		{name: "a timeout above every node's maximum waits",
-			need:  placement.Need{TimeoutSeconds: 7200},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 3600}))},
-			why:   "no connected node allows a timeout of 2h0m0s for one task (largest: 1h0m0s)"},
+			need:    placement.Need{TimeoutSeconds: 7200},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 3600}))},
+			unsched: true, why: "cannot run on any node: no node allows a timeout of 2h0m0s for one task (largest: 1h0m0s)"},
 		{name: "no timeout runs under the node's default, so any node allows it",
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxTimeoutSeconds: 60, MaxMemoryMB: 1, MaxCPU: 0.1, MaxPids: 1, MaxOutputBytes: 1}))},
 			want:  "a"},
@@ -207,47 +213,55 @@ func TestPlace(t *testing.T) {
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxOutputBytes: 1 << 30})), node("b", limits(placement.Limits{MaxOutputBytes: 4 << 30}), slots(4, 3))},
 			want:  "b"},
 		{name: "an output limit above every node's maximum waits",
-			need:  placement.Need{OutputLimitBytes: 4 << 30},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxOutputBytes: 1 << 30})), node("b", limits(placement.Limits{MaxOutputBytes: 512 << 20}))},
-			why:   "no connected node allows 4 GiB of output for one task (largest: 1 GiB)"},
+			need:    placement.Need{OutputLimitBytes: 4 << 30},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxOutputBytes: 1 << 30})), node("b", limits(placement.Limits{MaxOutputBytes: 512 << 20}))},
+			unsched: true, why: "cannot run on any node: no node allows 4 GiB of output for one task (largest: 1 GiB)"},
 		{name: "egress within a permitted range",
 			need:  placement.Need{AllowEgress: egress("10.1.2.0/24", "169.254.169.254/32")},
 			cands: []*placement.Candidate{node("a", permit("10.0.0.0/8")), node("b", permit("10.0.0.0/8", "169.254.0.0/16"), slots(4, 3))},
 			want:  "b"},
 		{name: "egress to a range wider than the permitted one waits, naming it",
-			need:  placement.Need{AllowEgress: egress("10.0.0.0/8")},
-			cands: []*placement.Candidate{node("a", permit("10.1.0.0/16")), node("b")},
-			why:   "no connected node permits egress to 10.0.0.0/8 (allow_egress; a node permits ranges with podium-agent --permit-egress)"},
+			need:    placement.Need{AllowEgress: egress("10.0.0.0/8")},
+			cands:   []*placement.Candidate{node("a", permit("10.1.0.0/16")), node("b")},
+			unsched: true, why: "cannot run on any node: no node permits egress to 10.0.0.0/8 (allow_egress; a node permits ranges with podium-agent --permit-egress)"},
 		{name: "egress in another address family is not permitted",
-			need:  placement.Need{AllowEgress: egress("fd00::/64")},
-			cands: []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
-			why:   "permits egress to fd00::/64"},
+			need:    placement.Need{AllowEgress: egress("fd00::/64")},
+			cands:   []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
+			unsched: true, why: "permits egress to fd00::/64"},
 		{name: "egress naming a range that is not a CIDR is never placed",
-			need:  placement.Need{AllowEgress: egress("not-a-cidr")},
-			cands: []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
-			why:   "permits egress to a range that is not a CIDR"},
+			need:    placement.Need{AllowEgress: egress("not-a-cidr")},
+			cands:   []*placement.Candidate{node("a", permit("0.0.0.0/0"))},
+			unsched: true, why: "permits egress to a range that is not a CIDR"},
 		{name: "a node with no permitted ranges takes tasks without allow_egress",
 			cands: []*placement.Candidate{node("a")}, want: "a"},
 		{name: "each limit allowed somewhere but not all on one node",
-			need:  placement.Need{MemoryMB: 8 * gib, CPU: 8},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 8 * gib, MaxCPU: 4})), node("b", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 8}))},
-			why:   "no connected node allows all the task asks for at once (8 GiB of memory, 8 CPU)"},
+			need:    placement.Need{MemoryMB: 8 * gib, CPU: 8},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 8 * gib, MaxCPU: 4})), node("b", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 8}))},
+			unsched: true, why: "cannot run on any node: no node allows all the task asks for at once (8 GiB of memory, 8 CPU)"},
 		{name: "the reason names the first limit no node allows, memory before CPU",
-			need:  placement.Need{MemoryMB: 8 * gib, CPU: 8, Pids: 99999},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 4, MaxPids: 100}))},
-			why:   "8 GiB of memory"},
+			need:    placement.Need{MemoryMB: 8 * gib, CPU: 8, Pids: 99999},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib, MaxCPU: 4, MaxPids: 100}))},
+			unsched: true, why: "8 GiB of memory"},
 		{name: "with labels, the reason says which nodes it means",
-			need:  placement.Need{Labels: []string{"gpu"}, Pids: 200},
-			cands: []*placement.Candidate{node("a", labels("gpu"), limits(placement.Limits{MaxPids: 100})), node("b", limits(placement.Limits{MaxPids: 1000}))},
-			why:   "no connected node with the labels the task needs allows 200 processes for one task (largest: 100)"},
-		{name: "limits are named after draining",
+			need:    placement.Need{Labels: []string{"gpu"}, Pids: 200},
+			cands:   []*placement.Candidate{node("a", labels("gpu"), limits(placement.Limits{MaxPids: 100})), node("b", limits(placement.Limits{MaxPids: 1000}))},
+			unsched: true, why: "cannot run on any node: no node with the labels the task needs allows 200 processes for one task (largest: 100)"},
+		{name: "limits no node allows are named before draining: the task could never run",
+			need:    placement.Need{MemoryMB: 8 * gib},
+			cands:   []*placement.Candidate{node("a", draining, limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			unsched: true, why: "cannot run on any node: no node allows 8 GiB"},
+		{name: "a draining node that allows the task is named, not its limits",
 			need:  placement.Need{MemoryMB: 8 * gib},
-			cands: []*placement.Candidate{node("a", draining, limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			cands: []*placement.Candidate{node("a", draining, limits(placement.Limits{MaxMemoryMB: 8 * gib})), node("b", limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
 			why:   "draining"},
-		{name: "when a node allows the task but lacks room, the reason is room, not limits",
+		{name: "a node that allows the task but is too small in all, beside one roomy that refuses it: unschedulable, naming the size",
+			need:    placement.Need{MemoryMB: 8 * gib},
+			cands:   []*placement.Candidate{node("a", mem(4*gib, 0)), node("b", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			unsched: true, why: "cannot run on any node: it asks 8 GiB of memory (its sidecars' included) and the largest node with limits that allow it has 4 GiB"},
+		{name: "a node that allows the task but lacks room now, the reason is room, not limits",
 			need:  placement.Need{MemoryMB: 8 * gib},
-			cands: []*placement.Candidate{node("a", mem(4*gib, 0)), node("b", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
-			why:   "free CPU and memory"},
+			cands: []*placement.Candidate{node("a", mem(16*gib, 12*gib)), node("b", mem(64*gib, 0), limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			why:   "waiting: no node has 8 GiB free now"},
 		{name: "a node that refuses is never chosen over a busy one that allows",
 			need:  placement.Need{Pids: 500},
 			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxPids: 100})), node("b", slots(1, 1))},
@@ -258,21 +272,21 @@ func TestPlace(t *testing.T) {
 			need:  placement.Need{PrivilegedSidecars: true},
 			cands: []*placement.Candidate{node("a", slots(8, 0)), node("b", privileged), node("c", slots(8, 0))}, want: "b"},
 		{name: "no node allows privileged sidecars, and the reason says which flag would",
-			need:  placement.Need{PrivilegedSidecars: true},
-			cands: []*placement.Candidate{node("a"), node("b", limits(placement.Limits{MaxMemoryMB: 64 * gib}))},
-			why:   "no connected node allows privileged sidecars (start the agent with --allow-privileged-sidecars)"},
+			need:    placement.Need{PrivilegedSidecars: true},
+			cands:   []*placement.Candidate{node("a"), node("b", limits(placement.Limits{MaxMemoryMB: 64 * gib}))},
+			unsched: true, why: "cannot run on any node: no node allows privileged sidecars (start the agent with --allow-privileged-sidecars)"},
 		{name: "privileged sidecars are named before memory",
-			need:  placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
-			cands: []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
-			why:   "no connected node allows privileged sidecars"},
+			need:    placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
+			cands:   []*placement.Candidate{node("a", limits(placement.Limits{MaxMemoryMB: 4 * gib}))},
+			unsched: true, why: "no node allows privileged sidecars"},
 		{name: "with labels, the privileged reason says which nodes it means",
-			need:  placement.Need{Labels: []string{"docker"}, PrivilegedSidecars: true},
-			cands: []*placement.Candidate{node("a", labels("docker")), node("b", privileged)},
-			why:   "no connected node with the labels the task needs allows privileged sidecars"},
+			need:    placement.Need{Labels: []string{"docker"}, PrivilegedSidecars: true},
+			cands:   []*placement.Candidate{node("a", labels("docker")), node("b", privileged)},
+			unsched: true, why: "no node with the labels the task needs allows privileged sidecars"},
 		{name: "a node that allows privileged sidecars but too little memory, and another the reverse",
-			need:  placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
-			cands: []*placement.Candidate{node("a", privileged, limits(placement.Limits{MaxMemoryMB: 4 * gib, AllowPrivilegedSidecars: true})), node("b")},
-			why:   "no connected node allows all the task asks for at once (privileged sidecars, 8 GiB of memory)"},
+			need:    placement.Need{PrivilegedSidecars: true, MemoryMB: 8 * gib},
+			cands:   []*placement.Candidate{node("a", privileged, limits(placement.Limits{MaxMemoryMB: 4 * gib, AllowPrivilegedSidecars: true})), node("b")},
+			unsched: true, why: "no node allows all the task asks for at once (privileged sidecars, 8 GiB of memory)"},
 		{name: "a node that allows privileged sidecars still takes ordinary tasks",
 			cands: []*placement.Candidate{node("a", privileged)}, want: "a"},
 
@@ -282,13 +296,16 @@ func TestPlace(t *testing.T) {
 			cands: []*placement.Candidate{node("a", draining), node("b", slots(4, 3))}, want: "b"},
 		{name: "labels are named before draining",
 			need:  placement.Need{Labels: []string{"gpu"}},
-			cands: []*placement.Candidate{node("a", draining)}, why: "every label"},
+			cands: []*placement.Candidate{node("a", draining)}, unsched: true, why: "every label"},
 		{name: "draining is named before size",
 			need:  placement.Need{Labels: []string{"gpu"}, CPU: 8},
-			cands: []*placement.Candidate{node("a", labels("gpu"), draining), node("b", cpu(16, 0))}, why: "every node with the labels the task needs is draining"},
+			cands: []*placement.Candidate{node("a", labels("gpu"), draining), node("b", cpu(16, 0))}, why: "every node that could run the task is draining"},
 		{name: "size is named before busy",
 			need:  placement.Need{CPU: 8},
-			cands: []*placement.Candidate{node("a", cpu(4, 0)), node("b", cpu(16, 0), draining)}, why: "free CPU and memory"},
+			cands: []*placement.Candidate{node("a", cpu(4, 0)), node("b", cpu(16, 0), draining)}, why: "draining"},
+		{name: "room is named before busy",
+			need:  placement.Need{CPU: 8},
+			cands: []*placement.Candidate{node("a", cpu(16, 10)), node("b", cpu(16, 10), slots(1, 1))}, why: "waiting: no node has 8 CPU free now"},
 		{name: "every fitting node is busy",
 			cands: []*placement.Candidate{node("a", slots(1, 1)), node("b", slots(2, 3))}, why: "every node that could run the task is busy: it waits for a free slot"},
 
@@ -312,7 +329,8 @@ func TestPlace(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			i, why := placement.Place(c.need, c.cands)
+			i, r := placement.Place(c.need, c.cands)
+			why := r.Text
 			switch {
 			case c.want != "" && (i < 0 || c.cands[i].ID != c.want):
 				got := "nothing (" + why + ")"
@@ -324,8 +342,12 @@ func TestPlace(t *testing.T) {
 				t.Fatalf("placed on %s, want no placement because %q", c.cands[i].ID, c.why)
 			case c.want == "" && !strings.Contains(why, c.why):
 				t.Fatalf("reason %q, want one containing %q", why, c.why)
-			case c.want != "" && why != "":
-				t.Fatalf("placed with a reason %q; a placement has none", why)
+			case c.want != "" && (why != "" || r.Unschedulable):
+				t.Fatalf("placed with a reason %+v; a placement has none", r)
+			case c.want == "" && r.Unschedulable != c.unsched:
+				t.Fatalf("reason %q: unschedulable %v, want %v", why, r.Unschedulable, c.unsched)
+			case r.Unschedulable != strings.HasPrefix(why, placement.Unschedulable):
+				t.Fatalf("reason %q: unschedulable %v, but the reason says otherwise", why, r.Unschedulable)
 			}
 		})
 	}
@@ -394,12 +416,13 @@ func TestPlaceRefusesATaskWhoseSidecarsDoNotFit(t *testing.T) {
 	c, m := placement.Cost(spec)
 	need := placement.Need{CPU: c, MemoryMB: m}
 	small := node("small", cpu(4, 0), mem(1024, 0))
-	if i, why := placement.Place(need, []*placement.Candidate{small}); i >= 0 || !strings.Contains(why, "1536 MB with its sidecars") {
-		t.Fatalf("placed %d (%q) on a node with room for the main container only; want a refusal naming 1536 MB", i, why)
+	if i, why := placement.Place(need, []*placement.Candidate{small}); i >= 0 || !why.Unschedulable ||
+		!strings.Contains(why.Text, "it asks 1,536 MiB of memory (its sidecars' included) and the largest node has 1 GiB") {
+		t.Fatalf("placed %d (%+v) on a node with room for the main container only; want it unschedulable, naming 1,536 MiB", i, why)
 	}
 	big := node("big", cpu(4, 0), mem(2048, 0))
 	if i, why := placement.Place(need, []*placement.Candidate{small, big}); i != 1 {
-		t.Fatalf("placed %d (%q), want the node with room for the sidecars too", i, why)
+		t.Fatalf("placed %d (%+v), want the node with room for the sidecars too", i, why)
 	}
 }
 
@@ -418,8 +441,8 @@ func TestChargedPlacementsNeverOverCommit(t *testing.T) {
 	for n := range 10 {
 		i, why := placement.Place(need, cands)
 		if i < 0 {
-			if n != 7 || !strings.Contains(why, "busy") {
-				t.Fatalf("task %d: nothing placed (%s); want 7 placed, then busy", n, why)
+			if n != 7 || !strings.Contains(why.Text, "busy") {
+				t.Fatalf("task %d: nothing placed (%+v); want 7 placed, then busy", n, why)
 			}
 			break
 		}

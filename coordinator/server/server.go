@@ -136,6 +136,11 @@ type Config struct {
 	// zero value is the default, tasks.DefaultMaxMemberPriority. It
 	// replaces Schedules.Bounds.
 	MaxMemberPriority int32
+	// QueueTimeout is how long a task whose spec gives no queue_timeout
+	// may wait queued for a node (--queue-timeout), applied by the replica
+	// it is submitted to (and, for a schedule's ticks, the leader); 0 for
+	// ever. It replaces Schedules.Defaults.
+	QueueTimeout time.Duration
 	// Notify is the webhook delivery worker every replica runs.
 	Notify notify.Config
 	// NoConsole turns off the web console (package coordinator/console),
@@ -250,6 +255,9 @@ func checkConfig(cfg *Config) (prepared, error) {
 	if err := cfg.Archive.Check(); err != nil {
 		return pre, err
 	}
+	if err := (tasks.Defaults{QueueTimeout: cfg.QueueTimeout}).Check(); err != nil {
+		return pre, err
+	}
 	var err error
 	if cfg.MetricsTokenFile != "" {
 		if pre.metricsToken, err = loadMetricsToken(cfg.MetricsTokenFile); err != nil {
@@ -356,6 +364,7 @@ func settle(ctx context.Context, cfg *Config, st *store.Store, log *slog.Logger)
 	}
 	cfg.Nodes.Replica = cfg.ReplicaID
 	cfg.Schedules.Bounds = tasks.Bounds{MaxMemberPriority: cfg.MaxMemberPriority}
+	cfg.Schedules.Defaults = tasks.Defaults{QueueTimeout: cfg.QueueTimeout}
 	return nil
 }
 
@@ -399,7 +408,7 @@ func (s *Server) makeParts(metricsToken string, vault *secrets.Vault) parts {
 	}
 	s.leader = leader.New(cfg.Leader, leader.Deps{Leases: s.leases, Bus: s.bus, Store: st, Log: log}, workers...)
 	s.tasks = tasks.NewService(tasks.Deps{Store: st, Bus: s.bus, Artifacts: arts, Archive: logarchive.NewReader(st, arts), Log: log,
-		Bounds: cfg.Schedules.Bounds})
+		Bounds: cfg.Schedules.Bounds, Defaults: cfg.Schedules.Defaults})
 	s.notify = notify.New(cfg.Notify, notify.Deps{Store: st, Secrets: vault, Log: log})
 	p := parts{metrics: m, vault: vault,
 		enrollment: enroll.New(cfg.Enroll, enroll.Deps{Store: st, Log: log}),

@@ -36,11 +36,11 @@ func TestConcurrencyLimitHoldsAcrossOverlappingPasses(t *testing.T) {
 		err     error
 	}
 	second := make(chan result, 1)
-	placed, _, err := st.DispatchPass(ctx, 1, func(store.Claimed) (string, string) {
+	placed, _, err := st.DispatchPass(ctx, 1, func(store.Claimed) store.Verdict {
 		// The first pass holds task_first and the key's lock: a second pass
 		// now claims task_second and must wait for the lock.
 		go func() {
-			p, w, err := st.DispatchPass(ctx, 1, func(store.Claimed) (string, string) { return "node_a", "" })
+			p, w, err := st.DispatchPass(ctx, 1, func(store.Claimed) store.Verdict { return store.Verdict{NodeID: "node_a"} })
 			second <- result{p, w, err}
 		}()
 		wait.For(t, 30*time.Second, "the second pass to wait for the key's lock", func() bool {
@@ -49,7 +49,7 @@ func TestConcurrencyLimitHoldsAcrossOverlappingPasses(t *testing.T) {
 				and database = (select oid from pg_database where datname = current_database())`).Scan(&n)
 			return err == nil && n == 1
 		})
-		return "node_a", ""
+		return store.Verdict{NodeID: "node_a"}
 	})
 	if err != nil || len(placed) != 1 || placed[0].TaskID != "task_first" {
 		t.Fatalf("first pass placed %v (%v), want task_first", placed, err)
@@ -87,7 +87,7 @@ func TestTasksWaitingOnAKeyDoNotFillThePass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	toA := func(store.Claimed) (string, string) { return "node_a", "" }
+	toA := func(store.Claimed) store.Verdict { return store.Verdict{NodeID: "node_a"} }
 	ids := func(ps []store.Placement) (out []string) {
 		for _, p := range ps {
 			out = append(out, p.TaskID)

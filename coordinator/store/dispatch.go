@@ -51,6 +51,9 @@ type Candidate struct {
 	// floor and the engine answers.
 	DiskLowSince    time.Time
 	EngineDownSince time.Time
+	// Absent is set on a node Fleet read that is not connected now: it has
+	// nothing running to count, and is as it last reported itself.
+	Absent bool
 }
 
 // Candidates reads the connected nodes with what they are already committed
@@ -64,21 +67,51 @@ type Candidate struct {
 // back is lost with it; one that does come back is a candidate again at its
 // first heartbeat.
 func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]Candidate, error) {
-	rows, err := s.pool.Query(ctx, `select n.id, n.labels, n.draining,
+	return s.candidates(ctx, connectedSQL+" order by id", silentFor)
+}
+
+// Fleet is Candidates followed by the enrolled nodes it leaves out that
+// have connected at least once (Absent): what placement counts as the fleet
+// when it tells a task no node could ever run (unschedulable) from one that
+// waits for a node to come back. A node that never connected has said
+// nothing of itself, and one retired for good is removed (RemoveNode). The
+// absent nodes are read in the same statement: a node that drops between
+// two statements would be in neither list.
+func (s *Store) Fleet(ctx context.Context, silentFor time.Duration) ([]Candidate, error) {
+	return s.candidates(ctx, "select * from ("+connectedSQL+" union all "+absentSQL+") f order by absent, id", silentFor)
+}
+
+// connectedSQL reads the connected nodes (see Candidates); absentSQL the
+// others that connected once (see Fleet), with the same columns.
+const (
+	connectedSQL = `select n.id, n.labels, n.draining,
 			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
 			coalesce(t.running, 0) + n.busy_slots, n.cpu_cores, n.memory_mb, coalesce(t.cpu, 0), coalesce(t.mem, 0),
 			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
 			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
 			n.allow_privileged_sidecars, n.gpus, coalesce(t.gpus, 0), n.disk_free_mb, n.min_free_disk_mb, n.disk_low_since,
-			n.engine_down_since
+			n.engine_down_since, false as absent
 		from podium.nodes n
 		left join (select node_id, count(*)::int as running, sum(cpu) as cpu, sum(memory_mb)::bigint as mem,
 		                  sum(gpus)::int as gpus
 		           from podium.tasks where state in ('scheduled', 'provisioning', 'running')
 		           group by node_id) t on t.node_id = n.id
-		where n.session_replica is not null and n.status = 'online'
-		  and n.last_heartbeat_at > now() - make_interval(secs => $1)
-		order by n.id`, silentFor.Seconds())
+		where ` + connectedNode
+	absentSQL = `select n.id, n.labels, n.draining,
+			case when n.max_tasks_override > 0 then n.max_tasks_override else n.max_tasks end,
+			0, n.cpu_cores, n.memory_mb, 0::float8, 0::bigint,
+			coalesce(n.last_assigned_at, 'epoch'::timestamptz),
+			n.max_cpu, n.max_memory_mb, n.max_pids, n.max_timeout_seconds, n.max_output_bytes, n.permit_egress,
+			n.allow_privileged_sidecars, n.gpus, 0, n.disk_free_mb, n.min_free_disk_mb, n.disk_low_since,
+			n.engine_down_since, true as absent
+		from podium.nodes n
+		where n.last_heartbeat_at is not null and not (` + connectedNode + `)`
+	connectedNode = `n.session_replica is not null and n.status = 'online'
+		  and n.last_heartbeat_at > now() - make_interval(secs => $1)`
+)
+
+func (s *Store) candidates(ctx context.Context, query string, silentFor time.Duration) ([]Candidate, error) {
+	rows, err := s.pool.Query(ctx, query, silentFor.Seconds())
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +123,7 @@ func (s *Store) Candidates(ctx context.Context, silentFor time.Duration) ([]Cand
 			&c.CommittedCPU, &c.CommittedMemMB, &c.LastAssignedAt,
 			&l.MaxCPU, &l.MaxMemoryMB, &l.MaxPids, &l.MaxTimeoutSeconds, &l.MaxOutputBytes, &l.PermitEgress,
 			&l.AllowPrivilegedSidecars, &c.GPUs, &c.CommittedGPUs, &c.DiskFreeMB, &c.MinFreeDiskMB, &lowSince,
-			&engineDownSince)
+			&engineDownSince, &c.Absent)
 		if lowSince != nil {
 			c.DiskLowSince = *lowSince
 		}
@@ -136,12 +169,22 @@ type Claimed struct {
 	Running, Queued int64
 }
 
-// PlaceFunc says which node a claimed task goes to, or, with nodeID "", why
-// it waits. DispatchPass asks it once per task, in the order the tasks are
-// claimed, and writes whatever it answers; the choice and its wording are the
+// PlaceFunc says which node a claimed task goes to, or why it waits.
+// DispatchPass asks it once per task, in the order the tasks are claimed,
+// and writes whatever it answers; the choice and its wording are the
 // caller's (package dispatch, through package placement), so no placement
 // rule lives in SQL.
-type PlaceFunc func(task Claimed) (nodeID, why string)
+type PlaceFunc func(task Claimed) Verdict
+
+// Verdict is a PlaceFunc's answer: the node the task goes to, or, with
+// NodeID "", why it waits and whether no node could ever run it
+// (podium.tasks.unschedulable). A task that becomes unschedulable gets a
+// note in its log saying why, once, so that whoever follows it reads it.
+type Verdict struct {
+	NodeID        string
+	Why           string
+	Unschedulable bool
+}
 
 // ErrNotRung is wrapped by DispatchPass's error when the pass committed but
 // its doorbells were not rung: the placements stand (they are returned), and
@@ -190,7 +233,7 @@ const claimQueued = `with recursive sharers as (
 			select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
 				t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
 				t.max_attempts, t.reason, t.created_at, t.priority, t.sharer, t.requested_by, t.share_group,
-				t.concurrency_key, t.concurrency_limit
+				t.concurrency_key, t.concurrency_limit, t.unschedulable
 			from podium.tasks t
 			where t.state = 'queued' and t.sharer = s.sharer and (t.not_before is null or t.not_before <= now())
 			  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
@@ -210,7 +253,7 @@ const claimQueued = `with recursive sharers as (
 		q.allow_egress, q.privileged_sidecars, q.gpus, q.gpu_model, q.gpu_memory_mb, q.attempt, q.attempt_given_back,
 		q.max_attempts, q.reason, q.created_at,
 		case when q.share_group = '' then q.requested_by else 'group ' || q.share_group end, n.running, n.queued,
-		q.concurrency_key, q.concurrency_limit
+		q.concurrency_key, q.concurrency_limit, q.unschedulable
 	from heads q
 	join counts n on n.sharer = q.sharer
 	left join podium.users u on q.share_group = '' and u.name = q.requested_by
@@ -226,7 +269,8 @@ const claimQueued = `with recursive sharers as (
 // tasks_queue, the index the order was made for.
 const claimFIFO = `select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_seconds, t.output_limit_bytes,
 		t.allow_egress, t.privileged_sidecars, t.gpus, t.gpu_model, t.gpu_memory_mb, t.attempt, t.attempt_given_back,
-		t.max_attempts, t.reason, t.created_at, '', 0::bigint, 0::bigint, t.concurrency_key, t.concurrency_limit
+		t.max_attempts, t.reason, t.created_at, '', 0::bigint, 0::bigint, t.concurrency_key, t.concurrency_limit,
+		t.unschedulable
 	from podium.tasks t
 	where t.state = 'queued' and (t.not_before is null or t.not_before <= now())
 	  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
@@ -250,7 +294,9 @@ type queued struct {
 	givenBack   bool
 	maxAttempts int32
 	reason      string
-	created     time.Time
+	// unschedulable is the task's flag as the claim read it.
+	unschedulable bool
+	created       time.Time
 	// key and limit are the task's concurrency key ("" for none) and its
 	// limit.
 	key   string
@@ -268,7 +314,8 @@ func scanQueued(r pgx.CollectableRow) (queued, error) {
 	var q queued
 	err := r.Scan(&q.id, &q.need.Labels, &q.need.CPU, &q.need.MemoryMB, &q.need.Pids, &q.need.TimeoutSeconds,
 		&q.need.OutputLimitBytes, &q.need.AllowEgress, &q.need.PrivilegedSidecars, &q.need.GPUs, &q.need.GPUModel, &q.need.GPUMemoryMB,
-		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.by, &q.running, &q.waiting, &q.key, &q.limit)
+		&q.attempt, &q.givenBack, &q.maxAttempts, &q.reason, &q.created, &q.by, &q.running, &q.waiting, &q.key, &q.limit,
+		&q.unschedulable)
 	return q, err
 }
 
@@ -349,7 +396,7 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 	if err != nil {
 		return nil, 0, err
 	}
-	var why struct{ ids, reasons []string }
+	var why waitReasons
 	shared := contended(qs)
 	for _, q := range qs {
 		next := nextAttempt(q.attempt, q.givenBack)
@@ -364,30 +411,23 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 		}
 		if q.key != "" && int32(len(active[q.key])) >= max(q.limit, 1) {
 			waiting++
-			if reason := taskspec.ConcurrencyReason(q.key, active[q.key]); reason != q.reason {
-				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
-			}
+			why.add(q, Verdict{Why: taskspec.ConcurrencyReason(q.key, active[q.key])})
 			continue
 		}
-		node, reason := place(Claimed{ID: q.id, Need: q.need, Sharer: q.by, Contended: shared, Running: q.running, Queued: q.waiting})
-		if q.key != "" && node != "" {
+		v := place(Claimed{ID: q.id, Need: q.need, Sharer: q.by, Contended: shared, Running: q.running, Queued: q.waiting})
+		if q.key != "" && v.NodeID != "" {
 			active[q.key] = append(active[q.key], q.id)
 		}
-		if node == "" {
+		if v.NodeID == "" {
 			waiting++
-			if reason != q.reason {
-				why.ids, why.reasons = append(why.ids, q.id), append(why.reasons, reason)
-			}
+			why.add(q, v)
 			continue
 		}
-		placed = append(placed, Placement{TaskID: q.id, NodeID: node, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt,
+		placed = append(placed, Placement{TaskID: q.id, NodeID: v.NodeID, Attempt: next, CreatedAt: q.created, Reoffered: next == q.attempt,
 			MaxAttempts: q.maxAttempts})
 	}
 	b = &pgx.Batch{}
-	if len(why.ids) > 0 {
-		b.Queue(`update podium.tasks t set reason = u.why from unnest($1::text[], $2::text[]) as u(id, why)
-			where t.id = u.id`, why.ids, why.reasons)
-	}
+	why.queue(b)
 	queuePlacements(b, placed)
 	committed := false
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error {
@@ -401,7 +441,7 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 	// commits on one cluster-wide lock, so the pass's own commit does not
 	// take it (a notifying commit would queue behind every other one). Sent
 	// in the same pipeline, it costs no round trip of its own.
-	if chans, payloads := doorbells(placed); len(chans) > 0 {
+	if chans, payloads := doorbells(placed, why.noted); len(chans) > 0 {
 		b.Queue("select pg_notify(c, p) from unnest($1::text[], $2::text[]) as n(c, p)", chans, payloads)
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -458,9 +498,55 @@ func lockKeys(ctx context.Context, conn *pgx.Conn, qs []queued) (map[string][]st
 // end. The prefix keeps it apart from any other advisory lock's numbers.
 const lockKey = "select pg_advisory_xact_lock(hashtextextended('podium.concurrency:' || $1::text, 0))"
 
-// doorbells are a pass's notifications: each placed task's followers, and
-// each node given work once.
-func doorbells(placed []Placement) (chans, payloads []string) {
+// waitReasons are a pass's writes for the tasks it left waiting: the
+// reason and the unschedulable flag of each whose verdict changed, and a
+// note in the log of each that became unschedulable (noted).
+type waitReasons struct {
+	ids, reasons []string
+	never, note  []bool
+	noted        []string
+}
+
+// add records q's verdict when it differs from what q's row says.
+func (w *waitReasons) add(q queued, v Verdict) {
+	if v.Why == q.reason && v.Unschedulable == q.unschedulable {
+		return
+	}
+	note := v.Unschedulable && !q.unschedulable
+	w.ids, w.reasons = append(w.ids, q.id), append(w.reasons, v.Why)
+	w.never, w.note = append(w.never, v.Unschedulable), append(w.note, note)
+	if note {
+		w.noted = append(w.noted, q.id)
+	}
+}
+
+// UnschedulableNote is how the note a task's log gets when it becomes
+// unschedulable starts; its reason follows.
+const UnschedulableNote = "unschedulable: "
+
+// queue writes them, in one statement: each row's new reason and flag, and
+// for a task that became unschedulable a note at the next position of its
+// log (the claim locked its row, so nothing else extends the log meanwhile).
+func (w *waitReasons) queue(b *pgx.Batch) {
+	if len(w.ids) == 0 {
+		return
+	}
+	b.Queue(`with w as (
+			update podium.tasks t set reason = u.why, unschedulable = u.never, last_seq = t.last_seq + u.note::int
+			from unnest($1::text[], $2::text[], $3::bool[], $4::bool[]) as u(id, why, never, note)
+			where t.id = u.id
+			returning t.id, t.last_seq, t.attempt, u.why, u.note)
+		insert into podium.task_events (task_id, seq, attempt, kind, text)
+		select id, last_seq, attempt, 'note', $5 || why from w where note`,
+		w.ids, w.reasons, w.never, w.note, UnschedulableNote)
+}
+
+// doorbells are a pass's notifications: each placed task's followers, each
+// node given work once, and the followers of each task that got a note.
+func doorbells(placed []Placement, noted []string) (chans, payloads []string) {
+	for _, id := range noted {
+		chans, payloads = append(chans, ChannelTaskEvents), append(payloads, id)
+	}
 	rung := map[string]bool{}
 	for _, p := range placed {
 		chans, payloads = append(chans, ChannelTaskEvents), append(payloads, p.TaskID)
@@ -520,7 +606,8 @@ func queuePlacements(b *pgx.Batch, placed []Placement) {
 		}
 	}
 	b.Queue(`update podium.tasks t set state = 'scheduled', node_id = u.node, attempt = u.attempt,
-			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1, not_before = null
+			attempt_given_back = false, scheduled_at = now(), reason = '', last_seq = t.last_seq + 1, not_before = null,
+			unschedulable = false, queue_deadline = null
 		from unnest($1::text[], $2::text[], $3::int[]) as u(id, node, attempt)
 		where t.id = u.id`, ids, nodes, attempts)
 	// An attempt given back is offered again under its number: its row is

@@ -69,9 +69,9 @@ func TestDispatchPassOffersHighestPriorityThenOldestThenLowestID(t *testing.T) {
 
 	var offered []string
 	const why = "test: no node for it"
-	placed, waiting, err := st.DispatchPass(ctx, len(tasks)-1, func(c store.Claimed) (string, string) {
+	placed, waiting, err := st.DispatchPass(ctx, len(tasks)-1, func(c store.Claimed) store.Verdict {
 		offered = append(offered, c.ID)
-		return "", why
+		return store.Verdict{Why: why}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -108,9 +108,9 @@ func TestDispatchPassOffersTheStoredNeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got store.Need
-	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) store.Verdict {
 		got = c.Need
-		return "", "test"
+		return store.Verdict{Why: "test"}
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,9 +230,9 @@ func TestDispatchPassOffersPrivilegedSidecarsAsStored(t *testing.T) {
 		}
 	}
 	got := map[string]bool{}
-	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) store.Verdict {
 		got[c.ID] = c.Need.PrivilegedSidecars
-		return "", "test"
+		return store.Verdict{Why: "test"}
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -315,9 +315,9 @@ func TestDispatchPassNeverPlacesPastMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	offered := 0
-	placed, _, err := st.DispatchPass(ctx, 10, func(store.Claimed) (string, string) {
+	placed, _, err := st.DispatchPass(ctx, 10, func(store.Claimed) store.Verdict {
 		offered++
-		return "node_a", ""
+		return store.Verdict{NodeID: "node_a"}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -73,9 +73,9 @@ func TestNodeGPUsStoredAtHelloAndWhenTheyChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	var need store.Need
-	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) (string, string) {
+	if _, _, err := st.DispatchPass(ctx, 10, func(c store.Claimed) store.Verdict {
 		need = c.Need
-		return "", "test"
+		return store.Verdict{Why: "test"}
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -162,3 +162,64 @@ func (s *Store) EndBackoffs(ctx context.Context) (int64, error) {
 	}
 	return tag.RowsAffected(), nil
 }
+
+// ExpireQueued fails every queued task whose queue timeout has passed
+// (queue_deadline): it waited that long for a node without one taking it.
+// Its reason says how long, whose timeout it was (the spec's queue_timeout
+// or the coordinator's --queue-timeout) and why it was waiting, its last
+// reason, which may say no node could ever run it.
+func (s *Store) ExpireQueued(ctx context.Context) ([]Touched, error) {
+	var out []Touched
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		rows, err := tx.Query(ctx, `select id, attempt, queue_timeout_seconds, reason,
+				coalesce((spec->>'queueTimeoutSeconds')::bigint, 0) > 0
+			from podium.tasks
+			where state = 'queued' and queue_deadline <= now()
+			order by queue_deadline for update skip locked limit 500`)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			ID      string
+			Attempt int32
+			Timeout int64
+			Last    string
+			OwnSpec bool
+		}
+		rs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			reason := QueueTimeoutReason(time.Duration(r.Timeout)*time.Second, r.OwnSpec, r.Last)
+			moved, err := transitionTask(ctx, tx, Transition{TaskID: r.ID, From: []string{Queued}, To: Failed, Reason: &reason})
+			if err != nil {
+				return err
+			}
+			if !moved {
+				continue
+			}
+			if err := appendStatus(ctx, tx, r.ID, r.Attempt, Failed, reason, nil, 0); err != nil {
+				return err
+			}
+			out = append(out, Touched{TaskID: r.ID})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// QueueTimeoutReason is the reason of a task failed for waiting queued
+// longer than its queue timeout: how long, whose timeout (the spec's, or the
+// coordinator's when spec is false) and its last reason for waiting.
+func QueueTimeoutReason(timeout time.Duration, spec bool, last string) string {
+	whose := "the coordinator's --queue-timeout"
+	if spec {
+		whose = "queue_timeout"
+	}
+	if last == "" {
+		last = "none yet: no dispatch pass had looked at it"
+	}
+	return fmt.Sprintf("waited %s in the queue without a node (%s); the last reason: %s", timeout, whose, last)
+}

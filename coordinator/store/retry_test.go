@@ -67,7 +67,7 @@ func TestRetryWaitsInTheRowAndIsPlacedAfter(t *testing.T) {
 		t.Errorf("TimeOutTasks = %v, %v; want nothing to stop", touched, err)
 	}
 
-	place := func(store.Claimed) (string, string) { return "node_t", "" }
+	place := func(store.Claimed) store.Verdict { return store.Verdict{NodeID: "node_t"} }
 	if placed, waiting, err := st.DispatchPass(ctx, 10, place); err != nil || len(placed) != 0 || waiting != 0 {
 		t.Fatalf("a pass during the backoff: placed %v, %d waiting, %v; want nothing claimed", placed, waiting, err)
 	}

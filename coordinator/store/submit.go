@@ -24,6 +24,11 @@ type NewTask struct {
 	// (tasks.NewRow, from placement.Cost and placement.PidsCost): what a
 	// task costs is placement's rule, and the store only records it.
 	Cost Cost
+	// QueueTimeoutSeconds is how long the task may wait queued for a node
+	// each time it is queued, 0 for ever: its spec's queue_timeout, or the
+	// coordinator's default when that is 0 (tasks.Defaults). It is stored
+	// beside the spec, which keeps what was submitted.
+	QueueTimeoutSeconds int64
 }
 
 // Cost is a task's cost as stored on its row (podium.tasks cpu, memory_mb,
@@ -43,7 +48,8 @@ type Cost struct {
 const insertTasks = `insert into podium.tasks
 	(id, spec, priority, labels, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 	 pids, timeout_seconds, output_limit_bytes, allow_egress, retain_seconds, rerun_of, privileged_sidecars,
-	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit, share_group, name)
+	 gpus, gpu_model, gpu_memory_mb, concurrency_key, concurrency_limit, share_group,
+	 queue_timeout_seconds, queue_deadline, name)
 	select id, spec, priority, array(select jsonb_array_elements_text(spec->'labels')),
 		cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
 		pids, timeout_seconds, output_limit_bytes, array(select jsonb_array_elements_text(spec->'allowEgress')),
@@ -52,18 +58,20 @@ const insertTasks = `insert into podium.tasks
 		coalesce((spec->'resources'->>'gpus')::int, 0), coalesce(spec->'resources'->>'gpuModel', ''),
 		coalesce((spec->'resources'->>'gpuMemoryMb')::bigint, 0),
 		coalesce(spec->'concurrency'->>'key', ''), coalesce((spec->'concurrency'->>'limit')::int, 0),
-		coalesce(spec->>'group', ''), nullif(spec->>'name', '')
+		coalesce(spec->>'group', ''),
+		queue_timeout, case when queue_timeout > 0 then now() + make_interval(secs => queue_timeout) end,
+		nullif(spec->>'name', '')
 	from unnest($1::text[], $2::jsonb[], $3::int4[], $4::float8[], $5::int8[], $6::int4[], $7::bool[], $8::text[],
-		$10::int8[], $11::int8[], $12::int8[], $17::text[])
+		$10::int8[], $11::int8[], $12::int8[], $17::text[], $18::int8[])
 		as t(id, spec, priority, cpu, memory_mb, max_attempts, retry_on_node_loss, requested_by,
-		     pids, timeout_seconds, output_limit_bytes, rerun_of)
+		     pids, timeout_seconds, output_limit_bytes, rerun_of, queue_timeout)
 	returning ` + insertedColumns
 
 // insertedColumns are taskColumns without the spec: the caller has it already,
 // and sending it back and parsing it again (protojson) costs CPU for nothing.
 const insertedColumns = `id, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq, rerun_of`
+	finished_at, cancel_requested_at, last_seq, rerun_of, queue_timeout_seconds, queue_deadline`
 
 // insertTasksAndRing is insertTasks with the scheduler's doorbell in the same
 // statement, so a batch is one round trip and one commit. This departs from
@@ -111,6 +119,7 @@ func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error
 		pids        = make([]int64, n)
 		timeouts    = make([]int64, n)
 		outputs     = make([]int64, n)
+		queueTimes  = make([]int64, n)
 		at          = make(map[string]int, n)
 		// The audit rows' columns; action "" for a task without one.
 		aWho, aRole, aTransport, aAction = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -127,14 +136,14 @@ func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error
 		ids[i], specs[i], who[i], rerunOf[i] = t.ID, string(js), t.RequestedBy, t.RerunOf
 		priorities[i], retries[i] = t.Spec.GetPriority(), t.Spec.GetRetryOnNodeLoss()
 		cpus[i], mems[i], pids[i] = t.Cost.CPU, t.Cost.MemoryMB, t.Cost.Pids
-		timeouts[i], outputs[i] = t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes()
+		timeouts[i], outputs[i], queueTimes[i] = t.Spec.GetTimeoutSeconds(), t.Spec.GetOutputLimitBytes(), t.QueueTimeoutSeconds
 		maxAttempts[i] = max(t.Spec.GetMaxAttempts(), 1)
 		if a := t.Audit; a != nil {
 			aWho[i], aRole[i], aTransport[i], aAction[i] = a.Who, a.Role, a.Transport, a.Action
 		}
 	}
 	rows, err := q.Query(ctx, insertTasksAndRing, ids, specs, priorities, cpus, mems, maxAttempts, retries, who, ChannelSubmit,
-		pids, timeouts, outputs, aWho, aRole, aTransport, aAction, rerunOf)
+		pids, timeouts, outputs, aWho, aRole, aTransport, aAction, rerunOf, queueTimes)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +154,7 @@ func insertTaskRows(ctx context.Context, q querier, ts []NewTask) ([]Task, error
 		var t Task
 		err := rows.Scan(&t.ID, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 			&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
-			&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.RerunOf)
+			&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.RerunOf, &t.QueueTimeoutSeconds, &t.QueueDeadline)
 		if err != nil {
 			return nil, err
 		}

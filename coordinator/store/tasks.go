@@ -93,6 +93,14 @@ type Task struct {
 	// ScheduleID is the schedule that created the task (cron.go); nil
 	// for a task submitted.
 	ScheduleID *string
+	// Unschedulable is set while the task is queued and no node could ever
+	// run it (the dispatch pass's Verdict); Reason then says why.
+	Unschedulable bool
+	// QueueTimeoutSeconds is the queue timeout that applies to the task
+	// (NewTask.QueueTimeoutSeconds), 0 for none; QueueDeadline is when it
+	// fails if still queued then (nil when not queued or without one).
+	QueueTimeoutSeconds int64
+	QueueDeadline       *time.Time
 }
 
 // Proto renders the row for the API.
@@ -127,12 +135,18 @@ func (t Task) Proto() *podiumv1.Task {
 	if t.NotBefore != nil && t.State == Queued {
 		p.NextAttemptAt = timestamppb.New(*t.NotBefore)
 	}
+	p.Unschedulable = t.Unschedulable && t.State == Queued
+	p.QueueTimeoutSeconds = t.QueueTimeoutSeconds
+	if t.QueueDeadline != nil && t.State == Queued {
+		p.QueueDeadline = timestamppb.New(*t.QueueDeadline)
+	}
 	return p
 }
 
 const taskColumns = `id, spec, state, reason, exit_code, signal, node_id, attempt, priority,
 	max_attempts, retry_on_node_loss, requested_by, created_at, scheduled_at, started_at,
-	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, rerun_of, not_before, schedule_id, ` + archiveColumns
+	finished_at, cancel_requested_at, last_seq, log_expired_at, artifacts_expired_at, rerun_of, not_before, schedule_id,
+	unschedulable, queue_timeout_seconds, queue_deadline, ` + archiveColumns
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -140,7 +154,7 @@ func scanTask(row pgx.Row) (Task, error) {
 	err := row.Scan(&t.ID, &spec, &t.State, &t.Reason, &t.ExitCode, &t.Signal, &t.NodeID, &t.Attempt,
 		&t.Priority, &t.MaxAttempts, &t.RetryOnNodeLoss, &t.RequestedBy, &t.CreatedAt, &t.ScheduledAt,
 		&t.StartedAt, &t.FinishedAt, &t.CancelRequestedAt, &t.LastSeq, &t.LogExpiredAt, &t.ArtifactsExpiredAt,
-		&t.RerunOf, &t.NotBefore, &t.ScheduleID, &t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
+		&t.RerunOf, &t.NotBefore, &t.ScheduleID, &t.Unschedulable, &t.QueueTimeoutSeconds, &t.QueueDeadline, &t.Archive.Seq, &t.Archive.Key, &t.Archive.Size, &t.Archive.SHA256, &t.Archive.At)
 	if err != nil {
 		return t, err
 	}
@@ -313,7 +327,10 @@ func transitionTask(ctx context.Context, q querier, tr Transition) (bool, error)
 // the timeout backstop, TimeOutTasks, counts from the start of the attempt
 // running now, not the first one), finished_at on a terminal state, node_id
 // cleared on a requeue, not_before set by a retry's requeue and cleared by
-// every other move (null over null leaves the update HOT).
+// every other move (null over null leaves the update HOT), queue_deadline
+// set by a move to queued for a task with a queue timeout (counted from the
+// end of a retry's backoff) and cleared by every other, and unschedulable
+// cleared by every move: only a dispatch pass says a queued task is.
 const transitionSQL = `update podium.tasks t set
 		state = u.to_state,
 		reason = coalesce(u.reason, t.reason),
@@ -324,7 +341,10 @@ const transitionSQL = `update podium.tasks t set
 		finished_at = case when u.to_state in ('succeeded', 'failed', 'cancelled', 'lost') then now() else t.finished_at end,
 		node_id = case when u.to_state = 'queued' then null else t.node_id end,
 		not_before = case when u.to_state = 'queued' and u.retry_ms > 0
-			then now() + u.retry_ms * interval '1 millisecond' end
+			then now() + u.retry_ms * interval '1 millisecond' end,
+		queue_deadline = case when u.to_state = 'queued' and t.queue_timeout_seconds > 0
+			then now() + u.retry_ms * interval '1 millisecond' + make_interval(secs => t.queue_timeout_seconds) end,
+		unschedulable = false
 	from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[], $8::int8[])
 		as u(id, from_states, to_state, attempt, reason, exit_code, signal, retry_ms)
 	where t.id = u.id and t.state = any(string_to_array(u.from_states, ','))

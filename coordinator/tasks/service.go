@@ -35,6 +35,7 @@ type Service struct {
 	archive   *logarchive.Reader
 	submits   *groupcommit.Batcher[store.NewTask, store.Task]
 	bounds    Bounds
+	defaults  Defaults
 }
 
 // Deps are what the task service works with.
@@ -52,6 +53,9 @@ type Deps struct {
 	// Bounds bound what members may ask for (priority, group); the zero
 	// value caps their priority at DefaultMaxMemberPriority.
 	Bounds Bounds
+	// Defaults are what a submitted or rerun task gets where its spec says
+	// nothing (the coordinator's --queue-timeout).
+	Defaults Defaults
 }
 
 // NewService returns the task service. Submit stores nothing until Run runs.
@@ -60,7 +64,7 @@ func NewService(deps Deps) *Service {
 		deps.Archive = logarchive.NewReader(deps.Store, deps.Artifacts)
 	}
 	return &Service{store: deps.Store, bus: deps.Bus, artifacts: deps.Artifacts, archive: deps.Archive, log: deps.Log,
-		submits: newSubmits(deps.Store), bounds: deps.Bounds}
+		submits: newSubmits(deps.Store), bounds: deps.Bounds, defaults: deps.Defaults}
 }
 
 // Run stores submitted tasks, many to a statement, until ctx ends, then
@@ -97,7 +101,7 @@ func (s *Service) Submit(ctx context.Context, req *connect.Request[podiumv1.Subm
 		return nil, err
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	nt := NewRow(spec, who)
+	nt := s.defaults.Row(spec, who)
 	nt.Audit = store.AuditFrom(ctx)
 	if nt.Audit != nil {
 		nt.Audit.Target = nt.ID
@@ -478,7 +482,7 @@ func (s *Service) Rerun(ctx context.Context, req *connect.Request[podiumv1.Rerun
 		return nil, err
 	}
 	who, _ := ctx.Value(CallerKey{}).(string)
-	nt := NewRow(spec, who)
+	nt := s.defaults.Row(spec, who)
 	nt.Audit, nt.RerunOf = store.AuditFrom(ctx), old.ID
 	if nt.Audit != nil {
 		nt.Audit.Target = nt.ID

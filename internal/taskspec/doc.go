@@ -32,6 +32,7 @@
 //	  gpu_model: "NVIDIA H100*"      # glob on the GPU's name (nvidia-smi's); absent: any
 //	  gpu_memory_mb: 81920           # least MiB each GPU must have; absent: any
 //	timeout: 10m                     # from container start; 0 or absent: the node's default
+//	queue_timeout: 30m               # fail if still queued this long (see below); 0 or absent: the coordinator's --queue-timeout
 //	user: "1000:1000"                # UID, UID:GID or a name; absent: the node's default
 //	priority: 10                     # any 32-bit integer, may be negative; higher runs first
 //	max_attempts: 3                  # the most attempts in all, the first included; 0 means 1 (see Retries)
@@ -96,12 +97,26 @@
 //	    size: 512MiB                 # absent: 64 MiB
 //	    exec: true                   # programs may run from it; absent: noexec
 //
-// Durations (timeout, cancel_grace, a readiness timeout) are Go duration
+// Durations (timeout, queue_timeout, cancel_grace, a readiness timeout) are Go duration
 // strings such as "90s", "10m" or "1h30m", must be a whole number of
 // seconds, and at most 8760h (a year, MaxDuration). A bare number is rejected rather than read as seconds: "timeout:
 // 10" is as likely to mean ten minutes as ten seconds, and guessing wrong
 // either kills a task early or lets a hung one run for hours. The API carries
-// them as timeout_seconds, cancel_grace_seconds and readiness.timeout_seconds.
+// them as timeout_seconds, queue_timeout_seconds, cancel_grace_seconds and
+// readiness.timeout_seconds.
+//
+// queue_timeout bounds how long the task waits queued for a node, counted
+// each time it is queued: from its submit, from a requeue (its node lost,
+// an assignment not accepted), or from the end of its retry's backoff. A
+// task still queued when it passes fails, its reason saying how long it
+// waited and why it was waiting ("waited 30m0s in the queue without a node
+// (queue_timeout); the last reason: cannot run on any node: ..."), and
+// podium run exits 125. Left out or 0, the coordinator's --queue-timeout
+// applies as the task is submitted (none unless its operator set one).
+// Whatever the timeout, a task that no enrolled node could ever run (its
+// labels, a node's limits, its GPUs or its size) is marked unschedulable
+// and its reason starts "cannot run on any node", unlike one that waits for
+// room, a slot or a node to come back.
 //
 // retain replaces the coordinator's --retain-tasks for this task: once it has
 // ended that long ago, the task, its log and its artifacts are removed, and
@@ -138,8 +153,8 @@
 //	readiness check's)                     bytes added up; no one argument
 //	                                       over 131071 bytes (the kernel's
 //	                                       MAX_ARG_STRLEN less the NUL)
-//	timeout, cancel_grace, readiness       8760h, a year
-//	timeout
+//	timeout, queue_timeout, cancel_grace,  8760h, a year
+//	readiness timeout
 //	retain                                 1h to 10y
 //	group                                  64 bytes
 //	resources                              cpu 65536 cores, memory_mb 2^30

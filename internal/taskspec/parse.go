@@ -46,6 +46,7 @@ type specFile struct {
 	Pull            string             `yaml:"pull"`
 	Secrets         []specSecret       `yaml:"secrets"`
 	Retain          specRetain         `yaml:"retain"`
+	QueueTimeout    specDuration       `yaml:"queue_timeout"`
 	Retry           *specRetry         `yaml:"retry"`
 	Concurrency     *specConcurrency   `yaml:"concurrency"`
 	Group           string             `yaml:"group"`
@@ -386,23 +387,24 @@ func Parse(r io.Reader) (*podiumv1.TaskSpec, error) {
 		}
 	}
 	spec := &podiumv1.TaskSpec{
-		Name:               f.Name,
-		Image:              f.Image,
-		Command:            f.Command,
-		Env:                f.Env,
-		WorkingDir:         f.WorkingDir,
-		Labels:             f.Labels,
-		TimeoutSeconds:     f.Timeout.seconds,
-		Priority:           f.Priority.v,
-		MaxAttempts:        f.MaxAttempts.v,
-		RetryOnNodeLoss:    f.RetryOnNodeLoss,
-		CancelGraceSeconds: f.CancelGrace.seconds,
-		OutputLimitBytes:   f.OutputLimit.bytes,
-		RetainSeconds:      f.Retain.seconds,
-		Group:              f.Group,
-		ReadOnly:           f.ReadOnly,
-		ShmSizeBytes:       f.ShmSize.bytes,
-		Ulimits:            f.Ulimits.list,
+		Name:                f.Name,
+		Image:               f.Image,
+		Command:             f.Command,
+		Env:                 f.Env,
+		WorkingDir:          f.WorkingDir,
+		Labels:              f.Labels,
+		TimeoutSeconds:      f.Timeout.seconds,
+		Priority:            f.Priority.v,
+		MaxAttempts:         f.MaxAttempts.v,
+		RetryOnNodeLoss:     f.RetryOnNodeLoss,
+		CancelGraceSeconds:  f.CancelGrace.seconds,
+		OutputLimitBytes:    f.OutputLimit.bytes,
+		RetainSeconds:       f.Retain.seconds,
+		QueueTimeoutSeconds: f.QueueTimeout.seconds,
+		Group:               f.Group,
+		ReadOnly:            f.ReadOnly,
+		ShmSizeBytes:        f.ShmSize.bytes,
+		Ulimits:             f.Ulimits.list,
 	}
 	for _, m := range f.Tmpfs {
 		spec.Tmpfs = append(spec.Tmpfs, &podiumv1.TmpfsMount{Path: m.Path, SizeBytes: m.Size.bytes, Exec: m.Exec})

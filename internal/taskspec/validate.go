@@ -108,6 +108,9 @@ func Validate(spec *podiumv1.TaskSpec) error {
 	if err := checkRetain("spec.retain_seconds", spec.GetRetainSeconds()); err != nil {
 		return err
 	}
+	if err := checkDuration("spec.queue_timeout_seconds", spec.GetQueueTimeoutSeconds(), "the coordinator's --queue-timeout"); err != nil {
+		return err
+	}
 	if n := len(spec.GetSidecars()); n > MaxSidecars {
 		return fieldErr("spec.sidecars", "has %d sidecars, more than %d", n, MaxSidecars)
 	}

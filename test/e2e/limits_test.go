@@ -35,10 +35,10 @@ func TestNodeLimitsAndDefaultUser(t *testing.T) {
 	if r.code != 0 || !taskIDRe.MatchString(id) {
 		t.Fatalf("podium run --detach: exit %d, stdout %q", r.code, r.stdout)
 	}
-	const why = "no connected node allows 512 MiB of memory for one task (largest: 256 MiB)"
-	coordtest.Eventually(t, 30*time.Second, "the task to wait saying "+why, func() bool {
+	const why = "cannot run on any node: no node allows 512 MiB of memory for one task (largest: 256 MiB)"
+	coordtest.Eventually(t, 30*time.Second, "the task to wait, unschedulable, saying "+why, func() bool {
 		tk := e.task(id)
-		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && tk.Reason == why
+		return tk.State == podiumv1.TaskState_TASK_STATE_QUEUED && tk.Reason == why && tk.GetUnschedulable()
 	})
 	if out := e.podium("task", "cancel", id); out.code != 0 {
 		t.Fatalf("podium task cancel: exit %d\n%s", out.code, out.stderr)

@@ -40,6 +40,8 @@
       var parts = e.data.split(" ");
       var st = document.getElementById("task-state");
       if (st) { st.textContent = parts[0]; st.className = "state state-" + parts[0]; }
+      var un = document.getElementById("task-unschedulable");
+      if (un && parts[0] !== "queued") un.remove();
       var exit = document.getElementById("exit-code");
       if (exit && parts[1] !== undefined) exit.textContent = parts[1];
     });

@@ -389,6 +389,12 @@ type TaskSpec struct {
 	// notify are one-off webhooks for this task (at most 4): the coordinator
 	// POSTs a podium.event.v1 JSON event to each when the task ends.
 	Notify []*Notify `protobuf:"bytes,28,rep,name=notify,proto3" json:"notify,omitempty"`
+	// queue_timeout_seconds is how long the task may wait queued for a node
+	// each time it is queued (submitted, requeued, or its retry's backoff
+	// over): still queued then, it fails, saying why it waited. 0 means the
+	// coordinator's --queue-timeout (none unless set). In a YAML spec:
+	// queue_timeout: 10m.
+	QueueTimeoutSeconds int64 `protobuf:"varint,29,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
 	// name is what people call the task in lists and the console ("deploy
 	// web", written deploy-web): not unique, never an id. Letters, digits and
 	// . _ - : / +, at most 128 bytes, starting with a letter or digit.
@@ -621,6 +627,13 @@ func (x *TaskSpec) GetNotify() []*Notify {
 		return x.Notify
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetQueueTimeoutSeconds() int64 {
+	if x != nil {
+		return x.QueueTimeoutSeconds
+	}
+	return 0
 }
 
 func (x *TaskSpec) GetName() string {
@@ -1236,7 +1249,22 @@ type Task struct {
 	// notify_hidden is true when the spec's notify URLs (often credentials
 	// themselves, as chat webhooks are) were left out of spec because the
 	// caller is neither the task's owner nor an admin.
-	NotifyHidden  bool `protobuf:"varint,23,opt,name=notify_hidden,json=notifyHidden,proto3" json:"notify_hidden,omitempty"`
+	NotifyHidden bool `protobuf:"varint,23,opt,name=notify_hidden,json=notifyHidden,proto3" json:"notify_hidden,omitempty"`
+	// unschedulable is set while the task is queued and no node could ever
+	// run it, even with nothing else on it: no enrolled node has its labels,
+	// allows what it asks (the node's limits), has the GPUs or the capacity
+	// it needs. reason then says what, starting "cannot run on any node". It
+	// stays queued (a node that can run it may be enrolled or changed) until
+	// its queue timeout, if it has one. A task that waits for room, a slot or
+	// a node to come back is not unschedulable.
+	Unschedulable bool `protobuf:"varint,24,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
+	// queue_timeout_seconds is the queue timeout that applies to the task:
+	// its spec's, or the coordinator's --queue-timeout when it was submitted;
+	// 0 for none.
+	QueueTimeoutSeconds int64 `protobuf:"varint,25,opt,name=queue_timeout_seconds,json=queueTimeoutSeconds,proto3" json:"queue_timeout_seconds,omitempty"`
+	// queue_deadline is when the task fails if it is still queued then; set
+	// only while it is queued and has a queue timeout.
+	QueueDeadline *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=queue_deadline,json=queueDeadline,proto3" json:"queue_deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1430,6 +1458,27 @@ func (x *Task) GetNotifyHidden() bool {
 		return x.NotifyHidden
 	}
 	return false
+}
+
+func (x *Task) GetUnschedulable() bool {
+	if x != nil {
+		return x.Unschedulable
+	}
+	return false
+}
+
+func (x *Task) GetQueueTimeoutSeconds() int64 {
+	if x != nil {
+		return x.QueueTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *Task) GetQueueDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QueueDeadline
+	}
+	return nil
 }
 
 // Usage is what one attempt of a task used, recorded when it ends
@@ -3293,7 +3342,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\tSecretRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x12\n" +
-	"\x04file\x18\x03 \x01(\tR\x04file\"\xf2\b\n" +
+	"\x04file\x18\x03 \x01(\tR\x04file\"\xa6\t\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12.\n" +
@@ -3324,7 +3373,8 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x05tmpfs\x18\x19 \x03(\v2\x15.podium.v1.TmpfsMountR\x05tmpfs\x12\x14\n" +
 	"\x05group\x18\x1a \x01(\tR\x05group\x128\n" +
 	"\vconcurrency\x18\x1b \x01(\v2\x16.podium.v1.ConcurrencyR\vconcurrency\x12)\n" +
-	"\x06notify\x18\x1c \x03(\v2\x11.podium.v1.NotifyR\x06notify\x12\x12\n" +
+	"\x06notify\x18\x1c \x03(\v2\x11.podium.v1.NotifyR\x06notify\x122\n" +
+	"\x15queue_timeout_seconds\x18\x1d \x01(\x03R\x13queueTimeoutSeconds\x12\x12\n" +
 	"\x04name\x18\x1e \x01(\tR\x04name\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -3374,7 +3424,7 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\x0fshare_workspace\x18\t \x01(\bR\x0eshareWorkspace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\t\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.podium.v1.TaskSpecR\x04spec\x12*\n" +
@@ -3405,7 +3455,10 @@ const file_podium_v1_task_proto_rawDesc = "" +
 	"\vschedule_id\x18\x15 \x01(\tR\n" +
 	"scheduleId\x12M\n" +
 	"\x13concurrency_holders\x18\x16 \x03(\v2\x1c.podium.v1.ConcurrencyHolderR\x12concurrencyHolders\x12#\n" +
-	"\rnotify_hidden\x18\x17 \x01(\bR\fnotifyHiddenB\f\n" +
+	"\rnotify_hidden\x18\x17 \x01(\bR\fnotifyHidden\x12$\n" +
+	"\runschedulable\x18\x18 \x01(\bR\runschedulable\x122\n" +
+	"\x15queue_timeout_seconds\x18\x19 \x01(\x03R\x13queueTimeoutSeconds\x12A\n" +
+	"\x0equeue_deadline\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\rqueueDeadlineB\f\n" +
 	"\n" +
 	"_exit_code\"{\n" +
 	"\x11ConcurrencyHolder\x12\x17\n" +
@@ -3646,56 +3699,57 @@ var file_podium_v1_task_proto_depIdxs = []int32{
 	44, // 20: podium.v1.Task.next_attempt_at:type_name -> google.protobuf.Timestamp
 	14, // 21: podium.v1.Task.usage:type_name -> podium.v1.Usage
 	13, // 22: podium.v1.Task.concurrency_holders:type_name -> podium.v1.ConcurrencyHolder
-	0,  // 23: podium.v1.ConcurrencyHolder.state:type_name -> podium.v1.TaskState
-	44, // 24: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
-	20, // 25: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
-	1,  // 26: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
-	0,  // 27: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
-	14, // 28: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
-	44, // 29: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 30: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
-	18, // 31: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
-	19, // 32: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
-	4,  // 33: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
-	12, // 34: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
-	12, // 35: podium.v1.GetResponse.task:type_name -> podium.v1.Task
-	0,  // 36: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
-	44, // 37: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
-	12, // 38: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
-	12, // 39: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
-	20, // 40: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
-	12, // 41: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
-	12, // 42: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
-	44, // 43: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
-	35, // 44: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
-	35, // 45: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
-	44, // 46: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 47: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
-	21, // 48: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
-	23, // 49: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
-	25, // 50: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
-	27, // 51: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
-	29, // 52: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
-	33, // 53: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
-	36, // 54: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
-	38, // 55: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
-	40, // 56: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
-	31, // 57: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
-	22, // 58: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
-	24, // 59: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
-	26, // 60: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
-	28, // 61: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
-	30, // 62: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
-	34, // 63: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
-	37, // 64: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
-	39, // 65: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
-	41, // 66: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
-	32, // 67: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
-	58, // [58:68] is the sub-list for method output_type
-	48, // [48:58] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	44, // 23: podium.v1.Task.queue_deadline:type_name -> google.protobuf.Timestamp
+	0,  // 24: podium.v1.ConcurrencyHolder.state:type_name -> podium.v1.TaskState
+	44, // 25: podium.v1.LogArchive.archived_at:type_name -> google.protobuf.Timestamp
+	20, // 26: podium.v1.ArchivedEvent.event:type_name -> podium.v1.TaskEvent
+	1,  // 27: podium.v1.LogChunk.stream:type_name -> podium.v1.LogStream
+	0,  // 28: podium.v1.StatusChange.state:type_name -> podium.v1.TaskState
+	14, // 29: podium.v1.StatusChange.usage:type_name -> podium.v1.Usage
+	44, // 30: podium.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 31: podium.v1.TaskEvent.log:type_name -> podium.v1.LogChunk
+	18, // 32: podium.v1.TaskEvent.status:type_name -> podium.v1.StatusChange
+	19, // 33: podium.v1.TaskEvent.note:type_name -> podium.v1.Note
+	4,  // 34: podium.v1.SubmitRequest.spec:type_name -> podium.v1.TaskSpec
+	12, // 35: podium.v1.SubmitResponse.task:type_name -> podium.v1.Task
+	12, // 36: podium.v1.GetResponse.task:type_name -> podium.v1.Task
+	0,  // 37: podium.v1.ListRequest.states:type_name -> podium.v1.TaskState
+	44, // 38: podium.v1.ListRequest.since:type_name -> google.protobuf.Timestamp
+	12, // 39: podium.v1.ListResponse.tasks:type_name -> podium.v1.Task
+	12, // 40: podium.v1.CancelResponse.task:type_name -> podium.v1.Task
+	20, // 41: podium.v1.EventsResponse.event:type_name -> podium.v1.TaskEvent
+	12, // 42: podium.v1.EventsResponse.task:type_name -> podium.v1.Task
+	12, // 43: podium.v1.RerunResponse.task:type_name -> podium.v1.Task
+	44, // 44: podium.v1.Artifact.created_at:type_name -> google.protobuf.Timestamp
+	35, // 45: podium.v1.ListArtifactsResponse.artifacts:type_name -> podium.v1.Artifact
+	35, // 46: podium.v1.DownloadArtifactResponse.artifact:type_name -> podium.v1.Artifact
+	44, // 47: podium.v1.ArtifactURLResponse.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 48: podium.v1.ArtifactURLResponse.artifact:type_name -> podium.v1.Artifact
+	21, // 49: podium.v1.TaskService.Submit:input_type -> podium.v1.SubmitRequest
+	23, // 50: podium.v1.TaskService.Get:input_type -> podium.v1.GetRequest
+	25, // 51: podium.v1.TaskService.List:input_type -> podium.v1.ListRequest
+	27, // 52: podium.v1.TaskService.Cancel:input_type -> podium.v1.CancelRequest
+	29, // 53: podium.v1.TaskService.Events:input_type -> podium.v1.EventsRequest
+	33, // 54: podium.v1.TaskService.Send:input_type -> podium.v1.SendRequest
+	36, // 55: podium.v1.TaskService.ListArtifacts:input_type -> podium.v1.ListArtifactsRequest
+	38, // 56: podium.v1.TaskService.DownloadArtifact:input_type -> podium.v1.DownloadArtifactRequest
+	40, // 57: podium.v1.TaskService.ArtifactURL:input_type -> podium.v1.ArtifactURLRequest
+	31, // 58: podium.v1.TaskService.Rerun:input_type -> podium.v1.RerunRequest
+	22, // 59: podium.v1.TaskService.Submit:output_type -> podium.v1.SubmitResponse
+	24, // 60: podium.v1.TaskService.Get:output_type -> podium.v1.GetResponse
+	26, // 61: podium.v1.TaskService.List:output_type -> podium.v1.ListResponse
+	28, // 62: podium.v1.TaskService.Cancel:output_type -> podium.v1.CancelResponse
+	30, // 63: podium.v1.TaskService.Events:output_type -> podium.v1.EventsResponse
+	34, // 64: podium.v1.TaskService.Send:output_type -> podium.v1.SendResponse
+	37, // 65: podium.v1.TaskService.ListArtifacts:output_type -> podium.v1.ListArtifactsResponse
+	39, // 66: podium.v1.TaskService.DownloadArtifact:output_type -> podium.v1.DownloadArtifactResponse
+	41, // 67: podium.v1.TaskService.ArtifactURL:output_type -> podium.v1.ArtifactURLResponse
+	32, // 68: podium.v1.TaskService.Rerun:output_type -> podium.v1.RerunResponse
+	59, // [59:69] is the sub-list for method output_type
+	49, // [49:59] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_task_proto_init() }
