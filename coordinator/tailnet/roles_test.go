@@ -47,8 +47,9 @@ func TestTailnetPersonRoles(t *testing.T) {
 		t.Errorf("requested_by %q, want %s", sub.Msg.Task.RequestedBy, login)
 	}
 	_, err = carol.admin.CreateEnrollmentToken(ctxT(t), connect.NewRequest(&podiumv1.CreateEnrollmentTokenRequest{}))
+	// She is told to ask an admin, not how to make herself one.
 	wantCode(t, "a member minting an enrollment token", err, connect.CodePermissionDenied,
-		"needs the admin role", "is a member", tailnet.CapName)
+		"needs the admin role", "is a member", "ask an admin to do it")
 
 	// A grant in the tailnet policy wins over the row.
 	e.tn.Control.SetGlobalAppCaps(tailcfg.PeerCapMap{tailnet.CapName: {`{"role": "admin"}`}})
