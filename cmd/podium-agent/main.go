@@ -66,6 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Version)
 		return exitOK
 	case "help", "-h", "-help", "--help":
+		// help COMMAND is COMMAND --help, as podium help COMMAND is.
+		if len(args) > 1 && args[1] != "help" && !strings.HasPrefix(args[1], "-") {
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, mainUsage)
 		return exitOK
 	}

@@ -32,6 +32,9 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"--help"}, code: exitOK, stdout: "podium-agent enroll"},
 		{args: []string{"bogus"}, code: exitUsage, stderr: `unknown command "bogus"`},
 		{args: []string{"enroll", "--help"}, code: exitOK, stdout: "-coordinator"},
+		// help COMMAND is COMMAND --help, not the top-level usage.
+		{args: []string{"help", "run"}, code: exitOK, stdout: "-max-tasks"},
+		{args: []string{"help", "enroll"}, code: exitOK, stdout: "-coordinator"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "-max-tasks"},
 		{args: []string{"enroll", "--nope"}, code: exitUsage, stderr: "flag provided but not defined: -nope"},
 		{args: []string{"enroll", "--token", "t"}, code: exitUsage, stderr: "--coordinator is required"},

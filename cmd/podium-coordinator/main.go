@@ -130,6 +130,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Println(version.Version)
 		return 0
 	case "help", "-h", "--help":
+		// help COMMAND is COMMAND --help, as in the other two binaries.
+		if len(args) > 1 && args[1] != "help" && !strings.HasPrefix(args[1], "-") {
+			return run(append(args[1:2:2], "--help"), stderr)
+		}
 		usage(os.Stdout)
 		return 0
 	}

@@ -48,7 +48,7 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 		"PODIUM_DATABASE_URL=postgres://podium:pw-Y3cr3t@db.example:5432/podium",
 		"PODIUM_S3_SECRET_KEY=s3-Zsecret",
 	}
-	for _, args := range [][]string{{"serve", "-h"}, {"migrate", "-h"}} {
+	for _, args := range [][]string{{"serve", "-h"}, {"migrate", "-h"}, {"help", "serve"}} {
 		out, _ := coordinator(t, env, args...)
 		if !strings.Contains(out, "-database") {
 			t.Fatalf("%s printed no flags:\n%s", args, out)
