@@ -82,20 +82,7 @@ func TestRunDockerStyleFlagsRefused(t *testing.T) {
 		{"a bad concurrency key", []string{"--concurrency-key", "a b"}, "spec.concurrency.key"},
 		{"an env entry without =", []string{"-e", "HOME"}, "HOME"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t)
-			cli := newTestCLI(nil)
-			args := append([]string{"--server", f.url(), "run", "--image", "alpine:3"}, tc.args...)
-			if code := cli.run(t, append(args, "--", "true")...); code != exitPodium {
-				t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitPodium, cli.errOut)
-			}
-			if !strings.Contains(cli.errOut.String(), tc.want) {
-				t.Errorf("stderr = %q, want it to say %q", cli.errOut, tc.want)
-			}
-			if f.spec != nil {
-				t.Errorf("a spec was submitted: %v", f.spec)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { runRefusedLocally(t, tc.args, tc.want) })
 	}
 }
 
@@ -113,5 +100,23 @@ func TestRunHelpShowsShortForms(t *testing.T) {
 	}
 	if strings.Contains(help, "alias of") || strings.Contains(help, "\n  -e ") {
 		t.Errorf("podium help run lists an alias on a line of its own:\n%s", help)
+	}
+}
+
+// runRefusedLocally runs podium run --image alpine:3 with args and a command,
+// and checks that it exits 125 saying want, with nothing submitted.
+func runRefusedLocally(t *testing.T, args []string, want string) {
+	t.Helper()
+	f := newFake(t)
+	cli := newTestCLI(nil)
+	args = append([]string{"--server", f.url(), "run", "--image", "alpine:3"}, args...)
+	if code := cli.run(t, append(args, "--", "true")...); code != exitPodium {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitPodium, cli.errOut)
+	}
+	if !strings.Contains(cli.errOut.String(), want) {
+		t.Errorf("stderr = %q, want it to say %q", cli.errOut, want)
+	}
+	if f.spec != nil {
+		t.Errorf("a spec was submitted: %v", f.spec)
 	}
 }

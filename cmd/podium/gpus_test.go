@@ -50,20 +50,7 @@ func TestRunGPUFlagsRefused(t *testing.T) {
 		{"a pattern with a slash", []string{"--gpus", "1", "--gpu-model", "a/b"}, `contains "/", which no GPU's name holds`},
 		{"a memory that is no size", []string{"--gpus", "1", "--gpu-memory", "lots"}, "--gpu-memory"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFake(t)
-			cli := newTestCLI(nil)
-			args := append([]string{"--server", f.url(), "run", "--image", "alpine:3"}, tc.args...)
-			if code := cli.run(t, append(args, "--", "true")...); code != exitPodium {
-				t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitPodium, cli.errOut)
-			}
-			if !strings.Contains(cli.errOut.String(), tc.want) {
-				t.Errorf("stderr = %q, want it to say %q", cli.errOut, tc.want)
-			}
-			if f.spec != nil {
-				t.Errorf("a spec was submitted: %v", f.spec)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { runRefusedLocally(t, tc.args, tc.want) })
 	}
 }
 
