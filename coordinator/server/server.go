@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,7 +155,10 @@ type Config struct {
 
 // Server is one running coordinator replica.
 type Server struct {
-	cfg       Config
+	cfg Config
+	// optional says which of the replica's optional parts are on, as
+	// /readyz lists them.
+	optional  string
 	log       *slog.Logger
 	store     *store.Store
 	bus       *bus.Bus
@@ -317,7 +321,8 @@ func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Ser
 	if err != nil {
 		return nil, fmt.Errorf("artifacts: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: pre.certs}
+	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: pre.certs,
+		optional: optionalParts(cfg, pre, apt != nil, aptOff)}
 	if err := s.openTransport(ctx); err != nil {
 		return nil, err
 	}
@@ -615,7 +620,30 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: "+what+"; the coordinator's log says why", http.StatusServiceUnavailable)
 		return
 	}
-	_, _ = w.Write([]byte("ready\n"))
+	_, _ = w.Write([]byte("ready\n" + s.optional))
+}
+
+// optionalParts lists, for /readyz, the parts a coordinator may run without
+// and whether this one has each, with the setting that turns one on: a
+// coordinator missing one works, and nothing else would tell its operator
+// why secrets, artifacts or /install.sh are refused. Settings only, never a
+// host, path or key: /readyz answers anyone who can reach the port.
+func optionalParts(cfg Config, pre prepared, apt bool, aptOff string) string {
+	var b strings.Builder
+	b.WriteString("optional parts:\n")
+	part := func(name string, on bool, off string) {
+		if on {
+			fmt.Fprintf(&b, "  %s: on\n", name)
+		} else {
+			fmt.Fprintf(&b, "  %s: off (%s)\n", name, off)
+		}
+	}
+	part("secrets", pre.secretsKey != nil, "set --secrets-key-file, PODIUM_SECRETS_KEY_FILE")
+	part("object store for artifacts and log archives", cfg.Artifacts.Endpoint != "", "set --s3-endpoint, PODIUM_S3_ENDPOINT; logs are archived in Postgres")
+	part("apt repository and /install.sh", apt, aptOff)
+	part("tailnet", cfg.Transport == TransportTailnet, "the local transport: set --transport tailnet, PODIUM_TRANSPORT, to serve on a tailnet")
+	part("TLS", pre.certs != nil || cfg.Transport == TransportTailnet, "set --tls-cert and --tls-key, or serve on a tailnet")
+	return b.String()
 }
 
 // Run serves until ctx ends or one of the replica's parts fails, then stops

@@ -137,10 +137,26 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	// Ready once the lease connection and the listener are up, which Run
 	// opens after the replica starts serving.
+	var ready string
 	wait.For(t, 30*time.Second, "/readyz with Postgres up and no object store configured to answer ready", func() bool {
 		code, body := get(t, r.URL()+"/readyz")
-		return code == http.StatusOK && body == "ready\n"
+		ready = body
+		return code == http.StatusOK && strings.HasPrefix(body, "ready\n")
 	})
+	// Below "ready", which optional parts are on, and how to turn on the
+	// others: this replica has none of them.
+	for _, want := range []string{
+		"\noptional parts:\n",
+		"\n  secrets: off (set --secrets-key-file, PODIUM_SECRETS_KEY_FILE)\n",
+		"\n  object store for artifacts and log archives: off (set --s3-endpoint, PODIUM_S3_ENDPOINT;",
+		"\n  apt repository and /install.sh: off (no package directory is set (--apt-dir, PODIUM_APT_DIR))\n",
+		"\n  tailnet: off (the local transport:",
+		"\n  TLS: off (set --tls-cert and --tls-key, or serve on a tailnet)\n",
+	} {
+		if !strings.Contains(ready, want) {
+			t.Errorf("/readyz answered %q, want it to say %q", ready, want)
+		}
+	}
 	if code, _ := get(t, r.URL()+"/metrics"); code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
