@@ -162,8 +162,10 @@ func (r *run) runnerEntrypoint(pathAppend bool) []string {
 		"--progress", runner.ProgressPath, "--backlog", strconv.FormatInt(r.e.backlog, 10)}
 	if pathAppend {
 		// The task's own runner only: it is the task that must not hang
-		// on a full disk, and what it reports says why it ended.
-		ep = append(ep, "--path-append", runner.Dir, "--disk-full-after", r.e.diskFullAfter.String())
+		// on a full disk or run on past its fence, and what it reports
+		// says why it ended. A sidecar ends with its task.
+		ep = append(ep, "--path-append", runner.Dir, "--disk-full-after", r.e.diskFullAfter.String(),
+			"--lease", runner.LeasePath)
 	}
 	return append(ep, "--")
 }
@@ -266,6 +268,8 @@ func (r *run) taskContainer(argv []string) containerSpec {
 		// Read-only: the agent's word on how far it has read, which the
 		// task must not be able to forge.
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, progressFile), Target: runner.ProgressPath, ReadOnly: true},
+		// Read-only too: the task must not move its own fence.
+		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, leaseFile), Target: runner.LeasePath, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: filepath.Join(r.dir, inboxDir), Target: inbox.ContainerDir},
 		mount.Mount{Type: mount.TypeVolume, Source: VolumeName(r.key), Target: WorkspaceDir},
 		// Over the workspace volume, so the agent reads what the task leaves

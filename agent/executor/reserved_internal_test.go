@@ -14,7 +14,7 @@ import (
 // under one of taskspec.ReservedPaths, which a spec's tmpfs may not cover:
 // a mount added here without a reserved path would let a tmpfs hide it.
 func TestReservedPathsCoverEveryMount(t *testing.T) {
-	for _, target := range []string{runner.Path, runner.LogPath, runner.ProgressPath, WorkspaceDir, artifacts.ContainerDir,
+	for _, target := range []string{runner.Path, runner.LogPath, runner.ProgressPath, runner.LeasePath, WorkspaceDir, artifacts.ContainerDir,
 		inbox.ContainerDir, runner.SecretsDir} {
 		covered := false
 		for _, r := range taskspec.ReservedPaths {

@@ -42,6 +42,10 @@ const (
 	// (package runlog), mounted read-only at runner.ProgressPath; a
 	// sidecar's is sidecars/<name>.progress.
 	progressFile = "output.progress"
+	// leaseFile is the agent's lease on the task (package runlog), mounted
+	// read-only at runner.LeasePath: the moment the runner fences the task
+	// unless the agent moves it on first (Executor.Lease).
+	leaseFile = "lease"
 	// artifactsDir is mounted at artifacts.ContainerDir; what the task
 	// leaves there is uploaded when it exits.
 	artifactsDir = "artifacts"
@@ -293,7 +297,7 @@ const storedCheck = time.Second
 // removeRunnerLogs removes the runner logs of a run whose terminal status is
 // stored, and their progress files.
 func (r *run) removeRunnerLogs() {
-	for _, p := range []string{filepath.Join(r.dir, logFile), filepath.Join(r.dir, progressFile), filepath.Join(r.dir, sidecarsDir)} {
+	for _, p := range []string{filepath.Join(r.dir, logFile), filepath.Join(r.dir, progressFile), filepath.Join(r.dir, leaseFile), filepath.Join(r.dir, sidecarsDir)} {
 		if err := os.RemoveAll(p); err != nil {
 			r.log.Warn("could not remove a runner log of a finished task; it goes with the task's directory", "path", p, "err", err)
 		}
@@ -477,6 +481,9 @@ func (r *run) prepareDir() error {
 		return err
 	}
 	if err := runlog.CreateProgress(filepath.Join(r.dir, progressFile)); err != nil {
+		return err
+	}
+	if err := runlog.CreateLease(filepath.Join(r.dir, leaseFile)); err != nil {
 		return err
 	}
 	for _, sc := range r.spec.GetSidecars() {

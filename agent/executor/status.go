@@ -144,6 +144,14 @@ func (r *run) composeStatus(ctx context.Context, why outcome, exitRec *runlog.Ex
 		// 125), and the code is the runner's, not the task's.
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason}
 	}
+	if exitRec != nil && exitRec.Fenced {
+		reason := "fenced: the task's runner stopped it because the agent's lease on it ran out " +
+			"(the agent hung, or reached no coordinator replica, for as long as the control plane takes to declare the node offline); " +
+			"the task has retry_on_node_loss, so the control plane runs it again elsewhere"
+		r.note("%s", reason)
+		// No exit code: the node failed, not the task.
+		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason}
+	}
 	if code == nil {
 		if waitMsg == "" {
 			waitMsg = "no exit status was recorded"

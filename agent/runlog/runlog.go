@@ -96,6 +96,11 @@ type Exit struct {
 	// DiskFull reports that the runner stopped the command because the
 	// log had no room for its output for longer than it was told to wait.
 	DiskFull bool `json:"disk_full,omitempty"`
+	// Fenced reports that the runner stopped the command because the
+	// agent's lease on it ran out (see the lease file): the agent had not
+	// heard from the control plane, or not been heard from, for as long
+	// as the control plane takes to run the attempt again elsewhere.
+	Fenced bool `json:"fenced,omitempty"`
 	// CPUMicros is the CPU time of everything in the container's cgroup,
 	// in microseconds, and PeakMemory its highest memory use in bytes, as
 	// the runner read them just before writing this record (see

@@ -39,6 +39,12 @@ const drainWait = 10 * time.Second
 // four times a second costs nothing; a fork bomb is stopped within it.
 const pidsCheck = 250 * time.Millisecond
 
+// leaseCheck is how often the runner reads the agent's lease file: fencing
+// must stop the command within a fraction of the lead the agent leaves
+// before the control plane's offline threshold, and reading 20 bytes ten
+// times a second costs nothing.
+const leaseCheck = 100 * time.Millisecond
+
 // writeRetry is how long the runner keeps retrying a failed write of the exit
 // record (a full disk, say) before it gives up and exits anyway.
 const writeRetry = 10 * time.Second
@@ -54,6 +60,8 @@ func runCommand(args []string, stderr io.Writer) int {
 	backlog := fs.Int64("backlog", 0, "with --progress, stop copying output while more than this many `BYTES` of the log are unread (0: never)")
 	diskFullAfter := fs.Duration("disk-full-after", 0, "stop the command when its output could not be written to the log "+
 		"for want of room for this `DURATION`, and exit with 124 (0: wait for room as long as it takes)")
+	leasePath := fs.String("lease", "", "the agent's lease `FILE` (package runlog): once the moment it holds has passed, "+
+		"stop the command (SIGTERM, SIGKILL after the grace it holds) and record it as fenced")
 	secretsTo := fs.String("secrets-stdin", "", "read the task's file secrets (JSON, from the agent) from stdin until it closes, "+
 		"and write each into `DIR` with mode 0400 before the command starts")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +97,17 @@ func runCommand(args []string, stderr io.Writer) int {
 		} else {
 			defer p.Close()
 			s.progress, s.backlog = p, *backlog
+		}
+	}
+	if *leasePath != "" {
+		l, err := os.Open(*leasePath)
+		if err != nil {
+			// Without it the runner cannot fence; the agent still does
+			// whenever it is there to.
+			fmt.Fprintf(stderr, "podium-runner: cannot open the lease file: %v; the task is not fenced by its runner\n", err)
+		} else {
+			defer l.Close()
+			s.lease = l
 		}
 	}
 	if *secretsTo != "" {
@@ -162,6 +181,11 @@ type supervisor struct {
 	backlog  int64
 	// held counts the copiers waiting for the agent to read.
 	held atomic.Int32
+
+	// lease is the agent's lease file (nil: none); fenced is set once the
+	// runner stopped the command because the lease ran out.
+	lease  *os.File
+	fenced atomic.Bool
 }
 
 // run starts argv, supervises it and returns how it ended, after writing that
@@ -222,6 +246,10 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 		stopWatch := s.watchPids(pid)
 		defer stopWatch()
 	}
+	if s.lease != nil {
+		stopLease := s.watchLease(pid)
+		defer stopLease()
+	}
 
 	var ws syscall.WaitStatus
 	for exited := false; !exited; {
@@ -278,6 +306,7 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 		// Last: everything else in the container is dead and reaped.
 		e.CPUMicros, e.PeakMemory = ownUsage()
 	}
+	e.Fenced = s.fenced.Load()
 	if s.diskFull.Load() {
 		// The exit code (ExitDiskFull) says it if the record cannot be
 		// written, which is likely: one try, no waiting for room.
@@ -323,6 +352,55 @@ func (s *supervisor) watchPids(pid int) (stop func()) {
 			// container, whatever process group it made for itself.
 			_ = syscall.Kill(-1, syscall.SIGKILL)
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// watchLease fences the command once the agent's lease on it runs out: the
+// agent moves the lease on each time a coordinator replica answers it, so a
+// lease that runs out means the agent either reached no replica or could not
+// act (a hung process) for as long as the control plane takes to declare the
+// node offline and run the attempt again elsewhere. The command gets SIGTERM
+// and the lease's grace, then everything in the container is killed, and the
+// output still held back for the agent is given up: the attempt's output no
+// longer counts, and an agent that does not read must not keep the container
+// alive. The returned function stops the watch.
+func (s *supervisor) watchLease(pid int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(leaseCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			// A torn or unreadable lease is read again at the next tick:
+			// only a whole one that has run out fences.
+			l, err := runlog.ReadLease(s.lease)
+			if err != nil || l.FenceAt.IsZero() || time.Now().Before(l.FenceAt) {
+				continue
+			}
+			s.fenced.Store(true)
+			fmt.Fprintf(s.stderr, "podium-runner: the agent's lease on this task ran out at %s; stopping the command "+
+				"(the control plane runs the task again elsewhere)\n", l.FenceAt.UTC().Format(time.RFC3339Nano))
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+			select {
+			case <-done:
+				return
+			case <-time.After(l.Grace):
+			}
+			if os.Getpid() == 1 {
+				_ = syscall.Kill(-1, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			s.stopOnce.Do(func() { close(s.stop) })
 			return
 		}
 	}()

@@ -43,6 +43,10 @@ const (
 	// ProgressPath is where the agent's progress file for that log is
 	// mounted, read-only (package runlog).
 	ProgressPath = Dir + "/log/progress"
+	// LeasePath is where the agent's lease file for the task is mounted,
+	// read-only (package runlog): when it runs out, the runner fences the
+	// task.
+	LeasePath = Dir + "/log/lease"
 )
 
 // Exit codes of the runner itself, when it cannot run the command at all.
@@ -65,6 +69,7 @@ const usage = `podium-runner is PID 1 of every Podium task container.
 Usage:
   podium-runner run [--log FILE] [--path-append DIR] [--output-limit BYTES]
                     [--progress FILE --backlog BYTES] [--disk-full-after DURATION]
+                    [--lease FILE]
                     -- COMMAND [ARG]...
   podium-runner ask [--inbox DIR] [--timeout DURATION]
   podium-runner artifact add PATH [--name NAME]
@@ -77,7 +82,10 @@ run    runs COMMAND, writing its output and exit status to the runner log FILE
        holds the output back, and so the command, while more than --backlog
        bytes of the log are unread by the agent. With --disk-full-after it
        stops the command, and exits with 124, once the log has had no room
-       for its output for that long.
+       for its output for that long. With --lease it stops the command
+       (SIGTERM, then SIGKILL after the lease's grace) once the moment the
+       agent's lease file holds has passed: the agent, hung or cut off, can
+       no longer fence the task itself.
 ask    prints the next unread message sent to this task with "podium task
        send" and exits; it waits for one if there is none yet. Messages are
        read in the order they were sent, each once.

@@ -350,3 +350,67 @@ func TestDiskFullStopsTheCommand(t *testing.T) {
 		t.Fatalf("an exit record without DiskFull: %+v", exit)
 	}
 }
+
+// With --lease the runner fences the command once the moment the agent's
+// lease holds has passed: SIGTERM first, then, after the lease's grace, every
+// process of the command killed — here the command ignores SIGTERM, so only
+// the SIGKILL ends it — and the exit record says it was fenced. While the
+// agent keeps moving the lease on, the command runs; a lease that never
+// fences (zero) is the default.
+func TestLeaseRunningOutFencesTheCommand(t *testing.T) {
+	t.Parallel()
+	lease := filepath.Join(t.TempDir(), "lease")
+	if err := runlog.CreateLease(lease); err != nil {
+		t.Fatal(err)
+	}
+	cmd, log := runLimited(t, []string{"--lease", lease}, `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.05; done`)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	waitLog(t, log, "ready\n")
+
+	// The agent renews: each lease is a little ahead, and the runner must
+	// still be running after several have come and gone.
+	renewals := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); renewals++ {
+		if err := runlog.WriteLease(lease, runlog.Lease{FenceAt: time.Now().Add(300 * time.Millisecond), Grace: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the runner ended after %d renewals of its lease; a renewed lease must not fence", renewals)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// The agent stops renewing (hung): the lease runs out.
+	ranOut := time.Now().Add(200 * time.Millisecond)
+	if err := runlog.WriteLease(lease, runlog.Lease{FenceAt: ranOut, Grace: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Closed(t, 30*time.Second, "the runner to fence its command once the lease ran out", exited)
+	out, _, exit := logOf(t, log)
+	if !strings.Contains(out, "got TERM") {
+		t.Errorf("the command's stdout %q does not show the SIGTERM that fencing sends first", out)
+	}
+	if exit == nil || !exit.Fenced || exit.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("exit record %+v; want fenced, killed by SIGKILL after ignoring SIGTERM", exit)
+	}
+	if exit.Time.Before(ranOut.Add(500 * time.Millisecond)) {
+		t.Errorf("the command ended at %s, before the lease (%s) and its grace (500ms) had passed", exit.Time, ranOut)
+	}
+}
+
+// A lease that never fences (as the agent writes it for a task the control
+// plane would not run again elsewhere) leaves the command to its own end.
+func TestLeaseThatNeverFencesLeavesTheCommand(t *testing.T) {
+	t.Parallel()
+	lease := filepath.Join(t.TempDir(), "lease")
+	if err := runlog.CreateLease(lease); err != nil {
+		t.Fatal(err)
+	}
+	cmd, log := runLimited(t, []string{"--lease", lease}, `sleep 0.5; echo done; exit 3`)
+	_ = cmd.Wait()
+	out, _, exit := logOf(t, log)
+	if out != "done\n" || exit == nil || exit.Code != 3 || exit.Fenced {
+		t.Fatalf("stdout %q, exit record %+v; want the command's own end, exit 3, not fenced", out, exit)
+	}
+}

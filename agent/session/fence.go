@@ -26,11 +26,50 @@ func requeuable(a *podiumv1.Assign) bool {
 	return a.GetSpec().GetRetryOnNodeLoss() && a.GetAttempt() < max(a.GetSpec().GetMaxAttempts(), 1)
 }
 
-// track remembers an attempt this node runs, and whether fencing stops it.
+// track remembers an attempt this node runs, and whether fencing stops it,
+// and hands a fenceable one's runner its lease at once.
 func (s *Session) track(a *podiumv1.Assign) {
 	s.fmu.Lock()
-	defer s.fmu.Unlock()
 	s.runs[attempt.Of(a)] = requeuable(a)
+	s.fmu.Unlock()
+	s.renewLeases()
+}
+
+// leaseStep is how far the fence must have moved before a lease is
+// rewritten: a lease a little behind only fences a cut-off node that much
+// sooner, and a node with many tasks and a busy stream does not rewrite
+// every lease on every answer.
+const leaseStep = 500 * time.Millisecond
+
+// renewLeases tells the runner of each attempt fencing would stop when this
+// node would stop it: the offline threshold less the lead, counted from the
+// last answer of a replica. An agent that stops acting — a hung process, a
+// machine too loaded to schedule it — stops renewing, and the runner, PID 1
+// of the task's container, fences the attempt itself at that moment, so that
+// it never runs beside the attempt the control plane starts elsewhere.
+// Nothing is leased before a coordinator has said its thresholds, nor in a
+// silence already acted on.
+func (s *Session) renewLeases() {
+	lead := s.fenceLead()
+	s.fmu.Lock()
+	offline, last := s.offlineAfter, s.lastReached
+	if offline <= 0 || last.IsZero() || !s.fencedAt.IsZero() {
+		s.fmu.Unlock()
+		return
+	}
+	at := last.Add(offline - lead)
+	var due []attempt.Key
+	for key, fenceable := range s.runs {
+		if fenceable && at.Sub(s.leased[key]) >= leaseStep {
+			s.leased[key] = at
+			due = append(due, key)
+		}
+	}
+	s.fmu.Unlock()
+	grace := max(lead/2, time.Millisecond)
+	for _, key := range due {
+		s.cfg.Runner.Lease(key.TaskID, key.Attempt, at, grace)
+	}
 }
 
 // reached records that a replica answered: any message on a stream is proof
@@ -70,7 +109,8 @@ func (s *Session) fenceLead() time.Duration {
 	return min(lead, offline/4)
 }
 
-// runFencing checks the silence until ctx ends.
+// runFencing checks the silence, and renews the runners' leases, until ctx
+// ends.
 func (s *Session) runFencing(ctx context.Context) {
 	t := time.NewTicker(fenceCheck)
 	defer t.Stop()
@@ -80,6 +120,7 @@ func (s *Session) runFencing(ctx context.Context) {
 			return
 		case <-t.C:
 			s.fenceIfCutOff()
+			s.renewLeases()
 		}
 	}
 }
@@ -91,6 +132,11 @@ func (s *Session) fenceIfCutOff() {
 	for key := range s.runs {
 		if s.out.ended(key) {
 			delete(s.runs, key) // it ran to its end: nothing to fence
+		}
+	}
+	for key := range s.leased {
+		if _, ok := s.runs[key]; !ok {
+			delete(s.leased, key)
 		}
 	}
 	offline, last := s.offlineAfter, s.lastReached

@@ -228,3 +228,44 @@ func TestHelloCountsAFencedAttemptStillStopping(t *testing.T) {
 		return hb.GetRunningTasks() == 0 && hb.GetFreeSlots() == 1
 	})
 }
+
+// lease is the fence the test runner's attempt was last told (zero: none).
+func (r *runner) lease(task string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leases[attempt.Key{TaskID: task, Attempt: 1}]
+}
+
+// The node hands the runner of each attempt fencing would stop a lease that
+// runs out when the node itself would fence it — the offline threshold less
+// the lead, from the last answer of a replica — and moves it on as replicas
+// answer, so that a hung agent's task is fenced by its runner at that
+// moment. An attempt the control plane would not run again elsewhere gets
+// no lease: it keeps running for adoption, whatever becomes of the agent.
+func TestLeasesFollowTheLastAnswer(t *testing.T) {
+	t.Parallel()
+	r := newRunner()
+	f := start(t, r, 2, nil)
+	cn := fencingStream(t, f)
+	cn.push(assignSpec("kept", &podiumv1.TaskSpec{Image: "img"}))
+	cn.events(t, 2)
+
+	wait.For(t, patience, "the requeued task's runner to be given a lease", func() bool { return !r.lease("requeued").IsZero() })
+	first := r.lease("requeued")
+	if until := time.Until(first); until <= 0 || until > 1500*time.Millisecond {
+		t.Fatalf("the first lease runs out in %s; want within the offline threshold of 1.5 s", until)
+	}
+	// Answered heartbeats move it on: past where the first one ran out.
+	for answered := 0; answered < 30 && !r.lease("requeued").After(first.Add(time.Second)); {
+		if cn.read(t).GetHeartbeat() != nil {
+			cn.push(heartbeatAck)
+			answered++
+		}
+	}
+	if moved := r.lease("requeued"); !moved.After(first.Add(time.Second)) {
+		t.Fatalf("after 30 answered heartbeats (3 s) the lease runs out at %s, the first at %s; want it moved on with the answers", moved, first)
+	}
+	if !r.lease("kept").IsZero() {
+		t.Fatalf("the task without retry_on_node_loss was given a lease (%s); it must never be fenced", r.lease("kept"))
+	}
+}

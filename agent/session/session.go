@@ -98,7 +98,7 @@ var ErrDrained = errors.New("session: the node is drained")
 
 // Runner is what the session needs from whatever runs tasks: in the agent,
 // *executor.Executor, handed over by package agent. It is declared here, by
-// the side that uses it, so that the session depends on these four calls and
+// the side that uses it, so that the session depends on these calls and
 // not on Docker.
 type Runner interface {
 	// Start runs an assigned attempt on ctx and reports through emit; the
@@ -113,6 +113,10 @@ type Runner interface {
 	// It is called off the receive loop, one call at a time, and waited for
 	// at most Config.InjectTimeout (see deliveries).
 	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
+	// Lease moves the moment at which an attempt's runner stops it on
+	// its own, with the grace the command then gets (zero: never): the
+	// fence of a node whose agent cannot act (fence.go).
+	Lease(taskID string, attempt int32, fenceAt time.Time, grace time.Duration)
 	// Running is how many attempts hold a slot.
 	Running() int
 	// Adopted hands an attempt the coordinator keeps on this node after a
@@ -244,6 +248,8 @@ type Session struct {
 	// runs are the attempts this node was given to run, and whether the
 	// control plane requeues each when it loses the node.
 	runs map[attempt.Key]bool
+	// leased is the fence each fenceable attempt's runner was last told.
+	leased map[attempt.Key]time.Time
 	// lastReached is when a replica last answered; fencedAt is when the
 	// current silence was acted on (zero: not yet).
 	lastReached, fencedAt time.Time
@@ -292,6 +298,7 @@ func New(cfg Config) (*Session, error) {
 		kick:      make(chan struct{}, 1),
 		taskCtx:   context.Background(),
 		runs:      make(map[attempt.Key]bool),
+		leased:    make(map[attempt.Key]time.Time),
 		restream:  make(chan struct{}, 1),
 	}
 	var attempts []*spool.Attempt

@@ -220,6 +220,7 @@ type runner struct {
 	cancels chan string
 	injects chan string
 	adopted map[attempt.Key][]*podiumv1.SecretValue
+	leases  map[attempt.Key]time.Time
 }
 
 func (r *runner) Adopted(taskID string, n int32, secrets []*podiumv1.SecretValue) {
@@ -229,6 +230,16 @@ func (r *runner) Adopted(taskID string, n int32, secrets []*podiumv1.SecretValue
 		r.adopted = make(map[attempt.Key][]*podiumv1.SecretValue)
 	}
 	r.adopted[attempt.Key{TaskID: taskID, Attempt: n}] = secrets
+}
+
+// Lease records the fence each attempt's runner was told last.
+func (r *runner) Lease(taskID string, n int32, fenceAt time.Time, grace time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leases == nil {
+		r.leases = make(map[attempt.Key]time.Time)
+	}
+	r.leases[attempt.Key{TaskID: taskID, Attempt: n}] = fenceAt
 }
 
 func newRunner() *runner {

@@ -288,6 +288,9 @@ func (r *runner) Running() int {
 
 func (r *runner) Adopted(string, int32, []*podiumv1.SecretValue) {}
 
+// Lease does nothing: a simulated task has no runner to fence it.
+func (r *runner) Lease(string, int32, time.Time, time.Duration) {}
+
 // output is what the task wrote, for comparison with what was stored.
 func (t *taskRun) output() []byte {
 	t.mu.Lock()

@@ -510,6 +510,30 @@ func (a *Agent) end(kill bool) {
 	a.p = nil
 }
 
+// Freeze stops the agent process (SIGSTOP), as a hung process is: its
+// connections stay open and nothing it runs is told. Thaw resumes it; a test
+// that froze an agent thaws it when it ends, so that Stop can reach it.
+func (a *Agent) Freeze() {
+	a.t.Helper()
+	a.signal(syscall.SIGSTOP, "SIGSTOP (freeze)")
+	a.t.Cleanup(a.Thaw)
+}
+
+// Thaw resumes a frozen agent (SIGCONT); resuming one that runs is harmless.
+func (a *Agent) Thaw() { a.signal(syscall.SIGCONT, "SIGCONT (thaw)") }
+
+func (a *Agent) signal(sig syscall.Signal, what string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.p == nil {
+		return
+	}
+	fmt.Fprintf(a.log, "=== harness: %s agent\n", what)
+	if err := a.p.cmd.Process.Signal(sig); err != nil {
+		a.t.Errorf("%s agent %s: %v", what, a.Node, err)
+	}
+}
+
 // Restart stops the agent gracefully and starts it again.
 func (a *Agent) Restart() {
 	a.t.Helper()

@@ -383,3 +383,66 @@ func TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo(t *testing.T) {
 	NothingLeft(t, a.Node)
 	checkNeverTwoCopies(t, life, id, "1", "2")
 }
+
+// TestFrozenAgentPastOfflineNeverRunsTwoCopies freezes node A's agent
+// (SIGSTOP, a hung process: its connection stays open, nothing it runs is
+// told) for longer than the offline threshold while A runs a task with
+// retry_on_node_loss and max_attempts 2, with a second node B online. The
+// control plane gives A up and runs the task again on B. A frozen agent
+// cannot fence anything itself, so the task's runner, PID 1 of its
+// container, does: the agent renews a lease the runner reads, and once the
+// lease runs out — at the moment the agent would have fenced — the runner
+// stops the command and the container ends. By the engine's own start/die
+// record the two attempts never ran at once (checkNeverTwoCopies). When the
+// agent is thawed A is online again, the task ends as attempt 2 of 2 with
+// the task's own exit code, and attempt 2's stored output is byte-exact
+// (checkAttemptsOutput).
+func TestFrozenAgentPastOfflineNeverRunsTwoCopies(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.NewCluster(t)
+	db := pgtest.NewDatabaseIn(t, pg)
+	r := StartReplica(t, db.URL, pastOffline...)
+	a := EnrollAgent(t, r, r.URL())
+	a.Start()
+	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+
+	// Long enough that, unfenced, attempt 1 would still run when attempt 2 starts.
+	w := Workload{Lines: 60, Every: 500 * time.Millisecond, Code: 6}
+	life := watchCopies(t)
+	run := StartRun(t, []string{r.URL()}, append([]string{"--spec", retrySpec(t)}, w.Args(t)...)...)
+	id := run.TaskID(t)
+	run.WaitStdout(t, w.Line(2))
+	if tk := r.Task(t, id); tk.NodeId != a.Node {
+		t.Fatalf("the task runs on %s, want node A (%s), the only node so far", tk.NodeId, a.Node)
+	}
+	b := EnrollAgent(t, r, r.URL())
+	b.Start()
+	r.WaitNode(t, b.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+
+	a.Freeze()
+	wait.For(t, 60*time.Second, "the task to run again as attempt 2 on node B", func() bool {
+		tk := r.Task(t, id)
+		return tk.Attempt == 2 && tk.NodeId == b.Node && tk.State == podiumv1.TaskState_TASK_STATE_RUNNING
+	})
+	life.WaitDied(t, "attempt 1's container, stopped by its runner while the agent is frozen", func(l map[string]string) bool {
+		return l["podium.task"] == id && l["podium.attempt"] == "1"
+	})
+	a.Thaw()
+	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+
+	if code := run.Wait(t); code != w.Code {
+		t.Errorf("podium run exited %d, want the task's own %d; stderr:\n%s", code, w.Code, run.Stderr())
+	}
+	tk := r.Task(t, id)
+	if tk.State != podiumv1.TaskState_TASK_STATE_FAILED || tk.GetExitCode() != int32(w.Code) || tk.Attempt != 2 {
+		t.Errorf("the task ended %s (%q) as attempt %d with code %v, want failed with its own %d as attempt 2 of 2",
+			tk.State, tk.Reason, tk.Attempt, tk.ExitCode, w.Code)
+	}
+	if n := attemptRows(t, db.URL, id); n != 2 {
+		t.Errorf("podium.attempts holds %d rows for the task, want 2", n)
+	}
+	w.checkAttemptsOutput(t, r, run, id, 2)
+	NothingLeft(t, a.Node)
+	NothingLeft(t, b.Node)
+	checkNeverTwoCopies(t, life, id, "1", "2")
+}
