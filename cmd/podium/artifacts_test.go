@@ -149,7 +149,7 @@ func TestArtifactsList(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "artifacts", "task_01NOPE"); code != exitPodium || cli.errOut.String() != "podium: no task task_01NOPE\n" {
+	if code := cli.run(t, "artifacts", "task_01NOPE"); code != exitUsage || cli.errOut.String() != "podium: no task task_01NOPE\n" {
 		t.Errorf("unknown task: exit %d, stderr %q", code, cli.errOut)
 	}
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
@@ -285,7 +285,7 @@ func TestArtifactGetFailures(t *testing.T) {
 	// Not there: the coordinator's sentence, which says how to see what is.
 	f.artifactsFault = ""
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "artifact", "get", "task_01TEST", "nope.txt"); code != exitPodium ||
+	if code := cli.run(t, "artifact", "get", "task_01TEST", "nope.txt"); code != exitUsage ||
 		!strings.Contains(cli.errOut.String(), "task task_01TEST has no artifact \"nope.txt\" (see `podium artifacts task_01TEST`)") {
 		t.Errorf("missing: exit %d, stderr %q", code, cli.errOut)
 	}

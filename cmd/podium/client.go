@@ -453,9 +453,19 @@ func (c *cli) tokenFor() string {
 }
 
 // failed reports an error from a call to the coordinator and returns the exit
-// code for it.
+// code for it: 2 when what the command named does not exist (a mistyped ID
+// is the caller's mistake, like any other bad argument), 125 otherwise.
 func (c *cli) failed(cl *client, err error, notFound string) int {
 	fmt.Fprintf(c.stderr, "podium: %s\n", cl.describe(err, notFound))
+	return exitUsageIfNotFound(err)
+}
+
+// exitUsageIfNotFound is the exit code of a command whose call failed with
+// err: 2 when what it named does not exist, 125 otherwise.
+func exitUsageIfNotFound(err error) int {
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return exitUsage
+	}
 	return exitPodium
 }
 

@@ -23,8 +23,9 @@
 //
 // Every other command exits 0 on success, 125 when the coordinator could not
 // be reached or refused the request, and 2 on a usage error (unknown command
-// or flag, missing argument), the convention of the flag package and most Unix
-// tools. run uses 125 for usage errors too, so that 1-124 always come from the
+// or flag, missing argument, or a task, node, person, secret or schedule
+// named that does not exist), the convention of the flag package and most
+// Unix tools. run uses 125 for usage errors too, so that 1-124 always come from the
 // task. "podium logs" exits 0 once it has printed the output, whatever the
 // task's exit code was: it reports on the command, not on the task (use
 // "podium task get" or "podium run" for the task's code). "podium artifact
@@ -494,7 +495,8 @@ Global flags (before or after the command):
 Exit codes: podium run exits with the task's exit code, 128+N if it was killed
 by signal N, 130 if it was cancelled or interrupted, and 125 if podium failed
 or the task could not run. Other commands exit 0, 125 when podium failed, and
-2 on a usage error.
+2 on a usage error (a task, node or person that does not exist
+included).
 
 Run 'podium help COMMAND' for a command's flags.
 `, defaultServer)

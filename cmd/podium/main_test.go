@@ -210,8 +210,8 @@ func TestLogs(t *testing.T) {
 func TestLogsOfAnUnknownTask(t *testing.T) {
 	f := newFake(t)
 	cli := newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "logs", "task_01NOPE"); code != exitPodium {
-		t.Errorf("exit %d, want 125", code)
+	if code := cli.run(t, "logs", "task_01NOPE"); code != exitUsage {
+		t.Errorf("exit %d, want 2: a task that does not exist is the caller's mistake", code)
 	}
 	if cli.errOut.String() != "podium: no task task_01NOPE\n" {
 		t.Errorf("stderr = %q", cli.errOut)
@@ -358,8 +358,8 @@ func TestTaskGet(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "task", "get", "task_01NOPE"); code != exitPodium || cli.errOut.String() != "podium: no task task_01NOPE\n" {
-		t.Errorf("unknown task: exit %d, stderr %q", code, cli.errOut)
+	if code := cli.run(t, "task", "get", "task_01NOPE"); code != exitUsage || cli.errOut.String() != "podium: no task task_01NOPE\n" {
+		t.Errorf("unknown task: exit %d (want 2, a usage error), stderr %q", code, cli.errOut)
 	}
 }
 

@@ -101,7 +101,7 @@ func TestNodeDrainAndUndrain(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "node", "drain", "node_NOPE"); code != exitPodium || cli.errOut.String() != "podium: no node node_NOPE (podium nodes lists them)\n" {
+	if code := cli.run(t, "node", "drain", "node_NOPE"); code != exitUsage || cli.errOut.String() != "podium: no node node_NOPE (podium nodes lists them)\n" {
 		t.Errorf("unknown node: exit %d, stderr %q", code, cli.errOut)
 	}
 }
@@ -186,7 +186,7 @@ func TestNodeRm(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "node", "rm", "node_B"); code != exitPodium || cli.errOut.String() != "podium: no node node_B (podium nodes lists them)\n" {
+	if code := cli.run(t, "node", "rm", "node_B"); code != exitUsage || cli.errOut.String() != "podium: no node node_B (podium nodes lists them)\n" {
 		t.Errorf("removed twice: exit %d, stderr %q", code, cli.errOut)
 	}
 }

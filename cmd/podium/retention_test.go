@@ -90,9 +90,9 @@ func TestRetentionThroughTheCLI(t *testing.T) {
 
 	wait.For(t, 30*time.Second, "the task with retain 1h to expire", func() bool {
 		code, _, errOut := podium("task", "get", short)
-		return code == exitPodium && strings.Contains(errOut, short+" expired by retention on "+today)
+		return code == exitUsage && strings.Contains(errOut, short+" expired by retention on "+today)
 	})
-	if code, _, errOut := podium("logs", short); code != exitPodium || !strings.Contains(errOut, "expired by retention on "+today) {
+	if code, _, errOut := podium("logs", short); code != exitUsage || !strings.Contains(errOut, "expired by retention on "+today) {
 		t.Errorf("logs of the expired task: exit %d: %s", code, errOut)
 	}
 	_, err = r.Tasks().Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: short}))
@@ -110,7 +110,7 @@ func TestRetentionThroughTheCLI(t *testing.T) {
 		t.Errorf("Events of the expired task: %v; want NotFound saying it expired", err)
 	}
 	// A task that never was is still "no task".
-	if code, _, errOut := podium("task", "get", "task_01JAAAAAAAAAAAAAAAAAAAAAAA"); code != exitPodium || strings.Contains(errOut, "expired") {
+	if code, _, errOut := podium("task", "get", "task_01JAAAAAAAAAAAAAAAAAAAAAAA"); code != exitUsage || strings.Contains(errOut, "expired") {
 		t.Errorf("task get of an unknown task: exit %d: %s", code, errOut)
 	}
 
@@ -127,7 +127,7 @@ func TestRetentionThroughTheCLI(t *testing.T) {
 		code, _, errOut := podium("artifacts", withArtifact)
 		return code == 0 && strings.Contains(errOut, "the artifacts of task "+withArtifact+" expired by retention on "+today)
 	})
-	if code, _, errOut := podium("artifact", "get", "-o", "-", withArtifact, "out.txt"); code != exitPodium ||
+	if code, _, errOut := podium("artifact", "get", "-o", "-", withArtifact, "out.txt"); code != exitUsage ||
 		!strings.Contains(errOut, "the artifacts of "+withArtifact+" expired by retention on "+today) {
 		t.Errorf("artifact get of an expired artifact: exit %d: %s", code, errOut)
 	}

@@ -106,7 +106,7 @@ func TestSecretCommandsOnARealCoordinator(t *testing.T) {
 	if code, _, errOut := podium("", "secret", "rm", "deploy-key"); code != 0 || !strings.Contains(errOut, "secret deploy-key deleted") {
 		t.Fatalf("secret rm: exit %d:\n%s", code, errOut)
 	}
-	if code, _, errOut := podium("", "secret", "rm", "deploy-key"); code != exitPodium || !strings.Contains(errOut, "no secret named deploy-key") {
+	if code, _, errOut := podium("", "secret", "rm", "deploy-key"); code != exitUsage || !strings.Contains(errOut, "no secret named deploy-key") {
 		t.Fatalf("secret rm twice: exit %d:\n%s", code, errOut)
 	}
 	if code, out, _ := podium("", "secret", "ls"); code != 0 || strings.Contains(out, "deploy-key") {
@@ -184,7 +184,7 @@ func TestSecretGrantCommandsOnARealCoordinator(t *testing.T) {
 		{[]string{"secret", "revoke"}, exitUsage, "want the secret's NAME"},
 		{[]string{"secret", "grant", "Deploy", "bob"}, exitUsage, "lower-case"},
 		{[]string{"secret", "grant", "deploy-key", "role:viewer"}, exitPodium, "viewers cannot submit"},
-		{[]string{"secret", "grant", "nope", "bob"}, exitPodium, "no secret named nope"},
+		{[]string{"secret", "grant", "nope", "bob"}, exitUsage, "no secret named nope"},
 		{[]string{"secret", "revoke", "deploy-key", "carol"}, exitPodium, "not granted to carol"},
 	} {
 		if code, _, errOut := admin("", c.args...); code != c.code || !strings.Contains(errOut, c.says) {

@@ -107,7 +107,7 @@ func TestTaskSendRefused(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "task", "send", "task_01NOPE", "hi"); code != exitPodium || cli.errOut.String() != "podium: no task task_01NOPE\n" {
+	if code := cli.run(t, "task", "send", "task_01NOPE", "hi"); code != exitUsage || cli.errOut.String() != "podium: no task task_01NOPE\n" {
 		t.Errorf("unknown task: exit %d, stderr %q", code, cli.errOut)
 	}
 

@@ -103,7 +103,10 @@ func runWait(ctx context.Context, c *cli, cmd *command, args []string) int {
 			return e.tasks.Get(ctx, connect.NewRequest(&podiumv1.GetRequest{Id: id}))
 		})
 		if err != nil {
-			return c.failed(cl, err, fmt.Sprintf("no task %s; nothing was waited for", id))
+			// 125 even for a task that does not exist: wait's other codes
+			// are the tasks' own, and 2 may be one of them.
+			fmt.Fprintf(c.stderr, "podium: %s\n", cl.describe(err, fmt.Sprintf("no task %s; nothing was waited for", id)))
+			return exitPodium
 		}
 		tasks[i] = resp.Msg.GetTask()
 	}

@@ -69,7 +69,7 @@ func TestNodeRekey(t *testing.T) {
 	}
 
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
-	if code := cli.run(t, "node", "rekey", "node_Z"); code != exitPodium || !strings.Contains(cli.errOut.String(), "no node node_Z") {
+	if code := cli.run(t, "node", "rekey", "node_Z"); code != exitUsage || !strings.Contains(cli.errOut.String(), "no node node_Z") {
 		t.Errorf("unknown node: exit %d, stderr %q", code, cli.errOut)
 	}
 	cli = newTestCLI(map[string]string{"PODIUM_SERVER": f.url()})
