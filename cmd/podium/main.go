@@ -171,6 +171,7 @@ func init() {
 		userAddCommand,
 		userLsCommand,
 		userRmCommand,
+		userRotateTokenCommand,
 		userSetRoleCommand,
 		userSetWeightCommand,
 		userSetGroupsCommand,

@@ -29,9 +29,9 @@ to; a member may submit only to their own groups, an admin to any. Change
 them later with "podium user set-groups".
 Prints only the token on stdout: give it to the person, who uses it as
 PODIUM_TOKEN (or stores it with "podium login"). The coordinator keeps only
-its SHA-256, so it cannot be shown again; to replace a lost token, remove the
-user and add them again. On a tailnet the token is not needed: the login is
-what names them.`,
+its SHA-256, so it cannot be shown again; to replace a lost or leaked token,
+"podium user rotate-token NAME". On a tailnet the token is not needed: the
+login is what names them.`,
 	usageExit: exitUsage,
 	run:       runUserAdd,
 }
@@ -50,6 +50,21 @@ var userRmCommand = &command{
 	summary:   "Remove a person; their token stops working at once (admin only).",
 	usageExit: exitUsage,
 	run:       runUserRm,
+}
+
+var userRotateTokenCommand = &command{
+	name:     "user rotate-token",
+	synopsis: "[NAME]",
+	summary:  "Replace your personal API token, or (admin) another person's; the old one stops working.",
+	detail: `
+Without NAME it replaces your own token: anyone may, at once, when a token
+may have leaked. With NAME an admin replaces that person's. Prints only the
+new token on stdout, once; the old one stops working with the next call,
+console sessions signed in with it included. When you rotate your own token
+and podium was using the one "podium login" stored, the stored one is
+replaced too.`,
+	usageExit: exitUsage,
+	run:       runUserRotateToken,
 }
 
 var userSetRoleCommand = &command{
@@ -166,6 +181,49 @@ func runUserLs(ctx context.Context, c *cli, cmd *command, args []string) int {
 		return []string{u.GetName(), u.GetRole(), strconv.Itoa(int(max(u.GetWeight(), 1))), dash(strings.Join(u.GetGroups(), ",")),
 			age(u.GetCreatedAt(), now), dash(u.GetCreatedBy())}
 	})
+}
+
+func runUserRotateToken(ctx context.Context, c *cli, cmd *command, args []string) int {
+	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+	rest, done, code := c.parseFlags(cmd, fs, args)
+	if done {
+		return code
+	}
+	if len(rest) > 1 {
+		return c.usageFailure(cmd, fs, fmt.Errorf("want at most one NAME, got %d arguments", len(rest)))
+	}
+	name := ""
+	if len(rest) == 1 {
+		name = rest[0]
+	}
+	cl, code, ok := c.dial(cmd)
+	if !ok {
+		return code
+	}
+	// Whether this call presents the token podium login stored: if it
+	// rotates that very token, the stored copy must follow.
+	stored := c.token == "" && c.file.Token != "" && c.server == c.file.Server
+	resp, err := unary(ctx, cl, func(ctx context.Context, e *endpoint) (*connect.Response[podiumv1.RotateUserTokenResponse], error) {
+		return e.admin.RotateUserToken(ctx, connect.NewRequest(&podiumv1.RotateUserTokenRequest{Name: name}))
+	})
+	if err != nil {
+		return c.failed(cl, err, "")
+	}
+	u := resp.Msg.GetUser()
+	fmt.Fprintln(c.stdout, resp.Msg.GetToken())
+	fmt.Fprintf(c.stderr, "→ %s has a new token, shown once above; the old one no longer works\n", u.GetName())
+	if stored && name == "" {
+		fc := c.file
+		fc.Token = resp.Msg.GetToken()
+		path := c.configPath()
+		if err := writeConfig(path, fc); err != nil {
+			fmt.Fprintf(c.stderr, "podium: the token podium login stored is now the old one, and replacing it failed: %v; "+
+				"store the new one with podium login\n", err)
+			return exitPodium
+		}
+		fmt.Fprintf(c.stderr, "→ the new token replaced the one stored in %s\n", path)
+	}
+	return exitOK
 }
 
 func runUserRm(ctx context.Context, c *cli, cmd *command, args []string) int {

@@ -96,6 +96,10 @@ var Needs = map[string]Role{
 	// only admins see (tailnet devices, replicas, who set a label).
 	podiumv1connect.AdminServiceListNodesProcedure: Viewer,
 
+	// Everyone rotates their own token; the service checks that only an
+	// admin names another person.
+	podiumv1connect.AdminServiceRotateUserTokenProcedure: Viewer,
+
 	podiumv1connect.AdminServiceCreateEnrollmentTokenProcedure: Admin,
 	podiumv1connect.AdminServiceDrainNodeProcedure:             Admin,
 	podiumv1connect.AdminServiceSetNodeSlotsProcedure:          Admin,

@@ -38,12 +38,49 @@ func (s *Service) AddUser(ctx context.Context, req *connect.Request[podiumv1.Add
 	switch {
 	case errors.Is(err, store.ErrExists):
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf(
-			"user %s exists: change their role with `podium user set-role %s ROLE`, or remove them and add them again for a new token", name, name))
+			"user %s exists: change their role with `podium user set-role %s ROLE`, or give them a new token with `podium user rotate-token %s`", name, name, name))
 	case err != nil:
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	s.log.Info("user added", "user", name, "role", role, "by", by)
 	return connect.NewResponse(&podiumv1.AddUserResponse{User: userProto(u), Token: token}), nil
+}
+
+// RotateUserToken gives a person a new personal API token, returned once,
+// and ends the old one. Anyone may rotate their own token (a leaked token is
+// its holder's to replace at once, without waiting for an admin); only an
+// admin may rotate another person's, which is checked here, where the name
+// is known.
+func (s *Service) RotateUserToken(ctx context.Context, req *connect.Request[podiumv1.RotateUserTokenRequest]) (*connect.Response[podiumv1.RotateUserTokenResponse], error) {
+	self := caller(ctx)
+	name := req.Msg.GetName()
+	if name == "" {
+		name = self
+	}
+	if err := access.CheckName(name); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if name != self && !access.IsAdmin(ctx) {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"you may rotate only your own token (podium user rotate-token, without a NAME); ask an admin to rotate %s's", name))
+	}
+	if err := access.Reserved(name); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"%s is the coordinator's bootstrap token (--token), not a person's: replace it by restarting the coordinator with a new one", name))
+	}
+	token, hash := newUserToken()
+	u, err := s.store.SetUserToken(ctx, name, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && name == self:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf(
+			"you (%s) have no personal token to rotate: the tailnet names you, or an admin has not added you with `podium user add`", name))
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no user %s (podium user ls lists them)", name))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	s.log.Info("user token rotated", "user", name, "by", self)
+	return connect.NewResponse(&podiumv1.RotateUserTokenResponse{User: userProto(u), Token: token}), nil
 }
 
 // ListUsers lists every person the coordinator knows, never their tokens.

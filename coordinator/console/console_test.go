@@ -278,6 +278,18 @@ func TestLoginGoodAndBad(t *testing.T) {
 	if res, _ := get(t, bob, e.srv.URL, "/console/"); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("a removed user's session: %s, want 303 to the login page", res.Status)
 	}
+	// So does rotating a user's token: the session was signed in with the
+	// old one (podium user rotate-token).
+	alice := e.as("alice")
+	if res, _ := get(t, alice, e.srv.URL, "/console/"); res.StatusCode != http.StatusOK {
+		t.Fatalf("alice's session before her token is rotated: %s", res.Status)
+	}
+	if _, err := e.st.SetUserToken(context.Background(), "alice", []byte("a new token's hash, 32 bytes...!")); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := get(t, alice, e.srv.URL, "/console/"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a session signed in with a rotated token: %s, want 303 to the login page", res.Status)
+	}
 }
 
 // Over TLS the session cookie is Secure.

@@ -69,6 +69,23 @@ func (s *Store) AddUser(ctx context.Context, name, role string, tokenHash []byte
 	return u, err
 }
 
+// SetUserToken replaces the SHA-256 of a user's personal token: the old
+// token stops working with the next call; ErrNotFound when there is no such
+// user.
+func (s *Store) SetUserToken(ctx context.Context, name string, tokenHash []byte) (User, error) {
+	var u User
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		u, err = scanUser(tx.QueryRow(ctx, `update podium.users set token_hash = $2 where name = $1
+			returning `+userColumns, name, tokenHash))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return u, ErrNotFound
+	}
+	return u, err
+}
+
 // ListUsers lists every user by name.
 func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 	rows, err := s.pool.Query(ctx, `select `+userColumns+` from podium.users order by name`)

@@ -1463,6 +1463,107 @@ func (x *AddUserResponse) GetToken() string {
 	return ""
 }
 
+// RotateUserTokenRequest replaces a person's personal API token.
+type RotateUserTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the person whose token is replaced; empty means the caller.
+	// Anyone may rotate their own; only an admin another person's.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateUserTokenRequest) Reset() {
+	*x = RotateUserTokenRequest{}
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateUserTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateUserTokenRequest) ProtoMessage() {}
+
+func (x *RotateUserTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateUserTokenRequest.ProtoReflect.Descriptor instead.
+func (*RotateUserTokenRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RotateUserTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RotateUserTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// token is the new token, shown exactly once; the old one stops working
+	// with the next call, console sessions signed in with it included.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateUserTokenResponse) Reset() {
+	*x = RotateUserTokenResponse{}
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateUserTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateUserTokenResponse) ProtoMessage() {}
+
+func (x *RotateUserTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateUserTokenResponse.ProtoReflect.Descriptor instead.
+func (*RotateUserTokenResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RotateUserTokenResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *RotateUserTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
 type ListUsersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1471,7 +1572,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1584,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[21]
+	mi := &file_podium_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1597,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type ListUsersResponse struct {
@@ -1508,7 +1609,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1621,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[22]
+	mi := &file_podium_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1634,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1552,7 +1653,7 @@ type RemoveUserRequest struct {
 
 func (x *RemoveUserRequest) Reset() {
 	*x = RemoveUserRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1665,7 @@ func (x *RemoveUserRequest) String() string {
 func (*RemoveUserRequest) ProtoMessage() {}
 
 func (x *RemoveUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[23]
+	mi := &file_podium_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1678,7 @@ func (x *RemoveUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUserRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUserRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveUserRequest) GetName() string {
@@ -1595,7 +1696,7 @@ type RemoveUserResponse struct {
 
 func (x *RemoveUserResponse) Reset() {
 	*x = RemoveUserResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1708,7 @@ func (x *RemoveUserResponse) String() string {
 func (*RemoveUserResponse) ProtoMessage() {}
 
 func (x *RemoveUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[24]
+	mi := &file_podium_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1721,7 @@ func (x *RemoveUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUserResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUserResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 type SetUserRoleRequest struct {
@@ -1633,7 +1734,7 @@ type SetUserRoleRequest struct {
 
 func (x *SetUserRoleRequest) Reset() {
 	*x = SetUserRoleRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1746,7 @@ func (x *SetUserRoleRequest) String() string {
 func (*SetUserRoleRequest) ProtoMessage() {}
 
 func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[25]
+	mi := &file_podium_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1759,7 @@ func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserRoleRequest.ProtoReflect.Descriptor instead.
 func (*SetUserRoleRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetUserRoleRequest) GetName() string {
@@ -1684,7 +1785,7 @@ type SetUserRoleResponse struct {
 
 func (x *SetUserRoleResponse) Reset() {
 	*x = SetUserRoleResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1797,7 @@ func (x *SetUserRoleResponse) String() string {
 func (*SetUserRoleResponse) ProtoMessage() {}
 
 func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[26]
+	mi := &file_podium_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1810,7 @@ func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserRoleResponse.ProtoReflect.Descriptor instead.
 func (*SetUserRoleResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetUserRoleResponse) GetUser() *User {
@@ -1732,7 +1833,7 @@ type SetUserWeightRequest struct {
 
 func (x *SetUserWeightRequest) Reset() {
 	*x = SetUserWeightRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1845,7 @@ func (x *SetUserWeightRequest) String() string {
 func (*SetUserWeightRequest) ProtoMessage() {}
 
 func (x *SetUserWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[27]
+	mi := &file_podium_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1858,7 @@ func (x *SetUserWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetUserWeightRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetUserWeightRequest) GetName() string {
@@ -1783,7 +1884,7 @@ type SetUserWeightResponse struct {
 
 func (x *SetUserWeightResponse) Reset() {
 	*x = SetUserWeightResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1896,7 @@ func (x *SetUserWeightResponse) String() string {
 func (*SetUserWeightResponse) ProtoMessage() {}
 
 func (x *SetUserWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[28]
+	mi := &file_podium_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1909,7 @@ func (x *SetUserWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetUserWeightResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetUserWeightResponse) GetUser() *User {
@@ -1829,7 +1930,7 @@ type SetUserGroupsRequest struct {
 
 func (x *SetUserGroupsRequest) Reset() {
 	*x = SetUserGroupsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1942,7 @@ func (x *SetUserGroupsRequest) String() string {
 func (*SetUserGroupsRequest) ProtoMessage() {}
 
 func (x *SetUserGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[29]
+	mi := &file_podium_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1955,7 @@ func (x *SetUserGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserGroupsRequest.ProtoReflect.Descriptor instead.
 func (*SetUserGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetUserGroupsRequest) GetName() string {
@@ -1880,7 +1981,7 @@ type SetUserGroupsResponse struct {
 
 func (x *SetUserGroupsResponse) Reset() {
 	*x = SetUserGroupsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1993,7 @@ func (x *SetUserGroupsResponse) String() string {
 func (*SetUserGroupsResponse) ProtoMessage() {}
 
 func (x *SetUserGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[30]
+	mi := &file_podium_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2006,7 @@ func (x *SetUserGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserGroupsResponse.ProtoReflect.Descriptor instead.
 func (*SetUserGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetUserGroupsResponse) GetUser() *User {
@@ -1938,7 +2039,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2051,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[31]
+	mi := &file_podium_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2064,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -2036,7 +2137,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2149,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[32]
+	mi := &file_podium_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2162,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2094,7 +2195,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2207,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[33]
+	mi := &file_podium_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2220,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2148,7 +2249,7 @@ type SetSecretRequest struct {
 
 func (x *SetSecretRequest) Reset() {
 	*x = SetSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2261,7 @@ func (x *SetSecretRequest) String() string {
 func (*SetSecretRequest) ProtoMessage() {}
 
 func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[34]
+	mi := &file_podium_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2274,7 @@ func (x *SetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretRequest.ProtoReflect.Descriptor instead.
 func (*SetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetSecretRequest) GetName() string {
@@ -2207,7 +2308,7 @@ type SetSecretResponse struct {
 
 func (x *SetSecretResponse) Reset() {
 	*x = SetSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2320,7 @@ func (x *SetSecretResponse) String() string {
 func (*SetSecretResponse) ProtoMessage() {}
 
 func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[35]
+	mi := &file_podium_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2333,7 @@ func (x *SetSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSecretResponse.ProtoReflect.Descriptor instead.
 func (*SetSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetSecretResponse) GetCreated() bool {
@@ -2261,7 +2362,7 @@ type Secret struct {
 
 func (x *Secret) Reset() {
 	*x = Secret{}
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2374,7 @@ func (x *Secret) String() string {
 func (*Secret) ProtoMessage() {}
 
 func (x *Secret) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[36]
+	mi := &file_podium_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2387,7 @@ func (x *Secret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Secret.ProtoReflect.Descriptor instead.
 func (*Secret) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Secret) GetName() string {
@@ -2335,7 +2436,7 @@ type GrantSecretRequest struct {
 
 func (x *GrantSecretRequest) Reset() {
 	*x = GrantSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2448,7 @@ func (x *GrantSecretRequest) String() string {
 func (*GrantSecretRequest) ProtoMessage() {}
 
 func (x *GrantSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[37]
+	mi := &file_podium_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2461,7 @@ func (x *GrantSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantSecretRequest.ProtoReflect.Descriptor instead.
 func (*GrantSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GrantSecretRequest) GetName() string {
@@ -2386,7 +2487,7 @@ type GrantSecretResponse struct {
 
 func (x *GrantSecretResponse) Reset() {
 	*x = GrantSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2499,7 @@ func (x *GrantSecretResponse) String() string {
 func (*GrantSecretResponse) ProtoMessage() {}
 
 func (x *GrantSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[38]
+	mi := &file_podium_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2512,7 @@ func (x *GrantSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantSecretResponse.ProtoReflect.Descriptor instead.
 func (*GrantSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrantSecretResponse) GetSecret() *Secret {
@@ -2434,7 +2535,7 @@ type RevokeSecretRequest struct {
 
 func (x *RevokeSecretRequest) Reset() {
 	*x = RevokeSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2547,7 @@ func (x *RevokeSecretRequest) String() string {
 func (*RevokeSecretRequest) ProtoMessage() {}
 
 func (x *RevokeSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[39]
+	mi := &file_podium_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2560,7 @@ func (x *RevokeSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSecretRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeSecretRequest) GetName() string {
@@ -2485,7 +2586,7 @@ type RevokeSecretResponse struct {
 
 func (x *RevokeSecretResponse) Reset() {
 	*x = RevokeSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2598,7 @@ func (x *RevokeSecretResponse) String() string {
 func (*RevokeSecretResponse) ProtoMessage() {}
 
 func (x *RevokeSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[40]
+	mi := &file_podium_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2611,7 @@ func (x *RevokeSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSecretResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RevokeSecretResponse) GetSecret() *Secret {
@@ -2528,7 +2629,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2641,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[41]
+	mi := &file_podium_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2654,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type ListSecretsResponse struct {
@@ -2565,7 +2666,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2678,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[42]
+	mi := &file_podium_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2691,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*Secret {
@@ -2609,7 +2710,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[43]
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2722,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[43]
+	mi := &file_podium_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2735,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2652,7 +2753,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[44]
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2765,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[44]
+	mi := &file_podium_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2778,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 // RegistryLoginRequest stores the login a node uses to pull images from a
@@ -2698,7 +2799,7 @@ type RegistryLoginRequest struct {
 
 func (x *RegistryLoginRequest) Reset() {
 	*x = RegistryLoginRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2811,7 @@ func (x *RegistryLoginRequest) String() string {
 func (*RegistryLoginRequest) ProtoMessage() {}
 
 func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[45]
+	mi := &file_podium_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2824,7 @@ func (x *RegistryLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginRequest.ProtoReflect.Descriptor instead.
 func (*RegistryLoginRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegistryLoginRequest) GetHost() string {
@@ -2757,7 +2858,7 @@ type RegistryLoginResponse struct {
 
 func (x *RegistryLoginResponse) Reset() {
 	*x = RegistryLoginResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2870,7 @@ func (x *RegistryLoginResponse) String() string {
 func (*RegistryLoginResponse) ProtoMessage() {}
 
 func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[46]
+	mi := &file_podium_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2883,7 @@ func (x *RegistryLoginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryLoginResponse.ProtoReflect.Descriptor instead.
 func (*RegistryLoginResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegistryLoginResponse) GetCreated() bool {
@@ -2806,7 +2907,7 @@ type Registry struct {
 
 func (x *Registry) Reset() {
 	*x = Registry{}
-	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2919,7 @@ func (x *Registry) String() string {
 func (*Registry) ProtoMessage() {}
 
 func (x *Registry) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[47]
+	mi := &file_podium_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2932,7 @@ func (x *Registry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registry.ProtoReflect.Descriptor instead.
 func (*Registry) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Registry) GetHost() string {
@@ -2870,7 +2971,7 @@ type ListRegistriesRequest struct {
 
 func (x *ListRegistriesRequest) Reset() {
 	*x = ListRegistriesRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	mi := &file_podium_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +2983,7 @@ func (x *ListRegistriesRequest) String() string {
 func (*ListRegistriesRequest) ProtoMessage() {}
 
 func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[48]
+	mi := &file_podium_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +2996,7 @@ func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type ListRegistriesResponse struct {
@@ -2907,7 +3008,7 @@ type ListRegistriesResponse struct {
 
 func (x *ListRegistriesResponse) Reset() {
 	*x = ListRegistriesResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	mi := &file_podium_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3020,7 @@ func (x *ListRegistriesResponse) String() string {
 func (*ListRegistriesResponse) ProtoMessage() {}
 
 func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[49]
+	mi := &file_podium_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3033,7 @@ func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListRegistriesResponse) GetRegistries() []*Registry {
@@ -2951,7 +3052,7 @@ type RemoveRegistryRequest struct {
 
 func (x *RemoveRegistryRequest) Reset() {
 	*x = RemoveRegistryRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[50]
+	mi := &file_podium_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3064,7 @@ func (x *RemoveRegistryRequest) String() string {
 func (*RemoveRegistryRequest) ProtoMessage() {}
 
 func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[50]
+	mi := &file_podium_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3077,7 @@ func (x *RemoveRegistryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveRegistryRequest) GetHost() string {
@@ -2994,7 +3095,7 @@ type RemoveRegistryResponse struct {
 
 func (x *RemoveRegistryResponse) Reset() {
 	*x = RemoveRegistryResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[51]
+	mi := &file_podium_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3107,7 @@ func (x *RemoveRegistryResponse) String() string {
 func (*RemoveRegistryResponse) ProtoMessage() {}
 
 func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[51]
+	mi := &file_podium_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3120,7 @@ func (x *RemoveRegistryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRegistryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRegistryResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 // Group is a spec's group (TaskSpec.group) as fair share sees it.
@@ -3043,7 +3144,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_podium_v1_admin_proto_msgTypes[52]
+	mi := &file_podium_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3156,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[52]
+	mi := &file_podium_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3169,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Group) GetName() string {
@@ -3127,7 +3228,7 @@ type SetGroupWeightRequest struct {
 
 func (x *SetGroupWeightRequest) Reset() {
 	*x = SetGroupWeightRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[53]
+	mi := &file_podium_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3240,7 @@ func (x *SetGroupWeightRequest) String() string {
 func (*SetGroupWeightRequest) ProtoMessage() {}
 
 func (x *SetGroupWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[53]
+	mi := &file_podium_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3253,7 @@ func (x *SetGroupWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupWeightRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetGroupWeightRequest) GetName() string {
@@ -3178,7 +3279,7 @@ type SetGroupWeightResponse struct {
 
 func (x *SetGroupWeightResponse) Reset() {
 	*x = SetGroupWeightResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[54]
+	mi := &file_podium_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3291,7 @@ func (x *SetGroupWeightResponse) String() string {
 func (*SetGroupWeightResponse) ProtoMessage() {}
 
 func (x *SetGroupWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[54]
+	mi := &file_podium_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3304,7 @@ func (x *SetGroupWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetGroupWeightResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetGroupWeightResponse) GetGroup() *Group {
@@ -3221,7 +3322,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_podium_v1_admin_proto_msgTypes[55]
+	mi := &file_podium_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3334,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[55]
+	mi := &file_podium_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3347,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type ListGroupsResponse struct {
@@ -3258,7 +3359,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_podium_v1_admin_proto_msgTypes[56]
+	mi := &file_podium_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3371,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_podium_v1_admin_proto_msgTypes[56]
+	mi := &file_podium_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3384,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_podium_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_podium_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*Group {
@@ -3391,6 +3492,11 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
 	"\x06groups\x18\x03 \x03(\tR\x06groups\"L\n" +
 	"\x0fAddUserResponse\x12#\n" +
+	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\",\n" +
+	"\x16RotateUserTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"T\n" +
+	"\x17RotateUserTokenResponse\x12#\n" +
 	"\x04user\x18\x01 \x01(\v2\x0f.podium.v1.UserR\x04user\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x12\n" +
 	"\x10ListUsersRequest\":\n" +
@@ -3508,7 +3614,7 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\x12CALLER_KIND_PERSON\x10\x01\x12\x14\n" +
 	"\x10CALLER_KIND_NODE\x10\x02\x12\x15\n" +
 	"\x11CALLER_KIND_TOKEN\x10\x03\x12\x14\n" +
-	"\x10CALLER_KIND_USER\x10\x042\xf0\x0f\n" +
+	"\x10CALLER_KIND_USER\x10\x042\xcc\x10\n" +
 	"\fAdminService\x12l\n" +
 	"\x15CreateEnrollmentToken\x12'.podium.v1.CreateEnrollmentTokenRequest\x1a(.podium.v1.CreateEnrollmentTokenResponse\"\x00\x12H\n" +
 	"\tListNodes\x12\x1b.podium.v1.ListNodesRequest\x1a\x1c.podium.v1.ListNodesResponse\"\x00\x12H\n" +
@@ -3522,7 +3628,8 @@ const file_podium_v1_admin_proto_rawDesc = "" +
 	"\aAddUser\x12\x19.podium.v1.AddUserRequest\x1a\x1a.podium.v1.AddUserResponse\"\x00\x12H\n" +
 	"\tListUsers\x12\x1b.podium.v1.ListUsersRequest\x1a\x1c.podium.v1.ListUsersResponse\"\x00\x12K\n" +
 	"\n" +
-	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12N\n" +
+	"RemoveUser\x12\x1c.podium.v1.RemoveUserRequest\x1a\x1d.podium.v1.RemoveUserResponse\"\x00\x12Z\n" +
+	"\x0fRotateUserToken\x12!.podium.v1.RotateUserTokenRequest\x1a\".podium.v1.RotateUserTokenResponse\"\x00\x12N\n" +
 	"\vSetUserRole\x12\x1d.podium.v1.SetUserRoleRequest\x1a\x1e.podium.v1.SetUserRoleResponse\"\x00\x12T\n" +
 	"\rSetUserWeight\x12\x1f.podium.v1.SetUserWeightRequest\x1a .podium.v1.SetUserWeightResponse\"\x00\x12T\n" +
 	"\rSetUserGroups\x12\x1f.podium.v1.SetUserGroupsRequest\x1a .podium.v1.SetUserGroupsResponse\"\x00\x12H\n" +
@@ -3552,7 +3659,7 @@ func file_podium_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_podium_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_podium_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_podium_v1_admin_proto_goTypes = []any{
 	(NodeStatus)(0),                       // 0: podium.v1.NodeStatus
 	(CallerKind)(0),                       // 1: podium.v1.CallerKind
@@ -3577,133 +3684,138 @@ var file_podium_v1_admin_proto_goTypes = []any{
 	(*User)(nil),                          // 20: podium.v1.User
 	(*AddUserRequest)(nil),                // 21: podium.v1.AddUserRequest
 	(*AddUserResponse)(nil),               // 22: podium.v1.AddUserResponse
-	(*ListUsersRequest)(nil),              // 23: podium.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),             // 24: podium.v1.ListUsersResponse
-	(*RemoveUserRequest)(nil),             // 25: podium.v1.RemoveUserRequest
-	(*RemoveUserResponse)(nil),            // 26: podium.v1.RemoveUserResponse
-	(*SetUserRoleRequest)(nil),            // 27: podium.v1.SetUserRoleRequest
-	(*SetUserRoleResponse)(nil),           // 28: podium.v1.SetUserRoleResponse
-	(*SetUserWeightRequest)(nil),          // 29: podium.v1.SetUserWeightRequest
-	(*SetUserWeightResponse)(nil),         // 30: podium.v1.SetUserWeightResponse
-	(*SetUserGroupsRequest)(nil),          // 31: podium.v1.SetUserGroupsRequest
-	(*SetUserGroupsResponse)(nil),         // 32: podium.v1.SetUserGroupsResponse
-	(*AuditEntry)(nil),                    // 33: podium.v1.AuditEntry
-	(*ListAuditRequest)(nil),              // 34: podium.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),             // 35: podium.v1.ListAuditResponse
-	(*SetSecretRequest)(nil),              // 36: podium.v1.SetSecretRequest
-	(*SetSecretResponse)(nil),             // 37: podium.v1.SetSecretResponse
-	(*Secret)(nil),                        // 38: podium.v1.Secret
-	(*GrantSecretRequest)(nil),            // 39: podium.v1.GrantSecretRequest
-	(*GrantSecretResponse)(nil),           // 40: podium.v1.GrantSecretResponse
-	(*RevokeSecretRequest)(nil),           // 41: podium.v1.RevokeSecretRequest
-	(*RevokeSecretResponse)(nil),          // 42: podium.v1.RevokeSecretResponse
-	(*ListSecretsRequest)(nil),            // 43: podium.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),           // 44: podium.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),           // 45: podium.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),          // 46: podium.v1.DeleteSecretResponse
-	(*RegistryLoginRequest)(nil),          // 47: podium.v1.RegistryLoginRequest
-	(*RegistryLoginResponse)(nil),         // 48: podium.v1.RegistryLoginResponse
-	(*Registry)(nil),                      // 49: podium.v1.Registry
-	(*ListRegistriesRequest)(nil),         // 50: podium.v1.ListRegistriesRequest
-	(*ListRegistriesResponse)(nil),        // 51: podium.v1.ListRegistriesResponse
-	(*RemoveRegistryRequest)(nil),         // 52: podium.v1.RemoveRegistryRequest
-	(*RemoveRegistryResponse)(nil),        // 53: podium.v1.RemoveRegistryResponse
-	(*Group)(nil),                         // 54: podium.v1.Group
-	(*SetGroupWeightRequest)(nil),         // 55: podium.v1.SetGroupWeightRequest
-	(*SetGroupWeightResponse)(nil),        // 56: podium.v1.SetGroupWeightResponse
-	(*ListGroupsRequest)(nil),             // 57: podium.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),            // 58: podium.v1.ListGroupsResponse
-	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
-	(*Capacity)(nil),                      // 60: podium.v1.Capacity
-	(*Gpu)(nil),                           // 61: podium.v1.Gpu
+	(*RotateUserTokenRequest)(nil),        // 23: podium.v1.RotateUserTokenRequest
+	(*RotateUserTokenResponse)(nil),       // 24: podium.v1.RotateUserTokenResponse
+	(*ListUsersRequest)(nil),              // 25: podium.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),             // 26: podium.v1.ListUsersResponse
+	(*RemoveUserRequest)(nil),             // 27: podium.v1.RemoveUserRequest
+	(*RemoveUserResponse)(nil),            // 28: podium.v1.RemoveUserResponse
+	(*SetUserRoleRequest)(nil),            // 29: podium.v1.SetUserRoleRequest
+	(*SetUserRoleResponse)(nil),           // 30: podium.v1.SetUserRoleResponse
+	(*SetUserWeightRequest)(nil),          // 31: podium.v1.SetUserWeightRequest
+	(*SetUserWeightResponse)(nil),         // 32: podium.v1.SetUserWeightResponse
+	(*SetUserGroupsRequest)(nil),          // 33: podium.v1.SetUserGroupsRequest
+	(*SetUserGroupsResponse)(nil),         // 34: podium.v1.SetUserGroupsResponse
+	(*AuditEntry)(nil),                    // 35: podium.v1.AuditEntry
+	(*ListAuditRequest)(nil),              // 36: podium.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),             // 37: podium.v1.ListAuditResponse
+	(*SetSecretRequest)(nil),              // 38: podium.v1.SetSecretRequest
+	(*SetSecretResponse)(nil),             // 39: podium.v1.SetSecretResponse
+	(*Secret)(nil),                        // 40: podium.v1.Secret
+	(*GrantSecretRequest)(nil),            // 41: podium.v1.GrantSecretRequest
+	(*GrantSecretResponse)(nil),           // 42: podium.v1.GrantSecretResponse
+	(*RevokeSecretRequest)(nil),           // 43: podium.v1.RevokeSecretRequest
+	(*RevokeSecretResponse)(nil),          // 44: podium.v1.RevokeSecretResponse
+	(*ListSecretsRequest)(nil),            // 45: podium.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 46: podium.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 47: podium.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 48: podium.v1.DeleteSecretResponse
+	(*RegistryLoginRequest)(nil),          // 49: podium.v1.RegistryLoginRequest
+	(*RegistryLoginResponse)(nil),         // 50: podium.v1.RegistryLoginResponse
+	(*Registry)(nil),                      // 51: podium.v1.Registry
+	(*ListRegistriesRequest)(nil),         // 52: podium.v1.ListRegistriesRequest
+	(*ListRegistriesResponse)(nil),        // 53: podium.v1.ListRegistriesResponse
+	(*RemoveRegistryRequest)(nil),         // 54: podium.v1.RemoveRegistryRequest
+	(*RemoveRegistryResponse)(nil),        // 55: podium.v1.RemoveRegistryResponse
+	(*Group)(nil),                         // 56: podium.v1.Group
+	(*SetGroupWeightRequest)(nil),         // 57: podium.v1.SetGroupWeightRequest
+	(*SetGroupWeightResponse)(nil),        // 58: podium.v1.SetGroupWeightResponse
+	(*ListGroupsRequest)(nil),             // 59: podium.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),            // 60: podium.v1.ListGroupsResponse
+	(*timestamppb.Timestamp)(nil),         // 61: google.protobuf.Timestamp
+	(*Capacity)(nil),                      // 62: podium.v1.Capacity
+	(*Gpu)(nil),                           // 63: podium.v1.Gpu
 }
 var file_podium_v1_admin_proto_depIdxs = []int32{
-	59, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 0: podium.v1.CreateEnrollmentTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: podium.v1.Node.status:type_name -> podium.v1.NodeStatus
-	60, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
-	59, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	59, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	61, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
+	62, // 2: podium.v1.Node.capacity:type_name -> podium.v1.Capacity
+	61, // 3: podium.v1.Node.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	61, // 4: podium.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	63, // 5: podium.v1.Node.gpus:type_name -> podium.v1.Gpu
 	5,  // 6: podium.v1.Node.label_sources:type_name -> podium.v1.NodeLabel
 	4,  // 7: podium.v1.ListNodesResponse.nodes:type_name -> podium.v1.Node
 	4,  // 8: podium.v1.DrainNodeResponse.node:type_name -> podium.v1.Node
 	4,  // 9: podium.v1.SetNodeSlotsResponse.node:type_name -> podium.v1.Node
 	4,  // 10: podium.v1.SetNodeLabelsResponse.node:type_name -> podium.v1.Node
-	59, // 11: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 11: podium.v1.RekeyNodeResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: podium.v1.WhoAmIResponse.kind:type_name -> podium.v1.CallerKind
-	59, // 13: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	61, // 13: podium.v1.User.created_at:type_name -> google.protobuf.Timestamp
 	20, // 14: podium.v1.AddUserResponse.user:type_name -> podium.v1.User
-	20, // 15: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
-	20, // 16: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
-	20, // 17: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
-	20, // 18: podium.v1.SetUserGroupsResponse.user:type_name -> podium.v1.User
-	59, // 19: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	59, // 20: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	33, // 21: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
-	59, // 22: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
-	38, // 23: podium.v1.GrantSecretResponse.secret:type_name -> podium.v1.Secret
-	38, // 24: podium.v1.RevokeSecretResponse.secret:type_name -> podium.v1.Secret
-	38, // 25: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
-	59, // 26: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
-	49, // 27: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
-	59, // 28: podium.v1.Group.set_at:type_name -> google.protobuf.Timestamp
-	54, // 29: podium.v1.SetGroupWeightResponse.group:type_name -> podium.v1.Group
-	54, // 30: podium.v1.ListGroupsResponse.groups:type_name -> podium.v1.Group
-	2,  // 31: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
-	6,  // 32: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
-	8,  // 33: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
-	10, // 34: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
-	12, // 35: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
-	14, // 36: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
-	16, // 37: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
-	18, // 38: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
-	21, // 39: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
-	23, // 40: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
-	25, // 41: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
-	27, // 42: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
-	29, // 43: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
-	31, // 44: podium.v1.AdminService.SetUserGroups:input_type -> podium.v1.SetUserGroupsRequest
-	34, // 45: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
-	36, // 46: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
-	43, // 47: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
-	39, // 48: podium.v1.AdminService.GrantSecret:input_type -> podium.v1.GrantSecretRequest
-	41, // 49: podium.v1.AdminService.RevokeSecret:input_type -> podium.v1.RevokeSecretRequest
-	45, // 50: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
-	47, // 51: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
-	50, // 52: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
-	52, // 53: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
-	55, // 54: podium.v1.AdminService.SetGroupWeight:input_type -> podium.v1.SetGroupWeightRequest
-	57, // 55: podium.v1.AdminService.ListGroups:input_type -> podium.v1.ListGroupsRequest
-	3,  // 56: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
-	7,  // 57: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
-	9,  // 58: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
-	11, // 59: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
-	13, // 60: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
-	15, // 61: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
-	17, // 62: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
-	19, // 63: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
-	22, // 64: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
-	24, // 65: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
-	26, // 66: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
-	28, // 67: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
-	30, // 68: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
-	32, // 69: podium.v1.AdminService.SetUserGroups:output_type -> podium.v1.SetUserGroupsResponse
-	35, // 70: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
-	37, // 71: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
-	44, // 72: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
-	40, // 73: podium.v1.AdminService.GrantSecret:output_type -> podium.v1.GrantSecretResponse
-	42, // 74: podium.v1.AdminService.RevokeSecret:output_type -> podium.v1.RevokeSecretResponse
-	46, // 75: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
-	48, // 76: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
-	51, // 77: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
-	53, // 78: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
-	56, // 79: podium.v1.AdminService.SetGroupWeight:output_type -> podium.v1.SetGroupWeightResponse
-	58, // 80: podium.v1.AdminService.ListGroups:output_type -> podium.v1.ListGroupsResponse
-	56, // [56:81] is the sub-list for method output_type
-	31, // [31:56] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	20, // 15: podium.v1.RotateUserTokenResponse.user:type_name -> podium.v1.User
+	20, // 16: podium.v1.ListUsersResponse.users:type_name -> podium.v1.User
+	20, // 17: podium.v1.SetUserRoleResponse.user:type_name -> podium.v1.User
+	20, // 18: podium.v1.SetUserWeightResponse.user:type_name -> podium.v1.User
+	20, // 19: podium.v1.SetUserGroupsResponse.user:type_name -> podium.v1.User
+	61, // 20: podium.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	61, // 21: podium.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	35, // 22: podium.v1.ListAuditResponse.entries:type_name -> podium.v1.AuditEntry
+	61, // 23: podium.v1.Secret.set_at:type_name -> google.protobuf.Timestamp
+	40, // 24: podium.v1.GrantSecretResponse.secret:type_name -> podium.v1.Secret
+	40, // 25: podium.v1.RevokeSecretResponse.secret:type_name -> podium.v1.Secret
+	40, // 26: podium.v1.ListSecretsResponse.secrets:type_name -> podium.v1.Secret
+	61, // 27: podium.v1.Registry.set_at:type_name -> google.protobuf.Timestamp
+	51, // 28: podium.v1.ListRegistriesResponse.registries:type_name -> podium.v1.Registry
+	61, // 29: podium.v1.Group.set_at:type_name -> google.protobuf.Timestamp
+	56, // 30: podium.v1.SetGroupWeightResponse.group:type_name -> podium.v1.Group
+	56, // 31: podium.v1.ListGroupsResponse.groups:type_name -> podium.v1.Group
+	2,  // 32: podium.v1.AdminService.CreateEnrollmentToken:input_type -> podium.v1.CreateEnrollmentTokenRequest
+	6,  // 33: podium.v1.AdminService.ListNodes:input_type -> podium.v1.ListNodesRequest
+	8,  // 34: podium.v1.AdminService.DrainNode:input_type -> podium.v1.DrainNodeRequest
+	10, // 35: podium.v1.AdminService.SetNodeSlots:input_type -> podium.v1.SetNodeSlotsRequest
+	12, // 36: podium.v1.AdminService.SetNodeLabels:input_type -> podium.v1.SetNodeLabelsRequest
+	14, // 37: podium.v1.AdminService.RemoveNode:input_type -> podium.v1.RemoveNodeRequest
+	16, // 38: podium.v1.AdminService.RekeyNode:input_type -> podium.v1.RekeyNodeRequest
+	18, // 39: podium.v1.AdminService.WhoAmI:input_type -> podium.v1.WhoAmIRequest
+	21, // 40: podium.v1.AdminService.AddUser:input_type -> podium.v1.AddUserRequest
+	25, // 41: podium.v1.AdminService.ListUsers:input_type -> podium.v1.ListUsersRequest
+	27, // 42: podium.v1.AdminService.RemoveUser:input_type -> podium.v1.RemoveUserRequest
+	23, // 43: podium.v1.AdminService.RotateUserToken:input_type -> podium.v1.RotateUserTokenRequest
+	29, // 44: podium.v1.AdminService.SetUserRole:input_type -> podium.v1.SetUserRoleRequest
+	31, // 45: podium.v1.AdminService.SetUserWeight:input_type -> podium.v1.SetUserWeightRequest
+	33, // 46: podium.v1.AdminService.SetUserGroups:input_type -> podium.v1.SetUserGroupsRequest
+	36, // 47: podium.v1.AdminService.ListAudit:input_type -> podium.v1.ListAuditRequest
+	38, // 48: podium.v1.AdminService.SetSecret:input_type -> podium.v1.SetSecretRequest
+	45, // 49: podium.v1.AdminService.ListSecrets:input_type -> podium.v1.ListSecretsRequest
+	41, // 50: podium.v1.AdminService.GrantSecret:input_type -> podium.v1.GrantSecretRequest
+	43, // 51: podium.v1.AdminService.RevokeSecret:input_type -> podium.v1.RevokeSecretRequest
+	47, // 52: podium.v1.AdminService.DeleteSecret:input_type -> podium.v1.DeleteSecretRequest
+	49, // 53: podium.v1.AdminService.RegistryLogin:input_type -> podium.v1.RegistryLoginRequest
+	52, // 54: podium.v1.AdminService.ListRegistries:input_type -> podium.v1.ListRegistriesRequest
+	54, // 55: podium.v1.AdminService.RemoveRegistry:input_type -> podium.v1.RemoveRegistryRequest
+	57, // 56: podium.v1.AdminService.SetGroupWeight:input_type -> podium.v1.SetGroupWeightRequest
+	59, // 57: podium.v1.AdminService.ListGroups:input_type -> podium.v1.ListGroupsRequest
+	3,  // 58: podium.v1.AdminService.CreateEnrollmentToken:output_type -> podium.v1.CreateEnrollmentTokenResponse
+	7,  // 59: podium.v1.AdminService.ListNodes:output_type -> podium.v1.ListNodesResponse
+	9,  // 60: podium.v1.AdminService.DrainNode:output_type -> podium.v1.DrainNodeResponse
+	11, // 61: podium.v1.AdminService.SetNodeSlots:output_type -> podium.v1.SetNodeSlotsResponse
+	13, // 62: podium.v1.AdminService.SetNodeLabels:output_type -> podium.v1.SetNodeLabelsResponse
+	15, // 63: podium.v1.AdminService.RemoveNode:output_type -> podium.v1.RemoveNodeResponse
+	17, // 64: podium.v1.AdminService.RekeyNode:output_type -> podium.v1.RekeyNodeResponse
+	19, // 65: podium.v1.AdminService.WhoAmI:output_type -> podium.v1.WhoAmIResponse
+	22, // 66: podium.v1.AdminService.AddUser:output_type -> podium.v1.AddUserResponse
+	26, // 67: podium.v1.AdminService.ListUsers:output_type -> podium.v1.ListUsersResponse
+	28, // 68: podium.v1.AdminService.RemoveUser:output_type -> podium.v1.RemoveUserResponse
+	24, // 69: podium.v1.AdminService.RotateUserToken:output_type -> podium.v1.RotateUserTokenResponse
+	30, // 70: podium.v1.AdminService.SetUserRole:output_type -> podium.v1.SetUserRoleResponse
+	32, // 71: podium.v1.AdminService.SetUserWeight:output_type -> podium.v1.SetUserWeightResponse
+	34, // 72: podium.v1.AdminService.SetUserGroups:output_type -> podium.v1.SetUserGroupsResponse
+	37, // 73: podium.v1.AdminService.ListAudit:output_type -> podium.v1.ListAuditResponse
+	39, // 74: podium.v1.AdminService.SetSecret:output_type -> podium.v1.SetSecretResponse
+	46, // 75: podium.v1.AdminService.ListSecrets:output_type -> podium.v1.ListSecretsResponse
+	42, // 76: podium.v1.AdminService.GrantSecret:output_type -> podium.v1.GrantSecretResponse
+	44, // 77: podium.v1.AdminService.RevokeSecret:output_type -> podium.v1.RevokeSecretResponse
+	48, // 78: podium.v1.AdminService.DeleteSecret:output_type -> podium.v1.DeleteSecretResponse
+	50, // 79: podium.v1.AdminService.RegistryLogin:output_type -> podium.v1.RegistryLoginResponse
+	53, // 80: podium.v1.AdminService.ListRegistries:output_type -> podium.v1.ListRegistriesResponse
+	55, // 81: podium.v1.AdminService.RemoveRegistry:output_type -> podium.v1.RemoveRegistryResponse
+	58, // 82: podium.v1.AdminService.SetGroupWeight:output_type -> podium.v1.SetGroupWeightResponse
+	60, // 83: podium.v1.AdminService.ListGroups:output_type -> podium.v1.ListGroupsResponse
+	58, // [58:84] is the sub-list for method output_type
+	32, // [32:58] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_admin_proto_init() }
@@ -3718,7 +3830,7 @@ func file_podium_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_admin_proto_rawDesc), len(file_podium_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,9 @@ const (
 	AdminServiceListUsersProcedure = "/podium.v1.AdminService/ListUsers"
 	// AdminServiceRemoveUserProcedure is the fully-qualified name of the AdminService's RemoveUser RPC.
 	AdminServiceRemoveUserProcedure = "/podium.v1.AdminService/RemoveUser"
+	// AdminServiceRotateUserTokenProcedure is the fully-qualified name of the AdminService's
+	// RotateUserToken RPC.
+	AdminServiceRotateUserTokenProcedure = "/podium.v1.AdminService/RotateUserToken"
 	// AdminServiceSetUserRoleProcedure is the fully-qualified name of the AdminService's SetUserRole
 	// RPC.
 	AdminServiceSetUserRoleProcedure = "/podium.v1.AdminService/SetUserRole"
@@ -125,6 +128,9 @@ type AdminServiceClient interface {
 	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
+	// RotateUserToken gives a person a new personal API token and ends the
+	// old one: the caller's own, or, for an admin, anyone's.
+	RotateUserToken(context.Context, *connect.Request[v1.RotateUserTokenRequest]) (*connect.Response[v1.RotateUserTokenResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
 	// SetUserWeight sets a user's fair-share weight, from the leader's next
 	// dispatch pass on.
@@ -239,6 +245,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RemoveUser")),
 			connect.WithClientOptions(opts...),
 		),
+		rotateUserToken: connect.NewClient[v1.RotateUserTokenRequest, v1.RotateUserTokenResponse](
+			httpClient,
+			baseURL+AdminServiceRotateUserTokenProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RotateUserToken")),
+			connect.WithClientOptions(opts...),
+		),
 		setUserRole: connect.NewClient[v1.SetUserRoleRequest, v1.SetUserRoleResponse](
 			httpClient,
 			baseURL+AdminServiceSetUserRoleProcedure,
@@ -339,6 +351,7 @@ type adminServiceClient struct {
 	addUser               *connect.Client[v1.AddUserRequest, v1.AddUserResponse]
 	listUsers             *connect.Client[v1.ListUsersRequest, v1.ListUsersResponse]
 	removeUser            *connect.Client[v1.RemoveUserRequest, v1.RemoveUserResponse]
+	rotateUserToken       *connect.Client[v1.RotateUserTokenRequest, v1.RotateUserTokenResponse]
 	setUserRole           *connect.Client[v1.SetUserRoleRequest, v1.SetUserRoleResponse]
 	setUserWeight         *connect.Client[v1.SetUserWeightRequest, v1.SetUserWeightResponse]
 	setUserGroups         *connect.Client[v1.SetUserGroupsRequest, v1.SetUserGroupsResponse]
@@ -408,6 +421,11 @@ func (c *adminServiceClient) ListUsers(ctx context.Context, req *connect.Request
 // RemoveUser calls podium.v1.AdminService.RemoveUser.
 func (c *adminServiceClient) RemoveUser(ctx context.Context, req *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error) {
 	return c.removeUser.CallUnary(ctx, req)
+}
+
+// RotateUserToken calls podium.v1.AdminService.RotateUserToken.
+func (c *adminServiceClient) RotateUserToken(ctx context.Context, req *connect.Request[v1.RotateUserTokenRequest]) (*connect.Response[v1.RotateUserTokenResponse], error) {
+	return c.rotateUserToken.CallUnary(ctx, req)
 }
 
 // SetUserRole calls podium.v1.AdminService.SetUserRole.
@@ -506,6 +524,9 @@ type AdminServiceHandler interface {
 	ListUsers(context.Context, *connect.Request[v1.ListUsersRequest]) (*connect.Response[v1.ListUsersResponse], error)
 	// RemoveUser forgets a person; their token stops working at once.
 	RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error)
+	// RotateUserToken gives a person a new personal API token and ends the
+	// old one: the caller's own, or, for an admin, anyone's.
+	RotateUserToken(context.Context, *connect.Request[v1.RotateUserTokenRequest]) (*connect.Response[v1.RotateUserTokenResponse], error)
 	SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error)
 	// SetUserWeight sets a user's fair-share weight, from the leader's next
 	// dispatch pass on.
@@ -616,6 +637,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RemoveUser")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceRotateUserTokenHandler := connect.NewUnaryHandler(
+		AdminServiceRotateUserTokenProcedure,
+		svc.RotateUserToken,
+		connect.WithSchema(adminServiceMethods.ByName("RotateUserToken")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceSetUserRoleHandler := connect.NewUnaryHandler(
 		AdminServiceSetUserRoleProcedure,
 		svc.SetUserRole,
@@ -724,6 +751,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListUsersHandler.ServeHTTP(w, r)
 		case AdminServiceRemoveUserProcedure:
 			adminServiceRemoveUserHandler.ServeHTTP(w, r)
+		case AdminServiceRotateUserTokenProcedure:
+			adminServiceRotateUserTokenHandler.ServeHTTP(w, r)
 		case AdminServiceSetUserRoleProcedure:
 			adminServiceSetUserRoleHandler.ServeHTTP(w, r)
 		case AdminServiceSetUserWeightProcedure:
@@ -803,6 +832,10 @@ func (UnimplementedAdminServiceHandler) ListUsers(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) RemoveUser(context.Context, *connect.Request[v1.RemoveUserRequest]) (*connect.Response[v1.RemoveUserResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RemoveUser is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RotateUserToken(context.Context, *connect.Request[v1.RotateUserTokenRequest]) (*connect.Response[v1.RotateUserTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.AdminService.RotateUserToken is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) SetUserRole(context.Context, *connect.Request[v1.SetUserRoleRequest]) (*connect.Response[v1.SetUserRoleResponse], error) {
