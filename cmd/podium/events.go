@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/internal/statusline"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -72,12 +73,12 @@ func (p *printer) event(ctx context.Context, ev *podiumv1.TaskEvent) error {
 	case *podiumv1.TaskEvent_Status:
 		s := b.Status
 		node := ""
-		if p.node != nil && onNode(s.GetState()) {
+		if p.node != nil && statusline.OnNode(s.GetState()) {
 			if id, attempt := p.node(ctx); attempt == ev.GetAttempt() || ev.GetAttempt() == 0 {
 				node = id
 			}
 		}
-		p.note(statusLine(s.GetState(), s.GetReason(), s.ExitCode, s.GetSignal(), node))
+		p.note(statusline.Line(s.GetState(), s.GetReason(), s.ExitCode, s.GetSignal(), node))
 		if terminal(s.GetState()) {
 			p.mu.Lock()
 			p.ended = true
@@ -96,7 +97,7 @@ func (p *printer) final(t *podiumv1.Task) {
 	p.ended = true
 	p.mu.Unlock()
 	if !ended {
-		p.note(statusLine(t.GetState(), t.GetReason(), t.ExitCode, t.GetSignal(), t.GetNodeId()))
+		p.note(statusline.Line(t.GetState(), t.GetReason(), t.ExitCode, t.GetSignal(), t.GetNodeId()))
 	}
 }
 
@@ -127,14 +128,6 @@ func (p *printer) line(s string) {
 	_, _ = io.WriteString(p.stderr, s+"\n")
 }
 
-func onNode(s podiumv1.TaskState) bool {
-	switch s {
-	case podiumv1.TaskState_TASK_STATE_SCHEDULED, podiumv1.TaskState_TASK_STATE_PROVISIONING, podiumv1.TaskState_TASK_STATE_RUNNING:
-		return true
-	}
-	return false
-}
-
 func terminal(s podiumv1.TaskState) bool {
 	switch s {
 	case podiumv1.TaskState_TASK_STATE_SUCCEEDED, podiumv1.TaskState_TASK_STATE_FAILED,
@@ -142,42 +135,6 @@ func terminal(s podiumv1.TaskState) bool {
 		return true
 	}
 	return false
-}
-
-// stateName is a state as people write it: "running", not TASK_STATE_RUNNING.
-func stateName(s podiumv1.TaskState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "TASK_STATE_"))
-}
-
-// statusLine words a state change: "running on node_…", "failed: exit code
-// 3", "failed: killed by signal 9 (SIGKILL): timed out", "lost: node offline".
-func statusLine(state podiumv1.TaskState, reason string, exitCode *int32, signal int32, node string) string {
-	reason = strings.TrimSpace(reason)
-	line := stateName(state)
-	// The coordinator's reason often says some of this already ("assigned
-	// to node_…", "exit code 3"); say each thing once.
-	if node != "" && onNode(state) && !strings.Contains(reason, node) {
-		line += " on " + node
-	}
-	switch {
-	case signal > 0 && state != podiumv1.TaskState_TASK_STATE_SUCCEEDED:
-		line += ": killed by " + signalName(signal)
-	case exitCode != nil && (*exitCode != 0 || state == podiumv1.TaskState_TASK_STATE_FAILED):
-		line += fmt.Sprintf(": exit code %d", *exitCode)
-	}
-	if reason != "" && !strings.Contains(strings.ToLower(line), strings.ToLower(reason)) {
-		line += ": " + reason
-	}
-	return line
-}
-
-func signalName(n int32) string {
-	names := map[int32]string{1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-		9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
-	if name, ok := names[n]; ok {
-		return fmt.Sprintf("signal %d (%s)", n, name)
-	}
-	return fmt.Sprintf("signal %d", n)
 }
 
 // follower reads a task's events from the coordinator and hands them to a

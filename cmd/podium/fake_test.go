@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podiumhq/podium/internal/statusline"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -231,7 +232,7 @@ func (f *fake) Send(_ context.Context, req *connect.Request[podiumv1.SendRequest
 	case podiumv1.TaskState_TASK_STATE_SCHEDULED, podiumv1.TaskState_TASK_STATE_PROVISIONING, podiumv1.TaskState_TASK_STATE_RUNNING:
 	default:
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("task %s cannot take messages: the task is not on a node (it is %s)", task.GetId(), stateName(task.GetState())))
+			fmt.Errorf("task %s cannot take messages: the task is not on a node (it is %s)", task.GetId(), statusline.State(task.GetState())))
 	}
 	return connect.NewResponse(&podiumv1.SendResponse{MessageId: id}), nil
 }

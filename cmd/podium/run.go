@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/podiumhq/podium/internal/statusline"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -563,7 +564,7 @@ func (c *cli) runTask(ctx context.Context, cl *client, spec *podiumv1.TaskSpec, 
 	}
 	code := exitCode(final)
 	if code == exitPodium && o.quiet {
-		p.fail("task %s %s", id, statusLine(final.GetState(), final.GetReason(), final.ExitCode, final.GetSignal(), ""))
+		p.fail("task %s %s", id, statusline.Line(final.GetState(), final.GetReason(), final.ExitCode, final.GetSignal(), ""))
 	}
 	return code
 }

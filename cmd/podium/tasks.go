@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/statusline"
 	"github.com/podiumhq/podium/internal/taskspec"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
@@ -177,7 +178,7 @@ func writeTaskTable(w io.Writer, tasks []*podiumv1.Task, now time.Time) {
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tIMAGE\tNODE\tAGE\tREASON")
 	for _, t := range tasks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			t.GetId(), dash(t.GetSpec().GetName()), stateName(t.GetState()), dash(t.GetSpec().GetImage()), dash(t.GetNodeId()),
+			t.GetId(), dash(t.GetSpec().GetName()), statusline.State(t.GetState()), dash(t.GetSpec().GetImage()), dash(t.GetNodeId()),
 			age(t.GetCreatedAt(), now), dash(oneLine(t.GetReason(), 60)))
 	}
 	tw.Flush()
@@ -186,7 +187,7 @@ func writeTaskTable(w io.Writer, tasks []*podiumv1.Task, now time.Time) {
 func stateNames() []string {
 	var names []string
 	for s := podiumv1.TaskState_TASK_STATE_QUEUED; s <= podiumv1.TaskState_TASK_STATE_LOST; s++ {
-		names = append(names, stateName(s))
+		names = append(names, statusline.State(s))
 	}
 	return names
 }
@@ -267,7 +268,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 	s := t.GetSpec()
 	line("id", t.GetId())
 	line("name", s.GetName())
-	state := stateName(t.GetState())
+	state := statusline.State(t.GetState())
 	if t.GetUnschedulable() {
 		// Queued, but not waiting for anything that comes by itself.
 		state += ", unschedulable: no node could ever run it (see the reason)"
@@ -278,7 +279,7 @@ func writeTask(w io.Writer, t *podiumv1.Task, now time.Time) {
 		line("exit code", fmt.Sprint(*t.ExitCode))
 	}
 	if t.GetSignal() != 0 {
-		line("signal", signalName(t.GetSignal()))
+		line("signal", statusline.SignalName(t.GetSignal()))
 	}
 	line("node", t.GetNodeId())
 	if a := t.GetAttempt(); a != 0 {
@@ -374,7 +375,7 @@ func queueTimeoutText(t *podiumv1.Task, now time.Time) string {
 func holdersText(hs []*podiumv1.ConcurrencyHolder) string {
 	parts := make([]string, 0, len(hs))
 	for _, h := range hs {
-		parts = append(parts, fmt.Sprintf("%s (%s, %s)", h.GetTaskId(), cmp.Or(h.GetRequestedBy(), "-"), stateName(h.GetState())))
+		parts = append(parts, fmt.Sprintf("%s (%s, %s)", h.GetTaskId(), cmp.Or(h.GetRequestedBy(), "-"), statusline.State(h.GetState())))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -484,7 +485,7 @@ func runTaskCancel(ctx context.Context, c *cli, cmd *command, args []string) int
 	case st == podiumv1.TaskState_TASK_STATE_CANCELLED:
 		fmt.Fprintf(c.stdout, "task %s cancelled\n", id)
 	case terminal(st):
-		fmt.Fprintf(c.stdout, "task %s had already ended (%s); nothing to cancel\n", id, stateName(st))
+		fmt.Fprintf(c.stdout, "task %s had already ended (%s); nothing to cancel\n", id, statusline.State(st))
 	default:
 		fmt.Fprintf(c.stdout, "task %s is being cancelled (follow it with: podium logs -f %s)\n", id, id)
 	}

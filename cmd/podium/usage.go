@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/podiumhq/podium/internal/units"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -18,7 +18,7 @@ func usageText(u *podiumv1.Usage) string {
 	}
 	var parts []string
 	if u.CpuSeconds != nil {
-		parts = append(parts, fmt.Sprintf("cpu %.2f s", u.GetCpuSeconds()))
+		parts = append(parts, "cpu "+units.CPU(u.GetCpuSeconds()))
 	} else {
 		parts = append(parts, "cpu unknown")
 	}
@@ -28,7 +28,7 @@ func usageText(u *podiumv1.Usage) string {
 		parts = append(parts, "peak memory unknown")
 	}
 	if u.WallSeconds != nil {
-		parts = append(parts, "wall "+wallText(u.GetWallSeconds()))
+		parts = append(parts, "wall "+units.Wall(u.GetWallSeconds()))
 	} else {
 		parts = append(parts, "wall unknown")
 	}
@@ -52,13 +52,4 @@ func compactSize(n int64) string {
 		return fmt.Sprintf("%.0f %ciB", v, "KMGTPE"[exp])
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[exp])
-}
-
-// wallText is a wall time: seconds with one decimal under a minute ("3.1 s"),
-// then hours, minutes and seconds ("1h2m3s").
-func wallText(s float64) string {
-	if s < 60 {
-		return fmt.Sprintf("%.1f s", s)
-	}
-	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
 }

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/podiumhq/podium/internal/ids"
+	"github.com/podiumhq/podium/internal/statusline"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -135,7 +136,7 @@ func runWait(ctx context.Context, c *cli, cmd *command, args []string) int {
 			}
 			t = final
 		}
-		fmt.Fprintf(c.stdout, "%s %s\n", id, oneLine(statusLine(t.GetState(), t.GetReason(), t.ExitCode, t.GetSignal(), ""), 200))
+		fmt.Fprintf(c.stdout, "%s %s\n", id, oneLine(statusline.Line(t.GetState(), t.GetReason(), t.ExitCode, t.GetSignal(), ""), 200))
 		if o, code := outcomeOf(t); o > worst {
 			worst, worstCode = o, code
 		}

@@ -148,6 +148,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/tasks/{id}/events", c.authed(c.events))
 	m.HandleFunc("GET /console/tasks/{id}/artifacts/{name...}", c.authed(c.download))
 	m.HandleFunc("POST /console/tasks/{id}/cancel", c.authed(c.cancel))
+	m.HandleFunc("POST /console/tasks/{id}/rerun", c.authed(c.rerun))
 	m.HandleFunc("POST /console/tasks/{id}/message", c.authed(c.message))
 	m.HandleFunc("GET /console/nodes", c.authed(c.nodesPage))
 	m.HandleFunc("GET /console/nodes/{id}", c.authed(c.nodePage))

@@ -76,6 +76,11 @@ func newEnvWith(t *testing.T, tls bool, publicURL string) *env {
 	go func() { defer close(done); _ = b.Run(bctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	svc := tasks.NewService(tasks.Deps{Store: st, Bus: b, Log: log})
+	// Its submit batcher, for the forms that submit (rerun).
+	sctx, stopSvc := context.WithCancel(ctx)
+	svcDone := make(chan struct{})
+	go func() { defer close(svcDone); _ = svc.Run(sctx) }()
+	t.Cleanup(func() { stopSvc(); <-svcDone })
 	adm := admin.NewService(admin.Config{Transport: "local"}, admin.Deps{Store: st, Log: log})
 	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute, PublicURL: publicURL},
 		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log})
@@ -704,5 +709,73 @@ func TestMessageReachesTheInbox(t *testing.T) {
 	rows, err := e.st.ListAudit(context.Background(), time.Now().Add(-time.Hour), "alice", 10)
 	if err != nil || len(rows) == 0 || rows[0].Action != "TaskService.Send" || rows[0].Target != id {
 		t.Fatalf("audit rows for alice: %+v (%v), want TaskService.Send on %s", rows, err, id)
+	}
+}
+
+// A task's page words its end as podium run does, each thing once ("failed:
+// exit code 3", never "failed (exit code 3): exit code 3"), and shows its
+// CPU and wall time alike in the attempts table and the usage box, as
+// podium task get writes them (a short task's 0.03 s of CPU is not "0.0 s").
+func TestTaskPageWordsItsEndOnceAndItsUsageAlike(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox"}, true)
+	cpu, peak, wall := 0.034, int64(4<<20), 1.26
+	end := status(podiumv1.TaskState_TASK_STATE_FAILED)
+	end.GetStatus().ExitCode, end.GetStatus().Reason = ptrTo(int32(3)), "exit code 3"
+	end.GetStatus().Usage = &podiumv1.Usage{CpuSeconds: &cpu, PeakMemoryBytes: &peak, WallSeconds: &wall}
+	e.events(id, 3, out("done\n"), end)
+	_, body := get(t, e.as("alice"), e.srv.URL, "/console/tasks/"+id)
+	if !strings.Contains(body, `<span class="text">→ failed: exit code 3</span>`) || strings.Contains(body, "(exit code 3)") ||
+		strings.Contains(body, "exit code 3: exit code 3") {
+		t.Errorf("the task's end is not worded once, as \"failed: exit code 3\":\n%s", body)
+	}
+	row := regexp.MustCompile(`<td>([^<]*)</td><td>[^<]*</td><td>([^<]*)</td>`).FindStringSubmatch(body)
+	box := regexp.MustCompile(`<dt>CPU time</dt><dd>([^<]*)</dd>[\s\S]*?<dt>Wall time</dt><dd>([^<]*)</dd>`).FindStringSubmatch(body)
+	if row == nil || box == nil || row[1] != "0.03 s" || box[1] != "0.03 s" || row[2] != box[2] {
+		t.Errorf("attempts table %q, usage box %q: want CPU 0.03 s in both and the same wall time:\n%s", row, box, body)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// A finished task's page offers "Run again" to its owner and to admins, as
+// podium task rerun does: the new task is queued with the same spec, rerun
+// of the old one, and the browser goes to it. A running task has no such
+// button; another member sees none on someone else's task, and a post of
+// theirs is refused as the API refuses it, leaving no new task.
+func TestRerunButton(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	id := e.task("alice", &podiumv1.TaskSpec{Image: "busybox", Command: []string{"true"}}, true)
+	alice := e.as("alice")
+	if _, body := get(t, alice, e.srv.URL, "/console/tasks/"+id); strings.Contains(body, "rerun-button") {
+		t.Fatalf("a running task offers to run again:\n%s", body)
+	}
+	e.events(id, 3, status(podiumv1.TaskState_TASK_STATE_SUCCEEDED))
+	bob := e.as("bob")
+	_, body := get(t, bob, e.srv.URL, "/console/tasks/"+id)
+	if strings.Contains(body, "rerun-button") {
+		t.Fatalf("a member sees the rerun button on someone else's task:\n%s", body)
+	}
+	if res, _ := post(t, bob, e.srv.URL, "/console/tasks/"+id+"/rerun", url.Values{"csrf": {csrfOf(t, body)}}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("another member's rerun: %s, want 403", res.Status)
+	}
+	_, body = get(t, alice, e.srv.URL, "/console/tasks/"+id)
+	if !strings.Contains(body, "rerun-button") {
+		t.Fatalf("the owner sees no rerun button on her finished task:\n%s", body)
+	}
+	res, _ := post(t, alice, e.srv.URL, "/console/tasks/"+id+"/rerun", url.Values{"csrf": {csrfOf(t, body)}})
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/tasks/task_") || loc == "/console/tasks/"+id {
+		t.Fatalf("the owner's rerun: %s to %q, want 303 to the new task", res.Status, loc)
+	}
+	nt, err := e.st.GetTask(context.Background(), strings.TrimPrefix(loc, "/console/tasks/"))
+	if err != nil || nt.RerunOf == nil || *nt.RerunOf != id || nt.RequestedBy != "alice" || nt.State != store.Queued || nt.Spec.GetCommand()[0] != "true" {
+		t.Fatalf("the new task: %+v (%v); want alice's, queued, rerun of %s with the same spec", nt, err, id)
+	}
+	var n int
+	if err := e.sql.QueryRow(context.Background(), "select count(*) from podium.tasks where rerun_of = $1", id).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d reruns of the task stored (%v), want 1: the refused one made none", n, err)
 	}
 }

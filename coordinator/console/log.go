@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"html/template"
 	"strings"
 
 	terminal "github.com/buildkite/terminal-to-html/v3"
 
 	"github.com/podiumhq/podium/coordinator/store"
+	"github.com/podiumhq/podium/internal/statusline"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 )
 
@@ -120,17 +120,8 @@ func (s *lineScanner) event(ev *podiumv1.TaskEvent) error {
 		return s.note(b.Note.GetText())
 	case *podiumv1.TaskEvent_Status:
 		st := b.Status
-		text := store.StateName(st.GetState())
-		if st.ExitCode != nil {
-			text += fmt.Sprintf(" (exit code %d)", st.GetExitCode())
-		}
-		if st.GetSignal() != 0 {
-			text += fmt.Sprintf(" (signal %d)", st.GetSignal())
-		}
-		if st.GetReason() != "" {
-			text += ": " + st.GetReason()
-		}
-		return s.note(text)
+		// Worded as podium run and podium logs word it.
+		return s.note(statusline.Line(st.GetState(), st.GetReason(), st.ExitCode, st.GetSignal(), ""))
 	}
 	return nil
 }

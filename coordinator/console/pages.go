@@ -197,7 +197,10 @@ type taskPage struct {
 	LogExpired string
 	CanCancel  bool
 	CanMessage bool
-	Terminal   bool
+	// CanRerun: the task has ended and the viewer may run it again (their
+	// own, or any for an admin), as podium task rerun does.
+	CanRerun bool
+	Terminal bool
 }
 
 // taskID reads and checks the {id} of a task path.
@@ -336,6 +339,7 @@ func (c *Console) taskPage(w http.ResponseWriter, r *http.Request) {
 	}
 	p.CanCancel = !p.Terminal && may(ctx, podiumv1connect.TaskServiceCancelProcedure) && access.Owns(ctx, st.RequestedBy)
 	p.CanMessage = !p.Terminal && may(ctx, podiumv1connect.TaskServiceSendProcedure) && access.Owns(ctx, st.RequestedBy)
+	p.CanRerun = p.Terminal && may(ctx, podiumv1connect.TaskServiceRerunProcedure) && access.Owns(ctx, st.RequestedBy)
 	c.render(w, r, viewerFrom(ctx), http.StatusOK, "task", "Task "+id, p)
 }
 
@@ -425,6 +429,33 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/console/tasks/"+id, http.StatusSeeOther)
+}
+
+// rerun runs a finished task again as a new task, as podium task rerun does,
+// and goes to the new task. The task service checks, as for the API, that a
+// member reruns only their own tasks and that the spec and its secrets are
+// still accepted.
+func (c *Console) rerun(w http.ResponseWriter, r *http.Request) {
+	if !c.need(w, r, podiumv1connect.TaskServiceRerunProcedure) {
+		return
+	}
+	id, ok := c.taskID(w, r)
+	if !ok {
+		return
+	}
+	var created string
+	err := c.audited(r.Context(), podiumv1connect.TaskServiceRerunProcedure, id, func(ctx context.Context) error {
+		resp, err := c.tasks.Rerun(ctx, connect.NewRequest(&podiumv1.RerunRequest{Id: id}))
+		if err == nil {
+			created = resp.Msg.GetTask().GetId()
+		}
+		return err
+	})
+	if err != nil {
+		c.serviceFail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/console/tasks/"+created, http.StatusSeeOther)
 }
 
 // message sends text to a running task's inbox, as podium send does.

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/podiumhq/podium/internal/units"
 )
 
 // pageNames are the page templates, each rendered inside layout.html.
@@ -31,6 +33,9 @@ var funcs = template.FuncMap{
 	"next":  func(n int64) int64 { return n + 1 },
 	"prev":  func(n int64) int64 { return n - 1 },
 	"bytes": humanBytes,
+	// CPU and wall times as podium task get writes them.
+	"cpu":  units.CPU,
+	"wall": units.Wall,
 }
 
 func parsePages() map[string]*template.Template {
