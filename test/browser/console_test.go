@@ -269,7 +269,8 @@ func TestCancelFromThePageEndsTheTaskAndTheCLIExits130(t *testing.T) {
 }
 
 // A member sees the nodes but no drain or undrain button; an admin sees
-// one on the node's row, and it drains the node.
+// one on the node's row, in view in a 1280 px window even when the node has
+// long labels, and it drains the node.
 func TestMemberSeesNoDrainButtonAdminDoes(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{})
@@ -287,10 +288,29 @@ func TestMemberSeesNoDrainButtonAdminDoes(t *testing.T) {
 	}
 	member.screenshot("member")
 
+	// Long labels, as fleets have them: the table still fits a 1280 px
+	// window, Drain in view, and the page never scrolls sideways.
+	var long []string
+	for i := range 6 {
+		long = append(long, fmt.Sprintf("team.example.com/cost-centre-%d=research-and-development-long-value-%d", i, i))
+	}
+	if _, err := s.r.Admin().SetNodeLabels(context.Background(), connect.NewRequest(&podiumv1.SetNodeLabelsRequest{NodeId: s.node, Add: long})); err != nil {
+		t.Fatal(err)
+	}
 	admin := newPage(t, s)
 	admin.login(s.addUser("ada", "admin"))
 	admin.open("/console/nodes")
 	admin.do("the node's drain button", defaultWait, chromedp.WaitVisible(chromedp.CSS(row+" button.drain")))
+	w := eval[float64](admin, "document.documentElement.clientWidth")
+	if w > 1280 {
+		admin.fail("the page is %v px wide, want at most the 1280 px window for this check", w)
+	}
+	if right := eval[float64](admin, fmt.Sprintf(`document.querySelector(%s).getBoundingClientRect().right`, js(row+" button.drain"))); right > w {
+		admin.fail("the drain button ends at %v px, past the %v px the window shows", right, w)
+	}
+	if sw := eval[float64](admin, "document.documentElement.scrollWidth"); sw > w {
+		admin.fail("the nodes page is %v px wide in a %v px view: it scrolls sideways", sw, w)
+	}
 	admin.screenshot("admin")
 	admin.do("clicking drain", defaultWait, chromedp.Click(chromedp.CSS(row+" button.drain")))
 	wait.For(t, defaultWait, "the node to be draining", func() bool {
