@@ -194,22 +194,24 @@ nfpm:
 	@$(GO) version -m $(NFPM) 2>/dev/null | grep -Eq 'mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$(NFPM_VERSION)[[:space:]]' \
 		|| CGO_ENABLED=0 GOBIN=$(GOBIN) $(GO) install -trimpath github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
-# podium-agent_<version>_<arch>.deb for each of DEB_ARCHES, in $(DIST)/.
+# podium-agent_<version>_<arch>.deb and podium_<version>_<arch>.deb (the CLI)
+# for each of DEB_ARCHES, in $(DIST)/.
 deb: nfpm
-	@for arch in $(DEB_ARCHES); do \
+	@for arch in $(DEB_ARCHES); do for pkg in podium-agent podium; do \
 		GO=$(GO) NFPM=$(NFPM) DIST=$(DIST) VERSION=$(VERSION) DEB_VERSION=$(DEB_VERSION) \
-			scripts/build-deb.sh $$arch || exit 1; \
-	done
+			scripts/build-deb.sh $$arch $$pkg || exit 1; \
+	done; done
 
 # lintian must be clean; the overrides in packaging/deb/lintian-overrides say
 # why each one is there.
 lint-deb: deb
-	scripts/lint-deb.sh $(foreach a,$(DEB_ARCHES),$(DIST)/podium-agent_$(DEB_VERSION)-1_$(a).deb)
+	scripts/lint-deb.sh $(foreach a,$(DEB_ARCHES),$(foreach p,podium-agent podium,$(DIST)/$(p)_$(DEB_VERSION)-1_$(a).deb))
 
 # The coordinator's container image, FROM scratch, for this machine's
 # architecture: make image IMAGE=registry.example/podium-coordinator:1.2.3
-# The image carries the agent's .debs of its version (DEB_ARCHES), which the
-# coordinator serves as its apt repository, so it needs nfpm too.
+# The image carries the agent's and the CLI's .debs, and the CLI's binaries,
+# of its version (DEB_ARCHES), which the coordinator serves as its apt
+# repository and at /download/, so it needs nfpm too.
 image: nfpm
 	GO=$(GO) NFPM=$(NFPM) VERSION=$(VERSION) DEB_VERSION=$(DEB_VERSION) DEB_ARCHES="$(DEB_ARCHES)" \
 		scripts/build-coordinator-image.sh $(IMAGE)

@@ -2,9 +2,12 @@
 # Builds the podium-coordinator container image (packaging/coordinator/
 # Dockerfile) for the Docker engine's architecture, from local files only: no
 # base image is pulled, so it builds where no registry is reachable.
-# The image also carries the podium-agent packages of the same version, for
-# amd64 and arm64 (scripts/build-deb.sh), in /usr/share/podium/apt: the
-# coordinator serves them as its signed apt repository.
+# The image also carries the podium-agent and podium (CLI) packages of the
+# same version, for amd64 and arm64 (scripts/build-deb.sh), in
+# /usr/share/podium/apt: the coordinator serves them as its signed apt
+# repository; and the CLI's static binaries for the same architectures in
+# /usr/share/podium/download, which it serves with their SHA-256 at
+# /download/.
 # Usage: scripts/build-coordinator-image.sh NAME:TAG
 # Environment: GO (go), VERSION (git describe), DEB_VERSION
 # (scripts/deb-version.sh), NFPM (nfpm), DEB_ARCHES ("amd64 arm64").
@@ -34,12 +37,17 @@ echo "→ building podium-coordinator for linux/$arch ($version)" >&2
 CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath \
   -ldflags "$(VERSION=$version scripts/ldflags.sh)" -o "$ctx/podium-coordinator" ./cmd/podium-coordinator
 cp "$cacerts" "$ctx/ca-certificates.crt"
-# The agent's packages of this very version, which the coordinator serves.
-mkdir "$ctx/apt"
+# The packages of this very version, which the coordinator serves, and the
+# CLI's binaries for download.
+mkdir "$ctx/apt" "$ctx/download"
 for deb_arch in $deb_arches; do
-  GO=$go VERSION=$version DEB_VERSION=$deb_version DIST="$ctx/apt" scripts/build-deb.sh "$deb_arch" >/dev/null
+  for pkg in podium-agent podium; do
+    GO=$go VERSION=$version DEB_VERSION=$deb_version DIST="$ctx/apt" scripts/build-deb.sh "$deb_arch" "$pkg" >/dev/null
+  done
+  CGO_ENABLED=0 GOOS=linux GOARCH=$deb_arch "$go" build -trimpath \
+    -ldflags "$(VERSION=$version scripts/ldflags.sh)" -o "$ctx/download/podium-linux-$deb_arch" ./cmd/podium
 done
-chmod 0755 "$ctx/apt"
+chmod 0755 "$ctx/apt" "$ctx/download" "$ctx"/download/*
 chmod 0644 "$ctx"/apt/*.deb
 mkdir "$ctx/state"
 # Readable by the image's non-root user whatever the umask was.

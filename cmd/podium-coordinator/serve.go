@@ -24,7 +24,7 @@ import (
 type serveOptions struct {
 	db, token, listen, tlsCert, tlsKey, advertise, publicURL   string
 	metricsToken, replica, logFormat, debugListen, memoryLimit string
-	aptDir, aptKey, secretsKey                                 string
+	aptDir, aptKey, secretsKey, downloadDir                    string
 	allow, insecure, logArchive, fairShare, consoleOn          bool
 	maxConns, maxNodes, maxMemberPriority                      int
 	bodyTimeout, idleTimeout, heartbeat, queueTimeout          time.Duration
@@ -93,7 +93,8 @@ func (o *serveOptions) flags() []envFlag {
 	}
 	flags = append(flags, o.ts.flags()...)
 	flags = append(flags,
-		stringFlag(&o.aptDir, "apt-dir", "PODIUM_APT_DIR", "/usr/share/podium/apt", "directory of podium-agent .deb files to serve as a signed apt repository at /apt/, with /install.sh (PODIUM_APT_DIR); the image carries this version's; no repository when it has none"),
+		stringFlag(&o.aptDir, "apt-dir", "PODIUM_APT_DIR", "/usr/share/podium/apt", "directory of podium-agent and podium .deb files to serve as a signed apt repository at /apt/, with /install.sh (PODIUM_APT_DIR); the image carries this version's; no repository when it has none"),
+		stringFlag(&o.downloadDir, "download-dir", "PODIUM_DOWNLOAD_DIR", "/usr/share/podium/download", "directory of the podium CLI's static binaries (podium-linux-amd64, ...) to serve with their SHA-256 at /download/ (PODIUM_DOWNLOAD_DIR); the image carries this version's; none served when it has none"),
 		stringFlag(&o.aptKey, "apt-signing-key-file", "PODIUM_APT_SIGNING_KEY_FILE", "", "armored OpenPGP private key (mode 0600, no passphrase) to sign the apt repository with (PODIUM_APT_SIGNING_KEY_FILE); without it the coordinator makes one once and keeps it in Postgres, sealed under the secrets key"),
 		stringFlag(&o.secretsKey, "secrets-key-file", "PODIUM_SECRETS_KEY_FILE", "", "`FILE` of 32 random bytes (mode 0600) that secrets are sealed under, e.g. from head -c 32 /dev/urandom (PODIUM_SECRETS_KEY_FILE); without it secrets cannot be set, and the coordinator refuses to start while any are stored"),
 		stringFlag(&o.art.Endpoint, "s3-endpoint", "PODIUM_S3_ENDPOINT", "", "object store for task artifacts, host:port or a URL (PODIUM_S3_ENDPOINT); empty: artifacts are refused"),
@@ -243,8 +244,9 @@ func (o *serveOptions) config() (server.Config, error) {
 		Advertise: o.advertise, PublicURL: o.publicURL, AllowedHosts: o.allowedHosts, MetricsTokenFile: o.metricsToken, ReplicaID: o.replica,
 		Artifacts: o.art, Archive: o.archive,
 		Transport: o.ts.transport, Tailnet: o.ts.config(), Thresholds: o.th, SecretsKeyFile: o.secretsKey,
-		Apt:       aptrepo.Config{Dir: o.aptDir, KeyFile: o.aptKey},
-		Retention: o.retain, Notify: o.hooks, NoConsole: !o.consoleOn, MaxMemberPriority: int32(o.maxMemberPriority),
+		Apt:         aptrepo.Config{Dir: o.aptDir, KeyFile: o.aptKey},
+		DownloadDir: o.downloadDir,
+		Retention:   o.retain, Notify: o.hooks, NoConsole: !o.consoleOn, MaxMemberPriority: int32(o.maxMemberPriority),
 		QueueTimeout: o.queueTimeout,
 	}
 	cfg.Dispatch.NoFairShare = !o.fairShare

@@ -175,6 +175,23 @@ func random(n int) []byte {
 type loginPage struct {
 	CSRF  string
 	Error string
+	// CLI says the replica serves the podium CLI at /download/, and Base
+	// is the coordinator's URL for the commands that fetch it.
+	CLI  bool
+	Base string
+}
+
+// baseURL is the coordinator's URL as people reach it: --public-url when a
+// proxy stands in front, else the request's scheme and Host (which the host
+// guard has already held to the coordinator's own names).
+func (c *Console) baseURL(r *http.Request) string {
+	if c.cfg.PublicURL != "" {
+		return strings.TrimRight(c.cfg.PublicURL, "/")
+	}
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
 }
 
 // loginPage shows the sign-in form; on the tailnet there is none (WhoIs
@@ -184,7 +201,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, nil, http.StatusOK, "login", "Sign in", loginPage{CSRF: c.csrfCookie(w, r)})
+	c.render(w, r, nil, http.StatusOK, "login", "Sign in", loginPage{CSRF: c.csrfCookie(w, r), CLI: c.cfg.CLIDownloads, Base: c.baseURL(r)})
 }
 
 // login checks the token as the API's gate does (the bootstrap token, or a
@@ -228,7 +245,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.Kind == "user" && s.Name == "" {
 		c.log.Info("console sign-in refused", "remote", r.RemoteAddr)
-		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginPage{CSRF: c.csrfCookie(w, r),
+		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginPage{CSRF: c.csrfCookie(w, r), CLI: c.cfg.CLIDownloads, Base: c.baseURL(r),
 			Error: "token not recognised: give your personal API token (an admin makes one with `podium user add NAME`) or the coordinator's bootstrap token"})
 		return
 	}

@@ -76,6 +76,9 @@ type Config struct {
 	// MaxFollow bounds one live-log connection; the browser reconnects
 	// where it left off. DefaultMaxFollow when 0.
 	MaxFollow time.Duration
+	// CLIDownloads says the replica serves the podium CLI at /download/:
+	// the sign-in page and the header point people to it.
+	CLIDownloads bool
 }
 
 // Deps are what the console works with.

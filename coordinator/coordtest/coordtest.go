@@ -96,6 +96,9 @@ type Options struct {
 	MetricsTokenFile string
 	// QueueTimeout is the replica's --queue-timeout (see server.Config).
 	QueueTimeout time.Duration
+	// DownloadDir holds the CLI binaries the replica serves at /download/
+	// (see server.Config).
+	DownloadDir string
 }
 
 // Start runs a replica on the database until the test ends.
@@ -127,7 +130,7 @@ func Start(t testing.TB, databaseURL string, opts Options) *Replica {
 		BodyReadTimeout: opts.BodyReadTimeout, MaxConnections: opts.MaxConnections, SecretsKeyFile: opts.SecretsKeyFile,
 		Retention: opts.Retention, Schedules: opts.Schedules, Notify: opts.Notify,
 		PublicURL: opts.PublicURL, AllowedHosts: opts.AllowedHosts, MetricsTokenFile: opts.MetricsTokenFile,
-		QueueTimeout: opts.QueueTimeout,
+		QueueTimeout: opts.QueueTimeout, DownloadDir: opts.DownloadDir,
 	}
 	client := HTTPClient()
 	if opts.TLS != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/console"
 	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/dispatch"
+	"github.com/podiumhq/podium/coordinator/downloads"
 	"github.com/podiumhq/podium/coordinator/enroll"
 	"github.com/podiumhq/podium/coordinator/ingest"
 	"github.com/podiumhq/podium/coordinator/leader"
@@ -149,8 +150,12 @@ type Config struct {
 	NoConsole bool
 	// Apt is the apt repository of the agent's packages served at /apt/
 	// (package coordinator/aptrepo); none when its directory has no .debs.
-	Apt    aptrepo.Config
-	Logger *slog.Logger
+	Apt aptrepo.Config
+	// DownloadDir holds the podium CLI's static binaries (podium-OS-ARCH),
+	// served with their SHA-256 at /download/ (package
+	// coordinator/downloads); none when it has none.
+	DownloadDir string
+	Logger      *slog.Logger
 }
 
 // Server is one running coordinator replica.
@@ -175,9 +180,13 @@ type Server struct {
 	listeners []net.Listener
 	conns     *connLimit
 	certs     *certFiles // the local transport's TLS certificate, if any
-	addr      string
-	scheme    string         // of URL: http, or https when the local transport serves TLS
-	endpoint  *join.Endpoint // nil on the local transport
+	// downloads are the CLI binaries served at /download/; nil, and
+	// downloadsOff why, when there are none.
+	downloads    *downloads.Set
+	downloadsOff string
+	addr         string
+	scheme       string         // of URL: http, or https when the local transport serves TLS
+	endpoint     *join.Endpoint // nil on the local transport
 	// notReady is what /readyz last said was wrong, so that the log says
 	// it once when it starts and once when it ends, not on every probe.
 	readyMu  sync.Mutex
@@ -314,6 +323,10 @@ func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Ser
 	if err != nil {
 		return nil, err
 	}
+	dl, dlOff, err := downloads.Load(cfg.DownloadDir, log)
+	if err != nil {
+		return nil, err
+	}
 	if err := settle(ctx, &cfg, st, log); err != nil {
 		return nil, err
 	}
@@ -322,7 +335,7 @@ func build(ctx context.Context, cfg Config, pre prepared, st *store.Store) (*Ser
 		return nil, fmt.Errorf("artifacts: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, store: st, artifacts: arts, conns: newConnLimit(cfg.MaxConnections), certs: pre.certs,
-		optional: optionalParts(cfg, pre, apt != nil, aptOff)}
+		optional: optionalParts(cfg, pre, apt != nil, aptOff, dl != nil, dlOff), downloads: dl, downloadsOff: dlOff}
 	if err := s.openTransport(ctx); err != nil {
 		return nil, err
 	}
@@ -460,6 +473,13 @@ func (s *Server) routes(p parts, apt *aptrepo.Repo, aptOff string) http.Handler 
 		mux.Handle("GET "+aptrepo.Prefix, off)
 		mux.Handle("GET "+aptrepo.InstallPath, off)
 	}
+	// The CLI's binaries are public too: they are what a person installs
+	// before they have anything to present.
+	if s.downloads != nil {
+		mux.Handle("GET "+downloads.Prefix, s.downloads)
+	} else {
+		mux.Handle("GET "+downloads.Prefix, downloads.Unserved(s.downloadsOff))
+	}
 	var handler http.Handler = mux
 	if cfg.Transport == TransportLocal {
 		handler = newTokenGate(cfg.Token, st, handler)
@@ -494,7 +514,7 @@ func (s *Server) ownHosts() []string {
 // tailnet with the same policy and role resolver (transport.go), on the local
 // transport by the token, which the console's sign-in takes.
 func (s *Server) consoleConfig() console.Config {
-	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token, PublicURL: s.cfg.PublicURL}
+	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token, PublicURL: s.cfg.PublicURL, CLIDownloads: s.downloads != nil}
 	if s.endpoint != nil {
 		t := s.cfg.Tailnet
 		cc.Token = ""
@@ -628,7 +648,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // coordinator missing one works, and nothing else would tell its operator
 // why secrets, artifacts or /install.sh are refused. Settings only, never a
 // host, path or key: /readyz answers anyone who can reach the port.
-func optionalParts(cfg Config, pre prepared, apt bool, aptOff string) string {
+func optionalParts(cfg Config, pre prepared, apt bool, aptOff string, dl bool, dlOff string) string {
 	var b strings.Builder
 	b.WriteString("optional parts:\n")
 	part := func(name string, on bool, off string) {
@@ -641,6 +661,7 @@ func optionalParts(cfg Config, pre prepared, apt bool, aptOff string) string {
 	part("secrets", pre.secretsKey != nil, "set --secrets-key-file, PODIUM_SECRETS_KEY_FILE")
 	part("object store for artifacts and log archives", cfg.Artifacts.Endpoint != "", "set --s3-endpoint, PODIUM_S3_ENDPOINT; logs are archived in Postgres")
 	part("apt repository and /install.sh", apt, aptOff)
+	part("podium CLI downloads at /download/", dl, dlOff)
 	part("tailnet", cfg.Transport == TransportTailnet, "the local transport: set --transport tailnet, PODIUM_TRANSPORT, to serve on a tailnet")
 	part("TLS", pre.certs != nil || cfg.Transport == TransportTailnet, "set --tls-cert and --tls-key, or serve on a tailnet")
 	return b.String()

@@ -109,7 +109,7 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	coord := h.startCoordinator(imageN, network, "-v", keyDir+":/secrets:ro", "-e", "PODIUM_SECRETS_KEY_FILE=/secrets/key")
 	cli.server, cli.caFile = coord.url, coord.tls.CAFile
 	coordURL := "https://" + coord.name + ":7070"
-	coord.checkPublicPaths()
+	coord.checkPublicPaths(versionN)
 
 	h.step("waiting for the Debian systemd image")
 	r := <-rootfs
@@ -165,6 +165,14 @@ func TestAgentPackageAndCoordinatorImage(t *testing.T) {
 	}
 	if node.exitCode("grep -rqs trusted=yes /etc/apt/sources.list /etc/apt/sources.list.d/") == 0 {
 		t.Error("install.sh left trusted=yes in apt's sources")
+	}
+	h.step("the podium CLI from the same repository")
+	node.must(3*time.Minute, "DEBIAN_FRONTEND=noninteractive apt-get install -y podium >/dev/null 2>&1")
+	if got := node.must(time.Minute, "podium version"); !strings.HasPrefix(got, "podium "+versionN+" ") {
+		t.Errorf("apt install podium: podium version says %q, want podium %s", got, versionN)
+	}
+	if got := node.must(time.Minute, "dpkg-query -W -f='${Version}' podium"); got != debVersionN+"-1" {
+		t.Errorf("apt installed podium %s, want %s-1", got, debVersionN)
 	}
 	h.step("install.sh again: it changes nothing")
 	node.must(5*time.Minute, fetch+" >/dev/null 2>&1")

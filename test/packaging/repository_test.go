@@ -3,6 +3,8 @@ package packaging
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,21 +12,24 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
 
-// checkPublicPaths checks that the repository and /install.sh need no
-// token while the API still does, and that nothing but the repository is
-// served under /apt/.
-func (c *coordinator) checkPublicPaths() {
+// checkPublicPaths checks that the repository, /install.sh and the CLI's
+// downloads need no token while the API still does, and that nothing but
+// the repository is served under /apt/; then the download itself
+// (checkDownloads) for the image's version.
+func (c *coordinator) checkPublicPaths(version string) {
 	h, t := c.h, c.h.t
 	h.step("the repository needs no token; the API still does")
 	noRedirects := &http.Client{Transport: c.hc.Transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	}}
 	for path, want := range map[string]int{"/apt/dists/stable/InRelease": 200, "/apt/podium.gpg": 200, "/install.sh": 200,
-		"/apt/../metrics": 404, "/apt/nothing": 404, "/podium.v1.AdminService/ListNodes": 401} {
+		"/apt/../metrics": 404, "/apt/nothing": 404, "/podium.v1.AdminService/ListNodes": 401,
+		"/download/": 200, "/download/SHA256SUMS": 200, "/download/nothing": 404} {
 		method := http.MethodGet
 		if strings.HasPrefix(path, "/podium.v1.") {
 			method = http.MethodPost
@@ -44,6 +49,41 @@ func (c *coordinator) checkPublicPaths() {
 		if res.StatusCode != want && !(want == 404 && redirected) {
 			t.Errorf("%s %s without a token: %d, want %d", method, path, res.StatusCode, want)
 		}
+	}
+	c.checkDownloads(version)
+}
+
+// checkDownloads fetches the CLI for this machine's architecture from the
+// image's /download/, checks it against the SHA-256 in SHA256SUMS, and runs
+// it: it is the podium of the image's version.
+func (c *coordinator) checkDownloads(version string) {
+	h, t := c.h, c.h.t
+	h.step("the CLI from /download/, checked against SHA256SUMS")
+	fetch := func(path string) []byte {
+		res, err := c.hc.Get(c.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, res.StatusCode, err)
+		}
+		return b
+	}
+	name := "podium-linux-" + runtime.GOARCH
+	sums := string(fetch("/download/SHA256SUMS"))
+	bin := fetch("/download/" + name)
+	sum := sha256.Sum256(bin)
+	if !strings.Contains(sums, hex.EncodeToString(sum[:])+"  "+name+"\n") {
+		t.Fatalf("the downloaded %s (sha256 %x) is not in SHA256SUMS:\n%s", name, sum, sums)
+	}
+	path := filepath.Join(t.TempDir(), "podium")
+	if err := os.WriteFile(path, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out := h.must(time.Minute, path, "version"); !strings.HasPrefix(out, "podium "+version+" ") {
+		t.Errorf("the downloaded CLI says %q, want podium %s", out, version)
 	}
 }
 
