@@ -79,6 +79,10 @@ type Config struct {
 	// CLIDownloads says the replica serves the podium CLI at /download/:
 	// the sign-in page and the header point people to it.
 	CLIDownloads bool
+	// Optional is the replica's list of optional parts as /readyz gives
+	// it ("optional parts:" and a line per part, "  NAME: on" or
+	// "  NAME: off (how to turn it on)"), which the system page shows.
+	Optional string
 }
 
 // Deps are what the console works with.
@@ -159,6 +163,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/nodes/{id}/undrain", c.authed(c.drain(false)))
 	m.HandleFunc("POST /console/nodes/{id}/labels", c.authed(c.labels))
 	m.HandleFunc("GET /console/queue", c.authed(c.queuePage))
+	m.HandleFunc("GET /console/system", c.authed(c.systemPage))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "There is no page at "+r.URL.Path+": start from the task list.")
 	})

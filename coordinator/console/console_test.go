@@ -82,7 +82,8 @@ func newEnvWith(t *testing.T, tls bool, publicURL string) *env {
 	go func() { defer close(svcDone); _ = svc.Run(sctx) }()
 	t.Cleanup(func() { stopSvc(); <-svcDone })
 	adm := admin.NewService(admin.Config{Transport: "local"}, admin.Deps{Store: st, Log: log})
-	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute, PublicURL: publicURL},
+	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute, PublicURL: publicURL,
+		Optional: "optional parts:\n  secrets: on\n  TLS: off (set --tls-cert and --tls-key, or serve on a tailnet)\n"},
 		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log})
 	var srv *httptest.Server
 	if tls {
@@ -777,5 +778,32 @@ func TestRerunButton(t *testing.T) {
 	var n int
 	if err := e.sql.QueryRow(context.Background(), "select count(*) from podium.tasks where rerun_of = $1", id).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d reruns of the task stored (%v), want 1: the refused one made none", n, err)
+	}
+}
+
+// The system page shows an admin the replica's version and which optional
+// parts are on, with the setting that turns on each that is off, as /readyz
+// lists them; the header links it for admins only, and anyone else is
+// refused it with who to ask.
+func TestSystemPageListsTheOptionalParts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	ada := e.as("ada")
+	res, body := get(t, ada, e.srv.URL, "/console/system")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `href="/console/system"`) {
+		t.Fatalf("an admin's system page: %s\n%s", res.Status, body)
+	}
+	on := regexp.MustCompile(`<tr data-part="secrets"><th scope="row">secrets</th><td class="part-on">on</td><td class="how"></td></tr>`)
+	off := regexp.MustCompile(`<tr data-part="TLS"><th scope="row">TLS</th><td class="part-off">off</td><td class="how">set --tls-cert and --tls-key, or serve on a tailnet</td></tr>`)
+	if !on.MatchString(body) || !off.MatchString(body) {
+		t.Errorf("the system page does not list secrets on and TLS off with how to turn it on:\n%s", body)
+	}
+	alice := e.as("alice")
+	res, body = get(t, alice, e.srv.URL, "/console/system")
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "ask an admin") {
+		t.Errorf("a member's system page: %s, want 403 saying to ask an admin:\n%s", res.Status, body)
+	}
+	if _, body := get(t, alice, e.srv.URL, "/console/"); strings.Contains(body, `href="/console/system"`) {
+		t.Errorf("a member's header links the system page")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/podiumhq/podium/coordinator/tasks"
 	"github.com/podiumhq/podium/internal/ids"
 	"github.com/podiumhq/podium/internal/taskspec"
+	"github.com/podiumhq/podium/internal/version"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/proto/podium/v1/podiumv1connect"
 )
@@ -665,4 +666,54 @@ func (c *Console) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, viewerFrom(r.Context()), http.StatusOK, "queue", "Queue", p)
+}
+
+// systemPart is one of the replica's optional parts as the system page
+// shows it.
+type systemPart struct {
+	Name, How string
+	On        bool
+}
+
+type systemPage struct {
+	Version string
+	Parts   []systemPart
+	CLI     bool
+}
+
+// optionalParts reads the replica's list of optional parts, as /readyz
+// writes it, into rows.
+func optionalParts(list string) []systemPart {
+	var parts []systemPart
+	for _, line := range strings.Split(list, "\n") {
+		name, state, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || !strings.HasPrefix(line, "  ") {
+			continue
+		}
+		p := systemPart{Name: name, On: state == "on"}
+		if !p.On {
+			p.How = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(state, "off"), " ("), ")")
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// systemPage is the admins' page about the replica itself: its version and
+// which optional parts (secrets, the object store, the apt repository, the
+// CLI's downloads, the tailnet, TLS) are on, with the setting that turns on
+// each that is not, so that an admin need not read /readyz to learn why
+// secrets or artifacts are refused.
+func (c *Console) systemPage(w http.ResponseWriter, r *http.Request) {
+	v := viewerFrom(r.Context())
+	if !v.IsAdmin() {
+		c.fail(w, r, v, http.StatusForbidden, "the system page is for admins: ask an admin what this coordinator runs")
+		return
+	}
+	for k := range r.URL.Query() {
+		c.badParam(w, r, k, "this page takes no parameters")
+		return
+	}
+	c.render(w, r, v, http.StatusOK, "system", "System",
+		systemPage{Version: version.Version, Parts: optionalParts(c.cfg.Optional), CLI: c.cfg.CLIDownloads})
 }

@@ -514,7 +514,8 @@ func (s *Server) ownHosts() []string {
 // tailnet with the same policy and role resolver (transport.go), on the local
 // transport by the token, which the console's sign-in takes.
 func (s *Server) consoleConfig() console.Config {
-	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token, PublicURL: s.cfg.PublicURL, CLIDownloads: s.downloads != nil}
+	cc := console.Config{Transport: s.cfg.Transport, Token: s.cfg.Token, PublicURL: s.cfg.PublicURL, CLIDownloads: s.downloads != nil,
+		Optional: s.optional}
 	if s.endpoint != nil {
 		t := s.cfg.Tailnet
 		cc.Token = ""
