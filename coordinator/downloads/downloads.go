@@ -145,11 +145,11 @@ func (s *Set) Sums() string {
 // other name is 404.
 func (s *Set) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
-	switch {
-	case name == "":
+	switch name {
+	case "":
 		s.index(w, r)
 		return
-	case name == SumsName:
+	case SumsName:
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, s.Sums())
 		return
