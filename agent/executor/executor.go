@@ -696,15 +696,15 @@ func (e *Executor) Inject(taskID string, n int32, messageID int64, text string) 
 }
 
 // Lease moves the moment at which a running attempt's runner fences it
-// (package runlog's lease file), with the grace the command then gets; a
-// zero fenceAt is never. The session calls it each time a coordinator
+// (package runlog's lease file, on the host's boot clock), with the grace the
+// command then gets. The session calls it each time a coordinator
 // replica answers, for the attempts the control plane would run again
 // elsewhere if the node went quiet, so that a hung agent's tasks stop on
 // their own when it would have stopped them. An attempt not running here,
 // or whose files are gone, is no error: there is nothing to fence.
 func (e *Executor) Lease(taskID string, n int32, fenceAt time.Time, grace time.Duration) {
 	for _, r := range e.find(taskID, n) {
-		err := runlog.WriteLease(filepath.Join(r.dir, leaseFile), runlog.Lease{FenceAt: fenceAt, Grace: grace})
+		err := runlog.WriteLease(filepath.Join(r.dir, leaseFile), runlog.LeaseUntil(fenceAt, grace))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			r.log.Warn("could not renew the task's lease; its runner fences it when the old one runs out", "err", err)
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // An agent fences a task the control plane will run again elsewhere when the
@@ -22,25 +24,59 @@ import (
 // file is the runner's half of fencing: the agent writes into it the moment
 // at which it would fence the attempt, moving it on each time a replica
 // answers, and the runner, PID 1 of the task's container, stops the command
-// itself once that moment has passed. Both read the same host clock.
+// itself once that moment has passed.
 //
-// The file holds 20 bytes: the moment (Unix nanoseconds, 8 bytes, big-endian;
-// 0 for never: the attempt is not fenced, or the agent does not yet know the
-// control plane's thresholds), the grace the command gets between SIGTERM
-// and SIGKILL (nanoseconds, 8 bytes) and the CRC-32C of those 16 (4 bytes).
-// The agent rewrites them in place, like the progress file, and the file is
-// mounted read-only into the container, so the task cannot move its own
-// fence; a reader that catches a rewrite half done sees a checksum mismatch
-// and reads again later.
+// The moment is on the host's boot clock (CLOCK_BOOTTIME, BootTime), which
+// the agent and every container on the host read alike: unlike the wall
+// clock, no NTP step or date(1) moves it, so a clock set forward cannot fence
+// a healthy task; and unlike CLOCK_MONOTONIC it goes on through a suspend,
+// as the control plane's clock does while the machine sleeps.
+//
+// The file holds 20 bytes: the moment (nanoseconds on the boot clock, 8
+// bytes, big-endian; 0 for never: the attempt is not fenced, or the agent
+// does not yet know the control plane's thresholds), the grace the command
+// gets between SIGTERM and SIGKILL (nanoseconds, 8 bytes) and the CRC-32C of
+// those 16 (4 bytes). The agent rewrites them in place, like the progress
+// file, and the file is mounted read-only into the container, so the task
+// cannot move its own fence; a reader that catches a rewrite half done sees a
+// checksum mismatch and reads again later.
 const leaseLen = 20
 
 // Lease is what a lease file holds.
 type Lease struct {
-	// FenceAt is when the runner stops the command; zero is never.
-	FenceAt time.Time
+	// Deadline is when the runner fences, on the boot clock (BootTime);
+	// zero is never.
+	Deadline time.Duration
 	// Grace is how long the command has, after SIGTERM, to end before
 	// everything in the container is killed.
 	Grace time.Duration
+}
+
+// BootTime reads the host's boot clock (CLOCK_BOOTTIME).
+func BootTime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		// Linux has had CLOCK_BOOTTIME since 2.6.39; nothing Podium runs
+		// on lacks it.
+		panic("runlog: clock_gettime(CLOCK_BOOTTIME): " + err.Error())
+	}
+	return time.Duration(ts.Nano())
+}
+
+// LeaseUntil is a lease that runs out at at (read on this process's clock,
+// as time.Now gives it), with grace.
+func LeaseUntil(at time.Time, grace time.Duration) Lease {
+	return Lease{Deadline: max(BootTime()+time.Until(at), 1), Grace: grace}
+}
+
+// RunOut reports whether a lease that fences has passed its deadline, and
+// how long ago.
+func (l Lease) RunOut() (bool, time.Duration) {
+	if l.Deadline <= 0 {
+		return false, 0
+	}
+	past := BootTime() - l.Deadline
+	return past >= 0, past
 }
 
 // CreateLease makes a lease file at path that never fences. It is readable by
@@ -54,11 +90,7 @@ func CreateLease(path string) error {
 
 func encodeLease(l Lease) []byte {
 	b := make([]byte, leaseLen)
-	var at int64
-	if !l.FenceAt.IsZero() {
-		at = l.FenceAt.UnixNano()
-	}
-	binary.BigEndian.PutUint64(b, uint64(at))
+	binary.BigEndian.PutUint64(b, uint64(max(l.Deadline, 0)))
 	binary.BigEndian.PutUint64(b[8:], uint64(max(l.Grace, 0)))
 	binary.BigEndian.PutUint32(b[16:], crc32.Checksum(b[:16], castagnoli))
 	return b
@@ -74,16 +106,11 @@ func ReadLease(f io.ReaderAt) (Lease, error) {
 	if crc32.Checksum(b[:16], castagnoli) != binary.BigEndian.Uint32(b[16:]) {
 		return Lease{}, ErrTornProgress
 	}
-	at, grace := int64(binary.BigEndian.Uint64(b[:8])), int64(binary.BigEndian.Uint64(b[8:16]))
-	if at < 0 || grace < 0 {
+	deadline, grace := int64(binary.BigEndian.Uint64(b[:8])), int64(binary.BigEndian.Uint64(b[8:16]))
+	if deadline < 0 || grace < 0 {
 		return Lease{}, ErrTornProgress
 	}
-	var l Lease
-	if at > 0 {
-		l.FenceAt = time.Unix(0, at)
-	}
-	l.Grace = time.Duration(grace)
-	return l, nil
+	return Lease{Deadline: time.Duration(deadline), Grace: time.Duration(grace)}, nil
 }
 
 // WriteLease rewrites the lease file at path in place. Like OpenProgress it

@@ -384,12 +384,16 @@ func (s *supervisor) watchLease(pid int) (stop func()) {
 			// A torn or unreadable lease is read again at the next tick:
 			// only a whole one that has run out fences.
 			l, err := runlog.ReadLease(s.lease)
-			if err != nil || l.FenceAt.IsZero() || time.Now().Before(l.FenceAt) {
+			if err != nil {
+				continue
+			}
+			out, ago := l.RunOut()
+			if !out {
 				continue
 			}
 			s.fenced.Store(true)
-			fmt.Fprintf(s.stderr, "podium-runner: the agent's lease on this task ran out at %s; stopping the command "+
-				"(the control plane runs the task again elsewhere)\n", l.FenceAt.UTC().Format(time.RFC3339Nano))
+			fmt.Fprintf(s.stderr, "podium-runner: the agent's lease on this task ran out %s ago; stopping the command "+
+				"(the control plane runs the task again elsewhere)\n", ago.Round(time.Millisecond))
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
 			select {
 			case <-done:

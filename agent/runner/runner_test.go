@@ -372,7 +372,7 @@ func TestLeaseRunningOutFencesTheCommand(t *testing.T) {
 	// still be running after several have come and gone.
 	renewals := 0
 	for end := time.Now().Add(time.Second); time.Now().Before(end); renewals++ {
-		if err := runlog.WriteLease(lease, runlog.Lease{FenceAt: time.Now().Add(300 * time.Millisecond), Grace: time.Second}); err != nil {
+		if err := runlog.WriteLease(lease, runlog.LeaseUntil(time.Now().Add(300*time.Millisecond), time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -383,7 +383,7 @@ func TestLeaseRunningOutFencesTheCommand(t *testing.T) {
 	}
 	// The agent stops renewing (hung): the lease runs out.
 	ranOut := time.Now().Add(200 * time.Millisecond)
-	if err := runlog.WriteLease(lease, runlog.Lease{FenceAt: ranOut, Grace: 500 * time.Millisecond}); err != nil {
+	if err := runlog.WriteLease(lease, runlog.LeaseUntil(ranOut, 500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	wait.Closed(t, 30*time.Second, "the runner to fence its command once the lease ran out", exited)

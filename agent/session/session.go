@@ -114,8 +114,8 @@ type Runner interface {
 	// at most Config.InjectTimeout (see deliveries).
 	Inject(taskID string, attempt int32, messageID int64, text string) (bool, error)
 	// Lease moves the moment at which an attempt's runner stops it on
-	// its own, with the grace the command then gets (zero: never): the
-	// fence of a node whose agent cannot act (fence.go).
+	// its own, with the grace the command then gets: the fence of a node
+	// whose agent cannot act (fence.go).
 	Lease(taskID string, attempt int32, fenceAt time.Time, grace time.Duration)
 	// Running is how many attempts hold a slot.
 	Running() int
