@@ -197,6 +197,8 @@ func init() {
 		webhookAddCommand,
 		webhookLsCommand,
 		webhookRmCommand,
+		webhookTestCommand,
+		webhookRedeliverCommand,
 		whoamiCommand,
 		versionCommand,
 		helpCommand,

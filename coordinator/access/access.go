@@ -120,9 +120,11 @@ var Needs = map[string]Role{
 	podiumv1connect.AdminServiceSetGroupWeightProcedure:        Admin,
 	podiumv1connect.AdminServiceListGroupsProcedure:            Admin,
 	// Webhooks receive every task's end and its user and labels.
-	podiumv1connect.WebhookServiceAddProcedure:    Admin,
-	podiumv1connect.WebhookServiceListProcedure:   Admin,
-	podiumv1connect.WebhookServiceRemoveProcedure: Admin,
+	podiumv1connect.WebhookServiceAddProcedure:       Admin,
+	podiumv1connect.WebhookServiceListProcedure:      Admin,
+	podiumv1connect.WebhookServiceRemoveProcedure:    Admin,
+	podiumv1connect.WebhookServiceTestProcedure:      Admin,
+	podiumv1connect.WebhookServiceRedeliverProcedure: Admin,
 }
 
 // readOnly are the calls that change nothing; every other call is written

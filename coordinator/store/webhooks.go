@@ -294,6 +294,49 @@ func (s *Store) RecordDelivery(ctx context.Context, d HookDelivery) error {
 	})
 }
 
+// EventWebhookTest is the type of the event `podium webhook test` sends.
+const EventWebhookTest = "webhook.test"
+
+// EnqueueWebhookTest queues a webhook.test event for one webhook, shaped
+// like every other event (schema, id, type, created_at) and naming the
+// webhook, and returns its id; ErrNotFound when there is no such webhook.
+func (s *Store) EnqueueWebhookTest(ctx context.Context, id string) (string, error) {
+	var evt string
+	err := s.pool.QueryRow(ctx, `with ev as (select 'evt_' || replace(gen_random_uuid()::text, '-', '') as id)
+		insert into podium.webhook_outbox (event_id, event_type, webhook_id, url, secret_name, per_task, payload)
+		select ev.id, $2, w.id, w.url, w.secret_name, false,
+			jsonb_build_object('schema', 'podium.event.v1', 'id', ev.id, 'type', $2::text,
+				'created_at', podium.webhook_time(now()), 'webhook', jsonb_build_object('id', w.id, 'name', w.name))
+		from podium.webhooks w, ev where w.id = $1
+		returning event_id`, id, EventWebhookTest).Scan(&evt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return evt, err
+}
+
+// RetryWebhookNow makes every event waiting for one webhook due now, and
+// says how many; ErrNotFound when there is no such webhook. A row a replica
+// is posting at this moment may be posted again by another: delivery is at
+// least once, and receivers drop a repeat by its event id.
+func (s *Store) RetryWebhookNow(ctx context.Context, id string) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, "select exists (select 1 from podium.webhooks where id = $1)", id).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNotFound
+		}
+		tag, err := tx.Exec(ctx, `update podium.webhook_outbox set next_attempt_at = now()
+			where webhook_id = $1 and next_attempt_at > now()`, id)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
 // OutboxEntry is a row of the outbox as tests and operators look at it.
 type OutboxEntry struct {
 	EventID, EventType, URL string

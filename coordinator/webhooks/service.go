@@ -189,6 +189,43 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[podiumv1.Webh
 	return connect.NewResponse(&podiumv1.WebhookServiceRemoveResponse{}), nil
 }
 
+// Test queues a webhook.test event for one webhook: signed and delivered
+// like any other, so an admin sees at once whether the receiver answers and
+// checks the signature (podium webhook ls, or the receiver's own log).
+func (s *Service) Test(ctx context.Context, req *connect.Request[podiumv1.WebhookServiceTestRequest]) (*connect.Response[podiumv1.WebhookServiceTestResponse], error) {
+	id := req.Msg.GetId()
+	if !ids.Valid("hook", id) {
+		return nil, invalid("id: %q is not a webhook id (hook_…): `podium webhook ls` lists them", clip(id))
+	}
+	evt, err := s.store.EnqueueWebhookTest(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no webhook %s: `podium webhook ls` lists them", id))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("queue a test event for webhook %s: %w (try again)", id, err))
+	}
+	s.log.Info("webhook test event queued", "webhook", id, "event", evt)
+	return connect.NewResponse(&podiumv1.WebhookServiceTestResponse{EventId: evt}), nil
+}
+
+// Redeliver makes every event still waiting for one webhook due now: after
+// a receiver is fixed, its backlog need not wait out the backoff.
+func (s *Service) Redeliver(ctx context.Context, req *connect.Request[podiumv1.WebhookServiceRedeliverRequest]) (*connect.Response[podiumv1.WebhookServiceRedeliverResponse], error) {
+	id := req.Msg.GetId()
+	if !ids.Valid("hook", id) {
+		return nil, invalid("id: %q is not a webhook id (hook_…): `podium webhook ls` lists them", clip(id))
+	}
+	n, err := s.store.RetryWebhookNow(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no webhook %s: `podium webhook ls` lists them", id))
+	case err != nil:
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("redeliver webhook %s: %w (try again)", id, err))
+	}
+	s.log.Info("webhook events made due now", "webhook", id, "events", n)
+	return connect.NewResponse(&podiumv1.WebhookServiceRedeliverResponse{Retried: n}), nil
+}
+
 func clip(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"

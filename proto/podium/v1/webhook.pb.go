@@ -442,6 +442,184 @@ func (*WebhookServiceRemoveResponse) Descriptor() ([]byte, []int) {
 	return file_podium_v1_webhook_proto_rawDescGZIP(), []int{6}
 }
 
+type WebhookServiceTestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookServiceTestRequest) Reset() {
+	*x = WebhookServiceTestRequest{}
+	mi := &file_podium_v1_webhook_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookServiceTestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookServiceTestRequest) ProtoMessage() {}
+
+func (x *WebhookServiceTestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_webhook_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookServiceTestRequest.ProtoReflect.Descriptor instead.
+func (*WebhookServiceTestRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_webhook_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WebhookServiceTestRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type WebhookServiceTestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event_id is the test event's id, as its body and X-Podium-Event-Id say.
+	EventId       string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookServiceTestResponse) Reset() {
+	*x = WebhookServiceTestResponse{}
+	mi := &file_podium_v1_webhook_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookServiceTestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookServiceTestResponse) ProtoMessage() {}
+
+func (x *WebhookServiceTestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_webhook_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookServiceTestResponse.ProtoReflect.Descriptor instead.
+func (*WebhookServiceTestResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_webhook_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WebhookServiceTestResponse) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+type WebhookServiceRedeliverRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookServiceRedeliverRequest) Reset() {
+	*x = WebhookServiceRedeliverRequest{}
+	mi := &file_podium_v1_webhook_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookServiceRedeliverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookServiceRedeliverRequest) ProtoMessage() {}
+
+func (x *WebhookServiceRedeliverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_webhook_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookServiceRedeliverRequest.ProtoReflect.Descriptor instead.
+func (*WebhookServiceRedeliverRequest) Descriptor() ([]byte, []int) {
+	return file_podium_v1_webhook_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WebhookServiceRedeliverRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type WebhookServiceRedeliverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retried is how many waiting events are now due.
+	Retried       int64 `protobuf:"varint,1,opt,name=retried,proto3" json:"retried,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookServiceRedeliverResponse) Reset() {
+	*x = WebhookServiceRedeliverResponse{}
+	mi := &file_podium_v1_webhook_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookServiceRedeliverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookServiceRedeliverResponse) ProtoMessage() {}
+
+func (x *WebhookServiceRedeliverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_podium_v1_webhook_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookServiceRedeliverResponse.ProtoReflect.Descriptor instead.
+func (*WebhookServiceRedeliverResponse) Descriptor() ([]byte, []int) {
+	return file_podium_v1_webhook_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WebhookServiceRedeliverResponse) GetRetried() int64 {
+	if x != nil {
+		return x.Retried
+	}
+	return 0
+}
+
 var File_podium_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_podium_v1_webhook_proto_rawDesc = "" +
@@ -479,11 +657,21 @@ const file_podium_v1_webhook_proto_rawDesc = "" +
 	"\bwebhooks\x18\x01 \x03(\v2\x12.podium.v1.WebhookR\bwebhooks\"-\n" +
 	"\x1bWebhookServiceRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x1e\n" +
-	"\x1cWebhookServiceRemoveResponse2\x98\x02\n" +
+	"\x1cWebhookServiceRemoveResponse\"+\n" +
+	"\x19WebhookServiceTestRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"7\n" +
+	"\x1aWebhookServiceTestResponse\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"0\n" +
+	"\x1eWebhookServiceRedeliverRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
+	"\x1fWebhookServiceRedeliverResponse\x12\x18\n" +
+	"\aretried\x18\x01 \x01(\x03R\aretried2\xd5\x03\n" +
 	"\x0eWebhookService\x12R\n" +
 	"\x03Add\x12#.podium.v1.WebhookServiceAddRequest\x1a$.podium.v1.WebhookServiceAddResponse\"\x00\x12U\n" +
 	"\x04List\x12$.podium.v1.WebhookServiceListRequest\x1a%.podium.v1.WebhookServiceListResponse\"\x00\x12[\n" +
-	"\x06Remove\x12&.podium.v1.WebhookServiceRemoveRequest\x1a'.podium.v1.WebhookServiceRemoveResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
+	"\x06Remove\x12&.podium.v1.WebhookServiceRemoveRequest\x1a'.podium.v1.WebhookServiceRemoveResponse\"\x00\x12U\n" +
+	"\x04Test\x12$.podium.v1.WebhookServiceTestRequest\x1a%.podium.v1.WebhookServiceTestResponse\"\x00\x12d\n" +
+	"\tRedeliver\x12).podium.v1.WebhookServiceRedeliverRequest\x1a*.podium.v1.WebhookServiceRedeliverResponse\"\x00B5Z3github.com/podiumhq/podium/proto/podium/v1;podiumv1b\x06proto3"
 
 var (
 	file_podium_v1_webhook_proto_rawDescOnce sync.Once
@@ -497,33 +685,41 @@ func file_podium_v1_webhook_proto_rawDescGZIP() []byte {
 	return file_podium_v1_webhook_proto_rawDescData
 }
 
-var file_podium_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_podium_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_podium_v1_webhook_proto_goTypes = []any{
-	(*Webhook)(nil),                      // 0: podium.v1.Webhook
-	(*WebhookServiceAddRequest)(nil),     // 1: podium.v1.WebhookServiceAddRequest
-	(*WebhookServiceAddResponse)(nil),    // 2: podium.v1.WebhookServiceAddResponse
-	(*WebhookServiceListRequest)(nil),    // 3: podium.v1.WebhookServiceListRequest
-	(*WebhookServiceListResponse)(nil),   // 4: podium.v1.WebhookServiceListResponse
-	(*WebhookServiceRemoveRequest)(nil),  // 5: podium.v1.WebhookServiceRemoveRequest
-	(*WebhookServiceRemoveResponse)(nil), // 6: podium.v1.WebhookServiceRemoveResponse
-	(*timestamppb.Timestamp)(nil),        // 7: google.protobuf.Timestamp
+	(*Webhook)(nil),                         // 0: podium.v1.Webhook
+	(*WebhookServiceAddRequest)(nil),        // 1: podium.v1.WebhookServiceAddRequest
+	(*WebhookServiceAddResponse)(nil),       // 2: podium.v1.WebhookServiceAddResponse
+	(*WebhookServiceListRequest)(nil),       // 3: podium.v1.WebhookServiceListRequest
+	(*WebhookServiceListResponse)(nil),      // 4: podium.v1.WebhookServiceListResponse
+	(*WebhookServiceRemoveRequest)(nil),     // 5: podium.v1.WebhookServiceRemoveRequest
+	(*WebhookServiceRemoveResponse)(nil),    // 6: podium.v1.WebhookServiceRemoveResponse
+	(*WebhookServiceTestRequest)(nil),       // 7: podium.v1.WebhookServiceTestRequest
+	(*WebhookServiceTestResponse)(nil),      // 8: podium.v1.WebhookServiceTestResponse
+	(*WebhookServiceRedeliverRequest)(nil),  // 9: podium.v1.WebhookServiceRedeliverRequest
+	(*WebhookServiceRedeliverResponse)(nil), // 10: podium.v1.WebhookServiceRedeliverResponse
+	(*timestamppb.Timestamp)(nil),           // 11: google.protobuf.Timestamp
 }
 var file_podium_v1_webhook_proto_depIdxs = []int32{
-	7, // 0: podium.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: podium.v1.Webhook.last_attempt_at:type_name -> google.protobuf.Timestamp
-	0, // 2: podium.v1.WebhookServiceAddResponse.webhook:type_name -> podium.v1.Webhook
-	0, // 3: podium.v1.WebhookServiceListResponse.webhooks:type_name -> podium.v1.Webhook
-	1, // 4: podium.v1.WebhookService.Add:input_type -> podium.v1.WebhookServiceAddRequest
-	3, // 5: podium.v1.WebhookService.List:input_type -> podium.v1.WebhookServiceListRequest
-	5, // 6: podium.v1.WebhookService.Remove:input_type -> podium.v1.WebhookServiceRemoveRequest
-	2, // 7: podium.v1.WebhookService.Add:output_type -> podium.v1.WebhookServiceAddResponse
-	4, // 8: podium.v1.WebhookService.List:output_type -> podium.v1.WebhookServiceListResponse
-	6, // 9: podium.v1.WebhookService.Remove:output_type -> podium.v1.WebhookServiceRemoveResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	11, // 0: podium.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	11, // 1: podium.v1.Webhook.last_attempt_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: podium.v1.WebhookServiceAddResponse.webhook:type_name -> podium.v1.Webhook
+	0,  // 3: podium.v1.WebhookServiceListResponse.webhooks:type_name -> podium.v1.Webhook
+	1,  // 4: podium.v1.WebhookService.Add:input_type -> podium.v1.WebhookServiceAddRequest
+	3,  // 5: podium.v1.WebhookService.List:input_type -> podium.v1.WebhookServiceListRequest
+	5,  // 6: podium.v1.WebhookService.Remove:input_type -> podium.v1.WebhookServiceRemoveRequest
+	7,  // 7: podium.v1.WebhookService.Test:input_type -> podium.v1.WebhookServiceTestRequest
+	9,  // 8: podium.v1.WebhookService.Redeliver:input_type -> podium.v1.WebhookServiceRedeliverRequest
+	2,  // 9: podium.v1.WebhookService.Add:output_type -> podium.v1.WebhookServiceAddResponse
+	4,  // 10: podium.v1.WebhookService.List:output_type -> podium.v1.WebhookServiceListResponse
+	6,  // 11: podium.v1.WebhookService.Remove:output_type -> podium.v1.WebhookServiceRemoveResponse
+	8,  // 12: podium.v1.WebhookService.Test:output_type -> podium.v1.WebhookServiceTestResponse
+	10, // 13: podium.v1.WebhookService.Redeliver:output_type -> podium.v1.WebhookServiceRedeliverResponse
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_podium_v1_webhook_proto_init() }
@@ -537,7 +733,7 @@ func file_podium_v1_webhook_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podium_v1_webhook_proto_rawDesc), len(file_podium_v1_webhook_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

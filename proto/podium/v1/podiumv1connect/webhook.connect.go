@@ -39,6 +39,11 @@ const (
 	WebhookServiceListProcedure = "/podium.v1.WebhookService/List"
 	// WebhookServiceRemoveProcedure is the fully-qualified name of the WebhookService's Remove RPC.
 	WebhookServiceRemoveProcedure = "/podium.v1.WebhookService/Remove"
+	// WebhookServiceTestProcedure is the fully-qualified name of the WebhookService's Test RPC.
+	WebhookServiceTestProcedure = "/podium.v1.WebhookService/Test"
+	// WebhookServiceRedeliverProcedure is the fully-qualified name of the WebhookService's Redeliver
+	// RPC.
+	WebhookServiceRedeliverProcedure = "/podium.v1.WebhookService/Redeliver"
 )
 
 // WebhookServiceClient is a client for the podium.v1.WebhookService service.
@@ -46,6 +51,12 @@ type WebhookServiceClient interface {
 	Add(context.Context, *connect.Request[v1.WebhookServiceAddRequest]) (*connect.Response[v1.WebhookServiceAddResponse], error)
 	List(context.Context, *connect.Request[v1.WebhookServiceListRequest]) (*connect.Response[v1.WebhookServiceListResponse], error)
 	Remove(context.Context, *connect.Request[v1.WebhookServiceRemoveRequest]) (*connect.Response[v1.WebhookServiceRemoveResponse], error)
+	// Test queues a webhook.test event for one webhook, signed and delivered
+	// like any other, so that its receiver and signing can be checked.
+	Test(context.Context, *connect.Request[v1.WebhookServiceTestRequest]) (*connect.Response[v1.WebhookServiceTestResponse], error)
+	// Redeliver retries now every event still waiting for one webhook (each
+	// after a failed attempt, in its backoff), instead of at its next try.
+	Redeliver(context.Context, *connect.Request[v1.WebhookServiceRedeliverRequest]) (*connect.Response[v1.WebhookServiceRedeliverResponse], error)
 }
 
 // NewWebhookServiceClient constructs a client for the podium.v1.WebhookService service. By default,
@@ -77,14 +88,28 @@ func NewWebhookServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(webhookServiceMethods.ByName("Remove")),
 			connect.WithClientOptions(opts...),
 		),
+		test: connect.NewClient[v1.WebhookServiceTestRequest, v1.WebhookServiceTestResponse](
+			httpClient,
+			baseURL+WebhookServiceTestProcedure,
+			connect.WithSchema(webhookServiceMethods.ByName("Test")),
+			connect.WithClientOptions(opts...),
+		),
+		redeliver: connect.NewClient[v1.WebhookServiceRedeliverRequest, v1.WebhookServiceRedeliverResponse](
+			httpClient,
+			baseURL+WebhookServiceRedeliverProcedure,
+			connect.WithSchema(webhookServiceMethods.ByName("Redeliver")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // webhookServiceClient implements WebhookServiceClient.
 type webhookServiceClient struct {
-	add    *connect.Client[v1.WebhookServiceAddRequest, v1.WebhookServiceAddResponse]
-	list   *connect.Client[v1.WebhookServiceListRequest, v1.WebhookServiceListResponse]
-	remove *connect.Client[v1.WebhookServiceRemoveRequest, v1.WebhookServiceRemoveResponse]
+	add       *connect.Client[v1.WebhookServiceAddRequest, v1.WebhookServiceAddResponse]
+	list      *connect.Client[v1.WebhookServiceListRequest, v1.WebhookServiceListResponse]
+	remove    *connect.Client[v1.WebhookServiceRemoveRequest, v1.WebhookServiceRemoveResponse]
+	test      *connect.Client[v1.WebhookServiceTestRequest, v1.WebhookServiceTestResponse]
+	redeliver *connect.Client[v1.WebhookServiceRedeliverRequest, v1.WebhookServiceRedeliverResponse]
 }
 
 // Add calls podium.v1.WebhookService.Add.
@@ -102,11 +127,27 @@ func (c *webhookServiceClient) Remove(ctx context.Context, req *connect.Request[
 	return c.remove.CallUnary(ctx, req)
 }
 
+// Test calls podium.v1.WebhookService.Test.
+func (c *webhookServiceClient) Test(ctx context.Context, req *connect.Request[v1.WebhookServiceTestRequest]) (*connect.Response[v1.WebhookServiceTestResponse], error) {
+	return c.test.CallUnary(ctx, req)
+}
+
+// Redeliver calls podium.v1.WebhookService.Redeliver.
+func (c *webhookServiceClient) Redeliver(ctx context.Context, req *connect.Request[v1.WebhookServiceRedeliverRequest]) (*connect.Response[v1.WebhookServiceRedeliverResponse], error) {
+	return c.redeliver.CallUnary(ctx, req)
+}
+
 // WebhookServiceHandler is an implementation of the podium.v1.WebhookService service.
 type WebhookServiceHandler interface {
 	Add(context.Context, *connect.Request[v1.WebhookServiceAddRequest]) (*connect.Response[v1.WebhookServiceAddResponse], error)
 	List(context.Context, *connect.Request[v1.WebhookServiceListRequest]) (*connect.Response[v1.WebhookServiceListResponse], error)
 	Remove(context.Context, *connect.Request[v1.WebhookServiceRemoveRequest]) (*connect.Response[v1.WebhookServiceRemoveResponse], error)
+	// Test queues a webhook.test event for one webhook, signed and delivered
+	// like any other, so that its receiver and signing can be checked.
+	Test(context.Context, *connect.Request[v1.WebhookServiceTestRequest]) (*connect.Response[v1.WebhookServiceTestResponse], error)
+	// Redeliver retries now every event still waiting for one webhook (each
+	// after a failed attempt, in its backoff), instead of at its next try.
+	Redeliver(context.Context, *connect.Request[v1.WebhookServiceRedeliverRequest]) (*connect.Response[v1.WebhookServiceRedeliverResponse], error)
 }
 
 // NewWebhookServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -134,6 +175,18 @@ func NewWebhookServiceHandler(svc WebhookServiceHandler, opts ...connect.Handler
 		connect.WithSchema(webhookServiceMethods.ByName("Remove")),
 		connect.WithHandlerOptions(opts...),
 	)
+	webhookServiceTestHandler := connect.NewUnaryHandler(
+		WebhookServiceTestProcedure,
+		svc.Test,
+		connect.WithSchema(webhookServiceMethods.ByName("Test")),
+		connect.WithHandlerOptions(opts...),
+	)
+	webhookServiceRedeliverHandler := connect.NewUnaryHandler(
+		WebhookServiceRedeliverProcedure,
+		svc.Redeliver,
+		connect.WithSchema(webhookServiceMethods.ByName("Redeliver")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/podium.v1.WebhookService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WebhookServiceAddProcedure:
@@ -142,6 +195,10 @@ func NewWebhookServiceHandler(svc WebhookServiceHandler, opts ...connect.Handler
 			webhookServiceListHandler.ServeHTTP(w, r)
 		case WebhookServiceRemoveProcedure:
 			webhookServiceRemoveHandler.ServeHTTP(w, r)
+		case WebhookServiceTestProcedure:
+			webhookServiceTestHandler.ServeHTTP(w, r)
+		case WebhookServiceRedeliverProcedure:
+			webhookServiceRedeliverHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -161,4 +218,12 @@ func (UnimplementedWebhookServiceHandler) List(context.Context, *connect.Request
 
 func (UnimplementedWebhookServiceHandler) Remove(context.Context, *connect.Request[v1.WebhookServiceRemoveRequest]) (*connect.Response[v1.WebhookServiceRemoveResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.WebhookService.Remove is not implemented"))
+}
+
+func (UnimplementedWebhookServiceHandler) Test(context.Context, *connect.Request[v1.WebhookServiceTestRequest]) (*connect.Response[v1.WebhookServiceTestResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.WebhookService.Test is not implemented"))
+}
+
+func (UnimplementedWebhookServiceHandler) Redeliver(context.Context, *connect.Request[v1.WebhookServiceRedeliverRequest]) (*connect.Response[v1.WebhookServiceRedeliverResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("podium.v1.WebhookService.Redeliver is not implemented"))
 }
