@@ -38,10 +38,12 @@ import (
 	"github.com/podiumhq/podium/coordinator/admin"
 	"github.com/podiumhq/podium/coordinator/artifacts"
 	"github.com/podiumhq/podium/coordinator/bus"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/logarchive"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tailnet"
 	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/coordinator/webhooks"
 )
 
 //go:embed templates/*.html
@@ -87,9 +89,13 @@ type Config struct {
 
 // Deps are what the console works with.
 type Deps struct {
-	Store     *store.Store
-	Tasks     *tasks.Service
-	Admin     *admin.Service
+	Store *store.Store
+	Tasks *tasks.Service
+	Admin *admin.Service
+	// Schedules and Webhooks list what their pages show, with the API's
+	// own rules (a member's own schedules; webhooks to admins only).
+	Schedules *cron.Service
+	Webhooks  *webhooks.Service
 	Artifacts *artifacts.Service
 	// Archive reads archived logs; nil reads them with Store and Artifacts.
 	Archive *logarchive.Reader
@@ -104,6 +110,8 @@ type Console struct {
 	store     *store.Store
 	tasks     *tasks.Service
 	admin     *admin.Service
+	schedules *cron.Service
+	webhooks  *webhooks.Service
 	artifacts *artifacts.Service
 	archive   *logarchive.Reader
 	bus       *bus.Bus
@@ -131,8 +139,9 @@ func New(cfg Config, deps Deps) *Console {
 	if deps.Archive == nil {
 		deps.Archive = logarchive.NewReader(deps.Store, deps.Artifacts)
 	}
-	c := &Console{cfg: cfg, store: deps.Store, tasks: deps.Tasks, admin: deps.Admin, artifacts: deps.Artifacts,
-		archive: deps.Archive, bus: deps.Bus, log: deps.Log.With("part", "console"), pages: parsePages(),
+	c := &Console{cfg: cfg, store: deps.Store, tasks: deps.Tasks, admin: deps.Admin, schedules: deps.Schedules, webhooks: deps.Webhooks,
+		artifacts: deps.Artifacts,
+		archive:   deps.Archive, bus: deps.Bus, log: deps.Log.With("part", "console"), pages: parsePages(),
 		tokenHash: sha256.Sum256([]byte(cfg.Token)), done: make(chan struct{})}
 	c.routes()
 	return c
@@ -164,6 +173,9 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/nodes/{id}/labels", c.authed(c.labels))
 	m.HandleFunc("GET /console/queue", c.authed(c.queuePage))
 	m.HandleFunc("GET /console/system", c.authed(c.systemPage))
+	m.HandleFunc("GET /console/schedules", c.authed(c.schedulesPage))
+	m.HandleFunc("GET /console/secrets", c.authed(c.secretsPage))
+	m.HandleFunc("GET /console/webhooks", c.authed(c.webhooksPage))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "There is no page at "+r.URL.Path+": start from the task list.")
 	})
@@ -222,6 +234,10 @@ type viewer struct {
 
 // IsAdmin reports whether the viewer is an admin (for the templates).
 func (v *viewer) IsAdmin() bool { return access.Role(v.Role) == access.Admin }
+
+// MaySubmit reports whether the viewer may submit tasks, and so has
+// schedules and secrets of their own to look at (for the templates).
+func (v *viewer) MaySubmit() bool { return access.Role(v.Role).Covers(access.Member) }
 
 type viewerKey struct{}
 

@@ -24,8 +24,10 @@ import (
 	"github.com/podiumhq/podium/coordinator/bus"
 	"github.com/podiumhq/podium/coordinator/console"
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/coordinator/cron"
 	"github.com/podiumhq/podium/coordinator/store"
 	"github.com/podiumhq/podium/coordinator/tasks"
+	"github.com/podiumhq/podium/coordinator/webhooks"
 	"github.com/podiumhq/podium/internal/ids"
 	podiumv1 "github.com/podiumhq/podium/proto/podium/v1"
 	"github.com/podiumhq/podium/test/testenv/pgtest"
@@ -84,7 +86,8 @@ func newEnvWith(t *testing.T, tls bool, publicURL string) *env {
 	adm := admin.NewService(admin.Config{Transport: "local"}, admin.Deps{Store: st, Log: log})
 	con := console.New(console.Config{Transport: "local", Token: bootstrap, MaxFollow: time.Minute, PublicURL: publicURL,
 		Optional: "optional parts:\n  secrets: on\n  TLS: off (set --tls-cert and --tls-key, or serve on a tailnet)\n"},
-		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log})
+		console.Deps{Store: st, Tasks: svc, Admin: adm, Bus: b, Log: log,
+			Schedules: cron.NewService(cron.Config{}, cron.Deps{Store: st, Log: log}), Webhooks: webhooks.NewService(webhooks.Deps{Store: st, Log: log})})
 	var srv *httptest.Server
 	if tls {
 		srv = httptest.NewTLSServer(con)
@@ -805,5 +808,79 @@ func TestSystemPageListsTheOptionalParts(t *testing.T) {
 	}
 	if _, body := get(t, alice, e.srv.URL, "/console/"); strings.Contains(body, `href="/console/system"`) {
 		t.Errorf("a member's header links the system page")
+	}
+}
+
+// The schedules, secrets and webhooks pages show what podium schedule ls,
+// secret ls and webhook ls show each person, by the same rules: a member
+// sees their own schedules and the secrets granted to them (no grants, never
+// a value); an admin every schedule, every secret with who may use it, and
+// the webhooks, which anyone else is refused; the header links each page to
+// those who may open it.
+func TestSchedulesSecretsAndWebhooksPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	ctx := context.Background()
+	spec := &podiumv1.TaskSpec{Image: "busybox", Command: []string{"true"}}
+	for _, sc := range []store.Schedule{
+		{ID: ids.New("sched"), Name: "alice-nightly", Cron: "0 3 * * *", Timezone: "UTC", Spec: spec, Overlap: "skip", CreatedBy: "alice"},
+		{ID: ids.New("sched"), Name: "bob-hourly", Cron: "0 * * * *", Timezone: "UTC", Spec: spec, Overlap: "skip", CreatedBy: "bob"},
+	} {
+		if _, err := e.st.CreateSchedule(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sr := range []store.SecretRow{
+		{Name: "alice-key", Ciphertext: []byte("sealed-value-a"), Nonce: make([]byte, 12), KeyID: "k", SetBy: "ada", Allow: []string{"alice"}},
+		{Name: "prod-db", Ciphertext: []byte("sealed-value-b"), Nonce: make([]byte, 12), KeyID: "k", SetBy: "ada"},
+	} {
+		if _, err := e.st.PutSecret(ctx, sr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.st.AddWebhook(ctx, store.Webhook{ID: ids.New("hook"), Name: "ops", URL: "https://hooks.example.com/x",
+		Events: []string{"task.finished"}, SecretName: "prod-db", CreatedBy: "ada"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	alice := e.as("alice")
+	res, body := get(t, alice, e.srv.URL, "/console/schedules")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-schedule="alice-nightly"`) || strings.Contains(body, "bob-hourly") {
+		t.Errorf("alice's schedules page (want hers, not bob's): %s\n%s", res.Status, body)
+	}
+	res, body = get(t, alice, e.srv.URL, "/console/secrets")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-secret="alice-key"`) || strings.Contains(body, "prod-db") ||
+		strings.Contains(body, "sealed-value") || strings.Contains(body, "May be used by") {
+		t.Errorf("alice's secrets page (want alice-key only, no grants, no value): %s\n%s", res.Status, body)
+	}
+	if res, _ := get(t, alice, e.srv.URL, "/console/webhooks"); res.StatusCode != http.StatusForbidden {
+		t.Errorf("a member's webhooks page: %s, want 403", res.Status)
+	}
+	_, body = get(t, alice, e.srv.URL, "/console/")
+	if !strings.Contains(body, `href="/console/schedules"`) || !strings.Contains(body, `href="/console/secrets"`) || strings.Contains(body, `href="/console/webhooks"`) {
+		t.Errorf("a member's header should link schedules and secrets, not webhooks")
+	}
+
+	ada := e.as("ada")
+	_, body = get(t, ada, e.srv.URL, "/console/schedules")
+	if !strings.Contains(body, "alice-nightly") || !strings.Contains(body, "bob-hourly") {
+		t.Errorf("an admin's schedules page lacks someone's schedule:\n%s", body)
+	}
+	_, body = get(t, ada, e.srv.URL, "/console/secrets")
+	if !strings.Contains(body, `data-secret="prod-db"`) || !strings.Contains(body, "admins only") || !regexp.MustCompile(`data-secret="alice-key">.*<td>alice</td>`).MatchString(body) ||
+		strings.Contains(body, "sealed-value") {
+		t.Errorf("an admin's secrets page (want both, with who may use each, no value):\n%s", body)
+	}
+	res, body = get(t, ada, e.srv.URL, "/console/webhooks")
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "https://hooks.example.com/x") || !strings.Contains(body, "task.finished") {
+		t.Errorf("an admin's webhooks page: %s\n%s", res.Status, body)
+	}
+	vera := e.as("vera")
+	_, body = get(t, vera, e.srv.URL, "/console/")
+	if strings.Contains(body, `href="/console/schedules"`) || strings.Contains(body, `href="/console/secrets"`) {
+		t.Errorf("a viewer's header links schedules or secrets, which a viewer may not list")
+	}
+	if res, _ := get(t, vera, e.srv.URL, "/console/secrets"); res.StatusCode != http.StatusForbidden {
+		t.Errorf("a viewer's secrets page: %s, want 403", res.Status)
 	}
 }

@@ -717,3 +717,72 @@ func (c *Console) systemPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, v, http.StatusOK, "system", "System",
 		systemPage{Version: version.Version, Parts: optionalParts(c.cfg.Optional), CLI: c.cfg.CLIDownloads})
 }
+
+type schedulesPage struct {
+	All       bool
+	Schedules []*podiumv1.Schedule
+}
+
+// schedulesPage lists the schedules the viewer may see, as podium schedule
+// ls does: a member's own, every one for an admin (the schedule service
+// decides).
+func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request) {
+	if !c.need(w, r, podiumv1connect.ScheduleServiceListProcedure) || !c.noParams(w, r) {
+		return
+	}
+	resp, err := c.schedules.List(r.Context(), connect.NewRequest(&podiumv1.ScheduleServiceListRequest{}))
+	if err != nil {
+		c.serviceFail(w, r, err)
+		return
+	}
+	v := viewerFrom(r.Context())
+	c.render(w, r, v, http.StatusOK, "schedules", "Schedules", schedulesPage{All: v.IsAdmin(), Schedules: resp.Msg.GetSchedules()})
+}
+
+type secretsPage struct {
+	All     bool
+	Secrets []*podiumv1.Secret
+}
+
+// secretsPage lists the secrets the viewer may use, as podium secret ls
+// does: a member sees those granted to them, without the grants; an admin
+// every one with who may use it (the admin service decides). Never a value.
+func (c *Console) secretsPage(w http.ResponseWriter, r *http.Request) {
+	if !c.need(w, r, podiumv1connect.AdminServiceListSecretsProcedure) || !c.noParams(w, r) {
+		return
+	}
+	resp, err := c.admin.ListSecrets(r.Context(), connect.NewRequest(&podiumv1.ListSecretsRequest{}))
+	if err != nil {
+		c.serviceFail(w, r, err)
+		return
+	}
+	v := viewerFrom(r.Context())
+	c.render(w, r, v, http.StatusOK, "secrets", "Secrets", secretsPage{All: v.IsAdmin(), Secrets: resp.Msg.GetSecrets()})
+}
+
+type webhooksPage struct {
+	Webhooks []*podiumv1.Webhook
+}
+
+// webhooksPage lists the webhooks and how their deliveries go, as podium
+// webhook ls does: admins only, as the webhooks receive every task's end.
+func (c *Console) webhooksPage(w http.ResponseWriter, r *http.Request) {
+	if !c.need(w, r, podiumv1connect.WebhookServiceListProcedure) || !c.noParams(w, r) {
+		return
+	}
+	resp, err := c.webhooks.List(r.Context(), connect.NewRequest(&podiumv1.WebhookServiceListRequest{}))
+	if err != nil {
+		c.serviceFail(w, r, err)
+		return
+	}
+	c.render(w, r, viewerFrom(r.Context()), http.StatusOK, "webhooks", "Webhooks", webhooksPage{Webhooks: resp.Msg.GetWebhooks()})
+}
+
+// noParams refuses a page request with any query parameter, saying so.
+func (c *Console) noParams(w http.ResponseWriter, r *http.Request) bool {
+	for k := range r.URL.Query() {
+		c.badParam(w, r, k, "this page takes no parameters")
+		return false
+	}
+	return true
+}

@@ -12,7 +12,7 @@ import (
 )
 
 // pageNames are the page templates, each rendered inside layout.html.
-var pageNames = []string{"login", "error", "tasks", "task", "nodes", "node", "queue", "system"}
+var pageNames = []string{"login", "error", "tasks", "task", "nodes", "node", "queue", "system", "schedules", "secrets", "webhooks"}
 
 var funcs = template.FuncMap{
 	"ago": func(t time.Time) string {

@@ -392,6 +392,8 @@ type parts struct {
 	vault      *secrets.Vault
 	enrollment *enroll.Service
 	admin      *admin.Service
+	schedules  *cron.Service
+	webhooks   *webhooks.Service
 	console    *console.Console // nil with --console=false
 }
 
@@ -430,9 +432,12 @@ func (s *Server) makeParts(metricsToken string, vault *secrets.Vault) parts {
 	s.notify = notify.New(cfg.Notify, notify.Deps{Store: st, Secrets: vault, Log: log})
 	p := parts{metrics: m, vault: vault,
 		enrollment: enroll.New(cfg.Enroll, enroll.Deps{Store: st, Log: log}),
-		admin:      admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log})}
+		admin:      admin.NewService(admin.Config{Transport: cfg.Transport}, admin.Deps{Store: st, Secrets: vault, Log: log}),
+		schedules:  cron.NewService(cfg.Schedules, cron.Deps{Store: st, Log: log}),
+		webhooks:   webhooks.NewService(webhooks.Deps{Store: st, Vault: vault, Log: log})}
 	if !cfg.NoConsole {
-		p.console = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: p.admin, Artifacts: arts, Bus: s.bus, Log: log})
+		p.console = console.New(s.consoleConfig(), console.Deps{Store: st, Tasks: s.tasks, Admin: p.admin, Schedules: p.schedules,
+			Webhooks: p.webhooks, Artifacts: arts, Bus: s.bus, Log: log})
 	}
 	return p
 }
@@ -448,8 +453,8 @@ func (s *Server) routes(p parts, apt *aptrepo.Repo, aptOff string) http.Handler 
 		connect.WithHandlerOptions(s.nodeAuth, compressLarge, readLimits(NodeReadMaxBytes))))
 	mux.Handle(podiumv1connect.NewTaskServiceHandler(s.tasks, people))
 	mux.Handle(podiumv1connect.NewAdminServiceHandler(p.admin, people))
-	mux.Handle(podiumv1connect.NewScheduleServiceHandler(cron.NewService(cfg.Schedules, cron.Deps{Store: st, Log: log}), people))
-	mux.Handle(podiumv1connect.NewWebhookServiceHandler(webhooks.NewService(webhooks.Deps{Store: st, Vault: p.vault, Log: log}), people))
+	mux.Handle(podiumv1connect.NewScheduleServiceHandler(p.schedules, people))
+	mux.Handle(podiumv1connect.NewWebhookServiceHandler(p.webhooks, people))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// /metrics is unauthenticated like /healthz unless --metrics-token-file
