@@ -246,7 +246,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if s.Kind == "user" && s.Name == "" {
 		c.log.Info("console sign-in refused", "remote", r.RemoteAddr)
 		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginPage{CSRF: c.csrfCookie(w, r), CLI: c.cfg.CLIDownloads, Base: c.baseURL(r),
-			Error: "token not recognised: give your personal API token (an admin makes one with `podium user add NAME`) or the coordinator's bootstrap token"})
+			Error: "token not recognised: give your personal API token (an admin makes one with `podium user add NAME --role member`) or the coordinator's bootstrap token"})
 		return
 	}
 	id := base64.RawURLEncoding.EncodeToString(random(32))
