@@ -126,6 +126,10 @@ type cli struct {
 	// caFile is a PEM file of the CA that signed an https:// coordinator's
 	// certificate (--ca-file, PODIUM_CA_FILE).
 	caFile string
+	// flagSets, when set, receives a command's flag set instead of its
+	// help on --help: how the completion script learns every command's
+	// flags from the flag sets themselves.
+	flagSets func(*flag.FlagSet)
 }
 
 // command is one subcommand. Commands in a group ("task get") have a name of
@@ -200,6 +204,7 @@ func init() {
 		webhookTestCommand,
 		webhookRedeliverCommand,
 		whoamiCommand,
+		completionCommand,
 		versionCommand,
 		helpCommand,
 	}
@@ -340,6 +345,10 @@ func (c *cli) parseFlags(cmd *command, fs *flag.FlagSet, args []string) (rest []
 		}
 		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
+			if c.flagSets != nil {
+				c.flagSets(fs)
+				return nil, true, exitOK
+			}
 			printCommandHelp(c.stdout, cmd, fs)
 			return nil, true, exitOK
 		}
