@@ -22,6 +22,7 @@ import (
 	"github.com/podiumhq/podium/agent/identity"
 	"github.com/podiumhq/podium/agent/session"
 	"github.com/podiumhq/podium/agent/transport"
+	"github.com/podiumhq/podium/internal/flagsdoc"
 	"github.com/podiumhq/podium/internal/taskspec"
 	"github.com/podiumhq/podium/internal/version"
 )
@@ -129,8 +130,8 @@ func parse(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writ
 	err := fs.Parse(args)
 	printUsage := func(w io.Writer) {
 		fmt.Fprint(w, usage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		fmt.Fprint(w, "\nFlags:\n")
+		flagsdoc.Print(w, fs, nil)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stdout)

@@ -31,9 +31,10 @@ func TestCommandLine(t *testing.T) {
 		{args: nil, code: exitUsage, stderr: "Usage:"},
 		{args: []string{"--help"}, code: exitOK, stdout: "podium-agent enroll"},
 		{args: []string{"bogus"}, code: exitUsage, stderr: `unknown command "bogus"`},
-		{args: []string{"enroll", "--help"}, code: exitOK, stdout: "-coordinator"},
+		// Flags in the layout all three binaries share: --name, never Go's -name.
+		{args: []string{"enroll", "--help"}, code: exitOK, stdout: "\n  --coordinator string"},
 		// help COMMAND is COMMAND --help, not the top-level usage.
-		{args: []string{"help", "run"}, code: exitOK, stdout: "-max-tasks"},
+		{args: []string{"help", "run"}, code: exitOK, stdout: "\n  --max-tasks int"},
 		{args: []string{"help", "enroll"}, code: exitOK, stdout: "-coordinator"},
 		{args: []string{"run", "-h"}, code: exitOK, stdout: "-max-tasks"},
 		{args: []string{"enroll", "--nope"}, code: exitUsage, stderr: "flag provided but not defined: -nope"},

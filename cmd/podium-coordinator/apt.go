@@ -30,8 +30,8 @@ func aptCmd(args []string, stdout, stderr io.Writer) int {
 	db := env("PODIUM_DATABASE_URL", "")
 	fs.Var(secret{&db}, "database", "Postgres URL (PODIUM_DATABASE_URL; prefer the variable: flags show in ps)")
 	keyFile := fs.String("apt-signing-key-file", env("PODIUM_APT_SIGNING_KEY_FILE", ""), "the operator's signing key, if the coordinator is given one (PODIUM_APT_SIGNING_KEY_FILE)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code := parseFlags(fs, args[1:], "[--database URL] [--apt-signing-key-file FILE]", stderr); code >= 0 {
+		return code
 	}
 	var fp string
 	switch {

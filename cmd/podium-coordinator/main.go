@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/server"
+	"github.com/podiumhq/podium/internal/flagsdoc"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -142,13 +144,33 @@ func run(args []string, stderr io.Writer) int {
 	return 2
 }
 
+// parseFlags parses a subcommand's flags. --help lists them on stdout, in
+// the layout all three binaries share (package flagsdoc), and exits 0; a bad
+// flag says what was wrong and where the flags are listed, and exits 2. It
+// returns -1 to go on.
+func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stderr io.Writer) int {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stdout, "Usage: podium-coordinator %s %s\n\nFlags (each one's environment variable in its description):\n", fs.Name(), synopsis)
+		flagsdoc.Print(os.Stdout, fs, nil)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "podium-coordinator %s: %v\nRun 'podium-coordinator help %s' for its flags.\n", fs.Name(), err, fs.Name())
+		return 2
+	}
+	return -1
+}
+
 func migrate(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := env("PODIUM_DATABASE_URL", "")
 	fs.Var(secret{&db}, "database", "Postgres URL (PODIUM_DATABASE_URL; prefer the variable: flags show in ps)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code := parseFlags(fs, args, "[--database URL]", stderr); code >= 0 {
+		return code
 	}
 	if db == "" {
 		fmt.Fprintln(stderr, "podium-coordinator migrate: set PODIUM_DATABASE_URL (or --database) to a Postgres URL")
@@ -182,8 +204,8 @@ func healthcheck(args []string, stderr io.Writer) int {
 	}
 	url := fs.String("url", scheme+"://127.0.0.1:"+port+"/readyz", "readiness URL to ask")
 	timeout := fs.Duration("timeout", 4*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code := parseFlags(fs, args, "[--url URL] [--timeout DURATION]", stderr); code >= 0 {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

@@ -29,8 +29,8 @@ func secretsCmd(args []string, stderr io.Writer) int {
 	fs.Var(secret{&db}, "database", "Postgres URL (PODIUM_DATABASE_URL; prefer the variable: flags show in ps)")
 	oldFile := fs.String("key-file", env("PODIUM_SECRETS_KEY_FILE", ""), "the key the secrets are sealed under now (PODIUM_SECRETS_KEY_FILE)")
 	newFile := fs.String("new-key-file", "", "the key to reseal them under: 32 random bytes, mode 0600 (`head -c 32 /dev/urandom > new.key`)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code := parseFlags(fs, args[1:], "--new-key-file FILE [--key-file OLD] [--database URL]", stderr); code >= 0 {
+		return code
 	}
 	switch {
 	case db == "":

@@ -197,8 +197,8 @@ func (o *serveOptions) parse(args []string, stderr io.Writer) int {
 		return 2
 	}
 	o.ts.readAuthKey()
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code := parseFlags(fs, args, "[flags]", stderr); code >= 0 {
+		return code
 	}
 	flagsGiven(fs, flags)
 	return -1

@@ -78,6 +78,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/podiumhq/podium/internal/flagsdoc"
 	"github.com/podiumhq/podium/internal/version"
 )
 
@@ -431,57 +432,17 @@ func printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	}
 }
 
-// aliasUsage marks a flag that is another name for a long one: its usage is
-// this prefix and the long flag's name. Help lists it beside the long one.
-const aliasUsage = "\x00alias of "
-
 // alias registers -short as another name of the flag --long, as docker run
-// has -e for --env: the two set the same value, and setFlags reports either
-// under the long name.
-func alias(fs *flag.FlagSet, short, long string) {
-	fs.Var(fs.Lookup(long).Value, short, aliasUsage+long)
-}
+// has -e for --env (package flagsdoc lists the two together).
+func alias(fs *flag.FlagSet, short, long string) { flagsdoc.Alias(fs, short, long) }
 
 // canonicalFlag is f's long name when f is an alias, else its own name.
-func canonicalFlag(f *flag.Flag) string {
-	if long, ok := strings.CutPrefix(f.Usage, aliasUsage); ok {
-		return long
-	}
-	return f.Name
-}
+func canonicalFlag(f *flag.Flag) string { return flagsdoc.Canonical(f) }
 
-// printFlags is flag.PrintDefaults with the "--name" spelling the rest of the
-// help uses (the flag package accepts one dash or two), and a flag's short
-// alias on its long name's line ("-e, --env KEY=VALUE").
+// printFlags lists a command's own flags, as all three binaries list theirs;
+// the global flags are explained once, by podium help.
 func printFlags(w io.Writer, fs *flag.FlagSet) {
-	shorts := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		if long := canonicalFlag(f); long != f.Name {
-			shorts[long] = f.Name
-		}
-	})
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fs.VisitAll(func(f *flag.Flag) {
-		if canonicalFlag(f) != f.Name || slices.Contains(globalFlags, f.Name) {
-			return
-		}
-		arg, usage := flag.UnquoteUsage(f)
-		name := "-" + f.Name
-		if len(f.Name) > 1 {
-			name = "--" + f.Name
-		}
-		if short, ok := shorts[f.Name]; ok {
-			name = "-" + short + ", " + name
-		}
-		if arg != "" {
-			name += " " + arg
-		}
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			usage += fmt.Sprintf(" (default %q)", f.DefValue)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
-	})
-	tw.Flush()
+	flagsdoc.Print(w, fs, func(name string) bool { return slices.Contains(globalFlags, name) })
 }
 
 func (c *cli) printTopHelp(w io.Writer) {
