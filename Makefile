@@ -16,7 +16,7 @@ PROTOC_GEN_CONNECT_GO_VERSION := v1.18.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT         := $(GOBIN)/golangci-lint
 
-.PHONY: all build test test-deps soak fuzz vet lint golangci-lint fmt proto demo demo-stop demo-reset clean bench deb image lint-deb packaging-test nfpm gpu-check
+.PHONY: all build test test-deps soak fuzz vet lint golangci-lint fmt proto docs demo demo-stop demo-reset clean bench deb image lint-deb packaging-test nfpm gpu-check
 
 all: build
 
@@ -155,6 +155,11 @@ proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	cd proto && PATH=$(GOBIN):$$PATH buf lint && PATH=$(GOBIN):$$PATH buf generate
+
+# The generated references in docs/: the CLI's (docs/cli.md), from every
+# command's own help. A test fails when the committed copy is stale.
+docs:
+	PODIUM_UPDATE_DOCS=1 $(GO) test -count=1 -run TestCLIReferenceIsCurrent ./cmd/podium
 
 demo: build
 	scripts/demo.sh
