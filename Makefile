@@ -157,9 +157,11 @@ proto:
 	cd proto && PATH=$(GOBIN):$$PATH buf lint && PATH=$(GOBIN):$$PATH buf generate
 
 # The generated references in docs/: the CLI's (docs/cli.md), from every
-# command's own help. A test fails when the committed copy is stale.
+# command's own help, and the task spec's (docs/spec.md), from task.proto's
+# comments. A test fails when a committed copy is stale.
 docs:
 	PODIUM_UPDATE_DOCS=1 $(GO) test -count=1 -run TestCLIReferenceIsCurrent ./cmd/podium
+	PODIUM_UPDATE_DOCS=1 $(GO) test -count=1 -run TestSpecReferenceIsCurrent ./internal/taskspec
 
 demo: build
 	scripts/demo.sh

@@ -145,9 +145,12 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 type Resources struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// CPU in cores; fractions allowed (0.5 is half a core).
-	Cpu      float64 `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	MemoryMb int64   `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	Pids     int64   `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	Cpu float64 `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	// memory_mb is the memory limit in MiB; past it the kernel kills the task
+	// (out of memory), and it is placed only where that much is free.
+	MemoryMb int64 `protobuf:"varint,2,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	// pids bounds the processes and threads the task may run at once.
+	Pids int64 `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
 	// gpus is how many whole GPUs the task gets, each given to it alone.
 	Gpus int32 `protobuf:"varint,4,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	// gpu_model, a glob ("NVIDIA H100*"), limits which GPUs count; empty: any.
@@ -234,10 +237,14 @@ func (x *Resources) GetGpuMemoryMb() int64 {
 // SecretRef asks for the stored secret name as the environment variable env,
 // or as the file /run/secrets/FILE (file), or both.
 type SecretRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Env           string                 `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
-	File          string                 `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the stored secret's name (podium secret ls).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// env is the environment variable its value is given in.
+	Env string `protobuf:"bytes,2,opt,name=env,proto3" json:"env,omitempty"`
+	// file is the file under /run/secrets its value is written to (mode
+	// 0400, the task's user's), instead of a variable.
+	File          string `protobuf:"bytes,3,opt,name=file,proto3" json:"file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,24 +302,37 @@ func (x *SecretRef) GetFile() string {
 
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// image is the container image the task runs ("alpine:3",
+	// "registry.example.com/team/app@sha256:…"); required.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
 	// command replaces the image's entrypoint and cmd when non-empty.
-	Command    []string          `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
-	Env        map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	WorkingDir string            `protobuf:"bytes,4,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// env are environment variables of the task's command; a secret is
+	// better given with secrets, which keeps its value out of the spec.
+	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// working_dir is the directory the command starts in (an absolute path
+	// in the container); empty: the image's.
+	WorkingDir string `protobuf:"bytes,4,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	// labels a node must carry to be given this task.
-	Labels    []string   `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	Labels []string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	// resources are what the task needs of a node and is limited to there;
+	// what it leaves out, the node's defaults give.
 	Resources *Resources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
 	// timeout_seconds counts from the start of the container; 0 means none.
 	TimeoutSeconds int64 `protobuf:"varint,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	Priority       int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	// priority orders the queue: a higher one is placed first, whoever
+	// submitted it (members up to the coordinator's --max-member-priority).
+	Priority int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	// max_attempts is the most attempts the task gets in all, the first
 	// included, whatever starts the next one (its node lost under
 	// retry_on_node_loss, an assignment its node never took, a failure under
 	// retry); 0 means 1. retry.attempts is the same number: a spec may give
 	// either, or both when they agree, and the coordinator stores it here.
-	MaxAttempts     int32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	RetryOnNodeLoss bool  `protobuf:"varint,10,opt,name=retry_on_node_loss,json=retryOnNodeLoss,proto3" json:"retry_on_node_loss,omitempty"`
+	MaxAttempts int32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// retry_on_node_loss runs the task again elsewhere when its node is lost
+	// (offline past the threshold), while max_attempts allows; without it
+	// such a task is marked lost.
+	RetryOnNodeLoss bool `protobuf:"varint,10,opt,name=retry_on_node_loss,json=retryOnNodeLoss,proto3" json:"retry_on_node_loss,omitempty"`
 	// cancel_grace_seconds is how long a cancelled task gets between SIGTERM and
 	// SIGKILL; 0 means the default of 30 s.
 	CancelGraceSeconds int64 `protobuf:"varint,11,opt,name=cancel_grace_seconds,json=cancelGraceSeconds,proto3" json:"cancel_grace_seconds,omitempty"`
@@ -795,7 +815,8 @@ type RetryPolicy struct {
 	// means 10 s); each later one waits twice the one before, up to
 	// max_backoff_seconds (0 means 5 min, or backoff if longer; at most 1 h),
 	// plus up to a tenth more of jitter.
-	BackoffSeconds    int64 `protobuf:"varint,4,opt,name=backoff_seconds,json=backoffSeconds,proto3" json:"backoff_seconds,omitempty"`
+	BackoffSeconds int64 `protobuf:"varint,4,opt,name=backoff_seconds,json=backoffSeconds,proto3" json:"backoff_seconds,omitempty"`
+	// max_backoff_seconds bounds the doubling wait (see backoff_seconds).
 	MaxBackoffSeconds int64 `protobuf:"varint,5,opt,name=max_backoff_seconds,json=maxBackoffSeconds,proto3" json:"max_backoff_seconds,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -870,10 +891,13 @@ func (x *RetryPolicy) GetMaxBackoffSeconds() int64 {
 // it: soft is what the process gets, hard the most it may raise soft to.
 // -1 means unlimited (RLIM_INFINITY), where the name allows it.
 type Ulimit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Soft          int64                  `protobuf:"varint,2,opt,name=soft,proto3" json:"soft,omitempty"`
-	Hard          int64                  `protobuf:"varint,3,opt,name=hard,proto3" json:"hard,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the limit as ulimit names it: nofile, nproc, core, memlock, …
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// soft is the limit the process starts with; hard the most it may raise
+	// it to.
+	Soft          int64 `protobuf:"varint,2,opt,name=soft,proto3" json:"soft,omitempty"`
+	Hard          int64 `protobuf:"varint,3,opt,name=hard,proto3" json:"hard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -999,11 +1023,15 @@ func (x *TmpfsMount) GetExec() bool {
 // that accepts connections, an HTTP path that answers 2xx, or a command that
 // exits 0 inside the sidecar.
 type Readiness struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	TcpPort  int32                  `protobuf:"varint,1,opt,name=tcp_port,json=tcpPort,proto3" json:"tcp_port,omitempty"`
-	HttpPath string                 `protobuf:"bytes,2,opt,name=http_path,json=httpPath,proto3" json:"http_path,omitempty"`
-	HttpPort int32                  `protobuf:"varint,3,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
-	Command  []string               `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tcp_port: ready once the port accepts a connection.
+	TcpPort int32 `protobuf:"varint,1,opt,name=tcp_port,json=tcpPort,proto3" json:"tcp_port,omitempty"`
+	// http_path and http_port: ready once a GET of the path on the port
+	// answers 2xx.
+	HttpPath string `protobuf:"bytes,2,opt,name=http_path,json=httpPath,proto3" json:"http_path,omitempty"`
+	HttpPort int32  `protobuf:"varint,3,opt,name=http_port,json=httpPort,proto3" json:"http_port,omitempty"`
+	// command: ready once this command, run in the sidecar, exits 0.
+	Command []string `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
 	// timeout_seconds is how long to wait for readiness; 0 means 60 s.
 	TimeoutSeconds int64 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -1080,12 +1108,17 @@ func (x *Readiness) GetTimeoutSeconds() int64 {
 type Sidecar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the host name the task reaches it by.
-	Name      string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Image     string            `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	Command   []string          `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
-	Env       map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Resources *Resources        `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
-	Readiness *Readiness        `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// image is the sidecar's container image.
+	Image string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	// command replaces the image's entrypoint and cmd when non-empty.
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// env are the sidecar's environment variables.
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// resources limit the sidecar as they limit the task.
+	Resources *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	// readiness says when the sidecar is ready; the task starts only then.
+	Readiness *Readiness `protobuf:"bytes,6,opt,name=readiness,proto3" json:"readiness,omitempty"`
 	// pull is the sidecar's image pull policy, as TaskSpec.pull.
 	Pull string `protobuf:"bytes,7,opt,name=pull,proto3" json:"pull,omitempty"`
 	// privileged runs the sidecar as a privileged container (every
