@@ -309,6 +309,21 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 	link.Restore()
 	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 
+	w.checkFailedAsAttemptTwo(t, r, run, db.URL, id)
+	wait.For(t, 30*time.Second, "node A's note on the fenced attempt in the task's log", func() bool {
+		return strings.Contains(notes(t, r, id), "fenced: this node reached no coordinator replica")
+	})
+	w.checkAttemptsOutput(t, r, run, id, 2)
+	NothingLeft(t, a.Node)
+	NothingLeft(t, b.Node)
+	checkNeverTwoCopies(t, life, id, "1", "2")
+}
+
+// checkFailedAsAttemptTwo checks how a row whose task was run again on
+// another node ends: podium run exited with the task's own code, and the
+// task failed with it as attempt 2 of 2, with two rows in podium.attempts.
+func (w Workload) checkFailedAsAttemptTwo(t *testing.T, r *Replica, run *Run, dbURL, id string) {
+	t.Helper()
 	if code := run.Wait(t); code != w.Code {
 		t.Errorf("podium run exited %d, want the task's own %d; stderr:\n%s", code, w.Code, run.Stderr())
 	}
@@ -317,16 +332,9 @@ func TestBlackHolePastOfflineNeverRunsTwoCopies(t *testing.T) {
 		t.Errorf("the task ended %s (%q) as attempt %d with code %v, want failed with its own %d as attempt 2 of 2",
 			tk.State, tk.Reason, tk.Attempt, tk.ExitCode, w.Code)
 	}
-	if n := attemptRows(t, db.URL, id); n != 2 {
+	if n := attemptRows(t, dbURL, id); n != 2 {
 		t.Errorf("podium.attempts holds %d rows for the task, want 2", n)
 	}
-	wait.For(t, 30*time.Second, "node A's note on the fenced attempt in the task's log", func() bool {
-		return strings.Contains(notes(t, r, id), "fenced: this node reached no coordinator replica")
-	})
-	w.checkAttemptsOutput(t, r, run, id, 2)
-	NothingLeft(t, a.Node)
-	NothingLeft(t, b.Node)
-	checkNeverTwoCopies(t, life, id, "1", "2")
 }
 
 // TestBlackHolePastOfflineOneNodeEndsAtAttemptTwo is the partition of
@@ -430,17 +438,7 @@ func TestFrozenAgentPastOfflineNeverRunsTwoCopies(t *testing.T) {
 	a.Thaw()
 	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
 
-	if code := run.Wait(t); code != w.Code {
-		t.Errorf("podium run exited %d, want the task's own %d; stderr:\n%s", code, w.Code, run.Stderr())
-	}
-	tk := r.Task(t, id)
-	if tk.State != podiumv1.TaskState_TASK_STATE_FAILED || tk.GetExitCode() != int32(w.Code) || tk.Attempt != 2 {
-		t.Errorf("the task ended %s (%q) as attempt %d with code %v, want failed with its own %d as attempt 2 of 2",
-			tk.State, tk.Reason, tk.Attempt, tk.ExitCode, w.Code)
-	}
-	if n := attemptRows(t, db.URL, id); n != 2 {
-		t.Errorf("podium.attempts holds %d rows for the task, want 2", n)
-	}
+	w.checkFailedAsAttemptTwo(t, r, run, db.URL, id)
 	w.checkAttemptsOutput(t, r, run, id, 2)
 	NothingLeft(t, a.Node)
 	NothingLeft(t, b.Node)
