@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"connectrpc.com/connect"
@@ -399,12 +400,15 @@ func (k *checker) checkArtifacts(tk *podiumv1.Task, printed map[int32]string) {
 }
 
 // checkConcurrency holds the containers of each concurrency key's tasks,
-// as the engines saw them run, to the key's limit at every instant.
+// as the engines saw them run, to the key's limit at every instant. A
+// violation names every container of the key running at that instant, with
+// its engine and span ("not seen to die" when its engine recorded no end),
+// so that a report says which two overlapped and how.
 func (k *checker) checkConcurrency(tasks map[string]*podiumv1.Task, runs map[string][]run) {
 	type edge struct {
 		at    int64
 		delta int
-		task  string
+		r     run
 	}
 	byKey := map[string][]edge{}
 	limits := map[string]int{}
@@ -422,7 +426,7 @@ func (k *checker) checkConcurrency(tasks map[string]*podiumv1.Task, runs map[str
 			if end == 0 {
 				end = 1<<63 - 1
 			}
-			byKey[cc.Key] = append(byKey[cc.Key], edge{r.start, 1, id}, edge{end, -1, id})
+			byKey[cc.Key] = append(byKey[cc.Key], edge{r.start, 1, r}, edge{end, -1, r})
 		}
 	}
 	for key, es := range byKey {
@@ -432,12 +436,21 @@ func (k *checker) checkConcurrency(tasks map[string]*podiumv1.Task, runs map[str
 			}
 			return es[i].delta < es[j].delta // an end before a start at the same instant
 		})
-		n := 0
+		running := map[string]run{}
 		for _, e := range es {
-			n += e.delta
-			if n > limits[key] {
-				k.v.add("concurrency key %s (limit %d): %d of its tasks' containers ran at once at %s (task %s started)",
-					key, limits[key], n, time.Unix(0, e.at).UTC().Format("15:04:05.000"), e.task)
+			if e.delta < 0 {
+				delete(running, e.r.engine+"/"+e.r.container)
+				continue
+			}
+			running[e.r.engine+"/"+e.r.container] = e.r
+			if len(running) > limits[key] {
+				var who []string
+				for _, r := range running {
+					who = append(who, fmt.Sprintf("task %s attempt %d on %s: %s", r.task, r.attempt, r.engine, span(r)))
+				}
+				sort.Strings(who)
+				k.v.add("concurrency key %s (limit %d): %d of its tasks' containers ran at once at %s (task %s started): %s",
+					key, limits[key], len(running), time.Unix(0, e.at).UTC().Format("15:04:05.000"), e.r.task, strings.Join(who, "; "))
 				break
 			}
 		}
@@ -532,4 +545,32 @@ func exitCodeOf(tk *podiumv1.Task) string {
 		return "none"
 	}
 	return fmt.Sprint(tk.GetExitCode())
+}
+
+// The concurrency check counts a container its engine never saw die as
+// running to the end of the record, and a violation names every container
+// of the key running then, with its span, so a report says which overlapped
+// and whether one was simply not seen to die.
+func TestConcurrencyViolationNamesTheContainers(t *testing.T) {
+	t.Parallel()
+	spec := &podiumv1.TaskSpec{Concurrency: &podiumv1.Concurrency{Key: "one", Limit: 1}}
+	tasks := map[string]*podiumv1.Task{"task_a": {Id: "task_a", Spec: spec}, "task_b": {Id: "task_b", Spec: spec}, "task_c": {Id: "task_c", Spec: spec}}
+	at := func(s int) int64 { return time.Date(2026, 12, 7, 23, 28, s, 0, time.UTC).UnixNano() }
+	runs := map[string][]run{
+		"task_a": {{engine: "a2", container: "c1", task: "task_a", attempt: 1, role: "task", start: at(0)}}, // never seen to die
+		"task_b": {{engine: "a1", container: "c2", task: "task_b", attempt: 1, role: "task", start: at(6), end: at(8)}},
+	}
+	k := &checker{v: &violations{}}
+	k.checkConcurrency(tasks, runs)
+	if len(k.v.lines) != 1 || !strings.Contains(k.v.lines[0], "task task_a attempt 1 on a2: 23:28:00.000..not seen to die") ||
+		!strings.Contains(k.v.lines[0], "task task_b attempt 1 on a1: 23:28:06.000..23:28:08.000") {
+		t.Fatalf("violations %q; want one naming both containers and their spans", k.v.lines)
+	}
+	runs["task_a"][0].end = at(5)
+	runs["task_c"] = []run{{engine: "a3", container: "c3", task: "task_c", attempt: 1, role: "task", start: at(8), end: at(9)}}
+	k = &checker{v: &violations{}}
+	k.checkConcurrency(tasks, runs)
+	if len(k.v.lines) != 0 {
+		t.Fatalf("one after another (and one ending the instant the next starts) reported as at once: %q", k.v.lines)
+	}
 }
