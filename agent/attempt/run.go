@@ -19,6 +19,13 @@ import (
 // it twice would run the user's task twice, so the caller ignores the repeat.
 var ErrAlreadyRunning = errors.New("attempt: the task attempt is already running on this node")
 
+// RunnerFenced starts the reason of an attempt whose runner fenced it: the
+// agent's lease on it ran out while the agent hung, was stopped or reached no
+// coordinator replica. Such an end is the node's, not the task's: the
+// session holds it as a fenced attempt's, so the control plane applies its
+// node-loss policy and runs the task again.
+const RunnerFenced = "fenced: the task's runner stopped it"
+
 // ErrNotRunning is what delivering a message to an attempt this node does not
 // run returns. The attempt has just ended, or never came here: the caller
 // drops the message.

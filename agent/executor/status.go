@@ -145,7 +145,7 @@ func (r *run) composeStatus(ctx context.Context, why outcome, exitRec *runlog.Ex
 		return &podiumv1.StatusChange{State: podiumv1.TaskState_TASK_STATE_FAILED, Reason: reason}
 	}
 	if exitRec != nil && exitRec.Fenced {
-		reason := "fenced: the task's runner stopped it because the agent's lease on it ran out " +
+		reason := attempt.RunnerFenced + " because the agent's lease on it ran out " +
 			"(the agent hung, or reached no coordinator replica, for as long as the control plane takes to declare the node offline); " +
 			"the task has retry_on_node_loss, so the control plane runs it again elsewhere"
 		r.note("%s", reason)

@@ -182,6 +182,31 @@ func (s *Session) fenceIfCutOff() {
 	}
 }
 
+// fenceEnded fences, before its end is queued, an attempt its runner fenced
+// (runnerFenced: the agent's lease ran out while it hung or was stopped, as
+// a restarted agent learns from the runner log) or a fenceable one that ends
+// while this node has been silent past its fence point: the end then goes
+// out only after a Hello that left the attempt out, so the control plane
+// applies its node-loss policy (it runs the task again) instead of taking
+// the end for the task's own.
+func (s *Session) fenceEnded(key attempt.Key, runnerFenced bool) {
+	lead := s.fenceLead()
+	s.fmu.Lock()
+	offline, last := s.offlineAfter, s.lastReached
+	due := runnerFenced || s.runs[key] && offline > 0 && !last.IsZero() && time.Since(last) >= offline-lead
+	s.fmu.Unlock()
+	if !due {
+		return
+	}
+	s.log.Warn("fencing: a task the control plane will requeue ended while this node reached no coordinator replica; "+
+		"its end waits for a new stream", "task_id", key.TaskID, "attempt", key.Attempt)
+	s.out.fence(key)
+	select {
+	case s.restream <- struct{}{}:
+	default:
+	}
+}
+
 // emitNote adds a note of the session's own to an attempt's log.
 func (s *Session) emitNote(key attempt.Key, text string) {
 	s.Emit(&podiumv1.TaskEvent{TaskId: key.TaskID, Attempt: key.Attempt, Time: timestamppb.Now(),

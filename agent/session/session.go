@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -381,6 +382,9 @@ func (s *Session) poke() {
 // attempt.Emit the session hands to every run, and is safe for concurrent
 // use.
 func (s *Session) Emit(ev *podiumv1.TaskEvent, cur *attempt.Cursor) {
+	if st := ev.GetStatus(); st != nil && st.GetState() >= podiumv1.TaskState_TASK_STATE_SUCCEEDED {
+		s.fenceEnded(attempt.Key{TaskID: ev.GetTaskId(), Attempt: ev.GetAttempt()}, strings.HasPrefix(st.GetReason(), attempt.RunnerFenced))
+	}
 	var b []byte
 	if cur != nil {
 		b = cur.Marshal()

@@ -444,3 +444,77 @@ func TestFrozenAgentPastOfflineNeverRunsTwoCopies(t *testing.T) {
 	NothingLeft(t, b.Node)
 	checkNeverTwoCopies(t, life, id, "1", "2")
 }
+
+// TestFrozenAgentBetweenFenceAndOfflineRunsTheTaskAgain freezes node A's
+// agent (SIGSTOP) for longer than its fence point but shorter than the
+// offline threshold (betweenFenceAndOffline); TestAgentDownBetweenFenceAndOfflineRunsTheTaskAgain
+// stops it (SIGTERM) for as long and starts it again.
+func TestFrozenAgentBetweenFenceAndOfflineRunsTheTaskAgain(t *testing.T) {
+	t.Parallel()
+	betweenFenceAndOffline(t, (*Agent).Freeze, (*Agent).Thaw)
+}
+
+func TestAgentDownBetweenFenceAndOfflineRunsTheTaskAgain(t *testing.T) {
+	t.Parallel()
+	betweenFenceAndOffline(t, (*Agent).Stop, (*Agent).Start)
+}
+
+// betweenFenceAndOffline takes node A's agent away (away) right after a
+// heartbeat, for 18 s, and brings it back (back), while A runs a task with
+// retry_on_node_loss and max_attempts 2: with heartbeats every 4 s and the
+// node offline after 20 s, the node's fence point is 16 s after the last
+// answer, so the task's runner fences attempt 1 when the agent's lease runs
+// out, while the control plane never declares the node offline. Attempt 1's
+// end must not be taken for the task's own ("failed: fenced"): the agent
+// holds it, starts a stream whose Hello leaves the attempt out, and the
+// control plane applies its node-loss policy, so the task runs again and
+// ends as attempt 2 with its own exit code; by the engine's start/die
+// record, never two at once.
+func betweenFenceAndOffline(t *testing.T, away, back func(*Agent)) {
+	pg := pgtest.NewCluster(t)
+	db := pgtest.NewDatabaseIn(t, pg)
+	r := StartReplica(t, db.URL, "--heartbeat-interval", "4s", "--unreachable-after", "10s", "--offline-after", "20s")
+	a := EnrollAgent(t, r, r.URL())
+	a.Start()
+	r.WaitNode(t, a.Node, podiumv1.NodeStatus_NODE_STATUS_ONLINE)
+
+	w := Workload{Lines: 80, Every: 400 * time.Millisecond, Code: 3}
+	life := watchCopies(t)
+	run := StartRun(t, []string{r.URL()}, append([]string{"--spec", retrySpec(t)}, w.Args(t)...)...)
+	id := run.TaskID(t)
+	run.WaitStdout(t, w.Line(2))
+
+	// Away right after a heartbeat, so that 18 s of silence is past the
+	// fence point (16 s) and short of the offline threshold (20 s).
+	n, err := r.Node(a.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := n.GetLastHeartbeatAt().AsTime()
+	wait.For(t, 30*time.Second, "node A's next heartbeat", func() bool {
+		n, err := r.Node(a.Node)
+		return err == nil && n.GetLastHeartbeatAt().AsTime().After(before)
+	})
+	away(a)
+	gone := time.Now()
+	life.WaitDied(t, "attempt 1's container, fenced by its runner while the agent is away", func(l map[string]string) bool {
+		return l["podium.task"] == id && l["podium.attempt"] == "1"
+	})
+	// The fault is its length: it ends at 18 s whatever happened.
+	time.Sleep(time.Until(gone.Add(18 * time.Second)))
+	if n, err := r.Node(a.Node); err != nil || n.Status == podiumv1.NodeStatus_NODE_STATUS_OFFLINE {
+		t.Fatalf("node A is %v (%v) 18 s into the fault; the row needs it short of offline (20 s)", n.GetStatus(), err)
+	}
+	back(a)
+
+	if code := run.Wait(t); code != w.Code {
+		t.Errorf("podium run exited %d, want the task's own %d; stderr:\n%s", code, w.Code, run.Stderr())
+	}
+	tk := r.Task(t, id)
+	if tk.State != podiumv1.TaskState_TASK_STATE_FAILED || tk.GetExitCode() != int32(w.Code) || tk.Attempt != 2 {
+		t.Errorf("the task ended %s (%q) as attempt %d with code %v, want its own exit %d as attempt 2: run again, not failed as fenced",
+			tk.State, tk.Reason, tk.Attempt, tk.ExitCode, w.Code)
+	}
+	NothingLeft(t, a.Node)
+	checkNeverTwoCopies(t, life, id, "1", "2")
+}
