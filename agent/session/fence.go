@@ -41,9 +41,10 @@ func (s *Session) track(a *podiumv1.Assign) {
 // every lease on every answer.
 const leaseStep = 500 * time.Millisecond
 
-// renewLeases tells the runner of each attempt fencing would stop when this
-// node would stop it: the offline threshold less the lead, counted from the
-// last answer of a replica. An agent that stops acting — a hung process, a
+// renewLeases tells the runner of each attempt fencing would stop when to
+// stop it if this node has not by then: just after the node's own fence
+// point (the offline threshold less the lead, counted from the last answer
+// of a replica). An agent that stops acting — a hung process, a
 // machine too loaded to schedule it — stops renewing, and the runner, PID 1
 // of the task's container, fences the attempt itself at that moment, so that
 // it never runs beside the attempt the control plane starts elsewhere.
@@ -57,7 +58,12 @@ func (s *Session) renewLeases() {
 		s.fmu.Unlock()
 		return
 	}
-	at := last.Add(offline - lead)
+	// A quarter of the lead after this node's own fence point, with a
+	// quarter of it as grace: an agent that can act always fences first
+	// (and says why in the task's log), and a hung one's runner still has
+	// the attempt stopped by offline less half the lead, as the agent's
+	// own fence (grace: half the lead) would.
+	at := last.Add(offline - lead + lead/4)
 	var due []attempt.Key
 	for key, fenceable := range s.runs {
 		if fenceable && at.Sub(s.leased[key]) >= leaseStep {
@@ -66,7 +72,7 @@ func (s *Session) renewLeases() {
 		}
 	}
 	s.fmu.Unlock()
-	grace := max(lead/2, time.Millisecond)
+	grace := max(lead/4, time.Millisecond)
 	for _, key := range due {
 		s.cfg.Runner.Lease(key.TaskID, key.Attempt, at, grace)
 	}
