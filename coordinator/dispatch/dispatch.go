@@ -100,6 +100,9 @@ type Dispatcher struct {
 	fleetAt     time.Time
 	fleetStale  bool
 	lastWaiting int
+	// lastFull is when a pass last looked at the tasks already found
+	// unschedulable.
+	lastFull time.Time
 }
 
 // New returns a dispatcher; give it to the leader (coordinator/leader) to run.
@@ -242,21 +245,33 @@ func (s *Dispatcher) Sweep(ctx context.Context) {
 	}
 }
 
+// unschedulableRecheck is how often a pass looks again at the tasks already
+// found unschedulable (besides after a fleet doorbell).
+const unschedulableRecheck = 10 * time.Second
+
 // Pass runs dispatch passes until the queue has nothing more to place; each
 // rings the nodes it gave work (store.DispatchPass).
 func (s *Dispatcher) Pass(ctx context.Context) error {
 	for {
+		// A fleet doorbell (a node came, went or changed) may have made
+		// unschedulable tasks runnable.
+		fleetChanged := s.fleetStale
 		if err := s.readFleet(ctx); err != nil {
 			return err
 		}
 		var placed []store.Placement
 		var waiting int
 		var err error
-		if s.cfg.NoFairShare {
-			placed, waiting, err = s.store.DispatchPassFIFO(ctx, s.cfg.Batch, PlaceOn(s.fleet, time.Now()))
-		} else {
-			placed, waiting, err = s.store.DispatchPass(ctx, s.cfg.Batch, PlaceOn(s.fleet, time.Now()))
+		// Tasks already found unschedulable are looked at again by a pass
+		// every unschedulableRecheck, and after a fleet doorbell; the
+		// passes between leave them out, so they never hold up the tasks
+		// behind them in their sharer's queue.
+		full := fleetChanged || time.Since(s.lastFull) >= unschedulableRecheck
+		if full {
+			s.lastFull = time.Now()
 		}
+		placed, waiting, err = s.store.DispatchPassWith(ctx, s.cfg.Batch, PlaceOn(s.fleet, time.Now()),
+			store.PassOptions{FIFO: s.cfg.NoFairShare, SkipUnschedulable: !full})
 		if errors.Is(err, store.ErrNotRung) {
 			s.log.Warn("scheduler: ring the nodes (they will find their commands on their next poll)", "err", err)
 		} else if err != nil {

@@ -236,6 +236,7 @@ const claimQueued = `with recursive sharers as (
 				t.concurrency_key, t.concurrency_limit, t.unschedulable
 			from podium.tasks t
 			where t.state = 'queued' and t.sharer = s.sharer and (t.not_before is null or t.not_before <= now())
+			  and ($2::bool or not t.unschedulable)
 			  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
 			order by t.priority desc, t.created_at, t.id
 			for update skip locked limit $1) c
@@ -273,6 +274,7 @@ const claimFIFO = `select t.id, t.labels, t.cpu, t.memory_mb, t.pids, t.timeout_
 		t.unschedulable
 	from podium.tasks t
 	where t.state = 'queued' and (t.not_before is null or t.not_before <= now())
+	  and ($2::bool or not t.unschedulable)
 	  and (t.concurrency_key = '' or t.reason not like 'concurrency key %' or ` + keyHasRoom + `)
 	order by t.priority desc, t.created_at, t.id
 	for update skip locked limit $1`
@@ -349,17 +351,42 @@ func contended(qs []queued) bool {
 // loaded machine a round trip, not the work in it, is most of a statement's
 // cost.
 func (s *Store) DispatchPass(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
-	return s.dispatchPass(ctx, claimQueued, batch, place)
+	return s.DispatchPassWith(ctx, batch, place, PassOptions{})
+}
+
+// PassOptions choose a pass's claim.
+type PassOptions struct {
+	// FIFO claims by priority and age alone (DispatchPassFIFO).
+	FIFO bool
+	// SkipUnschedulable leaves out the tasks a pass already found no node
+	// could ever run (podium.tasks.unschedulable). A sharer's queue is read
+	// from its head, a batch at a time, so without it a few hundred tasks
+	// nothing can run (a mistyped label) would keep every later task of
+	// their sharer from ever being claimed. The dispatcher skips them but
+	// in a pass every few seconds, which looks at them again, in case the
+	// fleet can now run them.
+	SkipUnschedulable bool
+}
+
+// DispatchPassWith is DispatchPass with the claim opts choose.
+func (s *Store) DispatchPassWith(ctx context.Context, batch int, place PlaceFunc, opts PassOptions) (placed []Placement, waiting int, err error) {
+	claim := claimQueued
+	if opts.FIFO {
+		claim = claimFIFO
+	}
+	return s.dispatchPass(ctx, claim, batch, place, !opts.SkipUnschedulable)
 }
 
 // DispatchPassFIFO is DispatchPass with fair share off: it claims by
 // priority, then age (claimFIFO), and counts no sharer's tasks. The
 // coordinator runs it under --fair-share=false.
 func (s *Store) DispatchPassFIFO(ctx context.Context, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
-	return s.dispatchPass(ctx, claimFIFO, batch, place)
+	return s.DispatchPassWith(ctx, batch, place, PassOptions{FIFO: true})
 }
 
-func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place PlaceFunc) (placed []Placement, waiting int, err error) {
+// dispatchPass runs a pass with claim; all includes the tasks already found
+// unschedulable.
+func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place PlaceFunc, all bool) (placed []Placement, waiting int, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -384,7 +411,7 @@ func (s *Store) dispatchPass(ctx context.Context, claim string, batch int, place
 	// it, which took seconds of a pass that runs in milliseconds; in the same
 	// pipeline, this costs no round trip.
 	b.Queue("set local jit = off")
-	b.Queue(claim, batch).Query(func(rows pgx.Rows) error {
+	b.Queue(claim, batch, all).Query(func(rows pgx.Rows) error {
 		var err error
 		qs, err = pgx.CollectRows(rows, scanQueued)
 		return err

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -331,5 +332,54 @@ func TestDispatchPassNeverPlacesPastMaxAttempts(t *testing.T) {
 	}
 	if task.State != store.Failed || task.Attempt != 2 || task.Reason != "not placed again: all 2 attempts used" {
 		t.Fatalf("the task is %s at attempt %d (%q), want failed at attempt 2 saying every attempt is used", task.State, task.Attempt, task.Reason)
+	}
+}
+
+// Tasks a pass found no node could ever run do not hold up their sharer's
+// queue: a pass that skips them (as the dispatcher's passes do between its
+// periodic full ones) reaches the tasks behind them, though a whole batch of
+// them stands ahead; a full pass looks at them again, in case the fleet can
+// run them now.
+func TestSkippingUnschedulableReachesTheTasksBehindThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := openStore(t)
+	var in []store.NewTask
+	for i := range 15 {
+		in = append(in, newTask(fmt.Sprintf("task_u%02d", i), &podiumv1.TaskSpec{Image: "busybox", Labels: []string{"nowhere"}}, "me"))
+	}
+	in = append(in, newTask("task_z", &podiumv1.TaskSpec{Image: "busybox"}, "me"))
+	if _, err := st.InsertTasks(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	pass := func(opts store.PassOptions) []string {
+		t.Helper()
+		var offered []string
+		_, _, err := st.DispatchPassWith(ctx, 10, func(c store.Claimed) store.Verdict {
+			offered = append(offered, c.ID)
+			if len(c.Need.Labels) > 0 {
+				return store.Verdict{Why: "cannot run on any node: no node has the label nowhere", Unschedulable: true}
+			}
+			return store.Verdict{Why: "every node that could run the task is busy: it waits for a free slot"}
+		}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return offered
+	}
+	if got := pass(store.PassOptions{}); len(got) != 10 || slices.Contains(got, "task_z") {
+		t.Fatalf("a full pass of 10 offered %v; want the 10 oldest, none of them task_z", got)
+	}
+	if got := pass(store.PassOptions{SkipUnschedulable: true}); len(got) != 6 || got[5] != "task_z" {
+		t.Fatalf("a pass skipping the 10 found unschedulable offered %v; want the 5 not yet looked at, then task_z", got)
+	}
+	if got := pass(store.PassOptions{SkipUnschedulable: true}); !slices.Equal(got, []string{"task_z"}) {
+		t.Fatalf("with all 15 found unschedulable, a skipping pass offered %v; want task_z alone", got)
+	}
+	if got := pass(store.PassOptions{FIFO: true, SkipUnschedulable: true}); !slices.Equal(got, []string{"task_z"}) {
+		t.Fatalf("a skipping pass without fair share offered %v; want task_z alone", got)
+	}
+	if got := pass(store.PassOptions{}); len(got) != 10 || got[0] != "task_u00" {
+		t.Fatalf("a full pass offered %v; want the unschedulable ones looked at again, oldest first", got)
 	}
 }
