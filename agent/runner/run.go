@@ -329,12 +329,31 @@ func (s *supervisor) run(argv, env []string) runlog.Exit {
 // Only PID 1 watches: its cgroup is the container's. The returned function
 // stops the watch.
 func (s *supervisor) watchPids(pid int) (stop func()) {
+	return every(pidsCheck, func(<-chan struct{}) bool {
+		refused, limit := pidsEvents()
+		if refused == 0 {
+			return false
+		}
+		s.write(runlog.Stderr, []byte(fmt.Sprintf("podium-runner: the task reached its limit of %d processes "+
+			"(a fork was refused); stopping it\n", limit)))
+		// kill(-1) from PID 1 reaches every other process in the
+		// container, whatever process group it made for itself.
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return true
+	})
+}
+
+// every runs check every interval until it reports it is done, or until
+// the returned function stops it (which waits for a check under way); check
+// is given the stop channel, for a wait of its own.
+func every(interval time.Duration, check func(stopped <-chan struct{}) bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(pidsCheck)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -342,17 +361,9 @@ func (s *supervisor) watchPids(pid int) (stop func()) {
 				return
 			case <-t.C:
 			}
-			refused, limit := pidsEvents()
-			if refused == 0 {
-				continue
+			if check(done) {
+				return
 			}
-			s.write(runlog.Stderr, []byte(fmt.Sprintf("podium-runner: the task reached its limit of %d processes "+
-				"(a fork was refused); stopping it\n", limit)))
-			// kill(-1) from PID 1 reaches every other process in the
-			// container, whatever process group it made for itself.
-			_ = syscall.Kill(-1, syscall.SIGKILL)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			return
 		}
 	}()
 	return func() { close(done); wg.Wait() }
@@ -368,47 +379,33 @@ func (s *supervisor) watchPids(pid int) (stop func()) {
 // longer counts, and an agent that does not read must not keep the container
 // alive. The returned function stops the watch.
 func (s *supervisor) watchLease(pid int) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(leaseCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			// A torn or unreadable lease is read again at the next tick:
-			// only a whole one that has run out fences.
-			l, err := runlog.ReadLease(s.lease)
-			if err != nil {
-				continue
-			}
-			out, ago := l.RunOut()
-			if !out {
-				continue
-			}
-			s.fenced.Store(true)
-			fmt.Fprintf(s.stderr, "podium-runner: the agent's lease on this task ran out %s ago; stopping the command "+
-				"(the control plane runs the task again elsewhere)\n", ago.Round(time.Millisecond))
-			_ = syscall.Kill(-pid, syscall.SIGTERM)
-			select {
-			case <-done:
-				return
-			case <-time.After(l.Grace):
-			}
-			if os.Getpid() == 1 {
-				_ = syscall.Kill(-1, syscall.SIGKILL)
-			}
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			s.stopOnce.Do(func() { close(s.stop) })
-			return
+	return every(leaseCheck, func(stopped <-chan struct{}) bool {
+		// A torn or unreadable lease is read again at the next tick: only
+		// a whole one that has run out fences.
+		l, err := runlog.ReadLease(s.lease)
+		if err != nil {
+			return false
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+		out, ago := l.RunOut()
+		if !out {
+			return false
+		}
+		s.fenced.Store(true)
+		fmt.Fprintf(s.stderr, "podium-runner: the agent's lease on this task ran out %s ago; stopping the command "+
+			"(the control plane runs the task again elsewhere)\n", ago.Round(time.Millisecond))
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		select {
+		case <-stopped:
+			return true
+		case <-time.After(l.Grace):
+		}
+		if os.Getpid() == 1 {
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		s.stopOnce.Do(func() { close(s.stop) })
+		return true
+	})
 }
 
 // reap collects every child that has exited — the command, and any orphan

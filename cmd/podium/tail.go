@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -63,15 +64,9 @@ func (b *tailBuffer) add(stderr bool, p []byte) {
 	}
 }
 
-func countNewlines(p []byte) int {
-	n := 0
-	for _, c := range p {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
-}
+func countNewlines(p []byte) int { return bytes.Count(p, newline) }
+
+var newline = []byte{'\n'}
 
 // writeTo writes the last n lines, each to the stream it came from, and
 // reports whether stderr was left in the middle of a line.

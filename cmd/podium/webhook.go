@@ -100,6 +100,9 @@ func runWebhookLs(ctx context.Context, c *cli, cmd *command, args []string) int 
 	})
 }
 
+// errWebhookID is the usage error of a command that takes one webhook ID.
+var errWebhookID = errors.New("want the webhook's ID (see podium webhook ls)")
+
 var webhookTestCommand = &command{
 	name:     "webhook test",
 	synopsis: "ID [--wait DURATION]",
@@ -131,7 +134,7 @@ func runWebhookTest(ctx context.Context, c *cli, cmd *command, args []string) in
 		return code
 	}
 	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want the webhook's ID (see podium webhook ls)"))
+		return c.usageFailure(cmd, fs, errWebhookID)
 	}
 	if *waitFor < 0 {
 		return c.usageFailure(cmd, fs, errors.New("--wait takes a duration, 0 or more"))
@@ -210,7 +213,7 @@ func runWebhookRedeliver(ctx context.Context, c *cli, cmd *command, args []strin
 		return code
 	}
 	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want the webhook's ID (see podium webhook ls)"))
+		return c.usageFailure(cmd, fs, errWebhookID)
 	}
 	cl, code, ok := c.dial(cmd)
 	if !ok {
@@ -241,7 +244,7 @@ func runWebhookRm(ctx context.Context, c *cli, cmd *command, args []string) int 
 		return code
 	}
 	if len(rest) != 1 {
-		return c.usageFailure(cmd, fs, errors.New("want the webhook's ID (see podium webhook ls)"))
+		return c.usageFailure(cmd, fs, errWebhookID)
 	}
 	cl, code, ok := c.dial(cmd)
 	if !ok {

@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -107,7 +108,7 @@ func hashFile(path string) (File, error) {
 	if st.Size() > maxBinary {
 		return File{}, fmt.Errorf("%s is %d bytes, more than %d: it is not the podium CLI", path, st.Size(), maxBinary)
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return File{}, err
 	}
@@ -161,12 +162,19 @@ func (s *Set) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := s.files[i]
-	fh, err := os.Open(f.path)
+	// What was hashed at start, and only that: no link put in its place
+	// since is followed, and a file that changed size is not served under
+	// the old sum.
+	fh, err := os.OpenFile(f.path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		http.Error(w, "the file could not be read on the coordinator", http.StatusInternalServerError)
 		return
 	}
 	defer fh.Close()
+	if st, err := fh.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != f.Size {
+		http.Error(w, "the file changed on the coordinator since it started; restart it to serve the new one", http.StatusInternalServerError)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", `attachment; filename="podium"`)

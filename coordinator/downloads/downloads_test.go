@@ -94,6 +94,17 @@ func TestServesTheBinariesWithTheirSums(t *testing.T) {
 	if _, body := get(t, s, "/download/notes.txt"); !strings.Contains(string(body), "podium-linux-amd64, podium-linux-arm64") {
 		t.Errorf("a 404 does not say what is served: %q", body)
 	}
+	// A binary replaced by a link after the start is not followed.
+	arm := filepath.Join(dir, "podium-linux-arm64")
+	if err := os.Remove(arm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, arm); err != nil {
+		t.Fatal(err)
+	}
+	if res, body := get(t, s, "/download/podium-linux-arm64"); res.StatusCode == http.StatusOK || strings.Contains(string(body), "not for download") {
+		t.Errorf("a binary replaced by a link was served: %s %q", res.Status, body)
+	}
 }
 
 // Without binaries nothing is served, and the answer says why and what to

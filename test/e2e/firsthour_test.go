@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podiumhq/podium/coordinator/coordtest"
+	"github.com/podiumhq/podium/test/testenv/wait"
 )
 
 // TestFirstHour walks a team's first hour on a real coordinator (with a
@@ -70,17 +71,10 @@ func TestFirstHour(t *testing.T) {
 	}
 	huge := strings.TrimSpace(string(r.stdout))
 	var get result
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.For(t, 60*time.Second, "task get to say the too-big task is queued, unschedulable", func() bool {
 		get = as(alice, "", "task", "get", huge)
-		if strings.Contains(string(get.stdout), "queued, unschedulable") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 60s waiting for task get to say the too-big task is unschedulable:\n%s", get.stdout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Contains(string(get.stdout), "queued, unschedulable")
+	})
 	if !strings.Contains(string(get.stdout), "cannot run on any node") || !strings.Contains(string(get.stdout), "MiB") {
 		t.Errorf("task get of the too-big task does not say why no node can run it:\n%s", get.stdout)
 	}
